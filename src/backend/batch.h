@@ -1,0 +1,51 @@
+// Batch: the only input of a forward pass. Flat arrays, one entry per token row, so that
+// prefill chunks and decode tokens of many sequences mix in one pass (continuous batching)
+// and the arrays copy to a device as they are.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace llamaserve {
+
+struct Batch {
+  // Per token row (n_tokens entries each).
+  std::vector<int32_t> tokens;     // token id
+  std::vector<int32_t> positions;  // position of the token in its sequence (0-based)
+  std::vector<int32_t> seq_index;  // which sequence of this batch the row belongs to
+
+  // Per sequence of this batch (n_seqs entries). The sequence's KV blocks in logical order,
+  // flattened with a fixed stride: block_tables[s * blocks_per_seq + i] is the physical
+  // block holding positions [i * block_size, (i + 1) * block_size); unused tail entries are -1.
+  std::vector<int32_t> block_tables;
+  int32_t blocks_per_seq = 0;
+  // Tokens of the sequence in the KV cache once this batch is written (= last position + 1).
+  std::vector<int32_t> seq_lengths;
+
+  // Token rows whose logits the caller wants, in the order the logits are returned.
+  std::vector<int32_t> logit_rows;
+
+  int32_t n_tokens() const { return static_cast<int32_t>(tokens.size()); }
+  int32_t n_seqs() const { return static_cast<int32_t>(seq_lengths.size()); }
+  const int32_t* block_table(int32_t seq) const { return block_tables.data() + static_cast<size_t>(seq) * blocks_per_seq; }
+
+  void clear() {
+    tokens.clear();
+    positions.clear();
+    seq_index.clear();
+    block_tables.clear();
+    seq_lengths.clear();
+    logit_rows.clear();
+  }
+};
+
+// Geometry of the paged KV cache an executor allocated. Blocks are the unit the engine's
+// BlockManager hands out; every layer (and every device of a split model) uses the same
+// block ids.
+struct KvCacheInfo {
+  int32_t n_blocks = 0;
+  int32_t block_size = 0;        // tokens per block
+  uint64_t bytes_per_block = 0;  // all layers, K and V, summed over devices
+};
+
+}  // namespace llamaserve

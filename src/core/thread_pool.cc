@@ -1,0 +1,106 @@
+#include "core/thread_pool.h"
+
+#include <algorithm>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace llamaserve {
+namespace {
+
+inline void cpu_relax() {
+#if defined(__x86_64__)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+// About 50 µs of spinning before a worker sleeps: long enough to cover the gap between
+// consecutive ops of one forward pass, short enough not to burn a core while idle.
+constexpr int kSpinIterations = 20000;
+
+}  // namespace
+
+ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
+  workers_.reserve(n_threads_ - 1);
+  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  stop_.store(true, std::memory_order_release);
+  wake_workers();
+  for (auto& worker : workers_) worker.join();
+}
+
+int ThreadPool::default_threads() {
+  unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : static_cast<int>(n);
+}
+
+// Sequentially consistent on both sides: either the worker sees the new generation before
+// it sleeps, or this sees the worker counted as a sleeper and wakes it under the mutex.
+void ThreadPool::wake_workers() {
+  generation_.fetch_add(1);
+  if (sleepers_.load() > 0) {
+    std::lock_guard<std::mutex> lock(wake_mutex_);
+    wake_.notify_all();
+  }
+}
+
+void ThreadPool::run(const std::function<void(int, int)>& fn) {
+  if (n_threads_ == 1) {
+    fn(0, 1);
+    return;
+  }
+  task_ = &fn;
+  pending_.store(n_threads_ - 1, std::memory_order_release);
+  wake_workers();
+  fn(0, n_threads_);
+  while (pending_.load(std::memory_order_acquire) != 0) cpu_relax();
+  task_ = nullptr;
+}
+
+void ThreadPool::parallel_for(size_t n, size_t grain,
+                              const std::function<void(size_t, size_t)>& fn) {
+  if (n == 0) return;
+  grain = std::max<size_t>(1, grain);
+  const size_t max_chunks = (n + grain - 1) / grain;
+  const size_t n_chunks = std::min<size_t>(max_chunks, static_cast<size_t>(n_threads_));
+  if (n_chunks <= 1) {
+    fn(0, n);
+    return;
+  }
+  run([&](int thread_index, int) {
+    const size_t t = static_cast<size_t>(thread_index);
+    if (t >= n_chunks) return;
+    const size_t begin = n * t / n_chunks;
+    const size_t end = n * (t + 1) / n_chunks;
+    if (begin < end) fn(begin, end);
+  });
+}
+
+void ThreadPool::worker_loop(int thread_index) {
+  uint32_t seen = 0;  // the generation at construction; a late-starting worker still runs the first task
+  while (true) {
+    uint32_t now = generation_.load(std::memory_order_acquire);
+    for (int spin = 0; now == seen && spin < kSpinIterations; ++spin) {
+      cpu_relax();
+      now = generation_.load(std::memory_order_acquire);
+    }
+    if (now == seen) {
+      std::unique_lock<std::mutex> lock(wake_mutex_);
+      sleepers_.fetch_add(1);
+      wake_.wait(lock, [&] { return generation_.load() != seen; });
+      sleepers_.fetch_sub(1);
+      continue;
+    }
+    seen = now;
+    if (stop_.load(std::memory_order_acquire)) return;
+    (*task_)(thread_index, n_threads_);
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+}  // namespace llamaserve

@@ -1,0 +1,53 @@
+// A fixed pool of worker threads for data-parallel loops (matmul rows, attention heads).
+// Tuned for many short parallel regions per second: workers spin briefly on an atomic
+// generation counter before sleeping, so a forward pass of hundreds of small ops does not
+// pay a futex wake-up per op.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <cstddef>
+#include <functional>
+#include <thread>
+#include <vector>
+
+namespace llamaserve {
+
+class ThreadPool {
+ public:
+  // n_threads counts the calling thread: a pool of 1 runs everything inline.
+  explicit ThreadPool(int n_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return n_threads_; }
+
+  // Calls fn(thread_index, n_threads) once on every thread of the pool (the caller is
+  // thread 0) and returns when all calls have returned. Not re-entrant: one caller at a time.
+  void run(const std::function<void(int thread_index, int n_threads)>& fn);
+
+  // Splits [0, n) into contiguous chunks, at least `grain` long, and calls fn(begin, end)
+  // for each across the pool.
+  void parallel_for(size_t n, size_t grain, const std::function<void(size_t begin, size_t end)>& fn);
+
+  // Threads to use when the user asks for "all": the number of online cores.
+  static int default_threads();
+
+ private:
+  void worker_loop(int thread_index);
+  void wake_workers();
+
+  int n_threads_;
+  std::vector<std::thread> workers_;
+  const std::function<void(int, int)>* task_ = nullptr;
+  std::atomic<uint32_t> generation_{0};
+  std::atomic<int> sleepers_{0};  // workers blocked on wake_ (not spinning)
+  std::mutex wake_mutex_;
+  std::condition_variable wake_;
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stop_{false};
+};
+
+}  // namespace llamaserve

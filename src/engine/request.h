@@ -1,0 +1,107 @@
+// The public face of the engine: what a caller submits, what it gets back, and the handle
+// it reads events from. The server, the CLI and the JNI binding all use exactly this.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace llamaserve {
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0 = greedy
+  int32_t top_k = 0;         // 0 = off
+  float top_p = 1.0f;        // 1 = off
+  float min_p = 0.0f;        // 0 = off
+  float repetition_penalty = 1.0f;  // 1 = off; applied to every token seen (prompt + output)
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  std::optional<uint64_t> seed;  // same seed, same prompt, same params -> same output
+  int32_t top_logprobs = 0;      // > 0: return this many alternatives per token
+  bool logprobs = false;
+};
+
+struct GenerationRequest {
+  std::string id;                  // for logs; generated when empty
+  std::vector<int32_t> prompt_tokens;  // already tokenized (chat template applied by the caller)
+  int32_t max_new_tokens = 256;
+  SamplingParams sampling;
+  std::vector<std::string> stop_strings;  // never emitted; matched across token boundaries
+  std::vector<int32_t> stop_token_ids;    // in addition to the model's end-of-generation ids
+  bool ignore_eos = false;
+  // Wall-clock limits from submit(); zero = none.
+  std::chrono::milliseconds timeout{0};
+  std::chrono::milliseconds queue_timeout{0};
+};
+
+enum class FinishReason { kNone, kStop, kLength, kCancelled, kError, kTimeout };
+const char* finish_reason_name(FinishReason reason);
+
+struct TokenLogprob {
+  int32_t token = 0;
+  std::string text;
+  float logprob = 0.0f;
+};
+
+struct Usage {
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+  double queue_ms = 0;    // submit -> first scheduled
+  double ttft_ms = 0;     // submit -> first token
+  double total_ms = 0;    // submit -> finish
+  double decode_tokens_per_s = 0;
+};
+
+// One event on a request's stream. A stream is any number of kDelta events followed by
+// exactly one kFinish event.
+struct GenerationEvent {
+  enum class Kind { kDelta, kFinish } kind = Kind::kDelta;
+  std::string text;               // kDelta: UTF-8 text (never a broken sequence)
+  std::vector<int32_t> tokens;    // kDelta: the tokens this text came from
+  std::vector<std::vector<TokenLogprob>> logprobs;  // kDelta with logprobs: per token, the
+                                                    // chosen one first, then the alternatives
+  FinishReason finish_reason = FinishReason::kNone;  // kFinish
+  Status error;                   // kFinish with kError/kTimeout: why
+  Usage usage;                    // kFinish
+};
+
+class RequestChannel;  // engine internal
+
+// Returned by Engine::submit. Thread-safe; destroying it cancels the request if still running.
+class RequestHandle {
+ public:
+  explicit RequestHandle(std::shared_ptr<RequestChannel> channel);
+  ~RequestHandle();
+  RequestHandle(RequestHandle&&) noexcept;
+  RequestHandle& operator=(RequestHandle&&) noexcept;
+
+  const std::string& id() const;
+  // Blocks until the next event, or until `timeout` passes (then nullopt). After the finish
+  // event has been returned, returns nullopt at once.
+  std::optional<GenerationEvent> next(std::chrono::milliseconds timeout = std::chrono::hours(24));
+  // Asks the engine to stop the request at its next step; a kFinish(kCancelled) follows.
+  void cancel();
+  bool finished() const;
+
+ private:
+  std::shared_ptr<RequestChannel> channel_;
+};
+
+struct EngineStats {
+  int32_t waiting = 0;
+  int32_t running = 0;
+  int32_t kv_blocks_total = 0;
+  int32_t kv_blocks_free = 0;
+  uint64_t requests_finished = 0;
+  uint64_t prompt_tokens_total = 0;
+  uint64_t generated_tokens_total = 0;
+  uint64_t preemptions_total = 0;
+  uint64_t steps_total = 0;
+};
+
+}  // namespace llamaserve

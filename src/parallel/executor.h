@@ -1,0 +1,33 @@
+// Executor: turns a Batch into logits across one or more devices. SingleDevice (CPU or one
+// GPU), Pipeline, TensorParallel; replicas are whole Executors behind a router in the engine
+// layer. The engine thread is the only caller.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+
+#include "backend/batch.h"
+#include "core/status.h"
+#include "model/config.h"
+
+namespace llamaserve {
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+
+  virtual const ModelConfig& config() const = 0;
+  virtual KvCacheInfo kv_info() const = 0;
+  // Human-readable description for logs ("cpu, 2 threads", "cuda:0").
+  virtual std::string describe() const = 0;
+
+  // Runs the model over `batch`, writing its tokens' K/V into the cache blocks the batch
+  // names, and writes the logits of batch.logit_rows to `logits`, row-major
+  // [logit_rows.size() × n_vocab].
+  // PRECONDITIONS: positions of a sequence are consecutive and follow what is already in its
+  // blocks; block tables cover seq_lengths; logits.size() >= logit_rows.size() * n_vocab.
+  virtual Status forward(const Batch& batch, std::span<float> logits) = 0;
+};
+
+}  // namespace llamaserve
