@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Runs every test: set-up and cpu build, unit tests (cpu), Python reference and e2e tests,
+# CUDA compile check, ASan/UBSan unit tests, TSan engine tests, and a bounded fuzz run.
+# Ends with one summary line "N passed, N failed". Exit status 0 only if nothing failed.
+#
+# Environment: FUZZ_SECONDS (default 60), SKIP_SANITIZERS=1 and SKIP_CUDA=1 to shorten a
+# local run (CI runs everything).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+reports="$root/build/test-reports"
+rm -rf "$reports" && mkdir -p "$reports"
+jobs=$(nproc)
+stage_failures=0
+
+stage() {  # stage NAME COMMAND...: runs a stage, counting a non-zero exit as one failure
+  local name=$1
+  shift
+  echo "=== $name"
+  local start=$SECONDS
+  if ! "$@"; then
+    echo "=== $name FAILED"
+    echo "$name" >>"$reports/failed-stages.txt"
+    stage_failures=$((stage_failures + 1))
+  fi
+  echo "=== $name took $((SECONDS - start)) s"
+}
+
+ctest_preset() {  # ctest_preset PRESET [ctest args...]
+  local preset=$1
+  shift
+  ctest --test-dir "build/$preset" -j "$jobs" --output-on-failure --timeout 600 \
+    --output-junit "$reports/ctest-$preset.xml" "$@"
+}
+
+stage setup scripts/setup.sh || true
+export LLAMASERVE_BIN="$root/build/cpu/src/cli/llamaserve"
+export LLAMASERVE_BUILD_DIR="$root/build/cpu"
+
+stage "unit tests (cpu)" ctest_preset cpu
+stage "python tests" python3 -m pytest -q -p no:cacheprovider --junitxml="$reports/pytest.xml" tests/py tests/e2e
+
+if [[ "${SKIP_CUDA:-0}" != 1 ]]; then
+  if [[ -x /usr/local/cuda/bin/nvcc ]]; then
+    stage "cuda build (compile only)" bash -c "cmake --preset cuda >/dev/null && cmake --build --preset cuda -j $jobs"
+  else
+    echo "=== cuda build skipped: no /usr/local/cuda/bin/nvcc"
+  fi
+fi
+
+if [[ "${SKIP_SANITIZERS:-0}" != 1 ]]; then
+  stage "asan build" bash -c "cmake --preset asan >/dev/null && cmake --build --preset asan -j $jobs"
+  stage "unit tests (asan+ubsan)" env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest_preset asan
+  stage "tsan build (engine)" bash -c "cmake --preset tsan >/dev/null && cmake --build --preset tsan -j $jobs --target engine_test"
+  stage "engine tests (tsan)" env TSAN_OPTIONS=halt_on_error=1 ctest_preset tsan -R '^Engine|^Scheduler|^BlockManager|^Sampler'
+  stage "fuzz build" bash -c "cmake --preset fuzz >/dev/null && cmake --build --preset fuzz -j $jobs --target gguf_fuzz"
+  stage "fuzz gguf (${FUZZ_SECONDS:-60} s)" scripts/run_fuzz.sh "${FUZZ_SECONDS:-60}"
+fi
+
+python3 scripts/test_summary.py "$reports" "$stage_failures"
