@@ -3,6 +3,7 @@
 // and the arrays copy to a device as they are.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
