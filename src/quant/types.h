@@ -33,8 +33,8 @@ enum class TensorType : uint32_t {
 
 struct TypeTraits {
   const char* name;
-  uint32_t block_elems;  // elements per block (1 for plain types)
-  uint32_t block_bytes;  // bytes per block
+  uint32_t block_elems;    // elements per block (1 for plain types)
+  uint32_t block_bytes;    // bytes per block
   bool weights_supported;  // the engine can compute with weights of this type
 };
 
@@ -86,7 +86,9 @@ inline const TypeTraits* type_traits(uint32_t raw_type) {
   return nullptr;
 }
 
-inline const TypeTraits& traits(TensorType type) { return *type_traits(static_cast<uint32_t>(type)); }
+inline const TypeTraits& traits(TensorType type) {
+  return *type_traits(static_cast<uint32_t>(type));
+}
 inline const char* type_name(TensorType type) { return traits(type).name; }
 
 // Bytes of a row of n_elems elements. PRECONDITION: n_elems % block_elems == 0.
