@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <optional>
@@ -59,8 +60,8 @@ struct GgufValue {
   GgufValueType type = GgufValueType::UINT8;
   std::variant<uint64_t, int64_t, double, bool, std::string, GgufArray> data;
 
-  std::optional<int64_t> as_int() const;    // any integer type that fits, or bool
-  std::optional<double> as_float() const;   // any float or integer type
+  std::optional<int64_t> as_int() const;   // any integer type that fits, or bool
+  std::optional<double> as_float() const;  // any float or integer type
   std::optional<bool> as_bool() const;
   const std::string* as_string() const;
   const GgufArray* as_array() const;
@@ -83,8 +84,8 @@ struct GgufTensorInfo {
 struct GgufLimits {
   uint64_t max_kv = 1 << 16;
   uint64_t max_tensors = 1 << 20;
-  uint64_t max_string_bytes = 1 << 24;     // one string
-  uint64_t max_array_elems = 1 << 24;      // one array
+  uint64_t max_string_bytes = 1 << 24;       // one string
+  uint64_t max_array_elems = 1 << 24;        // one array
   uint64_t max_metadata_bytes = 1ull << 31;  // all strings and arrays together, as parsed
   uint32_t max_dims = 4;
 };
@@ -93,11 +94,12 @@ class GgufFile {
  public:
   // Maps and parses the file. Validates the header, every metadata value, every tensor info,
   // alignment, and that every tensor's bytes lie inside the file without overlapping.
-  static Result<std::unique_ptr<GgufFile>> open(const std::string& path, const GgufLimits& limits = {});
+  static Result<std::unique_ptr<GgufFile>> open(const std::string& path,
+                                                const GgufLimits& limits = {});
 
   // Parses a file image already in memory (tests, fuzzing). `data` must outlive the result.
   static Result<std::unique_ptr<GgufFile>> parse(const uint8_t* data, size_t size,
-                                                  const GgufLimits& limits = {});
+                                                 const GgufLimits& limits = {});
 
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
@@ -119,7 +121,9 @@ class GgufFile {
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo* find_tensor(std::string_view name) const;
   // Pointer to the tensor's first byte inside the mapping.
-  const uint8_t* tensor_data(const GgufTensorInfo& info) const { return base_ + data_offset_ + info.offset; }
+  const uint8_t* tensor_data(const GgufTensorInfo& info) const {
+    return base_ + data_offset_ + info.offset;
+  }
 
  private:
   GgufFile() = default;
@@ -178,9 +182,18 @@ class GgufWriter {
     std::vector<uint8_t> bytes;
     uint64_t n_bytes = 0;
   };
+  // Serializes everything before the data section and assigns each tensor its data offset.
+  Status layout(std::vector<uint8_t>* header, std::vector<uint64_t>* tensor_offsets,
+                uint64_t* data_bytes) const;
+
   uint64_t alignment_;
   std::vector<std::pair<std::string, GgufValue>> kv_;
   std::vector<PendingTensor> tensors_;
 };
+
+// Checks that every listed metadata key (or tensor) exists; the error names all the missing
+// ones at once and the file, so a model loader can report everything in one message.
+Status require_keys(const GgufFile& file, std::initializer_list<std::string_view> keys);
+Status require_tensors(const GgufFile& file, std::initializer_list<std::string_view> names);
 
 }  // namespace llamaserve
