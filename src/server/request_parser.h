@@ -1,0 +1,71 @@
+// Parsing and validation of generation request bodies (OpenAI chat/completions and the
+// simple /chat endpoint) into plain structs. Pure functions of the JSON: no tokenizer, no
+// engine, so every rule is unit-tested on its own. Unknown fields are ignored (as OpenAI
+// does); known fields with the wrong type or an out-of-range value are rejected with a
+// message that names the field, what was expected and what was found.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+#include "engine/request.h"
+
+namespace llamaserve::server {
+
+struct ChatMessage {
+  std::string role;  // system | user | assistant | tool ("developer" arrives as "system")
+  std::string content;
+};
+
+enum class PromptKind { kMessages, kText, kTokens };
+
+struct ParsedGeneration {
+  std::string model;  // empty: not given
+  PromptKind prompt_kind = PromptKind::kMessages;
+  std::vector<ChatMessage> messages;   // kMessages
+  std::string prompt_text;             // kText
+  std::vector<int32_t> prompt_tokens;  // kTokens (range against the vocabulary not checked)
+  std::optional<int32_t> max_tokens;   // absent: as many as the limit and context allow
+  SamplingParams sampling;
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  std::string user;
+};
+
+struct ParseLimits {
+  int32_t max_tokens_limit = 4096;  // --max-tokens-limit
+  int32_t max_stop_strings = 16;
+  int32_t max_top_logprobs = 20;
+};
+
+// The body as a JSON object: 400-class Status for invalid UTF-8 (with the byte offset),
+// malformed JSON (with nlohmann's position) or a non-object top level.
+Result<nlohmann::json> parse_json_object(std::string_view body);
+
+// POST /v1/chat/completions
+Result<ParsedGeneration> parse_chat_completion(const nlohmann::json& body,
+                                               const ParseLimits& limits);
+// POST /v1/completions
+Result<ParsedGeneration> parse_completion(const nlohmann::json& body, const ParseLimits& limits);
+// POST /chat: {"prompt": "...", "maxTokens": 32, ...}; camelCase fields; always streamed.
+Result<ParsedGeneration> parse_simple_chat(const nlohmann::json& body, const ParseLimits& limits);
+
+struct TokenizeRequest {
+  std::string content;
+  bool add_special = false;   // add BOS (and the like) as the model would for a prompt
+  bool parse_special = true;  // "<|im_start|>" in the text becomes the special token
+};
+Result<TokenizeRequest> parse_tokenize(const nlohmann::json& body);
+
+// {"tokens": [ids]}; ids are checked against [0, INT32_MAX] here, against the vocabulary by
+// the caller.
+Result<std::vector<int32_t>> parse_detokenize(const nlohmann::json& body);
+
+}  // namespace llamaserve::server

@@ -1,0 +1,162 @@
+#include "server/config_layer.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "server/options.h"
+
+namespace llamaserve::server {
+namespace {
+
+// Sets environment variables for one test and removes them afterwards.
+class ScopedEnv {
+ public:
+  void set(const std::string& name, const std::string& value) {
+    ::setenv(name.c_str(), value.c_str(), 1);
+    names_.push_back(name);
+  }
+  ~ScopedEnv() {
+    for (const auto& name : names_) ::unsetenv(name.c_str());
+  }
+
+ private:
+  std::vector<std::string> names_;
+};
+
+class ConfigPrecedence : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    config_path_ = std::filesystem::temp_directory_path() /
+                   ("llamaserve_config_test_" + std::to_string(::getpid()) + ".json");
+  }
+  void TearDown() override { std::filesystem::remove(config_path_); }
+
+  void write_config(const std::string& text) { std::ofstream(config_path_) << text; }
+
+  // Parses argv the way `llamaserve serve` does and finalizes the options.
+  Status parse(std::vector<std::string> args) {
+    add_server_options(app_, options_);
+    std::vector<std::string> argv = {"serve"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::reverse(argv.begin() + 1, argv.end());  // CLI11 takes a reversed vector
+    std::vector<std::string> to_parse(argv.begin() + 1, argv.end());
+    app_.parse(to_parse);
+    return finalize_server_options(app_, options_);
+  }
+
+  std::filesystem::path config_path_;
+  CLI::App app_{"test"};
+  ServerOptions options_;
+  ScopedEnv env_;
+};
+
+TEST_F(ConfigPrecedence, FlagBeatsEnvBeatsFileBeatsDefault) {
+  write_config(R"({"model": "from-file.gguf", "max-running": 3, "max-queue": 7,
+                   "queue-timeout-ms": 111, "port": 9001})");
+  env_.set("LLAMASERVE_MAX_RUNNING", "5");
+  env_.set("LLAMASERVE_MAX_QUEUE", "9");
+  Status status = parse({"--config", config_path_.string(), "--max-running", "6"});
+  ASSERT_TRUE(status.is_ok()) << status.to_string();
+  EXPECT_EQ(options_.max_running, 6);         // flag over env and file
+  EXPECT_EQ(options_.max_queue, 9);           // env over file
+  EXPECT_EQ(options_.queue_timeout_ms, 111);  // file over default
+  EXPECT_EQ(options_.port, 9001);
+  EXPECT_EQ(options_.model_path, "from-file.gguf");
+  EXPECT_EQ(options_.model_name, "from-file");
+  EXPECT_EQ(options_.host, "127.0.0.1");  // default
+  EXPECT_EQ(options_.request_timeout_ms, 0);
+}
+
+TEST_F(ConfigPrecedence, ConfigPathItselfFromEnv) {
+  write_config(R"({"model": "m.gguf", "api-key": ["k1", "k2"], "host": "0.0.0.0"})");
+  env_.set("LLAMASERVE_CONFIG", config_path_.string());
+  Status status = parse({});
+  ASSERT_TRUE(status.is_ok()) << status.to_string();
+  EXPECT_EQ(options_.api_keys, (std::vector<std::string>{"k1", "k2"}));
+  EXPECT_EQ(options_.host, "0.0.0.0");
+}
+
+TEST_F(ConfigPrecedence, RepeatableFlagReplacesFileList) {
+  write_config(R"({"model": "m.gguf", "api-key": ["file-key"]})");
+  Status status = parse({"--config", config_path_.string(), "--api-key", "a", "--api-key", "b"});
+  ASSERT_TRUE(status.is_ok()) << status.to_string();
+  EXPECT_EQ(options_.api_keys, (std::vector<std::string>{"a", "b"}));
+}
+
+TEST_F(ConfigPrecedence, UnknownKeyIsAnError) {
+  write_config(R"({"model": "m.gguf", "max-runnning": 3})");
+  Status status = parse({"--config", config_path_.string()});
+  ASSERT_FALSE(status.is_ok());
+  EXPECT_NE(status.message().find("max-runnning"), std::string::npos) << status.message();
+}
+
+TEST_F(ConfigPrecedence, BadValueNamesTheKey) {
+  write_config(R"({"model": "m.gguf", "max-running": "many"})");
+  Status status = parse({"--config", config_path_.string()});
+  ASSERT_FALSE(status.is_ok());
+  EXPECT_NE(status.message().find("max-running"), std::string::npos) << status.message();
+
+  write_config(R"({"model": "m.gguf", "port": 70000})");
+  CLI::App other{"test"};
+  ServerOptions other_options;
+  add_server_options(other, other_options);
+  other.parse(std::vector<std::string>{config_path_.string(), "--config"});
+  EXPECT_FALSE(finalize_server_options(other, other_options).is_ok());
+}
+
+TEST_F(ConfigPrecedence, ArrayForSingleValueAndNestedObjectsRejected) {
+  write_config(R"({"model": ["a", "b"]})");
+  EXPECT_FALSE(parse({"--config", config_path_.string()}).is_ok());
+}
+
+TEST_F(ConfigPrecedence, MissingModelAndTooFewHttpThreads) {
+  Status no_model = parse({});
+  ASSERT_FALSE(no_model.is_ok());
+  EXPECT_NE(no_model.message().find("--model"), std::string::npos);
+
+  CLI::App other{"test"};
+  ServerOptions other_options;
+  add_server_options(other, other_options);
+  other.parse(std::vector<std::string>{"10", "--http-threads", "8", "--max-queue", "4",
+                                       "--max-running", "m.gguf", "-m"});
+  Status threads = finalize_server_options(other, other_options);
+  ASSERT_FALSE(threads.is_ok());
+  EXPECT_NE(threads.message().find("--http-threads"), std::string::npos);
+}
+
+TEST_F(ConfigPrecedence, DerivedHttpThreadsAndApiKeyFile) {
+  const auto key_file = config_path_.string() + ".keys";
+  std::ofstream(key_file) << "# keys\n\n  secret-one  \nsecret-two\n";
+  Status status = parse({"-m", "x.gguf", "--max-running", "2", "--max-queue", "3", "--api-key-file",
+                         key_file, "--api-key", "inline"});
+  std::filesystem::remove(key_file);
+  ASSERT_TRUE(status.is_ok()) << status.to_string();
+  EXPECT_EQ(options_.http_threads, 2 + 3 + 16);
+  EXPECT_EQ(options_.api_keys, (std::vector<std::string>{"inline", "secret-one", "secret-two"}));
+}
+
+TEST(EnvVarName, FromLongName) {
+  EXPECT_EQ(env_var_name("LLAMASERVE_", "max-running"), "LLAMASERVE_MAX_RUNNING");
+  EXPECT_EQ(env_var_name("LLAMASERVE_", "api-key-file"), "LLAMASERVE_API_KEY_FILE");
+}
+
+TEST(ApplyJsonConfig, BooleanFlagsAndNumbers) {
+  CLI::App app{"test"};
+  bool verbose = false;
+  double ratio = 0;
+  app.add_flag("--verbose", verbose);
+  app.add_option("--ratio", ratio);
+  app.parse(std::vector<std::string>{});
+  Status status = apply_json_config(app, {{"verbose", true}, {"ratio", 0.25}}, "test");
+  ASSERT_TRUE(status.is_ok()) << status.to_string();
+  EXPECT_TRUE(verbose);
+  EXPECT_DOUBLE_EQ(ratio, 0.25);
+  EXPECT_FALSE(apply_json_config(app, nlohmann::json::array(), "test").is_ok());
+  EXPECT_FALSE(apply_json_config(app, {{"ratio", {{"nested", 1}}}}, "test").is_ok());
+}
+
+}  // namespace
+}  // namespace llamaserve::server
