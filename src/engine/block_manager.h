@@ -1,0 +1,62 @@
+// BlockManager: host-side bookkeeping of the paged KV cache. The executor owns the memory;
+// this class only decides which physical block holds which positions of which sequence.
+//
+// Blocks are reference counted so several sequences can share a prefix (fork, prefix
+// caching). Only blocks that are completely filled are ever shared, so a sequence never
+// writes into a block that another sequence reads: the next token after a shared prefix
+// always lands in a block the sequence owns alone.
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+
+namespace llamaserve {
+
+using SeqId = uint64_t;
+
+class BlockManager {
+ public:
+  // PRECONDITIONS: n_blocks >= 0, block_size >= 1.
+  BlockManager(int32_t n_blocks, int32_t block_size);
+
+  int32_t n_blocks() const { return static_cast<int32_t>(ref_counts_.size()); }
+  int32_t block_size() const { return block_size_; }
+  int32_t n_free() const { return static_cast<int32_t>(free_list_.size()); }
+  int32_t n_sequences() const { return static_cast<int32_t>(tables_.size()); }
+  // Blocks needed to hold `n_tokens` tokens.
+  int32_t blocks_for_tokens(int32_t n_tokens) const;
+
+  // Single blocks. allocate() fails with kResourceExhausted when none is free.
+  Result<int32_t> allocate();
+  void retain(int32_t block);   // one more owner
+  void release(int32_t block);  // one owner fewer; back on the free list at zero
+  int32_t ref_count(int32_t block) const;
+
+  // Per-sequence tables.
+  // Additional blocks `seq` needs so that its table covers `n_tokens` tokens (0 if it
+  // already does). A sequence without a table needs blocks_for_tokens(n_tokens).
+  int32_t blocks_needed(SeqId seq, int32_t n_tokens) const;
+  // Grows the table of `seq` (creating it if needed) to cover `n_tokens` tokens. All or
+  // nothing: when fewer than blocks_needed() blocks are free, allocates nothing and returns
+  // kResourceExhausted.
+  Status reserve(SeqId seq, int32_t n_tokens);
+  // Makes `child` share the blocks of `parent` that hold its first `n_tokens` tokens; only
+  // complete blocks are shared (floor(n_tokens / block_size)), the child recomputes the rest.
+  // The child must not have a table yet.
+  Status fork(SeqId parent, SeqId child, int32_t n_tokens);
+  // Releases every block of `seq` and forgets its table. Unknown ids are ignored.
+  void free_sequence(SeqId seq);
+  // The physical blocks of `seq` in logical order (empty for unknown ids).
+  const std::vector<int32_t>& block_table(SeqId seq) const;
+
+ private:
+  int32_t block_size_;
+  std::vector<int32_t> ref_counts_;  // per physical block
+  std::vector<int32_t> free_list_;   // blocks with ref count 0; popped from the back
+  std::unordered_map<SeqId, std::vector<int32_t>> tables_;
+};
+
+}  // namespace llamaserve

@@ -1,0 +1,146 @@
+// Engine: one model instance serving many concurrent requests with continuous batching.
+//
+// Threads: any number of callers submit() and read their RequestHandles; one engine thread
+// (owned here) runs the step loop: take new requests and cancellations, schedule a step,
+// run the executor, sample, stream events. The engine thread is the only one that touches
+// the executor, the scheduler, the KV bookkeeping and the per-request samplers; callers and
+// the engine thread meet only in the inbox (one mutex) and in each request's channel.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/batch.h"
+#include "core/status.h"
+#include "engine/block_manager.h"
+#include "engine/request.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "parallel/executor.h"
+
+namespace llamaserve {
+
+class Tokenizer;
+struct ActiveRequest;
+
+struct EngineConfig {
+  int32_t max_running = 64;        // sequences decoded together
+  int32_t max_waiting = 256;       // submitted but not yet scheduled; more -> kResourceExhausted
+  int32_t max_batch_tokens = 512;  // token rows per forward pass (prefill is chunked to fit)
+  // Tokens per sequence (prompt + generated); 0 = the model's n_ctx_train. Always clipped to
+  // what the KV cache holds, so one sequence alone can always run to completion.
+  int32_t max_context = 0;
+};
+
+class Engine {
+ public:
+  // Validates `config`, starts the engine thread. The engine owns the executor.
+  static Result<std::unique_ptr<Engine>> create(std::unique_ptr<Executor> executor,
+                                                std::shared_ptr<const Tokenizer> tokenizer,
+                                                const EngineConfig& config);
+  // Stops the thread; every open request gets kFinish(kCancelled) with a kUnavailable error.
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Thread-safe. Errors: kInvalidArgument (empty prompt, token outside the vocabulary,
+  // max_new_tokens < 1, bad sampling parameters), kOutOfRange (prompt + max_new_tokens longer
+  // than max_context()), kUnavailable (draining or shut down), kResourceExhausted (max_waiting
+  // requests are already queued).
+  Result<RequestHandle> submit(GenerationRequest request);
+
+  EngineStats stats() const;
+
+  // Stops accepting requests and waits until every open request has finished. Requests
+  // still open after `timeout` are cancelled (their streams end with kCancelled) and the
+  // result is kDeadlineExceeded. Submissions stay refused afterwards.
+  Status drain(std::chrono::milliseconds timeout);
+  // Idempotent; also called by the destructor.
+  void shutdown();
+
+  int32_t max_context() const { return max_context_; }
+  const ModelConfig& model_config() const { return executor_->config(); }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  std::string describe() const;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  struct IncomingRequest {
+    GenerationRequest request;
+    std::shared_ptr<RequestChannel> channel;
+    Clock::time_point submitted;
+    uint64_t seed = 0;
+  };
+
+  // Where callers and the engine thread meet. Shared with the request channels (weakly) so
+  // that a cancel arriving after the engine is gone is harmless.
+  struct Inbox {
+    std::mutex mutex;
+    std::condition_variable wake;  // the engine thread sleeps here when it has no work
+    std::condition_variable idle;  // drain() waits here for n_open to reach 0
+    std::deque<IncomingRequest> incoming;
+    bool cancel_pending = false;  // some channel asked to cancel
+    bool cancel_all = false;      // drain timed out: cancel everything open (one-shot)
+    bool draining = false;        // refuse new submissions
+    bool stop = false;            // the engine thread must exit
+    int32_t n_queued = 0;         // submitted, not yet scheduled for the first time
+    int32_t n_open = 0;           // submitted, finish event not yet pushed
+  };
+
+  Engine(std::unique_ptr<Executor> executor, std::shared_ptr<const Tokenizer> tokenizer,
+         const EngineConfig& config, int32_t max_context);
+
+  Status validate(const GenerationRequest& request) const;
+
+  // Engine thread.
+  void run_loop();
+  void start_request(IncomingRequest incoming);
+  void sweep_cancellations_and_timeouts(bool cancel_all);
+  void run_step();
+  void on_token(ActiveRequest& active, std::span<float> logits_row);
+  // Ends a request: flushes held text (when `flush_text`), pushes the finish event, frees
+  // its sequence and blocks.
+  void finish(SeqId id, FinishReason reason, Status error, bool flush_text);
+  void emit_pending(ActiveRequest& active);
+  // A token's text for logprobs: its bytes, with incomplete characters as U+FFFD.
+  std::string token_text(int32_t token) const;
+  void publish_stats();
+  void finish_everything_on_shutdown();
+
+  const std::unique_ptr<Executor> executor_;
+  const std::shared_ptr<const Tokenizer> tokenizer_;
+  const EngineConfig config_;
+  const int32_t max_context_;
+  const int32_t n_vocab_;
+
+  std::shared_ptr<Inbox> inbox_;
+  std::atomic<uint64_t> next_request_number_{1};
+
+  // Engine thread only.
+  BlockManager blocks_;
+  Scheduler scheduler_;
+  std::unordered_map<SeqId, std::unique_ptr<ActiveRequest>> active_;
+  SeqId next_seq_id_ = 1;
+  Batch batch_;
+  std::vector<float> logits_;
+  SamplerScratch sampler_scratch_;
+  EngineStats counters_;  // the cumulative fields of stats()
+
+  mutable std::mutex stats_mutex_;
+  EngineStats stats_;  // guarded by stats_mutex_: published after every loop iteration
+
+  std::thread thread_;
+  std::once_flag shutdown_once_;
+};
+
+}  // namespace llamaserve

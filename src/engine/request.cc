@@ -1,0 +1,91 @@
+#include "engine/request.h"
+
+#include "engine/channel.h"
+
+namespace llamaserve {
+
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kNone: return "none";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
+    case FinishReason::kTimeout: return "timeout";
+  }
+  return "unknown";
+}
+
+RequestChannel::RequestChannel(std::string id, std::function<void()> on_cancel)
+    : id_(std::move(id)), on_cancel_(std::move(on_cancel)) {}
+
+void RequestChannel::push(GenerationEvent event) {
+  {
+    std::lock_guard lock(mutex_);
+    if (closed_) return;
+    if (event.kind == GenerationEvent::Kind::kFinish) closed_ = true;
+    events_.push_back(std::move(event));
+  }
+  ready_.notify_all();
+}
+
+bool RequestChannel::closed() const {
+  std::lock_guard lock(mutex_);
+  return closed_;
+}
+
+std::optional<GenerationEvent> RequestChannel::next(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  if (finish_delivered_) return std::nullopt;
+  if (!ready_.wait_for(lock, timeout, [&] { return !events_.empty(); })) return std::nullopt;
+  GenerationEvent event = std::move(events_.front());
+  events_.pop_front();
+  if (event.kind == GenerationEvent::Kind::kFinish) finish_delivered_ = true;
+  return event;
+}
+
+void RequestChannel::request_cancel() {
+  if (closed()) return;
+  if (cancel_requested_.exchange(true, std::memory_order_acq_rel)) return;
+  if (on_cancel_) on_cancel_();
+}
+
+bool RequestChannel::delivered_finish() const {
+  std::lock_guard lock(mutex_);
+  return finish_delivered_;
+}
+
+RequestHandle::RequestHandle(std::shared_ptr<RequestChannel> channel)
+    : channel_(std::move(channel)) {}
+
+RequestHandle::~RequestHandle() {
+  if (channel_) channel_->request_cancel();
+}
+
+RequestHandle::RequestHandle(RequestHandle&&) noexcept = default;
+
+RequestHandle& RequestHandle::operator=(RequestHandle&& other) noexcept {
+  if (this != &other) {
+    if (channel_) channel_->request_cancel();
+    channel_ = std::move(other.channel_);
+  }
+  return *this;
+}
+
+const std::string& RequestHandle::id() const {
+  static const std::string kEmpty;
+  return channel_ ? channel_->id() : kEmpty;
+}
+
+std::optional<GenerationEvent> RequestHandle::next(std::chrono::milliseconds timeout) {
+  if (!channel_) return std::nullopt;
+  return channel_->next(timeout);
+}
+
+void RequestHandle::cancel() {
+  if (channel_) channel_->request_cancel();
+}
+
+bool RequestHandle::finished() const { return !channel_ || channel_->delivered_finish(); }
+
+}  // namespace llamaserve

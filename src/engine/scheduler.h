@@ -1,0 +1,99 @@
+// Scheduler: decides, each step, which tokens of which sequences go into the next forward
+// pass, under a token budget and the KV blocks available.
+//
+// Policy (FIFO, decode first):
+//   1. Running sequences with one pending token (decode) get one token each.
+//   2. Running sequences with more pending tokens (a prompt, or a recompute after
+//      preemption) get a chunk of what is left of the budget: long prompts are split across
+//      steps (chunked prefill) so decodes of other sequences keep flowing.
+//   3. Waiting sequences are admitted in FIFO order while there is budget, a running slot and
+//      free blocks for their first chunk. A sequence that does not fit blocks those behind it
+//      (no overtaking), so large requests are not starved by small ones.
+// When a running sequence needs a block and none is free, the newest running sequence is
+// preempted: its blocks are freed and it goes back to the front of the waiting queue, to
+// recompute its prompt and generated tokens when it is admitted again. Nothing is dropped.
+//
+// Only the engine thread uses a Scheduler; it is not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "backend/batch.h"
+#include "engine/block_manager.h"
+#include "engine/sequence.h"
+
+namespace llamaserve {
+
+struct SchedulerConfig {
+  int32_t max_running = 64;        // sequences in the running set
+  int32_t max_batch_tokens = 512;  // token rows per forward pass
+};
+
+// Tokens [seq->n_computed, seq->n_computed + n_tokens) of one sequence in this step.
+struct ScheduledChunk {
+  Sequence* seq = nullptr;
+  int32_t n_tokens = 0;
+  // The chunk ends at the last known token, so its last row's logits pick the next token.
+  bool wants_logits = false;
+};
+
+struct StepPlan {
+  std::vector<ScheduledChunk> chunks;
+  std::vector<Sequence*> preempted;       // sent back to waiting during this step
+  std::vector<Sequence*> first_admitted;  // scheduled for the first time in this step
+  int32_t n_tokens = 0;
+
+  bool empty() const { return chunks.empty(); }
+};
+
+class Scheduler {
+ public:
+  // `blocks` must outlive the scheduler.
+  Scheduler(const SchedulerConfig& config, BlockManager& blocks);
+
+  const SchedulerConfig& config() const { return config_; }
+
+  // Appends a new sequence to the waiting queue. PRECONDITIONS: seq->n_prompt >= 1 and its
+  // prompt plus generation fit in the KV cache on their own (the engine checks at submit).
+  void add(std::unique_ptr<Sequence> seq);
+  // Removes a sequence from whichever queue holds it and frees its blocks; nullptr for
+  // unknown ids. Not to be called between schedule() and complete() for planned sequences.
+  std::unique_ptr<Sequence> remove(SeqId id);
+  Sequence* find(SeqId id) const;
+
+  StepPlan schedule();
+  // Records that the forward pass of `plan` ran: advances n_computed of every chunk.
+  void complete(const StepPlan& plan);
+
+  int32_t n_waiting() const { return static_cast<int32_t>(waiting_.size()); }
+  int32_t n_running() const { return static_cast<int32_t>(running_.size()); }
+  bool idle() const { return waiting_.empty() && running_.empty(); }
+  const std::deque<std::unique_ptr<Sequence>>& waiting() const { return waiting_; }
+  const std::deque<std::unique_ptr<Sequence>>& running() const { return running_; }
+  uint64_t preemptions_total() const { return preemptions_total_; }
+
+ private:
+  // Plans up to `max_tokens` pending tokens of running `seq`, preempting newer sequences
+  // when blocks run out. `allow_partial` lets a prefill chunk shrink to the free blocks.
+  void schedule_running(Sequence* seq, int32_t max_tokens, bool allow_partial, StepPlan& plan,
+                        int32_t& budget);
+  // Moves the newest running sequence back to the front of the waiting queue; drops its
+  // chunk from `plan` (returning its tokens to `budget`) if it had one.
+  Sequence* preempt_newest(StepPlan& plan, int32_t& budget);
+  void admit_waiting(StepPlan& plan, int32_t& budget);
+
+  SchedulerConfig config_;
+  BlockManager& blocks_;
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  std::deque<std::unique_ptr<Sequence>> running_;  // in admission order: newest at the back
+  uint64_t preemptions_total_ = 0;
+};
+
+// Fills `batch` with the token rows of `plan`: one batch sequence per chunk, block tables
+// from `blocks`, and a logit row for every chunk that wants logits (in chunk order).
+void build_batch(const StepPlan& plan, const BlockManager& blocks, Batch& batch);
+
+}  // namespace llamaserve

@@ -1,0 +1,289 @@
+#include "engine/scheduler.h"
+
+#include <map>
+#include <random>
+
+#include <gtest/gtest.h>
+
+namespace llamaserve {
+namespace {
+
+std::unique_ptr<Sequence> make_seq(SeqId id, int32_t n_prompt) {
+  auto seq = std::make_unique<Sequence>();
+  seq->id = id;
+  for (int32_t i = 0; i < n_prompt; ++i) seq->tokens.push_back(static_cast<int32_t>(id * 1000 + i));
+  seq->n_prompt = n_prompt;
+  return seq;
+}
+
+// Plays the engine's part after a forward pass: every chunk that wanted logits gets one new
+// token.
+void finish_step(Scheduler& scheduler, const StepPlan& plan) {
+  scheduler.complete(plan);
+  for (const ScheduledChunk& chunk : plan.chunks) {
+    if (chunk.wants_logits) chunk.seq->tokens.push_back(7);
+  }
+}
+
+const ScheduledChunk* chunk_of(const StepPlan& plan, SeqId id) {
+  for (const ScheduledChunk& chunk : plan.chunks) {
+    if (chunk.seq->id == id) return &chunk;
+  }
+  return nullptr;
+}
+
+TEST(SchedulerTest, AdmitsFifoWithinTheTokenBudget) {
+  BlockManager blocks(64, 4);
+  Scheduler scheduler({/*max_running=*/8, /*max_batch_tokens=*/16}, blocks);
+  scheduler.add(make_seq(1, 10));
+  scheduler.add(make_seq(2, 10));
+  scheduler.add(make_seq(3, 10));
+
+  StepPlan plan = scheduler.schedule();
+  ASSERT_EQ(plan.chunks.size(), 2u);
+  EXPECT_EQ(plan.chunks[0].seq->id, 1u);
+  EXPECT_EQ(plan.chunks[0].n_tokens, 10);
+  EXPECT_TRUE(plan.chunks[0].wants_logits);
+  EXPECT_EQ(plan.chunks[1].seq->id, 2u);
+  EXPECT_EQ(plan.chunks[1].n_tokens, 6);  // the rest of the budget: a partial prefill
+  EXPECT_FALSE(plan.chunks[1].wants_logits);
+  EXPECT_EQ(plan.n_tokens, 16);
+  EXPECT_EQ(plan.first_admitted.size(), 2u);
+  EXPECT_EQ(scheduler.n_running(), 2);
+  EXPECT_EQ(scheduler.n_waiting(), 1);
+  finish_step(scheduler, plan);
+
+  // Decode of 1 first, then the rest of 2's prompt, then 3 gets what is left.
+  plan = scheduler.schedule();
+  ASSERT_EQ(plan.chunks.size(), 3u);
+  EXPECT_EQ(plan.chunks[0].seq->id, 1u);
+  EXPECT_EQ(plan.chunks[0].n_tokens, 1);
+  EXPECT_EQ(plan.chunks[1].seq->id, 2u);
+  EXPECT_EQ(plan.chunks[1].n_tokens, 4);
+  EXPECT_TRUE(plan.chunks[1].wants_logits);
+  EXPECT_EQ(plan.chunks[2].seq->id, 3u);
+  EXPECT_EQ(plan.chunks[2].n_tokens, 10);
+  EXPECT_EQ(plan.n_tokens, 15);
+}
+
+TEST(SchedulerTest, ChunksALongPromptAcrossSteps) {
+  BlockManager blocks(64, 4);
+  Scheduler scheduler({8, 16}, blocks);
+  scheduler.add(make_seq(1, 40));
+  std::vector<int32_t> chunk_sizes;
+  std::vector<bool> logits;
+  for (int step = 0; step < 4; ++step) {
+    StepPlan plan = scheduler.schedule();
+    ASSERT_EQ(plan.chunks.size(), 1u);
+    chunk_sizes.push_back(plan.chunks[0].n_tokens);
+    logits.push_back(plan.chunks[0].wants_logits);
+    finish_step(scheduler, plan);
+  }
+  EXPECT_EQ(chunk_sizes, (std::vector<int32_t>{16, 16, 8, 1}));
+  EXPECT_EQ(logits, (std::vector<bool>{false, false, true, true}));
+  EXPECT_EQ(blocks.block_table(1).size(), 11u);  // 41 tokens in blocks of 4
+}
+
+TEST(SchedulerTest, DecodesKeepFlowingDuringALongPrefill) {
+  BlockManager blocks(64, 4);
+  Scheduler scheduler({8, 8}, blocks);
+  scheduler.add(make_seq(1, 3));
+  StepPlan plan = scheduler.schedule();
+  finish_step(scheduler, plan);
+  scheduler.add(make_seq(2, 30));
+  for (int step = 0; step < 4; ++step) {
+    plan = scheduler.schedule();
+    const ScheduledChunk* decode = chunk_of(plan, 1);
+    const ScheduledChunk* prefill = chunk_of(plan, 2);
+    ASSERT_NE(decode, nullptr);
+    ASSERT_NE(prefill, nullptr);
+    EXPECT_EQ(decode->n_tokens, 1);
+    EXPECT_EQ(prefill->n_tokens, step < 4 ? 7 : 2);
+    EXPECT_LE(plan.n_tokens, 8);
+    finish_step(scheduler, plan);
+  }
+  plan = scheduler.schedule();
+  EXPECT_EQ(chunk_of(plan, 2)->n_tokens, 2);
+  EXPECT_TRUE(chunk_of(plan, 2)->wants_logits);
+}
+
+TEST(SchedulerTest, RespectsMaxRunning) {
+  BlockManager blocks(64, 4);
+  Scheduler scheduler({2, 64}, blocks);
+  for (SeqId id = 1; id <= 3; ++id) scheduler.add(make_seq(id, 2));
+  StepPlan plan = scheduler.schedule();
+  EXPECT_EQ(plan.chunks.size(), 2u);
+  EXPECT_EQ(scheduler.n_running(), 2);
+  EXPECT_EQ(scheduler.n_waiting(), 1);
+  finish_step(scheduler, plan);
+  scheduler.remove(1);
+  plan = scheduler.schedule();
+  ASSERT_EQ(plan.chunks.size(), 2u);
+  EXPECT_EQ(plan.chunks[1].seq->id, 3u);
+}
+
+TEST(SchedulerTest, WaitsForBlocksInsteadOfOvertaking) {
+  BlockManager blocks(4, 4);
+  Scheduler scheduler({8, 64}, blocks);
+  scheduler.add(make_seq(1, 8));   // 2 blocks
+  scheduler.add(make_seq(2, 12));  // 3 blocks: does not fit next to 1
+  scheduler.add(make_seq(3, 2));   // would fit, but must not overtake 2
+  StepPlan plan = scheduler.schedule();
+  ASSERT_EQ(plan.chunks.size(), 1u);
+  EXPECT_EQ(plan.chunks[0].seq->id, 1u);
+  EXPECT_EQ(scheduler.n_waiting(), 2);
+  finish_step(scheduler, plan);
+  scheduler.remove(1);
+  EXPECT_EQ(blocks.n_free(), 4);
+  plan = scheduler.schedule();
+  ASSERT_EQ(plan.chunks.size(), 2u);  // 3 + 1 blocks: both fit now, in order
+  EXPECT_EQ(plan.chunks[0].seq->id, 2u);
+  EXPECT_EQ(plan.chunks[1].seq->id, 3u);
+}
+
+TEST(SchedulerTest, PreemptsTheNewestWhenBlocksRunOut) {
+  BlockManager blocks(4, 4);
+  Scheduler scheduler({8, 64}, blocks);
+  scheduler.add(make_seq(1, 8));  // fills 2 blocks exactly
+  scheduler.add(make_seq(2, 8));
+  StepPlan plan = scheduler.schedule();
+  ASSERT_EQ(plan.chunks.size(), 2u);
+  finish_step(scheduler, plan);  // both now hold 9 tokens, 8 computed
+  EXPECT_EQ(blocks.n_free(), 0);
+
+  // Sequence 1 needs a third block for its 9th token: 2 is preempted, not 1 failed.
+  plan = scheduler.schedule();
+  ASSERT_EQ(plan.preempted.size(), 1u);
+  EXPECT_EQ(plan.preempted[0]->id, 2u);
+  ASSERT_EQ(plan.chunks.size(), 1u);
+  EXPECT_EQ(plan.chunks[0].seq->id, 1u);
+  EXPECT_EQ(scheduler.preemptions_total(), 1u);
+  Sequence* victim = scheduler.find(2);
+  ASSERT_NE(victim, nullptr);
+  EXPECT_EQ(victim->state, SequenceState::kWaiting);
+  EXPECT_EQ(victim->n_computed, 0);
+  EXPECT_EQ(victim->n_tokens(), 9);  // prompt + generated, all to be recomputed
+  EXPECT_EQ(victim->n_preemptions, 1);
+  EXPECT_TRUE(blocks.block_table(2).empty());
+  EXPECT_EQ(scheduler.waiting().front()->id, 2u);
+  finish_step(scheduler, plan);
+
+  // Once 1 finishes, 2 comes back and recomputes all of its 9 tokens in one chunk.
+  scheduler.remove(1);
+  plan = scheduler.schedule();
+  ASSERT_EQ(plan.chunks.size(), 1u);
+  EXPECT_EQ(plan.chunks[0].seq->id, 2u);
+  EXPECT_EQ(plan.chunks[0].n_tokens, 9);
+  EXPECT_TRUE(plan.chunks[0].wants_logits);
+  EXPECT_TRUE(plan.first_admitted.empty());  // it had been scheduled before
+}
+
+TEST(SchedulerTest, NewestPreemptsItselfWhenItIsTheOneShort) {
+  BlockManager blocks(4, 4);
+  Scheduler scheduler({8, 64}, blocks);
+  scheduler.add(make_seq(1, 7));  // 2 blocks, one slot left in the second
+  scheduler.add(make_seq(2, 8));  // 2 blocks, full
+  StepPlan plan = scheduler.schedule();
+  finish_step(scheduler, plan);
+  // 1 decodes its 8th token in place; 2 needs a new block and is the newest.
+  plan = scheduler.schedule();
+  ASSERT_EQ(plan.preempted.size(), 1u);
+  EXPECT_EQ(plan.preempted[0]->id, 2u);
+  ASSERT_EQ(plan.chunks.size(), 1u);
+  EXPECT_EQ(plan.chunks[0].seq->id, 1u);
+}
+
+TEST(SchedulerTest, RemoveFreesBlocksFromEitherQueue) {
+  BlockManager blocks(8, 4);
+  Scheduler scheduler({1, 64}, blocks);
+  scheduler.add(make_seq(1, 5));
+  scheduler.add(make_seq(2, 5));
+  StepPlan plan = scheduler.schedule();
+  finish_step(scheduler, plan);
+  EXPECT_EQ(blocks.n_free(), 6);
+  EXPECT_NE(scheduler.remove(2), nullptr);  // waiting
+  EXPECT_NE(scheduler.remove(1), nullptr);  // running
+  EXPECT_EQ(scheduler.remove(1), nullptr);
+  EXPECT_EQ(blocks.n_free(), 8);
+  EXPECT_TRUE(scheduler.idle());
+}
+
+TEST(SchedulerTest, BuildBatchLaysOutRowsAndTables) {
+  BlockManager blocks(16, 4);
+  Scheduler scheduler({8, 64}, blocks);
+  scheduler.add(make_seq(1, 5));
+  StepPlan plan = scheduler.schedule();
+  finish_step(scheduler, plan);
+  scheduler.add(make_seq(2, 3));
+  plan = scheduler.schedule();
+  Batch batch;
+  build_batch(plan, blocks, batch);
+  // Sequence 1 decodes its 6th token; sequence 2 prefills 3.
+  EXPECT_EQ(batch.tokens, (std::vector<int32_t>{7, 2000, 2001, 2002}));
+  EXPECT_EQ(batch.positions, (std::vector<int32_t>{5, 0, 1, 2}));
+  EXPECT_EQ(batch.seq_index, (std::vector<int32_t>{0, 1, 1, 1}));
+  EXPECT_EQ(batch.seq_lengths, (std::vector<int32_t>{6, 3}));
+  EXPECT_EQ(batch.logit_rows, (std::vector<int32_t>{0, 3}));
+  ASSERT_EQ(batch.blocks_per_seq, 2);
+  const std::vector<int32_t>& table1 = blocks.block_table(1);
+  const std::vector<int32_t>& table2 = blocks.block_table(2);
+  EXPECT_EQ(batch.block_tables, (std::vector<int32_t>{table1[0], table1[1], table2[0], -1}));
+}
+
+// Random arrivals and departures with a small cache: the budget and running limits always
+// hold, every running sequence's blocks cover what it computes, nothing is lost, and every
+// sequence reaches its target length.
+TEST(SchedulerTest, RandomWorkloadKeepsInvariants) {
+  BlockManager blocks(24, 4);  // 96 tokens
+  Scheduler scheduler({5, 12}, blocks);
+  std::mt19937 rng(11);
+  std::map<SeqId, int32_t> target_length;
+  SeqId next_id = 1;
+  int finished = 0;
+  for (int step = 0; step < 3000 && finished < 150; ++step) {
+    if (next_id <= 150 && rng() % 3 == 0) {
+      int32_t n_prompt = 1 + static_cast<int32_t>(rng() % 30);
+      target_length[next_id] = n_prompt + 1 + static_cast<int32_t>(rng() % 20);  // <= 50 < 96
+      scheduler.add(make_seq(next_id, n_prompt));
+      ++next_id;
+    }
+    StepPlan plan = scheduler.schedule();
+    ASSERT_LE(plan.n_tokens, 12);
+    ASSERT_LE(scheduler.n_running(), 5);
+    if (!scheduler.idle()) {
+      ASSERT_FALSE(plan.empty()) << "no progress at step " << step;
+    }
+    for (const ScheduledChunk& chunk : plan.chunks) {
+      ASSERT_GT(chunk.n_tokens, 0);
+      ASSERT_EQ(chunk.seq->state, SequenceState::kRunning);
+      int32_t covered = static_cast<int32_t>(blocks.block_table(chunk.seq->id).size()) * 4;
+      ASSERT_GE(covered, chunk.seq->n_computed + chunk.n_tokens);
+    }
+    for (Sequence* victim : plan.preempted) {
+      ASSERT_EQ(chunk_of(plan, victim->id), nullptr);
+      ASSERT_EQ(victim->state, SequenceState::kWaiting);
+    }
+    finish_step(scheduler, plan);
+    std::vector<SeqId> done;
+    for (const auto& seq : scheduler.running()) {
+      if (seq->n_tokens() >= target_length[seq->id] && seq->n_pending() == 1)
+        done.push_back(seq->id);
+    }
+    for (SeqId id : done) {
+      ASSERT_NE(scheduler.remove(id), nullptr);
+      ++finished;
+    }
+    int32_t held = 0;
+    for (const auto& seq : scheduler.running())
+      held += static_cast<int32_t>(blocks.block_table(seq->id).size());
+    for (const auto& seq : scheduler.waiting()) ASSERT_TRUE(blocks.block_table(seq->id).empty());
+    ASSERT_EQ(held + blocks.n_free(), 24);
+  }
+  EXPECT_EQ(finished, 150);
+  EXPECT_TRUE(scheduler.idle());
+  EXPECT_EQ(blocks.n_free(), 24);
+  EXPECT_GT(scheduler.preemptions_total(), 0u);
+}
+
+}  // namespace
+}  // namespace llamaserve
