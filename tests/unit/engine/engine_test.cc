@@ -50,15 +50,19 @@ Collected run_one(Engine& engine, GenerationRequest request) {
   return collect(*handle);
 }
 
-void expect_all_blocks_free(const Engine& engine) {
-  // Stats are published after each loop iteration; the last finish may be a moment ahead.
-  for (int i = 0; i < 200; ++i) {
+// Waits until `n_finished` requests have finished (stats are a snapshot published after
+// each step, so they may trail the events a moment), then checks every KV block is free.
+void expect_all_blocks_free(const Engine& engine, uint64_t n_finished) {
+  for (int i = 0; i < 400; ++i) {
     EngineStats stats = engine.stats();
-    if (stats.kv_blocks_free == stats.kv_blocks_total && stats.running == 0 && stats.waiting == 0)
+    if (stats.requests_finished >= n_finished && stats.kv_blocks_free == stats.kv_blocks_total &&
+        stats.running == 0 && stats.waiting == 0) {
       return;
+    }
     std::this_thread::sleep_for(5ms);
   }
   EngineStats stats = engine.stats();
+  EXPECT_EQ(stats.requests_finished, n_finished);
   EXPECT_EQ(stats.kv_blocks_free, stats.kv_blocks_total);
   EXPECT_EQ(stats.running, 0);
   EXPECT_EQ(stats.waiting, 0);
@@ -77,7 +81,7 @@ TEST(EngineTest, GeneratesAndStreamsUntilTheLengthLimit) {
   EXPECT_EQ(out.finish.usage.completion_tokens, 5);
   EXPECT_GE(out.finish.usage.total_ms, out.finish.usage.ttft_ms);
   EXPECT_GE(out.finish.usage.ttft_ms, out.finish.usage.queue_ms);
-  expect_all_blocks_free(*h.engine);
+  expect_all_blocks_free(*h.engine, 1);
   EngineStats stats = h.engine->stats();
   EXPECT_EQ(stats.requests_finished, 1u);
   EXPECT_EQ(stats.prompt_tokens_total, 2u);
@@ -266,7 +270,7 @@ TEST(EngineTest, CancelEndsTheStreamAndFreesBlocks) {
   EXPECT_EQ(out.finish.error.code(), StatusCode::kCancelled);
   EXPECT_LT(out.finish.usage.completion_tokens, 1000);
   EXPECT_TRUE(handle->finished());
-  expect_all_blocks_free(*h.engine);
+  expect_all_blocks_free(*h.engine, 1);
 }
 
 TEST(EngineTest, DroppingTheHandleCancels) {
@@ -277,7 +281,7 @@ TEST(EngineTest, DroppingTheHandleCancels) {
     ASSERT_TRUE(handle.is_ok());
     ASSERT_TRUE(handle->next(10s).has_value());
   }
-  expect_all_blocks_free(*h.engine);
+  expect_all_blocks_free(*h.engine, 1);
   EXPECT_EQ(h.engine->stats().requests_finished, 1u);
 }
 
@@ -291,7 +295,7 @@ TEST(EngineTest, RequestTimeout) {
   EXPECT_EQ(out.finish.error.code(), StatusCode::kDeadlineExceeded);
   EXPECT_GT(out.finish.usage.completion_tokens, 0);
   EXPECT_EQ(out.text.size(), static_cast<size_t>(out.finish.usage.completion_tokens));
-  expect_all_blocks_free(*h.engine);
+  expect_all_blocks_free(*h.engine, 1);
 }
 
 TEST(EngineTest, QueueTimeout) {
@@ -319,7 +323,7 @@ TEST(EngineTest, ExecutorErrorFailsTheBatchAndTheEngineKeepsServing) {
   EXPECT_NE(failed.finish.error.message().find("poisoned"), std::string::npos);
   Collected fine = run_one(*h.engine, greedy_request("a", 3));
   EXPECT_EQ(fine.text, "bcd");
-  expect_all_blocks_free(*h.engine);
+  expect_all_blocks_free(*h.engine, 2);
 }
 
 TEST(EngineTest, DrainFinishesInFlightThenRefuses) {
@@ -386,7 +390,7 @@ TEST(EngineTest, BatchingChunkingAndPreemptionDoNotChangeOutputs) {
     } else {
       for (const auto& r : requests) texts.push_back(run_one(*h.engine, r).text);
     }
-    expect_all_blocks_free(*h.engine);
+    expect_all_blocks_free(*h.engine, requests.size());
     if (stats) *stats = h.engine->stats();
     return texts;
   };
@@ -449,7 +453,7 @@ TEST(EngineTest, StressManyThreadsRandomCancellation) {
   EXPECT_GT(cancelled.load(), 0);
   EXPECT_GT(completed.load(), 0);
   EXPECT_EQ(cancelled.load() + completed.load(), kThreads * kPerThread);
-  expect_all_blocks_free(*h.engine);
+  expect_all_blocks_free(*h.engine, kThreads * kPerThread);
   EXPECT_EQ(h.engine->stats().requests_finished, static_cast<uint64_t>(kThreads * kPerThread));
   EXPECT_LE(h.executor->max_rows_seen(), 32);
 }
