@@ -1,0 +1,319 @@
+#include <algorithm>
+#include <cmath>
+
+#include <cuda_fp16.h>
+
+#include "backend/cuda/attention.h"
+#include "backend/cuda/check.h"
+
+namespace llamaserve::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kChunk = 128;  // positions per step: one per thread in the score phase
+static_assert(kChunk == kThreads && kChunk % 32 == 0);
+
+__device__ __forceinline__ int round_up8(int n) { return (n + 7) & ~7; }
+
+// Shared memory of one block, for `nq` query vectors rounded up to 8 (the score loop reads
+// query vectors in eights). Sizes in bytes are multiples of 16, so every array stays aligned.
+struct SmemLayout {
+  int nq8;
+  __host__ __device__ static int64_t bytes(int nq8, int head_dim) {
+    return static_cast<int64_t>(nq8) * head_dim * 4 + static_cast<int64_t>(nq8) * kChunk * 4 +
+           4LL * nq8 * 4 + kChunk * 8;
+  }
+};
+
+__device__ __forceinline__ void half8_to_float(const uint4& v, float (&f)[8]) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 p = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+    f[2 * i] = p.x;
+    f[2 * i + 1] = p.y;
+  }
+}
+
+// See attention.h. Phases per chunk of kChunk positions:
+//   1. thread j computes the scores of position j against every query vector (its K row in
+//      registers, the queries broadcast from shared memory), causal mask applied;
+//   2. one warp per query vector: chunk max, running max/sum update, probabilities;
+//   3. thread (pair p, group) accumulates dims 2p, 2p + 1 of P·V for the query vectors of its
+//      group, reading each V row once per group.
+template <int D>
+__global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs a) {
+  constexpr int kPairs = D / 2;
+  constexpr int kGroups = kThreads / kPairs;                 // 4 for D = 64, 2 for D = 128
+  constexpr int kMaxPerThread = kMaxAttentionQueries / kGroups;
+  extern __shared__ float4 smem[];
+
+  const int group_size = a.n_head / a.n_head_kv;
+  const AttentionTile tile = a.tiles[blockIdx.x];
+  const int kv_head = blockIdx.y;
+  const int split = blockIdx.z;
+  const int nq = tile.n_rows * group_size;
+  const int nq8 = round_up8(a.max_tile_rows * group_size);
+
+  float* q_s = reinterpret_cast<float*>(smem);  // [nq8][D], pre-scaled
+  float* s_s = q_s + nq8 * D;                   // [nq8][kChunk]: scores, then probabilities
+  float* m_s = s_s + nq8 * kChunk;              // running max per query vector
+  float* l_s = m_s + nq8;                       // running sum
+  float* alpha_s = l_s + nq8;                   // this chunk's rescale of the old sums
+  int* qpos_s = reinterpret_cast<int*>(alpha_s + nq8);      // the query's position
+  int64_t* slot_s = reinterpret_cast<int64_t*>(qpos_s + nq8);  // K/V element offset per position
+
+  const int tid = threadIdx.x;
+  const int seq = a.seq_index[tile.first_row];
+  const int ctx = a.positions[tile.first_row + tile.n_rows - 1] + 1;
+  const int32_t* block_table = a.block_tables + static_cast<int64_t>(seq) * a.blocks_per_seq;
+  const int total_chunks = (ctx + kChunk - 1) / kChunk;
+  const int chunks_per_split = (total_chunks + a.n_splits - 1) / a.n_splits;
+  const int start = split * chunks_per_split * kChunk;
+  const int end = min(ctx, start + chunks_per_split * kChunk);
+
+  for (int i = tid; i < nq * D; i += kThreads) {
+    const int qi = i / D, d = i % D;
+    const int r = qi / group_size, head = kv_head * group_size + qi % group_size;
+    q_s[qi * D + d] = a.q[(tile.first_row + r) * a.q_stride + head * D + d] * a.scale;
+  }
+  for (int qi = tid; qi < nq8; qi += kThreads) {
+    m_s[qi] = -INFINITY;
+    l_s[qi] = 0.0f;
+    qpos_s[qi] = qi < nq ? a.positions[tile.first_row + qi / group_size] : -1;
+  }
+  const auto* k_cache = static_cast<const __half*>(a.k_cache);
+  const auto* v_cache = static_cast<const __half*>(a.v_cache);
+  auto slot_of = [&](int t) {
+    const int64_t block = block_table[t / a.block_size];
+    return ((block * a.block_size + t % a.block_size) * a.n_head_kv + kv_head) * D;
+  };
+
+  const int pair = tid % kPairs;
+  const int group = tid / kPairs;
+  float acc[kMaxPerThread][2];
+#pragma unroll
+  for (int i = 0; i < kMaxPerThread; ++i) acc[i][0] = acc[i][1] = 0.0f;
+  __syncthreads();
+
+  for (int c0 = start; c0 < end; c0 += kChunk) {
+    const int n_in_chunk = min(kChunk, end - c0);
+    // Phase 1: scores.
+    {
+      const int j = tid;
+      if (j < n_in_chunk) {
+        const int t = c0 + j;
+        const int64_t slot = slot_of(t);
+        slot_s[j] = slot;
+        uint4 k_row[D / 8];
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i) k_row[i] = __ldg(reinterpret_cast<const uint4*>(k_cache + slot) + i);
+        for (int q0 = 0; q0 < nq; q0 += 8) {
+          float dot[8] = {};
+#pragma unroll
+          for (int i = 0; i < D / 8; ++i) {
+            float k[8];
+            half8_to_float(k_row[i], k);
+#pragma unroll
+            for (int qq = 0; qq < 8; ++qq) {
+              const float4* qv = reinterpret_cast<const float4*>(q_s + (q0 + qq) * D + 8 * i);
+              const float4 lo = qv[0], hi = qv[1];
+              dot[qq] = fmaf(lo.x, k[0], fmaf(lo.y, k[1], fmaf(lo.z, k[2], fmaf(lo.w, k[3], dot[qq]))));
+              dot[qq] = fmaf(hi.x, k[4], fmaf(hi.y, k[5], fmaf(hi.z, k[6], fmaf(hi.w, k[7], dot[qq]))));
+            }
+          }
+#pragma unroll
+          for (int qq = 0; qq < 8; ++qq) {
+            const int qi = q0 + qq;
+            if (qi < nq) s_s[qi * kChunk + j] = t <= qpos_s[qi] ? dot[qq] : -INFINITY;
+          }
+        }
+      } else {
+        // Past the split's end: masked, and pointing at a real row so phase 3 reads finite data.
+        slot_s[j] = slot_of(c0);
+        for (int qi = 0; qi < nq; ++qi) s_s[qi * kChunk + j] = -INFINITY;
+      }
+    }
+    __syncthreads();
+
+    // Phase 2: online softmax update, one warp per query vector.
+    {
+      const int lane = tid & 31, warp = tid >> 5;
+      for (int qi = warp; qi < nq; qi += kThreads / 32) {
+        float4* row = reinterpret_cast<float4*>(s_s + qi * kChunk) + lane;
+        float4 s = *row;
+        float chunk_max = fmaxf(fmaxf(s.x, s.y), fmaxf(s.z, s.w));
+#pragma unroll
+        for (int offset = 16; offset > 0; offset >>= 1) {
+          chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, offset));
+        }
+        const float m_old = m_s[qi];
+        const float m_new = fmaxf(m_old, chunk_max);
+        float alpha = 1.0f;
+        if (m_new == -INFINITY) {
+          s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);  // nothing visible yet
+        } else {
+          alpha = __expf(m_old - m_new);  // 0 while m_old is -inf
+          s = make_float4(__expf(s.x - m_new), __expf(s.y - m_new), __expf(s.z - m_new),
+                          __expf(s.w - m_new));
+        }
+        *row = s;
+        float sum = (s.x + s.y) + (s.z + s.w);
+#pragma unroll
+        for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+        if (lane == 0) {
+          m_s[qi] = m_new;
+          l_s[qi] = l_s[qi] * alpha + sum;
+          alpha_s[qi] = alpha;
+        }
+      }
+    }
+    __syncthreads();
+
+    // Phase 3: acc = acc * alpha + P · V.
+#pragma unroll
+    for (int i = 0; i < kMaxPerThread; ++i) {
+      const int qi = group + i * kGroups;
+      if (qi < nq) {
+        acc[i][0] *= alpha_s[qi];
+        acc[i][1] *= alpha_s[qi];
+      }
+    }
+    const int n_padded = (n_in_chunk + 3) & ~3;
+    for (int j = 0; j < n_padded; j += 4) {
+      float2 v[4];
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        v[jj] = __half22float2(*reinterpret_cast<const __half2*>(v_cache + slot_s[j + jj] + 2 * pair));
+      }
+#pragma unroll
+      for (int i = 0; i < kMaxPerThread; ++i) {
+        const int qi = group + i * kGroups;
+        if (qi < nq) {
+          const float4 p = *reinterpret_cast<const float4*>(s_s + qi * kChunk + j);
+          acc[i][0] = fmaf(p.x, v[0].x, fmaf(p.y, v[1].x, fmaf(p.z, v[2].x, fmaf(p.w, v[3].x, acc[i][0]))));
+          acc[i][1] = fmaf(p.x, v[0].y, fmaf(p.y, v[1].y, fmaf(p.z, v[2].y, fmaf(p.w, v[3].y, acc[i][1]))));
+        }
+      }
+    }
+    __syncthreads();
+  }
+
+  const int64_t acc_floats = a.n_batch_rows * a.n_head * a.n_splits * D;
+#pragma unroll
+  for (int i = 0; i < kMaxPerThread; ++i) {
+    const int qi = group + i * kGroups;
+    if (qi >= nq) continue;
+    const int64_t row = tile.first_row + qi / group_size;
+    const int head = kv_head * group_size + qi % group_size;
+    if (a.n_splits == 1) {
+      const float inv_l = 1.0f / l_s[qi];
+      *reinterpret_cast<float2*>(a.out + row * a.out_stride + head * D + 2 * pair) =
+          make_float2(acc[i][0] * inv_l, acc[i][1] * inv_l);
+    } else {
+      const int64_t part = (row * a.n_head + head) * a.n_splits + split;
+      *reinterpret_cast<float2*>(a.partial + part * D + 2 * pair) = make_float2(acc[i][0], acc[i][1]);
+      if (pair == 0) {
+        a.partial[acc_floats + 2 * part] = m_s[qi];
+        a.partial[acc_floats + 2 * part + 1] = l_s[qi];
+      }
+    }
+  }
+}
+
+// Combines the splits of one (row, head): out = Σ e^(m_p - M) acc_p / Σ e^(m_p - M) l_p.
+template <int D>
+__global__ void __launch_bounds__(D) attention_reduce_kernel(const AttentionArgs a) {
+  const int64_t row = blockIdx.x;
+  const int head = blockIdx.y;
+  const int d = threadIdx.x;
+  const int64_t acc_floats = a.n_batch_rows * a.n_head * a.n_splits * D;
+  const int64_t first = (row * a.n_head + head) * a.n_splits;
+  const float* ml = a.partial + acc_floats + 2 * first;
+  float m_max = -INFINITY;
+  for (int p = 0; p < a.n_splits; ++p) m_max = fmaxf(m_max, ml[2 * p]);
+  float num = 0.0f, den = 0.0f;
+  for (int p = 0; p < a.n_splits; ++p) {
+    const float m = ml[2 * p];
+    if (m == -INFINITY) continue;
+    const float w = __expf(m - m_max);
+    num = fmaf(w, a.partial[(first + p) * D + d], num);
+    den = fmaf(w, ml[2 * p + 1], den);
+  }
+  a.out[row * a.out_stride + head * D + d] = num / den;
+}
+
+__global__ void write_kv_kernel(const KvWriteArgs a) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= a.n_rows * a.kv_dim) return;
+  const int64_t row = i / a.kv_dim;
+  const int64_t e = i % a.kv_dim;
+  const int pos = a.positions[row];
+  const int64_t block = a.block_tables[static_cast<int64_t>(a.seq_index[row]) * a.blocks_per_seq +
+                                       pos / a.block_size];
+  const int64_t dst = (block * a.block_size + pos % a.block_size) * a.kv_dim + e;
+  static_cast<__half*>(a.k_cache)[dst] = __float2half_rn(a.k[row * a.k_stride + e]);
+  static_cast<__half*>(a.v_cache)[dst] = __float2half_rn(a.v[row * a.v_stride + e]);
+}
+
+template <int D>
+Status launch_attention(const AttentionArgs& a, cudaStream_t stream) {
+  const int nq8 = (a.max_tile_rows * (a.n_head / a.n_head_kv) + 7) & ~7;
+  const int64_t smem = SmemLayout::bytes(nq8, D);
+  LS_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
+  const dim3 grid(static_cast<unsigned>(a.n_tiles), static_cast<unsigned>(a.n_head_kv),
+                  static_cast<unsigned>(a.n_splits));
+  attention_kernel<D><<<grid, kThreads, smem, stream>>>(a);
+  LS_CUDA_CHECK_LAUNCH();
+  if (a.n_splits > 1) {
+    const dim3 reduce_grid(static_cast<unsigned>(a.n_batch_rows), static_cast<unsigned>(a.n_head));
+    attention_reduce_kernel<D><<<reduce_grid, D, 0, stream>>>(a);
+    LS_CUDA_CHECK_LAUNCH();
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status write_kv(const KvWriteArgs& a, cudaStream_t stream) {
+  LS_CUDA_REQUIRE(a.k != nullptr && a.v != nullptr && a.k_cache != nullptr && a.v_cache != nullptr);
+  LS_CUDA_REQUIRE(a.positions != nullptr && a.seq_index != nullptr && a.block_tables != nullptr);
+  LS_CUDA_REQUIRE(a.block_size > 0 && a.blocks_per_seq > 0 && a.kv_dim > 0 && a.n_rows >= 0);
+  if (a.n_rows == 0) return Status::ok();
+  constexpr int kWriteThreads = 256;
+  const int64_t blocks = (a.n_rows * a.kv_dim + kWriteThreads - 1) / kWriteThreads;
+  LS_CUDA_REQUIRE(blocks <= 0x7fffffff);
+  write_kv_kernel<<<static_cast<unsigned>(blocks), kWriteThreads, 0, stream>>>(a);
+  LS_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+int64_t attention_workspace_floats(int64_t n_batch_rows, int32_t n_head, int32_t head_dim,
+                                   int32_t n_splits) {
+  if (n_splits <= 1) return 0;
+  return n_batch_rows * n_head * n_splits * (static_cast<int64_t>(head_dim) + 2);
+}
+
+Status attention(const AttentionArgs& a, cudaStream_t stream) {
+  LS_CUDA_REQUIRE(a.q != nullptr && a.out != nullptr && a.k_cache != nullptr && a.v_cache != nullptr);
+  LS_CUDA_REQUIRE(a.positions != nullptr && a.seq_index != nullptr && a.block_tables != nullptr);
+  LS_CUDA_REQUIRE(a.tiles != nullptr && a.n_tiles >= 0 && a.max_tile_rows >= 1);
+  LS_CUDA_REQUIRE(a.n_head_kv > 0 && a.n_head % a.n_head_kv == 0 && a.n_head_kv <= 65535);
+  LS_CUDA_REQUIRE(a.max_tile_rows * (a.n_head / a.n_head_kv) <= kMaxAttentionQueries);
+  LS_CUDA_REQUIRE(a.block_size > 0 && a.blocks_per_seq > 0 && a.scale > 0.0f);
+  LS_CUDA_REQUIRE(a.n_splits >= 1 && a.n_splits <= 65535);
+  LS_CUDA_REQUIRE(a.n_splits == 1 || (a.partial != nullptr && a.n_batch_rows > 0));
+  LS_CUDA_REQUIRE(a.q_stride % 4 == 0 && a.out_stride % 2 == 0);
+  LS_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.q) % 16 == 0 && reinterpret_cast<uintptr_t>(a.out) % 8 == 0);
+  if (a.n_tiles == 0) return Status::ok();
+  switch (a.head_dim) {
+    case 64: return launch_attention<64>(a, stream);
+    case 128: return launch_attention<128>(a, stream);
+    default:
+      return make_error(StatusCode::kUnsupported,
+                        "attention: the CUDA kernel handles head_dim 64 or 128, not {}", a.head_dim);
+  }
+}
+
+}  // namespace llamaserve::cuda

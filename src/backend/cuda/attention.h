@@ -1,0 +1,86 @@
+// Paged KV cache writes and causal grouped-query attention on the device.
+//
+// KV cache of one layer (as the CPU backend's): K and V are each
+// [n_blocks][block_size][n_head_kv][head_dim] f16. Sequence s's logical block i (positions
+// [i * block_size, (i + 1) * block_size)) lives in physical block block_tables[s * stride + i].
+//
+// Attention works on query tiles: up to `rows` consecutive batch rows of one sequence with
+// consecutive positions (one row for a decode token, up to kMaxAttentionQueries / group for a
+// prefill chunk). A block of the kernel owns one (tile, KV head, split): the tile's query
+// heads of that KV head read every K/V row of the split once, with an online softmax per
+// chunk of 128 positions. With n_splits > 1 (flash decoding: long contexts and few rows), the
+// splits' partial results are combined by a second kernel.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "core/status.h"
+
+namespace llamaserve::cuda {
+
+// Query vectors (tile rows × query heads per KV head) one attention block holds.
+inline constexpr int kMaxAttentionQueries = 64;
+
+struct KvWriteArgs {
+  const float* k = nullptr;  // row r: kv_dim values at k + r * k_stride
+  int64_t k_stride = 0;
+  const float* v = nullptr;
+  int64_t v_stride = 0;
+  void* k_cache = nullptr;  // f16, this layer
+  void* v_cache = nullptr;
+  const int32_t* positions = nullptr;     // (n_rows), device
+  const int32_t* seq_index = nullptr;     // (n_rows), device
+  const int32_t* block_tables = nullptr;  // device, row stride blocks_per_seq
+  int32_t blocks_per_seq = 0;
+  int32_t block_size = 0;
+  int64_t n_rows = 0;
+  int64_t kv_dim = 0;  // n_head_kv * head_dim
+};
+
+// Stores the K/V rows of a batch at their positions' cache slots.
+// PRECONDITION (validated on the host from the Batch): every block id is within the cache.
+Status write_kv(const KvWriteArgs& args, cudaStream_t stream);
+
+struct AttentionTile {
+  int32_t first_row;
+  int32_t n_rows;
+};
+
+struct AttentionArgs {
+  const float* q = nullptr;  // row r: n_head heads of head_dim at q + r * q_stride
+  int64_t q_stride = 0;
+  const void* k_cache = nullptr;  // f16, this layer
+  const void* v_cache = nullptr;
+  const int32_t* positions = nullptr;  // (batch rows), device
+  const int32_t* seq_index = nullptr;
+  const int32_t* block_tables = nullptr;
+  int32_t blocks_per_seq = 0;
+  int32_t block_size = 0;
+  const AttentionTile* tiles = nullptr;  // (n_tiles), device
+  int32_t n_tiles = 0;
+  int32_t max_tile_rows = 1;  // the largest n_rows of any tile
+  int32_t n_head = 0;
+  int32_t n_head_kv = 0;
+  int32_t head_dim = 0;  // 64 or 128
+  float scale = 0.0f;    // softmax scale, usually 1 / sqrt(head_dim)
+  float* out = nullptr;  // row r: n_head heads at out + r * out_stride
+  int64_t out_stride = 0;
+  // Flash decoding. With n_splits > 1 the partials go to `partial` (see attention_workspace
+  // _floats) and a reduce kernel writes `out`.
+  int32_t n_splits = 1;
+  float* partial = nullptr;
+  int64_t n_batch_rows = 0;  // rows of the batch (sizes the partial buffer)
+};
+
+// Floats of the `partial` buffer for n_splits > 1: per (row, head, split) head_dim sums plus a
+// running max and sum.
+int64_t attention_workspace_floats(int64_t n_batch_rows, int32_t n_head, int32_t head_dim,
+                                   int32_t n_splits);
+
+// PRECONDITIONS: K/V of every row already written (write_kv); tiles as described above;
+// max_tile_rows * (n_head / n_head_kv) <= kMaxAttentionQueries.
+Status attention(const AttentionArgs& args, cudaStream_t stream);
+
+}  // namespace llamaserve::cuda

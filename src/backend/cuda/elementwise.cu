@@ -1,0 +1,138 @@
+#include <algorithm>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/elementwise.h"
+
+namespace llamaserve::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// Grid: x over columns (kThreads per block), y over rows (folded when there are more than
+// the 65535 a grid's y dimension allows).
+struct Grid2d {
+  dim3 grid;
+  static Grid2d make(int64_t n_rows, int64_t n) {
+    const int64_t col_blocks = (n + kThreads - 1) / kThreads;
+    return {dim3(static_cast<unsigned>(col_blocks), static_cast<unsigned>(std::min<int64_t>(n_rows, 65535)))};
+  }
+};
+
+template <class Op>
+__global__ void rows_kernel(int64_t n_rows, int64_t n, Op op) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (c >= n) return;
+  for (int64_t r = blockIdx.y; r < n_rows; r += gridDim.y) op(r, c);
+}
+
+template <class Op>
+Status launch_rows(int64_t n_rows, int64_t n, Op op, cudaStream_t stream) {
+  LS_CUDA_REQUIRE(n_rows >= 0 && n >= 0);
+  if (n_rows == 0 || n == 0) return Status::ok();
+  LS_CUDA_REQUIRE((n + kThreads - 1) / kThreads <= 0x7fffffff);
+  const Grid2d g = Grid2d::make(n_rows, n);
+  rows_kernel<<<g.grid, kThreads, 0, stream>>>(n_rows, n, op);
+  LS_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+struct ToF16 {
+  const float* x;
+  int64_t x_stride;
+  __half* dst;
+  int64_t dst_stride;
+  __device__ void operator()(int64_t r, int64_t c) const {
+    const float v = fminf(fmaxf(x[r * x_stride + c], -65504.0f), 65504.0f);
+    dst[r * dst_stride + c] = __float2half_rn(v);
+  }
+};
+
+struct ToBF16 {
+  const float* x;
+  int64_t x_stride;
+  __nv_bfloat16* dst;
+  int64_t dst_stride;
+  __device__ void operator()(int64_t r, int64_t c) const {
+    dst[r * dst_stride + c] = __float2bfloat16_rn(x[r * x_stride + c]);
+  }
+};
+
+struct SiluMul {
+  const float* gate;
+  int64_t gate_stride;
+  const float* up;
+  int64_t up_stride;
+  float* out;
+  int64_t out_stride;
+  __device__ void operator()(int64_t r, int64_t c) const {
+    const float g = gate[r * gate_stride + c];
+    out[r * out_stride + c] = g / (1.0f + __expf(-g)) * up[r * up_stride + c];
+  }
+};
+
+struct AddInplace {
+  float* x;
+  int64_t x_stride;
+  const float* y;
+  int64_t y_stride;
+  __device__ void operator()(int64_t r, int64_t c) const { x[r * x_stride + c] += y[r * y_stride + c]; }
+};
+
+struct AddBias {
+  float* y;
+  int64_t y_stride;
+  const float* bias;
+  __device__ void operator()(int64_t r, int64_t c) const { y[r * y_stride + c] += bias[c]; }
+};
+
+struct Gather {
+  const float* src;
+  int64_t src_stride;
+  const int32_t* row_ids;
+  float* dst;
+  int64_t dst_stride;
+  __device__ void operator()(int64_t r, int64_t c) const {
+    dst[r * dst_stride + c] = src[static_cast<int64_t>(row_ids[r]) * src_stride + c];
+  }
+};
+
+}  // namespace
+
+Status convert_to_half(const float* x, int64_t x_stride, int64_t n_rows, int64_t n, void* dst,
+                       int64_t dst_stride, HalfType type, cudaStream_t stream) {
+  LS_CUDA_REQUIRE(x != nullptr && dst != nullptr && dst_stride >= n && x_stride >= n);
+  if (type == HalfType::kF16) {
+    return launch_rows(n_rows, n, ToF16{x, x_stride, static_cast<__half*>(dst), dst_stride}, stream);
+  }
+  return launch_rows(n_rows, n, ToBF16{x, x_stride, static_cast<__nv_bfloat16*>(dst), dst_stride},
+                     stream);
+}
+
+Status silu_mul(const float* gate, int64_t gate_stride, const float* up, int64_t up_stride,
+                int64_t n_rows, int64_t n, float* out, int64_t out_stride, cudaStream_t stream) {
+  LS_CUDA_REQUIRE(gate != nullptr && up != nullptr && out != nullptr);
+  return launch_rows(n_rows, n, SiluMul{gate, gate_stride, up, up_stride, out, out_stride}, stream);
+}
+
+Status add_inplace(float* x, int64_t x_stride, const float* y, int64_t y_stride, int64_t n_rows,
+                   int64_t n, cudaStream_t stream) {
+  LS_CUDA_REQUIRE(x != nullptr && y != nullptr);
+  return launch_rows(n_rows, n, AddInplace{x, x_stride, y, y_stride}, stream);
+}
+
+Status add_bias(float* y, int64_t y_stride, const float* bias, int64_t n_rows, int64_t n,
+                cudaStream_t stream) {
+  LS_CUDA_REQUIRE(y != nullptr && bias != nullptr);
+  return launch_rows(n_rows, n, AddBias{y, y_stride, bias}, stream);
+}
+
+Status gather_rows(const float* src, int64_t src_stride, const int32_t* row_ids, int64_t n_rows,
+                   int64_t n, float* dst, int64_t dst_stride, cudaStream_t stream) {
+  LS_CUDA_REQUIRE(src != nullptr && row_ids != nullptr && dst != nullptr);
+  return launch_rows(n_rows, n, Gather{src, src_stride, row_ids, dst, dst_stride}, stream);
+}
+
+}  // namespace llamaserve::cuda

@@ -1,0 +1,37 @@
+// Elementwise kernels of the forward pass. Matrices are row-major with explicit row strides
+// (in elements); n_rows × n elements are touched.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "core/status.h"
+
+namespace llamaserve::cuda {
+
+enum class HalfType { kF16, kBF16 };
+
+// dst = x as f16 (saturated to ±65504, so a large activation cannot become inf) or bf16.
+// PRECONDITION: dst_stride is even (rows stay 4-byte aligned).
+Status convert_to_half(const float* x, int64_t x_stride, int64_t n_rows, int64_t n, void* dst,
+                       int64_t dst_stride, HalfType type, cudaStream_t stream);
+
+// out = silu(gate) * up, silu(g) = g / (1 + e^-g). out may alias gate or up.
+Status silu_mul(const float* gate, int64_t gate_stride, const float* up, int64_t up_stride,
+                int64_t n_rows, int64_t n, float* out, int64_t out_stride, cudaStream_t stream);
+
+// x += y.
+Status add_inplace(float* x, int64_t x_stride, const float* y, int64_t y_stride, int64_t n_rows,
+                   int64_t n, cudaStream_t stream);
+
+// y[i, c] += bias[c].
+Status add_bias(float* y, int64_t y_stride, const float* bias, int64_t n_rows, int64_t n,
+                cudaStream_t stream);
+
+// dst row i = src row row_ids[i] (device array). The rows whose logits are wanted, gathered
+// before the final norm and the output projection.
+Status gather_rows(const float* src, int64_t src_stride, const int32_t* row_ids, int64_t n_rows,
+                   int64_t n, float* dst, int64_t dst_stride, cudaStream_t stream);
+
+}  // namespace llamaserve::cuda

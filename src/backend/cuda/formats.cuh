@@ -1,0 +1,379 @@
+// Device-side decoding of weight matrices in the layout of device_matrix.h.
+//
+// Every kernel that reads weights (matrix-vector products, dequantization, embedding lookup)
+// walks a row in "units": one 16-byte load of quants per thread plus the scales those quants
+// need. A unit holds kRuns runs of kRunLen consecutive elements of the row; run k starts at
+// element run_base(u, k). Format<T> says, per type:
+//
+//   kRunLen, kRuns    the unit's shape (kElems = kRunLen * kRuns elements)
+//   kHasScale         each run carries a scale: w = scale * q
+//   kHasMin           and an additive term:     w = scale * q + min
+//   Raw               the unit's loaded registers
+//   load(m, row, u)   issues the loads of unit u of `row`
+//   run_base(u, k)    the row element of run k's first value
+//   decode(raw, u, k, q, scale, min)   q[i] for i < kRunLen, and the run's scale/min
+//
+// The element orders follow quant/blocks.h exactly (the tests compare against its decoder).
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "backend/cuda/device_matrix.h"
+#include "core/status.h"
+#include "quant/types.h"
+
+namespace llamaserve::cuda {
+
+// 16 bytes of weights, not allocated in L1: weights are read once per step and would only
+// evict the activations, which every row reads again.
+__device__ __forceinline__ uint4 load_weights_16(const uint8_t* p) {
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(p));
+  return r;
+}
+
+__device__ __forceinline__ float load_half(const uint8_t* p) {
+  return __half2float(__ushort_as_half(__ldg(reinterpret_cast<const unsigned short*>(p))));
+}
+
+// Word i of a 16-byte load; i is a compile-time constant after unrolling.
+__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// Byte k (0..3) of w as a float, minus `bias`. The byte goes into the mantissa of 2^23
+// (0x4B000000) and a float subtract removes the 2^23: two full-rate instructions instead of a
+// quarter-rate integer-to-float conversion. Exact for every byte and the biases used here.
+__device__ __forceinline__ float byte_as_float(uint32_t w, int k, float bias) {
+  return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7440u | static_cast<uint32_t>(k))) -
+         (8388608.0f + bias);
+}
+
+// 16 bytes of 4-bit or 8-bit codes (in four words) into 16 floats, byte i of the load → q[i].
+__device__ __forceinline__ void bytes_as_floats(const uint32_t (&w)[4], float bias, float* q) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) q[4 * i + k] = byte_as_float(w[i], k, bias);
+  }
+}
+
+__device__ __forceinline__ const uint8_t* quant_row(const DeviceMatrix& m, int64_t row) {
+  return m.quants + row * m.quant_row_bytes;
+}
+__device__ __forceinline__ const uint8_t* scale_row(const DeviceMatrix& m, int64_t row) {
+  return m.scales + row * m.scale_row_bytes;
+}
+
+template <TensorType T>
+struct Format;
+
+template <>
+struct Format<TensorType::F32> {
+  static constexpr int kRunLen = 4, kRuns = 1;
+  static constexpr bool kHasScale = false, kHasMin = false;
+  struct Raw {
+    uint4 q;
+  };
+  __device__ static Raw load(const DeviceMatrix& m, int64_t row, int u) {
+    return {load_weights_16(quant_row(m, row) + 16 * u)};
+  }
+  __device__ static int run_base(int u, int) { return 4 * u; }
+  __device__ static void decode(const Raw& raw, int, int, float (&q)[kRunLen], float&, float&) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) q[i] = __uint_as_float(word(raw.q, i));
+  }
+};
+
+template <>
+struct Format<TensorType::F16> {
+  static constexpr int kRunLen = 8, kRuns = 1;
+  static constexpr bool kHasScale = false, kHasMin = false;
+  struct Raw {
+    uint4 q;
+  };
+  __device__ static Raw load(const DeviceMatrix& m, int64_t row, int u) {
+    return {load_weights_16(quant_row(m, row) + 16 * u)};
+  }
+  __device__ static int run_base(int u, int) { return 8 * u; }
+  __device__ static void decode(const Raw& raw, int, int, float (&q)[kRunLen], float&, float&) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t w = word(raw.q, i);
+      q[2 * i] = __half2float(__ushort_as_half(static_cast<unsigned short>(w & 0xffffu)));
+      q[2 * i + 1] = __half2float(__ushort_as_half(static_cast<unsigned short>(w >> 16)));
+    }
+  }
+};
+
+template <>
+struct Format<TensorType::BF16> {
+  static constexpr int kRunLen = 8, kRuns = 1;
+  static constexpr bool kHasScale = false, kHasMin = false;
+  struct Raw {
+    uint4 q;
+  };
+  __device__ static Raw load(const DeviceMatrix& m, int64_t row, int u) {
+    return {load_weights_16(quant_row(m, row) + 16 * u)};
+  }
+  __device__ static int run_base(int u, int) { return 8 * u; }
+  __device__ static void decode(const Raw& raw, int, int, float (&q)[kRunLen], float&, float&) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t w = word(raw.q, i);
+      q[2 * i] = __uint_as_float(w << 16);
+      q[2 * i + 1] = __uint_as_float(w & 0xffff0000u);
+    }
+  }
+};
+
+// Unit = half a block (16 codes); the two halves of block b are units 2b and 2b + 1.
+template <>
+struct Format<TensorType::Q8_0> {
+  static constexpr int kRunLen = 16, kRuns = 1;
+  static constexpr bool kHasScale = true, kHasMin = false;
+  struct Raw {
+    uint4 q;
+    float d;
+  };
+  __device__ static Raw load(const DeviceMatrix& m, int64_t row, int u) {
+    return {load_weights_16(quant_row(m, row) + 16 * u), load_half(scale_row(m, row) + 2 * (u >> 1))};
+  }
+  __device__ static int run_base(int u, int) { return 16 * u; }
+  __device__ static void decode(const Raw& raw, int, int, float (&q)[kRunLen], float& scale,
+                                float&) {
+    // Flipping the sign bit maps int8 c to the byte c + 128.
+    const uint32_t w[4] = {raw.q.x ^ 0x80808080u, raw.q.y ^ 0x80808080u, raw.q.z ^ 0x80808080u,
+                           raw.q.w ^ 0x80808080u};
+    bytes_as_floats(w, 128.0f, q);
+    scale = raw.d;
+  }
+};
+
+// Unit = one block: byte j holds element j (low nibble) and element j + 16 (high nibble).
+template <>
+struct Format<TensorType::Q4_0> {
+  static constexpr int kRunLen = 16, kRuns = 2;
+  static constexpr bool kHasScale = true, kHasMin = false;
+  struct Raw {
+    uint4 q;
+    float d;
+  };
+  __device__ static Raw load(const DeviceMatrix& m, int64_t row, int u) {
+    return {load_weights_16(quant_row(m, row) + 16 * u), load_half(scale_row(m, row) + 2 * u)};
+  }
+  __device__ static int run_base(int u, int k) { return 32 * u + 16 * k; }
+  __device__ static void decode(const Raw& raw, int, int k, float (&q)[kRunLen], float& scale,
+                                float&) {
+    const int shift = 4 * k;
+    const uint32_t w[4] = {(raw.q.x >> shift) & 0x0f0f0f0fu, (raw.q.y >> shift) & 0x0f0f0f0fu,
+                           (raw.q.z >> shift) & 0x0f0f0f0fu, (raw.q.w >> shift) & 0x0f0f0f0fu};
+    bytes_as_floats(w, 8.0f, q);
+    scale = raw.d;
+  }
+};
+
+template <>
+struct Format<TensorType::Q4_1> {
+  static constexpr int kRunLen = 16, kRuns = 2;
+  static constexpr bool kHasScale = true, kHasMin = true;
+  struct Raw {
+    uint4 q;
+    uint32_t dm;  // half d (low), half m (high)
+  };
+  __device__ static Raw load(const DeviceMatrix& m, int64_t row, int u) {
+    return {load_weights_16(quant_row(m, row) + 16 * u),
+            __ldg(reinterpret_cast<const unsigned int*>(scale_row(m, row)) + u)};
+  }
+  __device__ static int run_base(int u, int k) { return 32 * u + 16 * k; }
+  __device__ static void decode(const Raw& raw, int, int k, float (&q)[kRunLen], float& scale,
+                                float& min) {
+    const int shift = 4 * k;
+    const uint32_t w[4] = {(raw.q.x >> shift) & 0x0f0f0f0fu, (raw.q.y >> shift) & 0x0f0f0f0fu,
+                           (raw.q.z >> shift) & 0x0f0f0f0fu, (raw.q.w >> shift) & 0x0f0f0f0fu};
+    bytes_as_floats(w, 0.0f, q);
+    scale = __half2float(__ushort_as_half(static_cast<unsigned short>(raw.dm & 0xffffu)));
+    min = __half2float(__ushort_as_half(static_cast<unsigned short>(raw.dm >> 16)));
+  }
+};
+
+// The scales and mins of sub-blocks 2c and 2c + 1 of a Q4_K/Q5_K super-block, from its first
+// 16 bytes (d, dmin, 12 packed scale bytes), as in q4_k_scale_min. Both encodings are computed
+// and one selected, since c differs between the lanes of a warp.
+__device__ __forceinline__ void k_quant_scales(const uint4& meta, int c, float (&scale)[2],
+                                               float (&min)[2]) {
+  const int shift = 16 * (c & 1);
+  const uint32_t sc_lo = (meta.y >> shift) & 0x3f3fu;  // sub-blocks 0..3: bytes 0..3 / 4..7
+  const uint32_t m_lo = (meta.z >> shift) & 0x3f3fu;
+  // Sub-blocks 4..7: low 4 bits in bytes 8..11, high 2 bits in the top of bytes 0..7.
+  const uint32_t sc_hi = ((meta.w >> shift) & 0x0f0fu) | (((meta.y >> shift) >> 2) & 0x3030u);
+  const uint32_t m_hi = (((meta.w >> shift) >> 4) & 0x0f0fu) | (((meta.z >> shift) >> 2) & 0x3030u);
+  const uint32_t sc = c < 2 ? sc_lo : sc_hi;
+  const uint32_t m = c < 2 ? m_lo : m_hi;
+  const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(meta.x & 0xffffu)));
+  const float dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(meta.x >> 16)));
+  scale[0] = d * byte_as_float(sc, 0, 0.0f);
+  scale[1] = d * byte_as_float(sc, 1, 0.0f);
+  min[0] = -dmin * byte_as_float(m, 0, 0.0f);
+  min[1] = -dmin * byte_as_float(m, 1, 0.0f);
+}
+
+// Unit u of a row: super-block u / 8, quant chunk c = (u / 2) % 4 (32 bytes holding sub-block
+// 2c in the low nibbles and 2c + 1 in the high nibbles), half h = u % 2 of that chunk.
+template <>
+struct Format<TensorType::Q4_K> {
+  static constexpr int kRunLen = 16, kRuns = 2;
+  static constexpr bool kHasScale = true, kHasMin = true;
+  static constexpr int kBlockBytes = 144;
+  struct Raw {
+    uint4 meta;
+    uint4 q;
+  };
+  __device__ static Raw load(const DeviceMatrix& m, int64_t row, int u) {
+    const uint8_t* block = quant_row(m, row) + (u >> 3) * kBlockBytes;
+    return {__ldg(reinterpret_cast<const uint4*>(block)), load_weights_16(block + 16 + 16 * (u & 7))};
+  }
+  __device__ static int run_base(int u, int k) {
+    return 256 * (u >> 3) + 64 * ((u >> 1) & 3) + 32 * k + 16 * (u & 1);
+  }
+  __device__ static void decode(const Raw& raw, int u, int k, float (&q)[kRunLen], float& scale,
+                                float& min) {
+    const int shift = 4 * k;
+    const uint32_t w[4] = {(raw.q.x >> shift) & 0x0f0f0f0fu, (raw.q.y >> shift) & 0x0f0f0f0fu,
+                           (raw.q.z >> shift) & 0x0f0f0f0fu, (raw.q.w >> shift) & 0x0f0f0f0fu};
+    bytes_as_floats(w, 0.0f, q);
+    float scales[2], mins[2];
+    k_quant_scales(raw.meta, (u >> 1) & 3, scales, mins);
+    scale = scales[k];
+    min = mins[k];
+  }
+};
+
+// As Q4_K, plus bit 4 of element l of sub-block j in bit j of qh[l] (qh at byte 16, qs at 48).
+template <>
+struct Format<TensorType::Q5_K> {
+  static constexpr int kRunLen = 16, kRuns = 2;
+  static constexpr bool kHasScale = true, kHasMin = true;
+  static constexpr int kBlockBytes = 176;
+  struct Raw {
+    uint4 meta;
+    uint4 qh;
+    uint4 q;
+  };
+  __device__ static Raw load(const DeviceMatrix& m, int64_t row, int u) {
+    const uint8_t* block = quant_row(m, row) + (u >> 3) * kBlockBytes;
+    return {__ldg(reinterpret_cast<const uint4*>(block)),
+            __ldg(reinterpret_cast<const uint4*>(block + 16 + 16 * (u & 1))),
+            load_weights_16(block + 48 + 16 * (u & 7))};
+  }
+  __device__ static int run_base(int u, int k) { return Format<TensorType::Q4_K>::run_base(u, k); }
+  __device__ static void decode(const Raw& raw, int u, int k, float (&q)[kRunLen], float& scale,
+                                float& min) {
+    const int c = (u >> 1) & 3;
+    const int shift = 4 * k;
+    // Bit (2c + k) of each qh byte, moved to bit 4.
+    const int high_shift = 2 * c + k;
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      w[i] = ((word(raw.q, i) >> shift) & 0x0f0f0f0fu) |
+             (((word(raw.qh, i) >> high_shift) << 4) & 0x10101010u);
+    }
+    bytes_as_floats(w, 0.0f, q);
+    float scales[2], mins[2];
+    k_quant_scales(raw.meta, c, scales, mins);
+    scale = scales[k];
+    min = mins[k];
+  }
+};
+
+// Device block: ql (128 bytes), qh (64), scales (16); d in the scale array. Unit u of a row:
+// super-block u / 8, r = u % 8: half hf = r / 4 (128 elements), ql chunk s = (r / 2) % 2,
+// l-half h = r % 2. Its 16 ql bytes hold quarter s (low nibbles) and quarter s + 2 (high
+// nibbles) of the half for l in [16h, 16h + 16); its qh bytes hold their top two bits.
+template <>
+struct Format<TensorType::Q6_K> {
+  static constexpr int kRunLen = 16, kRuns = 2;
+  static constexpr bool kHasScale = true, kHasMin = false;
+  static constexpr int kBlockBytes = 208;
+  struct Raw {
+    uint4 ql;
+    uint4 qh;
+    int8_t sc[2];
+    float d;
+  };
+  __device__ static Raw load(const DeviceMatrix& m, int64_t row, int u) {
+    const int r = u & 7;
+    const int hf = r >> 2, s = (r >> 1) & 1, h = r & 1;
+    const uint8_t* block = quant_row(m, row) + (u >> 3) * kBlockBytes;
+    Raw raw;
+    raw.ql = load_weights_16(block + 64 * hf + 32 * s + 16 * h);
+    raw.qh = load_weights_16(block + 128 + 32 * hf + 16 * h);
+    // Scale groups of 16 elements: 8 hf + 2 quarter + h.
+    const int8_t* scales = reinterpret_cast<const int8_t*>(block + 192);
+    raw.sc[0] = __ldg(scales + 8 * hf + 2 * s + h);
+    raw.sc[1] = __ldg(scales + 8 * hf + 2 * (s + 2) + h);
+    raw.d = load_half(scale_row(m, row) + 2 * (u >> 3));
+    return raw;
+  }
+  __device__ static int run_base(int u, int k) {
+    const int r = u & 7;
+    return 256 * (u >> 3) + 128 * (r >> 2) + 32 * ((r >> 1) & 1) + 64 * k + 16 * (r & 1);
+  }
+  __device__ static void decode(const Raw& raw, int u, int k, float (&q)[kRunLen], float& scale,
+                                float&) {
+    const int s = (u >> 1) & 1;
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t ql = word(raw.ql, i), qh = word(raw.qh, i) >> (2 * s);
+      // Quarter s: low nibble, qh bits 2s..2s+1. Quarter s + 2: high nibble, bits 2s+4..2s+5.
+      w[i] = k == 0 ? (ql & 0x0f0f0f0fu) | ((qh << 4) & 0x30303030u)
+                    : ((ql >> 4) & 0x0f0f0f0fu) | (qh & 0x30303030u);
+    }
+    bytes_as_floats(w, 32.0f, q);
+    scale = raw.d * static_cast<float>(raw.sc[k]);
+  }
+};
+
+// Applies a decoded run's scale and min: the weights themselves.
+template <class F>
+__device__ __forceinline__ void dequantize_run(float (&q)[F::kRunLen], float scale, float min) {
+#pragma unroll
+  for (int i = 0; i < F::kRunLen; ++i) {
+    if constexpr (F::kHasMin) {
+      q[i] = fmaf(scale, q[i], min);
+    } else if constexpr (F::kHasScale) {
+      q[i] *= scale;
+    }
+  }
+}
+
+// Returns fn.template operator()<T>() (a Status) for the runtime `type`, or an error naming
+// `op` and the type when no kernel exists. The one place that maps runtime weight types to
+// the templates above.
+template <class Fn>
+Status dispatch_weight_type(TensorType type, const char* op, Fn&& fn) {
+  switch (type) {
+    case TensorType::F32: return fn.template operator()<TensorType::F32>();
+    case TensorType::F16: return fn.template operator()<TensorType::F16>();
+    case TensorType::BF16: return fn.template operator()<TensorType::BF16>();
+    case TensorType::Q8_0: return fn.template operator()<TensorType::Q8_0>();
+    case TensorType::Q4_0: return fn.template operator()<TensorType::Q4_0>();
+    case TensorType::Q4_1: return fn.template operator()<TensorType::Q4_1>();
+    case TensorType::Q4_K: return fn.template operator()<TensorType::Q4_K>();
+    case TensorType::Q5_K: return fn.template operator()<TensorType::Q5_K>();
+    case TensorType::Q6_K: return fn.template operator()<TensorType::Q6_K>();
+    default: return unsupported_weight_type(type, op);
+  }
+}
+
+template <TensorType T>
+inline constexpr int kUnitElems = Format<T>::kRunLen * Format<T>::kRuns;
+
+}  // namespace llamaserve::cuda

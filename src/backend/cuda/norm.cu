@@ -1,0 +1,58 @@
+#include "backend/cuda/check.h"
+#include "backend/cuda/norm.h"
+
+namespace llamaserve::cuda {
+namespace {
+
+constexpr int kNormThreads = 256;
+
+__device__ float block_sum(float v, float* shared) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kNormThreads / 32; ++i) total += shared[i];
+  return total;
+}
+
+// One block per row. The row is read twice (sum of squares, then the scaled write); the second
+// read hits L1/L2.
+__global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const RmsNormArgs a) {
+  __shared__ float shared[kNormThreads / 32];
+  const int64_t row = blockIdx.x;
+  const int64_t in_row = a.row_ids != nullptr ? a.row_ids[row] : row;
+  float* x = const_cast<float*>(a.x) + in_row * a.x_stride;
+  const float* residual = a.residual != nullptr ? a.residual + row * a.residual_stride : nullptr;
+  float sum_sq = 0.0f;
+  for (int64_t c = threadIdx.x; c < a.n; c += kNormThreads) {
+    float v = x[c];
+    if (residual != nullptr) {
+      v += residual[c];
+      x[c] = v;
+    }
+    sum_sq = fmaf(v, v, sum_sq);
+  }
+  const float total = block_sum(sum_sq, shared);
+  const float inv_rms = rsqrtf(total / static_cast<float>(a.n) + a.eps);
+  float* y = a.y + row * a.y_stride;
+  for (int64_t c = threadIdx.x; c < a.n; c += kNormThreads) y[c] = x[c] * inv_rms * a.weight[c];
+}
+
+}  // namespace
+
+Status rmsnorm(const RmsNormArgs& a, cudaStream_t stream) {
+  LS_CUDA_REQUIRE(a.x != nullptr && a.weight != nullptr && a.y != nullptr);
+  LS_CUDA_REQUIRE(a.n > 0 && a.n_rows >= 0 && a.eps >= 0.0f);
+  LS_CUDA_REQUIRE(a.residual == nullptr || a.row_ids == nullptr);
+  LS_CUDA_REQUIRE(a.residual == nullptr || a.y != a.x);
+  LS_CUDA_REQUIRE(a.n_rows <= 0x7fffffff);
+  if (a.n_rows == 0) return Status::ok();
+  rmsnorm_kernel<<<static_cast<unsigned>(a.n_rows), kNormThreads, 0, stream>>>(a);
+  LS_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+}  // namespace llamaserve::cuda

@@ -1,0 +1,32 @@
+// RMSNorm: y = x / sqrt(mean(x²) + eps) * weight, per row, fp32.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "core/status.h"
+
+namespace llamaserve::cuda {
+
+struct RmsNormArgs {
+  const float* x = nullptr;  // row r at x + r * x_stride (or row row_ids[r] when given)
+  int64_t x_stride = 0;
+  // When set (device array), output row r normalizes input row row_ids[r]: the final norm
+  // runs only on the rows whose logits are wanted.
+  const int32_t* row_ids = nullptr;
+  // When set, residual rows are added first: x[r] += residual[r], and the sum is both kept in
+  // x and normalized (saves a pass over the hidden state). Not combinable with row_ids.
+  const float* residual = nullptr;
+  int64_t residual_stride = 0;
+  const float* weight = nullptr;  // (n)
+  float* y = nullptr;             // may alias x only when residual is null
+  int64_t y_stride = 0;
+  int64_t n_rows = 0;
+  int64_t n = 0;
+  float eps = 1e-5f;
+};
+
+Status rmsnorm(const RmsNormArgs& args, cudaStream_t stream);
+
+}  // namespace llamaserve::cuda

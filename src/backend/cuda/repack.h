@@ -1,0 +1,28 @@
+// Conversion of GGUF blocks to the split quants/scales layout of device_matrix.h. Internal.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "core/status.h"
+
+namespace llamaserve::cuda {
+
+// How one GGUF block splits: body_bytes at body_offset go to the quant array, scale_bytes at
+// scale_offset to the scale array.
+struct BlockSplit {
+  int block_bytes;
+  int body_offset;
+  int body_bytes;
+  int scale_offset;
+  int scale_bytes;
+};
+
+// Splits n_rows rows of blocks_per_row blocks each, read from `src` (GGUF rows, contiguous),
+// into quants (row pitch quant_row_bytes) and scales (row pitch scale_row_bytes).
+Status launch_split_blocks(const BlockSplit& split, const uint8_t* src, int64_t n_rows,
+                           int64_t blocks_per_row, uint8_t* quants, int64_t quant_row_bytes,
+                           uint8_t* scales, int64_t scale_row_bytes, cudaStream_t stream);
+
+}  // namespace llamaserve::cuda
