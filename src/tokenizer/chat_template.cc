@@ -1,0 +1,199 @@
+#include "tokenizer/chat_template.h"
+
+#include <algorithm>
+#include <initializer_list>
+
+namespace llamaserve {
+namespace {
+
+std::string_view trim(std::string_view text) {
+  constexpr std::string_view kSpace = " \t\n\r\f\v";
+  const size_t first = text.find_first_not_of(kSpace);
+  if (first == std::string_view::npos) return {};
+  return text.substr(first, text.find_last_not_of(kSpace) - first + 1);
+}
+
+bool contains(std::string_view text, std::string_view needle) {
+  return text.find(needle) != std::string_view::npos;
+}
+
+// A ChatML template with a built-in system prompt has it as a literal, e.g.
+//   '<|im_start|>system\nYou are a helpful AI assistant named SmolLM...<|im_end|>\n'
+// where \n is a newline or, inside a Jinja string, the two characters '\' 'n'. A literal with
+// template syntax between the header and <|im_end|> ('...' + message['content']) is the
+// system message itself, not a default.
+std::string find_default_system_prompt(std::string_view tmpl) {
+  constexpr std::string_view kHeader = "<|im_start|>system";
+  constexpr std::string_view kEnd = "<|im_end|>";
+  for (size_t at = tmpl.find(kHeader); at != std::string_view::npos;
+       at = tmpl.find(kHeader, at + 1)) {
+    std::string_view rest = tmpl.substr(at + kHeader.size());
+    if (rest.starts_with("\n")) {
+      rest.remove_prefix(1);
+    } else if (rest.starts_with("\\n")) {
+      rest.remove_prefix(2);
+    } else {
+      continue;
+    }
+    const size_t end = rest.find(kEnd);
+    if (end == std::string_view::npos || end == 0) continue;
+    const std::string_view literal = rest.substr(0, end);
+    if (literal.find_first_of("'\"{}+") != std::string_view::npos) continue;
+    std::string prompt;
+    for (size_t i = 0; i < literal.size(); ++i) {
+      if (literal[i] == '\\' && i + 1 < literal.size() && literal[i + 1] == 'n') {
+        prompt.push_back('\n');
+        ++i;
+      } else {
+        prompt.push_back(literal[i]);
+      }
+    }
+    return prompt;
+  }
+  return {};
+}
+
+Status check_role(const ChatMessage& message, size_t index,
+                  std::initializer_list<std::string_view> roles, std::string_view format) {
+  if (std::find(roles.begin(), roles.end(), message.role) != roles.end()) return Status::ok();
+  std::string expected;
+  for (const std::string_view role : roles) {
+    expected += expected.empty() ? "" : ", ";
+    expected += role;
+  }
+  return make_error(StatusCode::kInvalidArgument,
+                    "message {}: unknown role '{}' for the {} chat format (expected {})", index,
+                    message.role, format, expected);
+}
+
+Result<std::string> apply_llama2(const std::vector<ChatMessage>& messages) {
+  std::string out;
+  std::string system;
+  bool have_system = false;
+  bool at_start = true;  // the tokenizer adds the first <s>
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& message = messages[i];
+    LS_RETURN_IF_ERROR(check_role(message, i, {"system", "user", "assistant"}, "llama2"));
+    if (message.role == "system") {
+      if (i != 0) {
+        return make_error(StatusCode::kInvalidArgument,
+                          "message {}: the llama2 chat format has a system message only first", i);
+      }
+      system = message.content;
+      have_system = true;
+    } else if (message.role == "user") {
+      std::string content = message.content;
+      if (have_system) {
+        content = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content;
+        have_system = false;
+      }
+      if (!at_start) out += "<s>";
+      out += "[INST] ";
+      out += trim(content);
+      out += " [/INST]";
+      at_start = false;
+    } else {
+      out += " ";
+      out += trim(message.content);
+      out += " </s>";
+      at_start = false;
+    }
+  }
+  return out;
+}
+
+Result<std::string> apply_llama3(const std::vector<ChatMessage>& messages,
+                                 bool add_generation_prompt) {
+  std::string out;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& message = messages[i];
+    LS_RETURN_IF_ERROR(
+        check_role(message, i, {"system", "user", "assistant", "tool", "ipython"}, "llama3"));
+    out += "<|start_header_id|>";
+    out += message.role;
+    out += "<|end_header_id|>\n\n";
+    out += trim(message.content);
+    out += "<|eot_id|>";
+  }
+  if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  return out;
+}
+
+Result<std::string> apply_chatml(const std::vector<ChatMessage>& messages,
+                                 bool add_generation_prompt, const std::string& default_system) {
+  std::string out;
+  if (!default_system.empty() && messages.front().role != "system") {
+    out += "<|im_start|>system\n" + default_system + "<|im_end|>\n";
+  }
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& message = messages[i];
+    LS_RETURN_IF_ERROR(check_role(message, i, {"system", "user", "assistant", "tool"}, "chatml"));
+    out += "<|im_start|>";
+    out += message.role;
+    out += "\n";
+    out += message.content;
+    out += "<|im_end|>\n";
+  }
+  if (add_generation_prompt) out += "<|im_start|>assistant\n";
+  return out;
+}
+
+}  // namespace
+
+Result<ChatTemplate> ChatTemplate::from_name(std::string_view name) {
+  if (name == "llama2") return ChatTemplate(ChatTemplateKind::kLlama2, {});
+  if (name == "llama3") return ChatTemplate(ChatTemplateKind::kLlama3, {});
+  if (name == "chatml") return ChatTemplate(ChatTemplateKind::kChatML, {});
+  return make_error(StatusCode::kInvalidArgument,
+                    "unknown chat template '{}' (expected llama2, llama3 or chatml)", name);
+}
+
+Result<ChatTemplate> ChatTemplate::detect(std::string_view template_text) {
+  if (trim(template_text).empty()) {
+    return make_error(StatusCode::kNotFound,
+                      "the model has no chat template; name one (llama2, llama3 or chatml)");
+  }
+  if (contains(template_text, "<|im_start|>")) {
+    return ChatTemplate(ChatTemplateKind::kChatML, find_default_system_prompt(template_text));
+  }
+  if (contains(template_text, "<|start_header_id|>"))
+    return ChatTemplate(ChatTemplateKind::kLlama3, {});
+  if (contains(template_text, "[INST]")) return ChatTemplate(ChatTemplateKind::kLlama2, {});
+  return make_error(StatusCode::kUnsupported,
+                    "the model's chat template is not one of the known formats; name one "
+                    "(llama2, llama3 or chatml)");
+}
+
+Result<ChatTemplate> ChatTemplate::for_model(std::string_view template_text,
+                                             std::string_view override_name) {
+  if (override_name.empty()) return detect(template_text);
+  LS_ASSIGN_OR_RETURN(ChatTemplate named, from_name(override_name));
+  Result<ChatTemplate> detected = detect(template_text);
+  if (detected.is_ok() && detected->kind() == named.kind()) return detected;
+  return named;
+}
+
+std::string_view ChatTemplate::name() const {
+  switch (kind_) {
+    case ChatTemplateKind::kLlama2: return "llama2";
+    case ChatTemplateKind::kLlama3: return "llama3";
+    case ChatTemplateKind::kChatML: return "chatml";
+  }
+  return "unknown";
+}
+
+Result<std::string> ChatTemplate::apply(const std::vector<ChatMessage>& messages,
+                                        bool add_generation_prompt) const {
+  if (messages.empty()) {
+    return make_error(StatusCode::kInvalidArgument, "a chat needs at least one message");
+  }
+  switch (kind_) {
+    case ChatTemplateKind::kLlama2: return apply_llama2(messages);
+    case ChatTemplateKind::kLlama3: return apply_llama3(messages, add_generation_prompt);
+    case ChatTemplateKind::kChatML:
+      return apply_chatml(messages, add_generation_prompt, default_system_prompt_);
+  }
+  return make_error(StatusCode::kInternal, "unhandled chat template kind");
+}
+
+}  // namespace llamaserve

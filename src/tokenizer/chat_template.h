@@ -1,0 +1,62 @@
+// Chat prompt formats, without a Jinja engine: the model's tokenizer.chat_template is only
+// recognised (by marker substrings) as one of the formats below, which are written out here.
+//
+//   kLlama2  [INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {assistant} </s><s>[INST] ...
+//   kLlama3  <|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|> ...
+//   kChatML  <|im_start|>{role}\n{content}<|im_end|>\n ...
+//
+// The result never starts with BOS: tokenize it with add_special (which adds BOS when the
+// model wants one) and parse_special (so the markup becomes control tokens). Content is
+// trimmed for Llama 2 and Llama 3, as their reference templates do; ChatML keeps it verbatim.
+// A ChatML template that inserts a system prompt when the conversation has none (SmolLM2,
+// Qwen2) is detected and that prompt reproduced.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace llamaserve {
+
+struct ChatMessage {
+  std::string role;  // "system", "user", "assistant" (and "tool" where the format has it)
+  std::string content;
+};
+
+enum class ChatTemplateKind { kLlama2, kLlama3, kChatML };
+
+class ChatTemplate {
+ public:
+  // "llama2", "llama3" or "chatml" (no default system prompt).
+  static Result<ChatTemplate> from_name(std::string_view name);
+  // Recognises a tokenizer.chat_template text; kNotFound when it is empty, kUnsupported when
+  // no known format's markers are in it.
+  static Result<ChatTemplate> detect(std::string_view template_text);
+  // The named format when override_name is non-empty (keeping the detected default system
+  // prompt when the model's template is of that same format), otherwise detect().
+  static Result<ChatTemplate> for_model(std::string_view template_text,
+                                        std::string_view override_name = {});
+
+  ChatTemplateKind kind() const { return kind_; }
+  std::string_view name() const;
+  // Empty when the format adds none.
+  const std::string& default_system_prompt() const { return default_system_prompt_; }
+
+  // The prompt text for `messages`; with add_generation_prompt it ends where the assistant's
+  // reply begins (Llama 2's prompt always ends with [/INST], so the flag changes nothing
+  // there). kInvalidArgument for no messages, an unknown role, or (Llama 2) a system message
+  // that is not the first.
+  Result<std::string> apply(const std::vector<ChatMessage>& messages,
+                            bool add_generation_prompt) const;
+
+ private:
+  ChatTemplate(ChatTemplateKind kind, std::string default_system_prompt)
+      : kind_(kind), default_system_prompt_(std::move(default_system_prompt)) {}
+
+  ChatTemplateKind kind_;
+  std::string default_system_prompt_;
+};
+
+}  // namespace llamaserve
