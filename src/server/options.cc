@@ -27,6 +27,10 @@ void add_server_options(CLI::App& app, ServerOptions& o) {
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
 
+  app.add_option("--chat-template", o.chat_template,
+                 "Chat format: llama2, llama3 or chatml (default: detected from the model)")
+      ->check(CLI::IsMember({"llama2", "llama3", "chatml"}));
+
   app.add_option("--host", o.host, "Address to listen on")->capture_default_str();
   app.add_option("--port", o.port, "TCP port (0 = any free port)")
       ->check(CLI::Range(0, 65535))

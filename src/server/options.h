@@ -19,8 +19,9 @@ struct ServerOptions {
   std::string model_name;  // the id clients send as "model"; default: file name sans .gguf
   int threads = 0;         // CPU executor threads; 0 = every online core
   int ctx_size = 0;  // tokens per sequence (prompt + output); 0 = the model's training context
-  int kv_cache_tokens = 0;   // KV cache capacity over all sequences; 0 = ctx_size * max_running
-  int max_batch_tokens = 0;  // tokens per engine step (chunked prefill budget); 0 = engine default
+  int kv_cache_tokens = 0;    // KV cache capacity over all sequences; 0 = ctx_size * max_running
+  int max_batch_tokens = 0;   // tokens per engine step (chunked prefill budget); 0 = engine default
+  std::string chat_template;  // llama2 | llama3 | chatml; empty = detect from the model
 
   // Transport.
   std::string host = "127.0.0.1";

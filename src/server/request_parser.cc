@@ -403,6 +403,7 @@ Result<ParsedGeneration> parse_completion(const nlohmann::json& body, const Pars
 Result<ParsedGeneration> parse_simple_chat(const nlohmann::json& body, const ParseLimits& limits) {
   ParsedGeneration out;
   out.stream = true;
+  LS_RETURN_IF_ERROR(read_bool(body, "stream", out.stream));
   out.prompt_kind = PromptKind::kMessages;
   std::string system;
   LS_RETURN_IF_ERROR(read_string(body, "system", system));

@@ -54,7 +54,8 @@ Result<ParsedGeneration> parse_chat_completion(const nlohmann::json& body,
                                                const ParseLimits& limits);
 // POST /v1/completions
 Result<ParsedGeneration> parse_completion(const nlohmann::json& body, const ParseLimits& limits);
-// POST /chat: {"prompt": "...", "maxTokens": 32, ...}; camelCase fields; always streamed.
+// POST /chat: {"prompt": "...", "maxTokens": 32, ...}; camelCase fields; streamed unless
+// "stream": false.
 Result<ParsedGeneration> parse_simple_chat(const nlohmann::json& body, const ParseLimits& limits);
 
 struct TokenizeRequest {

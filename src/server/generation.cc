@@ -1,0 +1,416 @@
+// The generation routes (POST /v1/chat/completions, /v1/completions, /chat): parse,
+// tokenize, submit, then answer from the request's event stream, watching the client.
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "server/connection.h"
+#include "server/http_server.h"
+#include "server/request_parser.h"
+#include "server/response_format.h"
+
+namespace llamaserve::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+// How often a waiting request checks that its client is still connected.
+constexpr std::chrono::milliseconds kLivenessPoll{50};
+constexpr int kClientClosedStatus = 499;
+
+double ms_between(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double, std::milli>(to - from).count();
+}
+
+int64_t unix_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Never reaches the client (it has gone); a body keeps httplib's error handler from
+// answering, and counting, the request a second time.
+void send_client_closed(httplib::Response& res) {
+  send_error(res,
+             api_error_from_status(Status(StatusCode::kCancelled, "client closed the connection")));
+}
+
+}  // namespace
+
+// One admitted generation request, from the engine's first event to the last byte sent.
+// Owns the request record: its destructor logs and counts the request, and cancels the
+// generation if it is still running (the client left, or the response was abandoned).
+class GenerationSession {
+ public:
+  // PRECONDITION: the request holds an admission (HttpServer::try_admit); the session
+  // releases it when the finish event arrives or when it is destroyed.
+  GenerationSession(HttpServer& server, RequestHandle handle, ConnectionWatch watch,
+                    std::unique_ptr<ResponseFormat> format, RequestRecord record)
+      : server_(server),
+        handle_(std::move(handle)),
+        watch_(watch),
+        format_(std::move(format)),
+        record_(std::move(record)) {
+    std::lock_guard lock(server_.active_mutex_);
+    ++server_.active_generations_;
+    server_.metrics_.add_http_in_flight(1);
+  }
+
+  ~GenerationSession() {
+    if (!finished_) {
+      handle_.cancel();
+      if (record_.status == 0) record_.status = kClientClosedStatus;
+    }
+    release_admission();
+    server_.finish_record(record_);
+    server_.metrics_.add_http_in_flight(-1);
+    {
+      std::lock_guard lock(server_.active_mutex_);
+      --server_.active_generations_;
+    }
+    server_.active_changed_.notify_all();
+  }
+
+  // The next event, or nullopt once the client has gone (the generation is then cancelled).
+  std::optional<GenerationEvent> next_event() {
+    while (true) {
+      if (auto event = handle_.next(kLivenessPoll)) {
+        observe(*event);
+        return event;
+      }
+      if (watch_.peer_closed()) {
+        client_gone();
+        return std::nullopt;
+      }
+    }
+  }
+
+  // Why a finish event is not a normal end, as the error to answer with; nullopt for
+  // kStop / kLength.
+  std::optional<ApiError> failure(const GenerationEvent& finish) const {
+    const ServerOptions& options = server_.options_;
+    switch (finish.finish_reason) {
+      case FinishReason::kStop:
+      case FinishReason::kLength: return std::nullopt;
+      case FinishReason::kTimeout:
+        // Never scheduled (queue time is all of its time): the server was too busy.
+        if (finish.usage.completion_tokens == 0 && finish.usage.queue_ms >= finish.usage.total_ms) {
+          return overloaded(fmt::format("the request waited in the queue longer than {} ms "
+                                        "(--queue-timeout-ms); retry later",
+                                        options.queue_timeout_ms),
+                            "queue_timeout", 1);
+        }
+        return request_timeout(
+            fmt::format("the request ran longer than {} ms (--request-timeout-ms)",
+                        options.request_timeout_ms));
+      case FinishReason::kCancelled:
+        return unavailable("the server is shutting down; the request was cancelled", "draining", 0);
+      case FinishReason::kError:
+      case FinishReason::kNone: break;
+    }
+    ApiError error = api_error_from_status(finish.error);
+    if (error.http_status >= 500) {
+      spdlog::error("request {}: generation failed: {}", record_.id, finish.error.to_string());
+    }
+    return error;
+  }
+
+  // Waits for the first event before any byte is sent, so that a request that ends without
+  // output (queue timeout, shutdown) still gets a proper HTTP status.
+  bool wait_first_event() {
+    first_event_ = next_event();
+    return first_event_.has_value();
+  }
+  const GenerationEvent& first_event() const { return *first_event_; }
+
+  void respond(httplib::Response& res) {
+    std::optional<GenerationEvent> event = std::move(first_event_);
+    while (event && event->kind == GenerationEvent::Kind::kDelta) {
+      format_->collect(*event);
+      event = next_event();
+    }
+    if (!event) {
+      send_client_closed(res);  // the client left; the destructor records it
+      return;
+    }
+    finished_ = true;
+    if (auto error = failure(*event)) {
+      send_error(res, *error);
+      record_.error = error->message;
+    } else {
+      res.status = 200;
+      res.set_content(format_->body(*event), "application/json");
+    }
+    record_.status = res.status;
+  }
+
+  // Content provider body: writes the whole stream, then ends it. False = the connection is
+  // unusable (httplib then closes it).
+  bool stream(httplib::DataSink& sink) {
+    if (!write(sink, format_->stream_begin())) return false;
+    std::optional<GenerationEvent> event = std::move(first_event_);
+    while (true) {
+      if (!event) event = next_event();
+      if (!event) return false;
+      if (event->kind == GenerationEvent::Kind::kDelta) {
+        if ((!event->text.empty() || !event->logprobs.empty()) &&
+            !write(sink, format_->stream_delta(*event))) {
+          return false;
+        }
+        event.reset();
+        continue;
+      }
+      finished_ = true;
+      if (auto error = failure(*event)) {
+        record_.status = error->http_status;
+        record_.error = error->message;
+        if (!write(sink, format_->stream_error(*error))) return false;
+      } else {
+        record_.status = 200;
+        if (!write(sink, format_->stream_end(*event))) return false;
+      }
+      sink.done();
+      return true;
+    }
+  }
+
+  RequestRecord& record() { return record_; }
+
+ private:
+  bool write(httplib::DataSink& sink, const std::string& bytes) {
+    if (bytes.empty()) return true;
+    // A write into the socket buffer can succeed after the peer left; the liveness check
+    // catches that before the next token instead of one write later.
+    if (!sink.write(bytes.data(), bytes.size()) || watch_.peer_closed()) {
+      client_gone();
+      return false;
+    }
+    return true;
+  }
+
+  void release_admission() {
+    if (admission_released_) return;
+    admission_released_ = true;
+    server_.release_admission();
+  }
+
+  void client_gone() {
+    handle_.cancel();
+    if (!finished_) record_.status = kClientClosedStatus;
+  }
+
+  void observe(const GenerationEvent& event) {
+    const Clock::time_point now = Clock::now();
+    ServerMetrics& metrics = server_.metrics_;
+    if (event.kind == GenerationEvent::Kind::kDelta) {
+      if (event.tokens.empty()) return;
+      // Counted as they arrive so that a request cut short still logs what it produced.
+      record_.completion_tokens += static_cast<int32_t>(event.tokens.size());
+      if (!has_token_) {
+        has_token_ = true;
+        record_.ttft_ms = ms_between(record_.start, now);
+        metrics.observe_time_to_first_token(record_.ttft_ms / 1000.0);
+      } else {
+        // Tokens that arrive together (held back for a stop string or a split character)
+        // share the gap.
+        const double gap_s = ms_between(last_token_, now) / 1000.0 / event.tokens.size();
+        for (size_t i = 0; i < event.tokens.size(); ++i) metrics.observe_inter_token_latency(gap_s);
+      }
+      last_token_ = now;
+      return;
+    }
+    release_admission();
+    record_.prompt_tokens = event.usage.prompt_tokens;
+    record_.completion_tokens = event.usage.completion_tokens;
+    record_.finish_reason = finish_reason_name(event.finish_reason);
+    metrics.record_finish_reason(record_.finish_reason);
+    metrics.observe_request_duration(ms_between(record_.start, now) / 1000.0);
+  }
+
+  HttpServer& server_;
+  RequestHandle handle_;
+  ConnectionWatch watch_;
+  std::unique_ptr<ResponseFormat> format_;
+  RequestRecord record_;
+  std::optional<GenerationEvent> first_event_;
+  bool finished_ = false;  // the finish event was consumed
+  bool admission_released_ = false;
+  bool has_token_ = false;
+  Clock::time_point last_token_;
+};
+
+Result<std::vector<int32_t>> HttpServer::build_prompt(const ServedModel& model,
+                                                      const ParsedGeneration& parsed) const {
+  const Tokenizer& tokenizer = *model.tokenizer;
+  std::vector<int32_t> tokens;
+  switch (parsed.prompt_kind) {
+    case PromptKind::kMessages: {
+      if (!model.chat_template) {
+        return Status(StatusCode::kUnsupported,
+                      "this model has no chat template; use /v1/completions or start the server "
+                      "with --chat-template");
+      }
+      std::vector<llamaserve::ChatMessage> messages;
+      messages.reserve(parsed.messages.size());
+      for (const auto& message : parsed.messages)
+        messages.push_back({message.role, message.content});
+      LS_ASSIGN_OR_RETURN(std::string text, model.chat_template->apply(messages, true));
+      tokens = tokenizer.encode(text, /*add_special=*/true, /*parse_special=*/true);
+      break;
+    }
+    case PromptKind::kText:
+      tokens = tokenizer.encode(parsed.prompt_text, /*add_special=*/true, /*parse_special=*/true);
+      break;
+    case PromptKind::kTokens: {
+      const int32_t n_vocab = tokenizer.n_vocab();
+      for (size_t i = 0; i < parsed.prompt_tokens.size(); ++i) {
+        if (parsed.prompt_tokens[i] >= n_vocab) {
+          return make_error(StatusCode::kInvalidArgument,
+                            "'prompt[{}]' = {} is outside the vocabulary (0..{})", i,
+                            parsed.prompt_tokens[i], n_vocab - 1);
+        }
+      }
+      tokens = parsed.prompt_tokens;
+      break;
+    }
+  }
+  if (tokens.empty()) {
+    return Status(StatusCode::kInvalidArgument, "the prompt is empty after tokenization");
+  }
+  return tokens;
+}
+
+bool HttpServer::handle_generation(const Route& route, const httplib::Request& req,
+                                   httplib::Response& res, RequestRecord& record) {
+  auto model = served_model();
+  if (!model) {
+    send_error(
+        res, unavailable("the model is loading; retry when GET /ready answers 200", "loading", 1));
+    return false;
+  }
+  auto body = parse_json_object(req.body);
+  if (!body) {
+    send_error(res, api_error_from_status(body.status()));
+    return false;
+  }
+  ParseLimits limits;
+  limits.max_tokens_limit = options_.max_tokens_limit;
+  Result<ParsedGeneration> parsed = Status(StatusCode::kInternal, "unparsed");
+  switch (route.id) {
+    case RouteId::kChatCompletions: parsed = parse_chat_completion(*body, limits); break;
+    case RouteId::kCompletions: parsed = parse_completion(*body, limits); break;
+    default: parsed = parse_simple_chat(*body, limits); break;
+  }
+  if (!parsed) {
+    send_error(res, api_error_from_status(parsed.status()));
+    return false;
+  }
+  if (!parsed->model.empty() && parsed->model != model->name) {
+    send_error(res, not_found(fmt::format("model '{}' is not served here; this server serves '{}'",
+                                          parsed->model, model->name),
+                              "model_not_found"));
+    return false;
+  }
+  auto prompt = build_prompt(*model, *parsed);
+  if (!prompt) {
+    send_error(res, api_error_from_status(prompt.status()));
+    return false;
+  }
+  const auto n_prompt = static_cast<int32_t>(prompt->size());
+  const int32_t max_context = model->engine->max_context();
+  const int32_t max_prompt = options_.max_prompt_tokens > 0
+                                 ? std::min(options_.max_prompt_tokens, max_context - 1)
+                                 : max_context - 1;
+  record.prompt_tokens = n_prompt;
+  if (n_prompt > max_prompt) {
+    send_error(res, invalid_request(fmt::format("the prompt has {} tokens; this server accepts at "
+                                                "most {} (--max-prompt-tokens / context size)",
+                                                n_prompt, max_prompt),
+                                    "context_length_exceeded"));
+    return false;
+  }
+  int32_t max_new_tokens = std::min(options_.max_tokens_limit, max_context - n_prompt);
+  if (parsed->max_tokens) {
+    if (n_prompt + *parsed->max_tokens > max_context) {
+      send_error(res, invalid_request(fmt::format("the prompt ({} tokens) plus max_tokens ({}) "
+                                                  "exceeds the context of {} tokens",
+                                                  n_prompt, *parsed->max_tokens, max_context),
+                                      "context_length_exceeded", "max_tokens"));
+      return false;
+    }
+    max_new_tokens = *parsed->max_tokens;
+  }
+
+  if (!try_admit()) {
+    send_error(res, overloaded(fmt::format("the server is at capacity ({} running + {} queued "
+                                           "requests); retry later",
+                                           options_.max_running, options_.max_queue),
+                               "queue_full", 1));
+    return false;
+  }
+  GenerationRequest request;
+  request.id = record.id;
+  request.prompt_tokens = std::move(prompt).value();
+  request.max_new_tokens = max_new_tokens;
+  request.sampling = parsed->sampling;
+  request.stop_strings = parsed->stop;
+  request.timeout = std::chrono::milliseconds(options_.request_timeout_ms);
+  request.queue_timeout = std::chrono::milliseconds(options_.queue_timeout_ms);
+  auto handle = model->engine->submit(std::move(request));
+  if (!handle) {
+    release_admission();
+    ApiError error = api_error_from_status(handle.status());
+    if (handle.status().code() == StatusCode::kResourceExhausted) {
+      error = overloaded(fmt::format("the server is at capacity ({} running, {} queued); retry "
+                                     "later",
+                                     options_.max_running, options_.max_queue),
+                         "queue_full", 1);
+    } else if (handle.status().code() == StatusCode::kUnavailable) {
+      error = unavailable("the server is shutting down", "draining", 0);
+    }
+    send_error(res, error);
+    return false;
+  }
+
+  ResponseIdentity identity{record.id, unix_seconds(), model->name};
+  std::unique_ptr<ResponseFormat> format;
+  switch (route.id) {
+    case RouteId::kChatCompletions:
+      format = make_chat_completion_format(std::move(identity), parsed->include_usage,
+                                           parsed->sampling.logprobs);
+      break;
+    case RouteId::kCompletions:
+      format = make_completion_format(std::move(identity), parsed->include_usage,
+                                      parsed->sampling.logprobs);
+      break;
+    default: format = make_simple_chat_format(std::move(identity)); break;
+  }
+  // From here on the session owns the record and finishes it when it is destroyed.
+  auto session = std::make_shared<GenerationSession>(
+      *this, std::move(handle).value(),
+      ConnectionWatch(req.remote_addr, req.remote_port, req.local_port), std::move(format),
+      std::move(record));
+  if (!session->wait_first_event()) {
+    send_client_closed(res);
+    return true;
+  }
+  const GenerationEvent& first = session->first_event();
+  // A stream that ends before any output with an error is answered as a plain HTTP error.
+  const bool answer_plainly = !parsed->stream || (first.kind == GenerationEvent::Kind::kFinish &&
+                                                  session->failure(first).has_value());
+  if (answer_plainly) {
+    session->respond(res);
+    return true;
+  }
+  res.status = 200;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [session](size_t /*offset*/, httplib::DataSink& sink) { return session->stream(sink); });
+  return true;
+}
+
+}  // namespace llamaserve::server

@@ -1,0 +1,145 @@
+// The HTTP front end: cpp-httplib transport, auth, CORS, admission, the routes of
+// routes.h, per-request metrics and logs, readiness and draining.
+//
+// Threads: cpp-httplib serves each connection on one thread of a fixed pool
+// (--http-threads). A generation request holds its thread while it waits and streams, so
+// the pool is larger than max-running + max-queue and requests beyond the engine's limits
+// are still answered (429) at once. Handlers never touch model state: they tokenize, submit
+// to the Engine and read events from the RequestHandle.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+#include "engine/engine.h"
+#include "server/api_error.h"
+#include "server/metrics.h"
+#include "server/options.h"
+#include "server/routes.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace llamaserve::server {
+
+// What the generation routes need once the model is loaded.
+struct ServedModel {
+  std::shared_ptr<Engine> engine;
+  std::shared_ptr<const Tokenizer> tokenizer;
+  std::optional<ChatTemplate> chat_template;  // none: /v1/chat/completions and /chat refuse
+  std::string name;                           // the id of /v1/models
+  int64_t created = 0;                        // Unix seconds, for /v1/models
+};
+
+struct ParsedGeneration;
+
+// What the request log line and the request metrics need, filled in as a request goes.
+struct RequestRecord {
+  std::string id;
+  std::string endpoint;  // route path ("/v1/models/{model}"), or "other" for unknown paths
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  int status = 0;  // HTTP status sent; 499 = the client went away first
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+  double ttft_ms = -1;  // < 0: no token was generated
+  std::string finish_reason;
+  std::string error;  // message of an error response, for the log
+};
+
+class HttpServer {
+ public:
+  explicit HttpServer(ServerOptions options);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds the listening socket (--host, --port; port 0 picks a free one).
+  Status bind();
+  int port() const { return port_; }
+  // Accepts and serves connections on the calling thread until stop().
+  void serve();
+
+  // Opens the generation routes and turns /ready to 200 (after warm-up).
+  void set_model(std::shared_ptr<const ServedModel> model);
+  // /ready turns 503 and every new request but /health, /ready and /metrics gets 503;
+  // requests already admitted continue.
+  void begin_drain();
+  // Waits until no generation response is being produced, at most `timeout`. True if idle.
+  bool wait_until_idle(std::chrono::milliseconds timeout);
+  // Closes the listening socket and ends serve(). Responses still streaming are cut, so
+  // drain first.
+  void stop();
+  // Drops the server's reference to the model (and so to the engine).
+  void release_model();
+
+  ServerMetrics& metrics() { return metrics_; }
+
+  // For the request log and metrics; public so that streaming sessions can finish records.
+  void finish_record(RequestRecord& record);
+
+ private:
+  friend class GenerationSession;
+
+  void register_routes();
+  void dispatch(const Route& route, const httplib::Request& req, httplib::Response& res);
+  // Returns true when a streaming response took over the record (finished later).
+  bool handle_route(const Route& route, const httplib::Request& req, httplib::Response& res,
+                    RequestRecord& record);
+  void handle_error_response(const httplib::Request& req, httplib::Response& res);
+  std::optional<ApiError> check_auth(const httplib::Request& req) const;
+
+  // Routes (generation.cc for the generation ones).
+  bool handle_generation(const Route& route, const httplib::Request& req, httplib::Response& res,
+                         RequestRecord& record);
+  Result<std::vector<int32_t>> build_prompt(const ServedModel& model,
+                                            const ParsedGeneration& parsed) const;
+  void handle_models(const httplib::Request& req, httplib::Response& res, bool single);
+  void handle_tokenize(const httplib::Request& req, httplib::Response& res);
+  void handle_detokenize(const httplib::Request& req, httplib::Response& res);
+  void handle_ready(httplib::Response& res);
+  void handle_metrics(httplib::Response& res);
+
+  std::shared_ptr<const ServedModel> served_model() const;
+
+  const ServerOptions options_;
+  std::unique_ptr<httplib::Server> server_;
+  ServerMetrics metrics_;
+  std::string openapi_json_;
+  int port_ = 0;
+
+  mutable std::mutex model_mutex_;
+  std::shared_ptr<const ServedModel> model_;  // guarded by model_mutex_
+  std::atomic<bool> ready_{false};
+  std::atomic<bool> draining_{false};
+
+  // Admission: at most max-running + max-queue generation requests between submission and
+  // their finish event; past that, 429 at once. The engine's own queue bound is set above
+  // this so that it never decides instead (it counts requests not yet scheduled, which a
+  // burst can fill while running slots are still free).
+  bool try_admit();
+  void release_admission();
+
+  std::mutex active_mutex_;
+  std::condition_variable active_changed_;
+  int admitted_ = 0;            // guarded by active_mutex_
+  int active_generations_ = 0;  // guarded by active_mutex_: sessions still answering
+};
+
+// Shared by the HTTP layer and its tests.
+void send_error(httplib::Response& res, const ApiError& error);
+void send_json(httplib::Response& res, int status, const nlohmann::json& body);
+
+}  // namespace llamaserve::server

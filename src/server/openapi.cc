@@ -1,0 +1,340 @@
+#include "server/openapi.h"
+
+namespace llamaserve::server {
+namespace {
+
+// Limits marked "__MAX_TOKENS__" etc. are replaced by openapi_document().
+constexpr const char* kDocument = R"json({
+  "openapi": "3.0.3",
+  "info": {
+    "title": "llamaserve",
+    "version": "0.1.0",
+    "description": "OpenAI-compatible inference server for LLaMA-family GGUF models. Every error body is {\"error\": {\"message\", \"type\", \"code\", \"param\"}}. With --api-key, every route but /health needs 'Authorization: Bearer KEY'."
+  },
+  "security": [{"bearerAuth": []}],
+  "paths": {
+    "/health": {
+      "get": {
+        "summary": "Liveness: the process is up",
+        "security": [],
+        "responses": {
+          "200": {"description": "Alive", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Status"}}}}
+        }
+      }
+    },
+    "/ready": {
+      "get": {
+        "summary": "Readiness: model loaded and warmed up, not draining",
+        "responses": {
+          "200": {"description": "Ready", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Status"}}}},
+          "401": {"$ref": "#/components/responses/Error"},
+          "503": {"$ref": "#/components/responses/Error"}
+        }
+      }
+    },
+    "/metrics": {
+      "get": {
+        "summary": "Prometheus metrics (text exposition format 0.0.4)",
+        "responses": {
+          "200": {"description": "Metrics", "content": {"text/plain": {"schema": {"type": "string"}}}},
+          "401": {"$ref": "#/components/responses/Error"}
+        }
+      }
+    },
+    "/openapi.json": {
+      "get": {
+        "summary": "This document",
+        "responses": {
+          "200": {"description": "OpenAPI document", "content": {"application/json": {"schema": {"type": "object"}}}},
+          "401": {"$ref": "#/components/responses/Error"},
+          "503": {"$ref": "#/components/responses/Error"}
+        }
+      }
+    },
+    "/v1/models": {
+      "get": {
+        "summary": "The served model",
+        "responses": {
+          "200": {"description": "Model list", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ModelList"}}}},
+          "401": {"$ref": "#/components/responses/Error"},
+          "503": {"$ref": "#/components/responses/Error"}
+        }
+      }
+    },
+    "/v1/models/{model}": {
+      "get": {
+        "summary": "One model by id",
+        "parameters": [{"name": "model", "in": "path", "required": true, "schema": {"type": "string"}}],
+        "responses": {
+          "200": {"description": "Model", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Model"}}}},
+          "401": {"$ref": "#/components/responses/Error"},
+          "404": {"$ref": "#/components/responses/Error"},
+          "503": {"$ref": "#/components/responses/Error"}
+        }
+      }
+    },
+    "/v1/chat/completions": {
+      "post": {
+        "summary": "OpenAI chat completion (stream: true answers with server-sent events ending in 'data: [DONE]')",
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ChatCompletionRequest"}}}},
+        "responses": {
+          "200": {"description": "Completion, or a stream of chat.completion.chunk objects", "content": {
+            "application/json": {"schema": {"$ref": "#/components/schemas/ChatCompletion"}},
+            "text/event-stream": {"schema": {"type": "string"}}}},
+          "400": {"$ref": "#/components/responses/Error"},
+          "401": {"$ref": "#/components/responses/Error"},
+          "404": {"$ref": "#/components/responses/Error"},
+          "408": {"$ref": "#/components/responses/Error"},
+          "413": {"$ref": "#/components/responses/Error"},
+          "429": {"$ref": "#/components/responses/Overloaded"},
+          "500": {"$ref": "#/components/responses/Error"},
+          "503": {"$ref": "#/components/responses/Error"}
+        }
+      }
+    },
+    "/v1/completions": {
+      "post": {
+        "summary": "OpenAI (legacy) text completion",
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/CompletionRequest"}}}},
+        "responses": {
+          "200": {"description": "Completion, or a stream of text_completion chunks", "content": {
+            "application/json": {"schema": {"$ref": "#/components/schemas/Completion"}},
+            "text/event-stream": {"schema": {"type": "string"}}}},
+          "400": {"$ref": "#/components/responses/Error"},
+          "401": {"$ref": "#/components/responses/Error"},
+          "404": {"$ref": "#/components/responses/Error"},
+          "408": {"$ref": "#/components/responses/Error"},
+          "413": {"$ref": "#/components/responses/Error"},
+          "429": {"$ref": "#/components/responses/Overloaded"},
+          "500": {"$ref": "#/components/responses/Error"},
+          "503": {"$ref": "#/components/responses/Error"}
+        }
+      }
+    },
+    "/chat": {
+      "post": {
+        "summary": "Simple chat: one user prompt, streamed as 'event: token' (text in data: lines) and a final 'event: done' (JSON with finish_reason, usage, timings) or 'event: error'",
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SimpleChatRequest"}}}},
+        "responses": {
+          "200": {"description": "Token stream, or a JSON summary with \"stream\": false", "content": {
+            "text/event-stream": {"schema": {"type": "string"}},
+            "application/json": {"schema": {"$ref": "#/components/schemas/SimpleChatResult"}}}},
+          "400": {"$ref": "#/components/responses/Error"},
+          "401": {"$ref": "#/components/responses/Error"},
+          "404": {"$ref": "#/components/responses/Error"},
+          "408": {"$ref": "#/components/responses/Error"},
+          "413": {"$ref": "#/components/responses/Error"},
+          "429": {"$ref": "#/components/responses/Overloaded"},
+          "500": {"$ref": "#/components/responses/Error"},
+          "503": {"$ref": "#/components/responses/Error"}
+        }
+      }
+    },
+    "/tokenize": {
+      "post": {
+        "summary": "Text to token ids",
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/TokenizeRequest"}}}},
+        "responses": {
+          "200": {"description": "Token ids", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/TokenizeResult"}}}},
+          "400": {"$ref": "#/components/responses/Error"},
+          "401": {"$ref": "#/components/responses/Error"},
+          "413": {"$ref": "#/components/responses/Error"},
+          "503": {"$ref": "#/components/responses/Error"}
+        }
+      }
+    },
+    "/detokenize": {
+      "post": {
+        "summary": "Token ids to text (bytes that are not valid UTF-8 become U+FFFD)",
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/DetokenizeRequest"}}}},
+        "responses": {
+          "200": {"description": "Text", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/DetokenizeResult"}}}},
+          "400": {"$ref": "#/components/responses/Error"},
+          "401": {"$ref": "#/components/responses/Error"},
+          "413": {"$ref": "#/components/responses/Error"},
+          "503": {"$ref": "#/components/responses/Error"}
+        }
+      }
+    }
+  },
+  "components": {
+    "securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer"}},
+    "responses": {
+      "Error": {"description": "Error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+      "Overloaded": {
+        "description": "Queue full or queue wait exceeded; retry after the given seconds",
+        "headers": {"Retry-After": {"schema": {"type": "integer"}}},
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+      }
+    },
+    "schemas": {
+      "Error": {
+        "type": "object", "required": ["error"],
+        "properties": {"error": {"type": "object", "required": ["message", "type", "code"],
+          "properties": {"message": {"type": "string"}, "type": {"type": "string"}, "code": {"type": "string"}, "param": {"type": "string", "nullable": true}}}}
+      },
+      "Status": {"type": "object", "required": ["status"], "properties": {"status": {"type": "string"}}},
+      "Model": {
+        "type": "object", "required": ["id", "object", "created", "owned_by"],
+        "properties": {"id": {"type": "string"}, "object": {"type": "string", "enum": ["model"]}, "created": {"type": "integer"}, "owned_by": {"type": "string"},
+          "context_length": {"type": "integer"}}
+      },
+      "ModelList": {"type": "object", "required": ["object", "data"], "properties": {"object": {"type": "string", "enum": ["list"]}, "data": {"type": "array", "items": {"$ref": "#/components/schemas/Model"}}}},
+      "Stop": {
+        "nullable": true,
+        "oneOf": [{"type": "string"}, {"type": "array", "maxItems": __MAX_STOP__, "items": {"type": "string"}}],
+        "description": "Text that ends generation; never part of the output. Empty strings are ignored."
+      },
+      "ContentPart": {"type": "object", "required": ["type", "text"], "properties": {"type": {"type": "string", "enum": ["text"]}, "text": {"type": "string"}}},
+      "ChatMessage": {
+        "type": "object", "required": ["role"],
+        "properties": {
+          "role": {"type": "string", "enum": ["system", "developer", "user", "assistant", "tool"]},
+          "content": {"nullable": true, "description": "Required except for assistant messages",
+            "oneOf": [{"type": "string"}, {"type": "array", "items": {"$ref": "#/components/schemas/ContentPart"}}]},
+          "name": {"type": "string"}
+        }
+      },
+      "StreamOptions": {"type": "object", "nullable": true, "properties": {"include_usage": {"type": "boolean", "nullable": true}}},
+      "ChatCompletionRequest": {
+        "type": "object", "required": ["messages"],
+        "properties": {
+          "model": {"type": "string", "nullable": true, "description": "Must be the served model id when given (else 404)"},
+          "messages": {"type": "array", "minItems": 1, "items": {"$ref": "#/components/schemas/ChatMessage"}},
+          "max_tokens": {"type": "integer", "minimum": 1, "maximum": __MAX_TOKENS__, "nullable": true},
+          "max_completion_tokens": {"type": "integer", "minimum": 1, "maximum": __MAX_TOKENS__, "nullable": true},
+          "temperature": {"type": "number", "minimum": 0, "maximum": 2, "nullable": true},
+          "top_p": {"type": "number", "minimum": 0, "maximum": 1, "nullable": true},
+          "top_k": {"type": "integer", "minimum": 0, "maximum": 2147483647, "nullable": true},
+          "min_p": {"type": "number", "minimum": 0, "maximum": 1, "nullable": true},
+          "presence_penalty": {"type": "number", "minimum": -2, "maximum": 2, "nullable": true},
+          "frequency_penalty": {"type": "number", "minimum": -2, "maximum": 2, "nullable": true},
+          "repetition_penalty": {"type": "number", "minimum": 0, "exclusiveMinimum": true, "maximum": 10, "nullable": true},
+          "seed": {"type": "integer", "nullable": true},
+          "stop": {"$ref": "#/components/schemas/Stop"},
+          "n": {"type": "integer", "minimum": 1, "maximum": 1, "nullable": true},
+          "stream": {"type": "boolean", "nullable": true},
+          "stream_options": {"$ref": "#/components/schemas/StreamOptions"},
+          "logprobs": {"type": "boolean", "nullable": true},
+          "top_logprobs": {"type": "integer", "minimum": 0, "maximum": __MAX_TOP_LOGPROBS__, "nullable": true, "description": "Values above 0 need logprobs: true"},
+          "user": {"type": "string", "nullable": true},
+          "logit_bias": {"type": "object", "maxProperties": 0, "nullable": true, "description": "Not supported; only empty"}
+        }
+      },
+      "CompletionRequest": {
+        "type": "object", "required": ["prompt"],
+        "properties": {
+          "model": {"type": "string", "nullable": true},
+          "prompt": {"oneOf": [
+            {"type": "string"},
+            {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0, "maximum": 2147483647}, "description": "Token ids (each below the vocabulary size)"},
+            {"type": "array", "minItems": 1, "maxItems": 1, "items": {"type": "string"}},
+            {"type": "array", "minItems": 1, "maxItems": 1, "items": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0, "maximum": 2147483647}}}]},
+          "max_tokens": {"type": "integer", "minimum": 1, "maximum": __MAX_TOKENS__, "nullable": true},
+          "max_completion_tokens": {"type": "integer", "minimum": 1, "maximum": __MAX_TOKENS__, "nullable": true},
+          "temperature": {"type": "number", "minimum": 0, "maximum": 2, "nullable": true},
+          "top_p": {"type": "number", "minimum": 0, "maximum": 1, "nullable": true},
+          "top_k": {"type": "integer", "minimum": 0, "maximum": 2147483647, "nullable": true},
+          "min_p": {"type": "number", "minimum": 0, "maximum": 1, "nullable": true},
+          "presence_penalty": {"type": "number", "minimum": -2, "maximum": 2, "nullable": true},
+          "frequency_penalty": {"type": "number", "minimum": -2, "maximum": 2, "nullable": true},
+          "repetition_penalty": {"type": "number", "minimum": 0, "exclusiveMinimum": true, "maximum": 10, "nullable": true},
+          "seed": {"type": "integer", "nullable": true},
+          "stop": {"$ref": "#/components/schemas/Stop"},
+          "n": {"type": "integer", "minimum": 1, "maximum": 1, "nullable": true},
+          "best_of": {"type": "integer", "minimum": 1, "maximum": 1, "nullable": true},
+          "echo": {"type": "boolean", "enum": [false], "nullable": true},
+          "suffix": {"type": "string", "maxLength": 0, "nullable": true},
+          "stream": {"type": "boolean", "nullable": true},
+          "stream_options": {"$ref": "#/components/schemas/StreamOptions"},
+          "logprobs": {"type": "integer", "minimum": 0, "maximum": 5, "nullable": true},
+          "user": {"type": "string", "nullable": true},
+          "logit_bias": {"type": "object", "maxProperties": 0, "nullable": true}
+        }
+      },
+      "SimpleChatRequest": {
+        "type": "object", "required": ["prompt"],
+        "properties": {
+          "prompt": {"type": "string", "minLength": 1},
+          "system": {"type": "string", "nullable": true},
+          "maxTokens": {"type": "integer", "minimum": 1, "maximum": __MAX_TOKENS__, "nullable": true},
+          "model": {"type": "string", "nullable": true},
+          "temperature": {"type": "number", "minimum": 0, "maximum": 2, "nullable": true},
+          "topP": {"type": "number", "minimum": 0, "maximum": 1, "nullable": true},
+          "topK": {"type": "integer", "minimum": 0, "maximum": 2147483647, "nullable": true},
+          "minP": {"type": "number", "minimum": 0, "maximum": 1, "nullable": true},
+          "presencePenalty": {"type": "number", "minimum": -2, "maximum": 2, "nullable": true},
+          "frequencyPenalty": {"type": "number", "minimum": -2, "maximum": 2, "nullable": true},
+          "repetitionPenalty": {"type": "number", "minimum": 0, "exclusiveMinimum": true, "maximum": 10, "nullable": true},
+          "seed": {"type": "integer", "nullable": true},
+          "stop": {"$ref": "#/components/schemas/Stop"},
+          "stream": {"type": "boolean", "nullable": true, "description": "false: one JSON object instead of the event stream"}
+        }
+      },
+      "Usage": {
+        "type": "object", "required": ["prompt_tokens", "completion_tokens", "total_tokens"],
+        "properties": {"prompt_tokens": {"type": "integer"}, "completion_tokens": {"type": "integer"}, "total_tokens": {"type": "integer"}}
+      },
+      "Timings": {
+        "type": "object",
+        "properties": {"queue_ms": {"type": "number"}, "ttft_ms": {"type": "number"}, "total_ms": {"type": "number"}, "decode_tokens_per_s": {"type": "number"}}
+      },
+      "ChatCompletion": {
+        "type": "object", "required": ["id", "object", "created", "model", "choices", "usage"],
+        "properties": {
+          "id": {"type": "string"}, "object": {"type": "string", "enum": ["chat.completion"]}, "created": {"type": "integer"}, "model": {"type": "string"},
+          "choices": {"type": "array", "items": {"type": "object", "required": ["index", "message", "finish_reason"],
+            "properties": {"index": {"type": "integer"}, "finish_reason": {"type": "string", "enum": ["stop", "length"]},
+              "message": {"type": "object", "required": ["role", "content"], "properties": {"role": {"type": "string"}, "content": {"type": "string"}}},
+              "logprobs": {"type": "object", "nullable": true}}}},
+          "usage": {"$ref": "#/components/schemas/Usage"}
+        }
+      },
+      "Completion": {
+        "type": "object", "required": ["id", "object", "created", "model", "choices", "usage"],
+        "properties": {
+          "id": {"type": "string"}, "object": {"type": "string", "enum": ["text_completion"]}, "created": {"type": "integer"}, "model": {"type": "string"},
+          "choices": {"type": "array", "items": {"type": "object", "required": ["index", "text", "finish_reason"],
+            "properties": {"index": {"type": "integer"}, "text": {"type": "string"}, "finish_reason": {"type": "string", "enum": ["stop", "length"]},
+              "logprobs": {"type": "object", "nullable": true}}}},
+          "usage": {"$ref": "#/components/schemas/Usage"}
+        }
+      },
+      "SimpleChatResult": {
+        "type": "object", "required": ["text", "finish_reason", "usage", "timings"],
+        "properties": {"id": {"type": "string"}, "model": {"type": "string"}, "text": {"type": "string"}, "finish_reason": {"type": "string", "enum": ["stop", "length"]},
+          "usage": {"$ref": "#/components/schemas/Usage"}, "timings": {"$ref": "#/components/schemas/Timings"}}
+      },
+      "TokenizeRequest": {
+        "type": "object", "required": ["content"],
+        "properties": {"content": {"type": "string"}, "add_special": {"type": "boolean", "nullable": true, "description": "Add BOS as the model does for prompts (default false)"},
+          "parse_special": {"type": "boolean", "nullable": true, "description": "Turn special-token text into special tokens (default true)"}}
+      },
+      "TokenizeResult": {"type": "object", "required": ["tokens"], "properties": {"tokens": {"type": "array", "items": {"type": "integer"}}}},
+      "DetokenizeRequest": {
+        "type": "object", "required": ["tokens"],
+        "properties": {"tokens": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 2147483647}, "description": "Ids below the vocabulary size"}}
+      },
+      "DetokenizeResult": {"type": "object", "required": ["content"], "properties": {"content": {"type": "string"}}}
+    }
+  }
+})json";
+
+void replace_all(std::string& text, std::string_view marker, int32_t value) {
+  const std::string replacement = std::to_string(value);
+  for (size_t at = text.find(marker); at != std::string::npos; at = text.find(marker, at)) {
+    text.replace(at, marker.size(), replacement);
+  }
+}
+
+}  // namespace
+
+nlohmann::json openapi_document(const OpenApiLimits& limits) {
+  std::string text = kDocument;
+  replace_all(text, "__MAX_TOKENS__", limits.max_tokens_limit);
+  replace_all(text, "__MAX_STOP__", limits.max_stop_strings);
+  replace_all(text, "__MAX_TOP_LOGPROBS__", limits.max_top_logprobs);
+  return nlohmann::json::parse(text);
+}
+
+}  // namespace llamaserve::server

@@ -1,0 +1,41 @@
+// The server's routes in one table: the HTTP layer registers a handler for each entry, the
+// 405 logic and the metrics labels use it, and a unit test checks that /openapi.json
+// documents exactly these operations.
+#pragma once
+
+#include <span>
+#include <string_view>
+
+namespace llamaserve::server {
+
+enum class RouteId {
+  kHealth,
+  kReady,
+  kMetrics,
+  kOpenApi,
+  kModels,
+  kModel,
+  kChatCompletions,
+  kCompletions,
+  kSimpleChat,
+  kTokenize,
+  kDetokenize,
+};
+
+struct Route {
+  RouteId id;
+  std::string_view method;    // "GET" / "POST"
+  std::string_view path;      // OpenAPI form: /v1/models/{model}
+  std::string_view pattern;   // cpp-httplib regex: /v1/models/([^/]+)
+  bool requires_auth = true;  // with --api-key; /health never does
+  bool served_while_draining = false;
+};
+
+std::span<const Route> route_table();
+
+// The route whose pattern matches `path` with any method, or nullptr. Used for metrics
+// labels (unknown paths share one label) and to tell 405 from 404.
+const Route* find_route(std::string_view method, std::string_view path);
+bool path_has_route(std::string_view path);
+
+}  // namespace llamaserve::server
