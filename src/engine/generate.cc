@@ -1,0 +1,60 @@
+#include "engine/generate.h"
+
+#include <algorithm>
+
+#include "model/weights.h"
+#include "parallel/cpu_executor.h"
+#include "tokenizer/tokenizer.h"
+
+namespace llamaserve {
+
+Result<CpuEngine> open_cpu_engine(const CpuEngineOptions& options) {
+  if (options.kv_sequences < 1) {
+    return make_error(StatusCode::kInvalidArgument, "kv_sequences must be >= 1, got {}",
+                      options.kv_sequences);
+  }
+  CpuEngine out;
+  LS_ASSIGN_OR_RETURN(out.model, load_model(options.model_path));
+  auto tokenizer = Tokenizer::from_gguf(*out.model->file);
+  if (!tokenizer.is_ok()) return tokenizer.status().with_context(options.model_path);
+  out.tokenizer = std::make_shared<const Tokenizer>(std::move(tokenizer).value());
+
+  const int64_t n_ctx_train = out.model->config.n_ctx_train;
+  const int64_t context = options.context_tokens > 0
+                              ? options.context_tokens
+                              : std::min<int64_t>(n_ctx_train > 0 ? n_ctx_train : 4096, 4096);
+  CpuExecutorOptions executor_options;
+  executor_options.threads = options.threads;
+  executor_options.kv_capacity_tokens = context * options.kv_sequences;
+  executor_options.max_batch_tokens = options.engine.max_batch_tokens;
+  LS_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor,
+                      create_cpu_executor(out.model, executor_options));
+
+  EngineConfig engine_config = options.engine;
+  engine_config.max_context = static_cast<int32_t>(std::min<int64_t>(context, INT32_MAX));
+  LS_ASSIGN_OR_RETURN(out.engine,
+                      Engine::create(std::move(executor), out.tokenizer, engine_config));
+  return out;
+}
+
+Result<Completion> generate(Engine& engine, GenerationRequest request,
+                            const std::function<void(std::string_view text)>& on_text) {
+  LS_ASSIGN_OR_RETURN(RequestHandle handle, engine.submit(std::move(request)));
+  Completion out;
+  // The engine always ends a stream (shutdown included), so this wait is bounded by it.
+  while (std::optional<GenerationEvent> event = handle.next(std::chrono::hours(24))) {
+    if (event->kind == GenerationEvent::Kind::kDelta) {
+      out.text += event->text;
+      out.tokens.insert(out.tokens.end(), event->tokens.begin(), event->tokens.end());
+      if (on_text && !event->text.empty()) on_text(event->text);
+      continue;
+    }
+    out.finish_reason = event->finish_reason;
+    out.error = std::move(event->error);
+    out.usage = event->usage;
+    return out;
+  }
+  return Status(StatusCode::kDeadlineExceeded, "no finish event within 24 hours");
+}
+
+}  // namespace llamaserve

@@ -1,0 +1,56 @@
+// Conveniences over Engine for callers that want one generation at a time (CLI, warm-up,
+// embedded use): open a GGUF model on the CPU as a ready Engine, and run a request to the
+// end while streaming its text to a callback.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/engine.h"
+#include "engine/request.h"
+
+namespace llamaserve {
+
+struct LoadedModel;
+class Tokenizer;
+
+struct CpuEngineOptions {
+  std::string model_path;
+  int threads = 0;  // 0 = all online cores
+  // Tokens per sequence; 0 = min(n_ctx_train, 4096). The KV cache holds
+  // context_tokens * kv_sequences tokens.
+  int64_t context_tokens = 0;
+  int32_t kv_sequences = 1;
+  EngineConfig engine;  // max_context is set from context_tokens
+};
+
+struct CpuEngine {
+  std::shared_ptr<const LoadedModel> model;
+  std::shared_ptr<const Tokenizer> tokenizer;
+  std::unique_ptr<Engine> engine;
+};
+
+// Loads the model and its tokenizer, builds the CPU executor and starts the engine. Errors
+// name the file and what was wrong with it.
+Result<CpuEngine> open_cpu_engine(const CpuEngineOptions& options);
+
+struct Completion {
+  std::string text;
+  std::vector<int32_t> tokens;
+  FinishReason finish_reason = FinishReason::kNone;
+  Status error;  // set for kError / kTimeout / kCancelled
+  Usage usage;
+};
+
+// Submits `request` and reads its stream to the finish event, calling `on_text` (if set)
+// with every non-empty delta as it arrives. Fails only if submit() does; how the generation
+// ended is in the Completion.
+Result<Completion> generate(Engine& engine, GenerationRequest request,
+                            const std::function<void(std::string_view text)>& on_text = {});
+
+}  // namespace llamaserve
