@@ -1,0 +1,45 @@
+// 8-bit activation blocks: the fast matmul path quantizes each activation row once per
+// matmul input so that quantized weights are multiplied with integer dot products.
+// These are working formats of the CPU kernels, never stored in files.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "quant/types.h"
+
+namespace llamaserve::cpu {
+
+// For weights in 32-element blocks (Q8_0, Q4_0, Q4_1): x[i] ≈ d * qs[i].
+// sum = d * Σ qs, so that a weight offset (Q4_0's -8, Q4_1's m) costs one multiply per block.
+struct ActBlockQ8_32 {
+  float d;
+  float sum;
+  int8_t qs[32];
+};
+
+// For the K-quants (Q4_K, Q5_K, Q6_K): 256 elements, one scale, and Σ qs per 16-element group
+// for the weights' per-sub-block mins and offsets.
+struct ActBlockQ8_256 {
+  float d;
+  int16_t group_sums[16];
+  int8_t qs[256];
+};
+
+static_assert(sizeof(ActBlockQ8_32) == 40);
+static_assert(sizeof(ActBlockQ8_256) == 292);
+
+// Which representation of the activation row a weight type's dot product consumes.
+enum class ActFormat { kF32, kQ8_32, kQ8_256 };
+
+// Bytes of one activation row of n elements. PRECONDITION: n is a multiple of the block.
+size_t act_row_bytes(ActFormat format, int64_t n);
+
+// Converts one row of n floats. kF32 copies.
+void quantize_act_row(ActFormat format, const float* x, void* out, int64_t n);
+
+// Reference versions (scalar), used by the tests of the SIMD versions above.
+void quantize_act_row_q8_32_ref(const float* x, ActBlockQ8_32* out, int64_t n);
+void quantize_act_row_q8_256_ref(const float* x, ActBlockQ8_256* out, int64_t n);
+
+}  // namespace llamaserve::cpu

@@ -1,0 +1,47 @@
+// Causal grouped-query attention over the paged KV cache, for every token row of a Batch.
+// Row t of sequence s attends to positions [0, positions[t]] of s, read through s's block
+// table; the batch's own K/V must already be in the cache (CpuKvCache::write).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/batch.h"
+#include "backend/cpu/kv_cache.h"
+#include "core/thread_pool.h"
+
+namespace llamaserve::cpu {
+
+struct AttentionShape {
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;
+  float scale = 0.0f;  // usually 1 / sqrt(head_dim)
+};
+
+// Per-thread working memory of the optimized kernel, allocated once.
+class AttentionScratch {
+ public:
+  AttentionScratch(const AttentionShape& shape, int32_t block_size, int n_threads);
+  float* thread_buffer(int thread_index) {
+    return buffer_.data() + static_cast<size_t>(thread_index) * per_thread_;
+  }
+
+ private:
+  size_t per_thread_;
+  std::vector<float> buffer_;
+};
+
+// q and out: [n_tokens, n_head * head_dim]. Work is split over (token, KV head) pairs; each
+// pair runs the heads of its group together so that K/V are read once, with an online
+// softmax per cache block.
+void attention(const Batch& batch, const AttentionShape& shape, const float* q,
+               const CpuKvCache& cache, int32_t layer, float* out, ThreadPool& pool,
+               AttentionScratch& scratch);
+
+// Plain reference: per (token, head), all scores, a max-subtracted softmax, then the
+// weighted sum of V. Same inputs and outputs as attention().
+void attention_ref(const Batch& batch, const AttentionShape& shape, const float* q,
+                   const CpuKvCache& cache, int32_t layer, float* out);
+
+}  // namespace llamaserve::cpu

@@ -1,0 +1,83 @@
+// The CPU Backend: runs a LayerRange of a LLaMA-family model over a Batch, with its KV in a
+// CpuKvCache and its working memory in CpuActivations. Executors (src/parallel) own the
+// thread pool, the cache and the activations and string the stages together.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "backend/batch.h"
+#include "backend/cpu/attention.h"
+#include "backend/cpu/kv_cache.h"
+#include "backend/cpu/matmul.h"
+#include "backend/layer_range.h"
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "model/weights.h"
+
+namespace llamaserve::cpu {
+
+struct CpuBackendOptions {
+  // Run every op on the plain reference kernels (slow; for validation and debugging).
+  bool reference_kernels = false;
+};
+
+// Working memory of a forward pass, allocated once for up to max_tokens token rows.
+struct CpuActivations {
+  CpuActivations(const ModelConfig& config, int64_t max_tokens, int n_threads,
+                 int32_t kv_block_size);
+
+  int64_t max_tokens;
+  std::vector<float> hidden;     // (max_tokens, n_embd) residual stream: a range's input and output
+  std::vector<float> normed;     // (max_tokens, n_embd) norm output, also projection outputs
+  std::vector<float> q;          // (max_tokens, n_head * head_dim)
+  std::vector<float> k;          // (max_tokens, n_head_kv * head_dim)
+  std::vector<float> v;          // (max_tokens, n_head_kv * head_dim)
+  std::vector<float> attn;       // (max_tokens, n_head * head_dim)
+  std::vector<float> gate;       // (max_tokens, n_ff), then silu(gate) * up
+  std::vector<float> up;         // (max_tokens, n_ff)
+  std::vector<float> rope_cos;   // (max_tokens, rope_dim / 2)
+  std::vector<float> rope_sin;   // (max_tokens, rope_dim / 2)
+  std::vector<float> head_rows;  // (max_tokens, n_embd) final-normed rows that need logits
+  ActCache act;
+  AttentionScratch attention_scratch;
+};
+
+class CpuBackend {
+ public:
+  // Checks that every weight has a CPU kernel; `pool` must outlive the backend.
+  static Result<std::unique_ptr<CpuBackend>> create(std::shared_ptr<const LoadedModel> model,
+                                                    ThreadPool* pool,
+                                                    const CpuBackendOptions& options);
+
+  const ModelConfig& config() const { return model_->config; }
+  ThreadPool& pool() const { return *pool_; }
+
+  // Runs `range` over `batch`. With range.embeddings the token embeddings are the input,
+  // otherwise act.hidden must hold the input rows (n_tokens × n_embd); act.hidden holds the
+  // output rows afterwards. With range.head, logits of batch.logit_rows are written to
+  // `logits` ((logit_rows.size(), n_vocab) row-major).
+  // PRECONDITIONS: the batch passed validate_batch against cache.info(); n_tokens <=
+  // act.max_tokens; the cache holds the range's layers.
+  Status forward(const Batch& batch, const LayerRange& range, CpuKvCache& cache,
+                 CpuActivations& act, std::span<float> logits) const;
+
+ private:
+  CpuBackend(std::shared_ptr<const LoadedModel> model, ThreadPool* pool,
+             const CpuBackendOptions& options);
+
+  void run_layer(const Batch& batch, int32_t layer, CpuKvCache& cache, CpuActivations& act) const;
+  void project(std::span<const MatmulOutput> outputs, const float* x, int64_t n_tokens,
+               int64_t cols, CpuActivations& act) const;
+  void rmsnorm_rows(const float* x, const float* weight, float* y, int64_t n_rows) const;
+
+  std::shared_ptr<const LoadedModel> model_;
+  ThreadPool* pool_;
+  CpuBackendOptions options_;
+  std::vector<float> inv_freq_;  // (rope_dim / 2)
+  AttentionShape attention_shape_;
+};
+
+}  // namespace llamaserve::cpu

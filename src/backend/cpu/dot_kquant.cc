@@ -1,0 +1,124 @@
+// Dot products of K-quant weights (Q4_K, Q5_K, Q6_K) with ActBlockQ8_256 rows. Per
+// super-block: integer products scaled by the 6/8-bit sub-block scales in int32, then one
+// float multiply by d * dx; the mins/offsets use the activation's 16-element group sums.
+#include "backend/cpu/act_quant.h"
+#include "backend/cpu/dot.h"
+#include "backend/cpu/simd.h"
+#include "quant/blocks.h"
+
+namespace llamaserve::cpu {
+namespace {
+
+inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+struct ScalesMins {
+  uint8_t scale[8];
+  uint8_t min[8];
+};
+
+inline ScalesMins unpack_scales(const uint8_t* packed) {
+  ScalesMins out;
+  for (int j = 0; j < 8; ++j) q4_k_scale_min(j, packed, &out.scale[j], &out.min[j]);
+  return out;
+}
+
+// Σ_j min[j] * (Σ of activation sub-block j), sub-block j = groups 2j and 2j + 1.
+inline int32_t min_correction(const ScalesMins& sm, const ActBlockQ8_256& x) {
+  int32_t sum = 0;
+  for (int j = 0; j < 8; ++j) sum += sm.min[j] * (x.group_sums[2 * j] + x.group_sums[2 * j + 1]);
+  return sum;
+}
+
+// 32 unsigned quants of one sub-block times the activation bytes, times the sub-block scale.
+inline __m256i scaled_dot(__m256i q, const int8_t* x, uint8_t scale) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(q, load32(x)), _mm256_set1_epi16(scale));
+}
+
+}  // namespace
+
+float dot_q4_k(const void* w_row, const void* act_row, int64_t n) {
+  const auto* w = static_cast<const BlockQ4_K*>(w_row);
+  const auto* x = static_cast<const ActBlockQ8_256*>(act_row);
+  __m256 acc = _mm256_setzero_ps();
+  float mins = 0.0f;
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const ScalesMins sm = unpack_scales(w[b].scales);
+    __m256i sum = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      const __m256i bytes = load32(w[b].qs + 32 * c);
+      sum =
+          _mm256_add_epi32(sum, scaled_dot(low_nibbles(bytes), x[b].qs + 64 * c, sm.scale[2 * c]));
+      sum = _mm256_add_epi32(
+          sum, scaled_dot(high_nibbles(bytes), x[b].qs + 64 * c + 32, sm.scale[2 * c + 1]));
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(to_f32(w[b].d) * x[b].d), _mm256_cvtepi32_ps(sum), acc);
+    mins += to_f32(w[b].dmin) * x[b].d * static_cast<float>(min_correction(sm, x[b]));
+  }
+  return hsum(acc) - mins;
+}
+
+float dot_q5_k(const void* w_row, const void* act_row, int64_t n) {
+  const auto* w = static_cast<const BlockQ5_K*>(w_row);
+  const auto* x = static_cast<const ActBlockQ8_256*>(act_row);
+  const __m256i one = _mm256_set1_epi8(1);
+  __m256 acc = _mm256_setzero_ps();
+  float mins = 0.0f;
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const ScalesMins sm = unpack_scales(w[b].scales);
+    const __m256i high = load32(w[b].qh);
+    __m256i sum = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      const __m256i bytes = load32(w[b].qs + 32 * c);
+      // Bit j of qh[l] is bit 4 of sub-block j's element l. The 16-bit shift moves a bit of
+      // the neighbouring byte into the top, which the mask drops.
+      const __m256i h0 =
+          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(high, 2 * c), one), 4);
+      const __m256i h1 =
+          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(high, 2 * c + 1), one), 4);
+      const __m256i q0 = _mm256_or_si256(low_nibbles(bytes), h0);
+      const __m256i q1 = _mm256_or_si256(high_nibbles(bytes), h1);
+      sum = _mm256_add_epi32(sum, scaled_dot(q0, x[b].qs + 64 * c, sm.scale[2 * c]));
+      sum = _mm256_add_epi32(sum, scaled_dot(q1, x[b].qs + 64 * c + 32, sm.scale[2 * c + 1]));
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(to_f32(w[b].d) * x[b].d), _mm256_cvtepi32_ps(sum), acc);
+    mins += to_f32(w[b].dmin) * x[b].d * static_cast<float>(min_correction(sm, x[b]));
+  }
+  return hsum(acc) - mins;
+}
+
+// w = d * scale[g] * (q - 32), q in [0, 63]: the -32 is folded in through the group sums.
+float dot_q6_k(const void* w_row, const void* act_row, int64_t n) {
+  const auto* w = static_cast<const BlockQ6_K*>(w_row);
+  const auto* x = static_cast<const ActBlockQ8_256*>(act_row);
+  const __m256i mask2 = _mm256_set1_epi8(3);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const BlockQ6_K& blk = w[b];
+    __m256i sum = _mm256_setzero_si256();
+    int32_t offset = 0;
+    for (int g = 0; g < 16; ++g) offset += blk.scales[g] * x[b].group_sums[g];
+    for (int half = 0; half < 2; ++half) {
+      const __m256i low_a = load32(blk.ql + 64 * half);
+      const __m256i low_b = load32(blk.ql + 64 * half + 32);
+      const __m256i high = load32(blk.qh + 32 * half);
+      for (int quarter = 0; quarter < 4; ++quarter) {
+        const __m256i low_src = (quarter & 1) ? low_b : low_a;
+        const __m256i low = quarter < 2 ? low_nibbles(low_src) : high_nibbles(low_src);
+        const __m256i high2 = _mm256_and_si256(_mm256_srli_epi16(high, 2 * quarter), mask2);
+        const __m256i q = _mm256_or_si256(low, _mm256_slli_epi16(high2, 4));
+        // Elements 0..15 of this quarter use scale g, 16..31 use g + 1.
+        const int g = 8 * half + 2 * quarter;
+        const __m256i scales =
+            _mm256_set_m128i(_mm_set1_epi16(blk.scales[g + 1]), _mm_set1_epi16(blk.scales[g]));
+        const __m256i prod = _mm256_maddubs_epi16(q, load32(x[b].qs + 128 * half + 32 * quarter));
+        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(prod, scales));
+      }
+    }
+    const __m256i total =
+        _mm256_sub_epi32(sum, _mm256_setr_epi32(32 * offset, 0, 0, 0, 0, 0, 0, 0));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(to_f32(blk.d) * x[b].d), _mm256_cvtepi32_ps(total), acc);
+  }
+  return hsum(acc);
+}
+
+}  // namespace llamaserve::cpu

@@ -1,0 +1,75 @@
+#include "backend/cpu/kv_cache.h"
+
+#include <cstring>
+#include <new>
+
+#include "backend/cpu/simd.h"
+
+namespace llamaserve::cpu {
+namespace {
+
+void store_row(TensorType type, const float* src, void* dst, int64_t n) {
+  if (type == TensorType::F32) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  auto* out = static_cast<uint16_t*>(dst);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) store_f16x8(out + i, _mm256_loadu_ps(src + i));
+  for (; i < n; ++i) out[i] = f32_to_f16(src[i]);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<CpuKvCache>> CpuKvCache::create(const KvCacheGeometry& g) {
+  if (g.type != TensorType::F16 && g.type != TensorType::F32) {
+    return make_error(StatusCode::kUnsupported,
+                      "KV cache type {} is not supported on the CPU (use F16 or F32)",
+                      type_name(g.type));
+  }
+  if (g.n_layers <= 0 || g.first_layer < 0 || g.block_size <= 0 || g.n_blocks <= 0 ||
+      g.kv_dim() <= 0) {
+    return make_error(
+        StatusCode::kInvalidArgument,
+        "KV cache geometry must be positive: layers {}, block_size {}, n_blocks {}, kv_dim {}",
+        g.n_layers, g.block_size, g.n_blocks, g.kv_dim());
+  }
+  const uint64_t per_array = g.bytes_per_block() / 2 * static_cast<uint64_t>(g.n_blocks);
+  if (per_array / static_cast<uint64_t>(g.n_blocks) != g.bytes_per_block() / 2 ||
+      per_array > (1ull << 46)) {
+    return make_error(StatusCode::kResourceExhausted,
+                      "KV cache of {} blocks x {} bytes is too large", g.n_blocks,
+                      g.bytes_per_block());
+  }
+  std::unique_ptr<CpuKvCache> cache(new CpuKvCache(g));
+  // Uninitialised on purpose: the kernel hands out zero pages lazily.
+  cache->k_.reset(new (std::nothrow) uint8_t[per_array]);
+  cache->v_.reset(new (std::nothrow) uint8_t[per_array]);
+  if (!cache->k_ || !cache->v_) {
+    return make_error(StatusCode::kResourceExhausted, "cannot allocate a KV cache of 2 x {} bytes",
+                      per_array);
+  }
+  return cache;
+}
+
+KvCacheInfo CpuKvCache::info() const {
+  KvCacheInfo info;
+  info.n_blocks = geometry_.n_blocks;
+  info.block_size = geometry_.block_size;
+  info.bytes_per_block = geometry_.bytes_per_block();
+  return info;
+}
+
+void CpuKvCache::write(const Batch& batch, int32_t layer, const float* k_rows,
+                       const float* v_rows) {
+  const int64_t kv_dim = geometry_.kv_dim();
+  for (int32_t t = 0; t < batch.n_tokens(); ++t) {
+    const int32_t pos = batch.positions[t];
+    const int32_t block = batch.block_table(batch.seq_index[t])[pos / geometry_.block_size];
+    const int32_t slot = pos % geometry_.block_size;
+    store_row(geometry_.type, k_rows + t * kv_dim, slot_ptr(k_, layer, block, slot), kv_dim);
+    store_row(geometry_.type, v_rows + t * kv_dim, slot_ptr(v_, layer, block, slot), kv_dim);
+  }
+}
+
+}  // namespace llamaserve::cpu

@@ -1,0 +1,72 @@
+// Paged KV cache in host memory. For each layer of the range it holds, K and V are arrays of
+// n_blocks blocks × block_size token slots × kv_dim values (n_head_kv heads of head_dim),
+// stored as F16 (default: half the bytes for attention to read) or F32.
+// Block ids come from the engine's BlockManager; every layer uses the same ids.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "backend/batch.h"
+#include "core/status.h"
+#include "quant/types.h"
+
+namespace llamaserve::cpu {
+
+struct KvCacheGeometry {
+  int32_t first_layer = 0;
+  int32_t n_layers = 0;
+  int32_t block_size = 16;  // tokens per block
+  int32_t n_blocks = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;
+  TensorType type = TensorType::F16;  // F16 or F32
+
+  int64_t kv_dim() const { return n_head_kv * head_dim; }
+  size_t elem_bytes() const { return type == TensorType::F32 ? 4 : 2; }
+  size_t slot_bytes() const { return static_cast<size_t>(kv_dim()) * elem_bytes(); }
+  // K and V of one block across the held layers.
+  uint64_t bytes_per_block() const { return 2ull * n_layers * block_size * slot_bytes(); }
+};
+
+class CpuKvCache {
+ public:
+  // Validates the geometry and reserves the memory (pages are committed on first write, so a
+  // large cache costs nothing until it is used).
+  static Result<std::unique_ptr<CpuKvCache>> create(const KvCacheGeometry& geometry);
+
+  const KvCacheGeometry& geometry() const { return geometry_; }
+  KvCacheInfo info() const;
+
+  // The kv_dim values of one token slot. PRECONDITION: layer within the held range,
+  // 0 <= block < n_blocks, 0 <= slot < block_size.
+  const void* k(int32_t layer, int32_t block, int32_t slot) const {
+    return slot_ptr(k_, layer, block, slot);
+  }
+  const void* v(int32_t layer, int32_t block, int32_t slot) const {
+    return slot_ptr(v_, layer, block, slot);
+  }
+
+  // Stores K/V rows (kv_dim floats per token row, row stride kv_dim) of every token of
+  // `batch` at its position's slot of its sequence's block table.
+  // PRECONDITION: the batch was validated against info().
+  void write(const Batch& batch, int32_t layer, const float* k_rows, const float* v_rows);
+
+ private:
+  explicit CpuKvCache(const KvCacheGeometry& geometry) : geometry_(geometry) {}
+  uint8_t* slot_ptr(const std::unique_ptr<uint8_t[]>& base, int32_t layer, int32_t block,
+                    int32_t slot) const {
+    const size_t index =
+        (static_cast<size_t>(layer - geometry_.first_layer) * geometry_.n_blocks + block) *
+            geometry_.block_size +
+        slot;
+    return base.get() + index * geometry_.slot_bytes();
+  }
+
+  KvCacheGeometry geometry_;
+  std::unique_ptr<uint8_t[]> k_;
+  std::unique_ptr<uint8_t[]> v_;
+};
+
+}  // namespace llamaserve::cpu

@@ -1,0 +1,145 @@
+#include "backend/cpu/matmul.h"
+
+#include <algorithm>
+#include <cassert>
+
+#include "quant/quant.h"
+
+namespace llamaserve::cpu {
+namespace {
+
+constexpr MatmulKernel kKernels[] = {
+    {TensorType::F32, ActFormat::kF32, 1, dot_f32},
+    {TensorType::F16, ActFormat::kF32, 1, dot_f16},
+    {TensorType::BF16, ActFormat::kF32, 1, dot_bf16},
+    {TensorType::Q8_0, ActFormat::kQ8_32, 32, dot_q8_0},
+    {TensorType::Q4_0, ActFormat::kQ8_32, 32, dot_q4_0},
+    {TensorType::Q4_1, ActFormat::kQ8_32, 32, dot_q4_1},
+    {TensorType::Q4_K, ActFormat::kQ8_256, 256, dot_q4_k},
+    {TensorType::Q5_K, ActFormat::kQ8_256, 256, dot_q5_k},
+    {TensorType::Q6_K, ActFormat::kQ8_256, 256, dot_q6_k},
+};
+
+// Rows handled per pass over the tokens: small enough that the tile's weight bytes stay in
+// L1 while each activation row is read once per tile.
+constexpr int64_t kRowTile = 8;
+
+}  // namespace
+
+const MatmulKernel* find_matmul_kernel(TensorType type) {
+  for (const MatmulKernel& kernel : kKernels) {
+    if (kernel.type == type) return &kernel;
+  }
+  return nullptr;
+}
+
+Status check_matmul_supported(const QTensor& tensor) {
+  const MatmulKernel* kernel = find_matmul_kernel(tensor.type);
+  if (kernel == nullptr) {
+    return make_error(StatusCode::kUnsupported,
+                      "tensor '{}' has type {}, which the CPU backend has no matmul kernel for "
+                      "(supported: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q4_K Q5_K Q6_K)",
+                      tensor.name, type_name(tensor.type));
+  }
+  if (tensor.cols() % kernel->block_elems != 0) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "tensor '{}': {} columns are not a multiple of {}", tensor.name,
+                      tensor.cols(), kernel->block_elems);
+  }
+  return Status::ok();
+}
+
+ActCache::ActCache(int64_t max_tokens, int64_t max_cols)
+    : max_tokens_(max_tokens),
+      max_cols_(max_cols),
+      q8_32_(static_cast<size_t>(max_tokens) * act_row_bytes(ActFormat::kQ8_32, max_cols + 31)),
+      q8_256_(static_cast<size_t>(max_tokens) * act_row_bytes(ActFormat::kQ8_256, max_cols + 255)) {
+}
+
+void ActCache::reset(const float* x, int64_t n_tokens, int64_t cols) {
+  assert(n_tokens <= max_tokens_ && cols <= max_cols_);
+  x_ = x;
+  n_tokens_ = n_tokens;
+  cols_ = cols;
+  have_q8_32_ = false;
+  have_q8_256_ = false;
+}
+
+const uint8_t* ActCache::rows(ActFormat format, ThreadPool& pool) {
+  if (format == ActFormat::kF32) return reinterpret_cast<const uint8_t*>(x_);
+  bool& have = format == ActFormat::kQ8_32 ? have_q8_32_ : have_q8_256_;
+  uint8_t* out = format == ActFormat::kQ8_32 ? q8_32_.data() : q8_256_.data();
+  if (!have) {
+    const size_t stride = act_row_bytes(format, cols_);
+    pool.parallel_for(static_cast<size_t>(n_tokens_), 4, [&](size_t begin, size_t end) {
+      for (size_t t = begin; t < end; ++t) {
+        quantize_act_row(format, x_ + t * static_cast<size_t>(cols_), out + t * stride, cols_);
+      }
+    });
+    have = true;
+  }
+  return out;
+}
+
+void matmul(std::span<const MatmulOutput> outputs, ActCache& act, ThreadPool& pool) {
+  struct Prepared {
+    const MatmulKernel* kernel;
+    const uint8_t* act_rows;
+    size_t act_stride;
+    int64_t first_row;  // in the concatenated row space
+  };
+  // A handful of outputs share one input (Q/K/V, gate/up).
+  constexpr size_t kMaxOutputs = 8;
+  assert(outputs.size() <= kMaxOutputs);
+  Prepared prepared[kMaxOutputs];
+  const size_t n_outputs = std::min(outputs.size(), kMaxOutputs);
+  int64_t total_rows = 0;
+  for (size_t i = 0; i < n_outputs; ++i) {
+    const MatmulKernel* kernel = find_matmul_kernel(outputs[i].weight->type);
+    prepared[i] = {kernel, act.rows(kernel->act_format, pool),
+                   act_row_bytes(kernel->act_format, act.cols()), total_rows};
+    total_rows += outputs[i].weight->rows();
+  }
+  const int64_t n_tokens = act.n_tokens();
+  const int64_t cols = act.cols();
+  pool.parallel_for(static_cast<size_t>(total_rows), kRowTile, [&](size_t begin, size_t end) {
+    size_t o = 0;
+    for (int64_t row0 = static_cast<int64_t>(begin); row0 < static_cast<int64_t>(end);) {
+      while (row0 >= prepared[o].first_row + outputs[o].weight->rows()) ++o;
+      const MatmulOutput& out = outputs[o];
+      const Prepared& p = prepared[o];
+      const int64_t local0 = row0 - p.first_row;
+      const int64_t tile_end = std::min(
+          {local0 + kRowTile, out.weight->rows(), static_cast<int64_t>(end) - p.first_row});
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        const uint8_t* x = p.act_rows + static_cast<size_t>(t) * p.act_stride;
+        float* y = out.y + t * out.y_stride;
+        for (int64_t r = local0; r < tile_end; ++r) {
+          const float bias = out.bias ? out.bias[r] : 0.0f;
+          y[r] = p.kernel->dot(out.weight->row(r), x, cols) + bias;
+        }
+      }
+      row0 = p.first_row + tile_end;
+    }
+  });
+}
+
+void matmul_ref(const MatmulOutput& output, const float* x, int64_t n_tokens, ThreadPool* pool) {
+  const QTensor& w = *output.weight;
+  auto rows = [&](size_t begin, size_t end) {
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      for (size_t r = begin; r < end; ++r) {
+        const float bias = output.bias ? output.bias[r] : 0.0f;
+        output.y[t * output.y_stride + static_cast<int64_t>(r)] =
+            dot_row(w.type, w.row(static_cast<int64_t>(r)), x + t * w.cols(), w.cols()) + bias;
+      }
+    }
+  };
+  if (pool) {
+    pool->parallel_for(static_cast<size_t>(w.rows()), 16, rows);
+  } else {
+    rows(0, static_cast<size_t>(w.rows()));
+  }
+}
+
+}  // namespace llamaserve::cpu

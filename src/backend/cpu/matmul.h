@@ -1,0 +1,77 @@
+// Matrix products of weights (any supported TensorType) with activation rows: the hot path
+// of the CPU backend. Y[t, r] = Σ_c W[r, c] · X[t, c] (+ bias[r]).
+//
+// The activation rows are converted once per input into the 8-bit block form the weight
+// type's integer dot product consumes (ActCache), then every output row is one row-dot per
+// token, spread over the thread pool. Several matrices that read the same input (Q/K/V,
+// gate/up) run in one parallel region over their concatenated rows.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "backend/cpu/act_quant.h"
+#include "backend/cpu/dot.h"
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "model/weights.h"
+
+namespace llamaserve::cpu {
+
+// The dispatch table entry of one weight type.
+struct MatmulKernel {
+  TensorType type;
+  ActFormat act_format;
+  int64_t block_elems;  // the activation row length must be a multiple of this
+  RowDotFn dot;
+};
+
+// The kernel of `type`, or nullptr when the CPU backend cannot multiply with it.
+const MatmulKernel* find_matmul_kernel(TensorType type);
+
+// Ok when `tensor` can be multiplied on the CPU; otherwise an error naming it and its type.
+Status check_matmul_supported(const QTensor& tensor);
+
+// The activation rows of one matmul input in every representation asked for so far.
+// Buffers are sized once for max_tokens × max_cols and reused.
+class ActCache {
+ public:
+  ActCache(int64_t max_tokens, int64_t max_cols);
+
+  // PRECONDITION: n_tokens <= max_tokens, cols <= max_cols; x stays valid until the next reset.
+  void reset(const float* x, int64_t n_tokens, int64_t cols);
+
+  // Rows in `format` (row i at i * act_row_bytes(format, cols())), converted on first use.
+  const uint8_t* rows(ActFormat format, ThreadPool& pool);
+
+  int64_t n_tokens() const { return n_tokens_; }
+  int64_t cols() const { return cols_; }
+
+ private:
+  const float* x_ = nullptr;
+  int64_t n_tokens_ = 0;
+  int64_t cols_ = 0;
+  int64_t max_tokens_;
+  int64_t max_cols_;
+  bool have_q8_32_ = false;
+  bool have_q8_256_ = false;
+  std::vector<uint8_t> q8_32_;
+  std::vector<uint8_t> q8_256_;
+};
+
+struct MatmulOutput {
+  const QTensor* weight;  // (rows, cols)
+  float* y;               // y[t * y_stride + r]
+  int64_t y_stride;
+  const float* bias = nullptr;  // (rows) or nullptr
+};
+
+// Computes every output over the input held by `act`.
+// PRECONDITIONS: each weight's cols == act.cols(); each weight passed check_matmul_supported.
+void matmul(std::span<const MatmulOutput> outputs, ActCache& act, ThreadPool& pool);
+
+// Plain reference: each output element through quant's dot_row on float activations.
+void matmul_ref(const MatmulOutput& output, const float* x, int64_t n_tokens, ThreadPool* pool);
+
+}  // namespace llamaserve::cpu
