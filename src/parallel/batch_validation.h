@@ -1,0 +1,20 @@
+// Checks a Batch against the cache geometry and the model before any kernel reads it, so
+// that an engine bug shows up as a Status naming the bad row instead of a wild read.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "backend/batch.h"
+#include "core/status.h"
+
+namespace llamaserve {
+
+// Verifies: array sizes agree; token ids in [0, n_vocab); sequence indices in range;
+// positions of each sequence consecutive in row order and below its seq_length; every block
+// a row's attention reads is a valid block id; logit rows in range; `logits_size` floats are
+// enough for logit_rows.size() rows of n_vocab.
+Status validate_batch(const Batch& batch, const KvCacheInfo& kv, int64_t n_vocab,
+                      size_t logits_size);
+
+}  // namespace llamaserve
