@@ -1,0 +1,259 @@
+// Paged attention and RoPE against plain computations.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/attention.h"
+#include "backend/cpu/kv_cache.h"
+#include "backend/cpu/rope.h"
+#include "quant/blocks.h"
+
+namespace llamaserve::cpu {
+namespace {
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+struct AttentionCase {
+  TensorType kv_type;
+  int64_t n_head;
+  int64_t n_head_kv;
+  int64_t head_dim;
+  int32_t block_size;
+};
+
+class PagedAttentionTest : public ::testing::TestWithParam<AttentionCase> {};
+
+// Two sequences with scattered physical blocks; sequence 0 prefills 37 tokens, sequence 1
+// has 20 tokens cached and decodes one. The optimized kernel must agree with the reference,
+// and the reference with a dense computation on the same K/V values.
+TEST_P(PagedAttentionTest, MatchesReferenceAndDenseComputation) {
+  const AttentionCase& p = GetParam();
+  KvCacheGeometry g;
+  g.first_layer = 3;
+  g.n_layers = 2;
+  g.block_size = p.block_size;
+  g.n_blocks = 64;
+  g.n_head_kv = p.n_head_kv;
+  g.head_dim = p.head_dim;
+  g.type = p.kv_type;
+  auto cache = CpuKvCache::create(g);
+  ASSERT_TRUE(cache.is_ok()) << cache.status().to_string();
+  const int64_t kv_dim = g.kv_dim();
+  const int64_t q_dim = p.n_head * p.head_dim;
+
+  // Physical blocks in a shuffled order, split between the sequences.
+  std::vector<int32_t> physical(64);
+  std::iota(physical.begin(), physical.end(), 0);
+  std::shuffle(physical.begin(), physical.end(), std::mt19937(5));
+  Batch history;  // sequence 1's first 20 tokens, written earlier
+  Batch batch;
+  for (Batch* b : {&history, &batch}) {
+    b->blocks_per_seq = 16;
+    b->block_tables.assign(physical.begin(), physical.begin() + 32);
+  }
+  for (int32_t pos = 0; pos < 20; ++pos) {
+    history.tokens.push_back(0);
+    history.positions.push_back(pos);
+    history.seq_index.push_back(1);
+  }
+  history.seq_lengths = {1, 20};
+  for (int32_t pos = 0; pos < 37; ++pos) {
+    batch.tokens.push_back(0);
+    batch.positions.push_back(pos);
+    batch.seq_index.push_back(0);
+  }
+  batch.tokens.push_back(0);
+  batch.positions.push_back(20);
+  batch.seq_index.push_back(1);
+  batch.seq_lengths = {37, 21};
+
+  const std::vector<float> hk = random_floats(20 * kv_dim, 1), hv = random_floats(20 * kv_dim, 2);
+  (*cache)->write(history, 4, hk.data(), hv.data());
+  const int32_t n = batch.n_tokens();
+  const std::vector<float> k = random_floats(n * kv_dim, 3), v = random_floats(n * kv_dim, 4);
+  (*cache)->write(batch, 4, k.data(), v.data());
+  const std::vector<float> q = random_floats(n * q_dim, 5);
+
+  const AttentionShape shape{p.n_head, p.n_head_kv, p.head_dim,
+                             1.0f / std::sqrt(static_cast<float>(p.head_dim))};
+  std::vector<float> fast(n * q_dim), ref(n * q_dim);
+  ThreadPool pool(2);
+  AttentionScratch scratch(shape, g.block_size, pool.size());
+  attention(batch, shape, q.data(), **cache, 4, fast.data(), pool, scratch);
+  attention_ref(batch, shape, q.data(), **cache, 4, ref.data());
+  for (int64_t i = 0; i < n * q_dim; ++i) ASSERT_NEAR(fast[i], ref[i], 1e-5f) << i;
+
+  // Dense check of sequence 1's decode row with the K/V values as stored (f16-rounded).
+  auto stored = [&](const std::vector<float>& src, int64_t i) {
+    return p.kv_type == TensorType::F16 ? half_to_float(float_to_half(src[i])) : src[i];
+  };
+  const int64_t group = p.n_head / p.n_head_kv;
+  for (int64_t h = 0; h < p.n_head; ++h) {
+    const int64_t kvh = h / group;
+    std::vector<double> scores(21);
+    for (int32_t j = 0; j < 21; ++j) {
+      double s = 0;
+      for (int64_t i = 0; i < p.head_dim; ++i) {
+        const int64_t idx = kvh * p.head_dim + i;
+        const double key = j < 20 ? stored(hk, j * kv_dim + idx) : stored(k, 37 * kv_dim + idx);
+        s += q[37 * q_dim + h * p.head_dim + i] * key;
+      }
+      scores[j] = s * shape.scale;
+    }
+    const double max = *std::max_element(scores.begin(), scores.end());
+    double sum = 0;
+    for (double& s : scores) sum += (s = std::exp(s - max));
+    for (int64_t i = 0; i < p.head_dim; ++i) {
+      double o = 0;
+      const int64_t idx = kvh * p.head_dim + i;
+      for (int32_t j = 0; j < 21; ++j) {
+        o += scores[j] / sum *
+             (j < 20 ? stored(hv, j * kv_dim + idx) : stored(v, 37 * kv_dim + idx));
+      }
+      ASSERT_NEAR(ref[37 * q_dim + h * p.head_dim + i], o, 1e-5) << h << " " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, PagedAttentionTest,
+                         ::testing::Values(AttentionCase{TensorType::F16, 4, 4, 64, 16},
+                                           AttentionCase{TensorType::F32, 4, 4, 64, 16},
+                                           AttentionCase{TensorType::F16, 9, 3, 64, 16},
+                                           AttentionCase{TensorType::F16, 8, 2, 128, 32},
+                                           AttentionCase{TensorType::F32, 6, 1, 40, 7}));
+
+TEST(KvCache, RejectsBadGeometry) {
+  KvCacheGeometry g;
+  g.n_layers = 1;
+  g.n_blocks = 4;
+  g.n_head_kv = 1;
+  g.head_dim = 8;
+  g.type = TensorType::Q4_0;
+  EXPECT_EQ(CpuKvCache::create(g).status().code(), StatusCode::kUnsupported);
+  g.type = TensorType::F16;
+  g.block_size = 0;
+  EXPECT_EQ(CpuKvCache::create(g).status().code(), StatusCode::kInvalidArgument);
+  g.block_size = 16;
+  EXPECT_TRUE(CpuKvCache::create(g).is_ok());
+  EXPECT_EQ((*CpuKvCache::create(g))->info().bytes_per_block, 2u * 16 * 8 * 2);
+}
+
+ModelConfig rope_config(int64_t head_dim, RopeScaling scaling) {
+  ModelConfig c;
+  c.head_dim = head_dim;
+  c.rope_dim = head_dim;
+  c.rope_theta = 10000.0f;
+  c.rope_scaling = scaling;
+  return c;
+}
+
+// Each ordering against the rotation written out with explicit pair indices.
+TEST(Rope, BothOrderingsRotateTheirPairs) {
+  const int64_t hd = 16, n_heads = 2;
+  const ModelConfig c = rope_config(hd, {});
+  const std::vector<float> inv = rope_inv_freq(c, nullptr);
+  const int32_t pos = 7;
+  std::vector<float> cos(hd / 2), sin(hd / 2);
+  rope_cos_sin(inv, &pos, 1, cos.data(), sin.data());
+  const std::vector<float> x = random_floats(n_heads * hd, 11);
+  for (RopeOrdering ordering : {RopeOrdering::kNormal, RopeOrdering::kNeox}) {
+    std::vector<float> y = x;
+    rope_apply(y.data(), n_heads, hd, hd, ordering, cos.data(), sin.data());
+    for (int64_t h = 0; h < n_heads; ++h) {
+      for (int64_t i = 0; i < hd / 2; ++i) {
+        const int64_t a = ordering == RopeOrdering::kNormal ? 2 * i : i;
+        const int64_t b = ordering == RopeOrdering::kNormal ? 2 * i + 1 : i + hd / 2;
+        const double angle = pos * std::pow(10000.0, -2.0 * i / hd);
+        const double x0 = x[h * hd + a], x1 = x[h * hd + b];
+        EXPECT_NEAR(y[h * hd + a], x0 * std::cos(angle) - x1 * std::sin(angle), 1e-5);
+        EXPECT_NEAR(y[h * hd + b], x0 * std::sin(angle) + x1 * std::cos(angle), 1e-5);
+      }
+    }
+  }
+}
+
+// q·k after RoPE depends only on the distance between positions.
+TEST(Rope, DotProductDependsOnRelativePosition) {
+  const int64_t hd = 64;
+  const ModelConfig c = rope_config(hd, {});
+  const std::vector<float> inv = rope_inv_freq(c, nullptr);
+  const std::vector<float> q = random_floats(hd, 12), k = random_floats(hd, 13);
+  auto rotated_dot = [&](int32_t pq, int32_t pk) {
+    std::vector<float> cq(hd / 2), sq(hd / 2), ck(hd / 2), sk(hd / 2);
+    rope_cos_sin(inv, &pq, 1, cq.data(), sq.data());
+    rope_cos_sin(inv, &pk, 1, ck.data(), sk.data());
+    std::vector<float> a = q, b = k;
+    rope_apply(a.data(), 1, hd, hd, RopeOrdering::kNormal, cq.data(), sq.data());
+    rope_apply(b.data(), 1, hd, hd, RopeOrdering::kNormal, ck.data(), sk.data());
+    double s = 0;
+    for (int64_t i = 0; i < hd; ++i) s += a[i] * b[i];
+    return s;
+  };
+  EXPECT_NEAR(rotated_dot(10, 3), rotated_dot(107, 100), 1e-3);
+  EXPECT_NEAR(rotated_dot(5, 5), rotated_dot(0, 0), 1e-3);
+}
+
+TEST(Rope, PartialRotaryDimsLeaveTheRestAlone) {
+  const std::vector<float> x = random_floats(32, 14);
+  std::vector<float> y = x;
+  const std::vector<float> cos(8, 0.0f), sin(8, 1.0f);  // a quarter turn
+  rope_apply(y.data(), 1, 32, 16, RopeOrdering::kNeox, cos.data(), sin.data());
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_FLOAT_EQ(y[i], -x[i + 8]);
+    EXPECT_FLOAT_EQ(y[i + 8], x[i]);
+  }
+  for (int i = 16; i < 32; ++i) EXPECT_EQ(y[i], x[i]);
+}
+
+TEST(Rope, ScalingFrequencies) {
+  const int64_t hd = 128;
+  const std::vector<float> base = rope_inv_freq(rope_config(hd, {}), nullptr);
+  RopeScaling linear;
+  linear.type = RopeScalingType::kLinear;
+  linear.factor = 4.0f;
+  const std::vector<float> lin = rope_inv_freq(rope_config(hd, linear), nullptr);
+  for (size_t i = 0; i < base.size(); ++i) EXPECT_FLOAT_EQ(lin[i], base[i] / 4.0f);
+
+  RopeScaling llama3;
+  llama3.type = RopeScalingType::kLlama3;
+  llama3.factor = 8.0f;
+  llama3.low_freq_factor = 1.0f;
+  llama3.high_freq_factor = 4.0f;
+  llama3.original_context_length = 8192;
+  ModelConfig c3 = rope_config(hd, llama3);
+  c3.rope_theta = 500000.0f;
+  const std::vector<float> plain3 = rope_inv_freq(rope_config(hd, {}), nullptr);
+  ModelConfig c3_plain = rope_config(hd, {});
+  c3_plain.rope_theta = 500000.0f;
+  const std::vector<float> unscaled = rope_inv_freq(c3_plain, nullptr);
+  const std::vector<float> scaled = rope_inv_freq(c3, nullptr);
+  for (size_t i = 0; i < scaled.size(); ++i) {
+    const double wavelen = 2 * M_PI / unscaled[i];
+    if (wavelen < 8192.0 / 4.0) {
+      EXPECT_FLOAT_EQ(scaled[i], unscaled[i]);  // high frequencies kept
+    } else if (wavelen > 8192.0) {
+      EXPECT_FLOAT_EQ(scaled[i], unscaled[i] / 8.0f);  // low frequencies slowed down
+    } else {
+      EXPECT_LT(scaled[i], unscaled[i]);
+      EXPECT_GT(scaled[i], unscaled[i] / 8.0f);
+    }
+  }
+  // A rope_freqs tensor divides elementwise and overrides the metadata.
+  std::vector<float> factors(hd / 2, 2.0f);
+  const std::vector<float> with_factors = rope_inv_freq(c3, factors.data());
+  for (size_t i = 0; i < scaled.size(); ++i) EXPECT_FLOAT_EQ(with_factors[i], unscaled[i] / 2.0f);
+  (void)plain3;
+}
+
+}  // namespace
+}  // namespace llamaserve::cpu
