@@ -44,7 +44,7 @@ __device__ __forceinline__ void half8_to_float(const uint4& v, float (&f)[8]) {
 template <int D>
 __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs a) {
   constexpr int kPairs = D / 2;
-  constexpr int kGroups = kThreads / kPairs;                 // 4 for D = 64, 2 for D = 128
+  constexpr int kGroups = kThreads / kPairs;  // 4 for D = 64, 2 for D = 128
   constexpr int kMaxPerThread = kMaxAttentionQueries / kGroups;
   extern __shared__ float4 smem[];
 
@@ -55,12 +55,12 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
   const int nq = tile.n_rows * group_size;
   const int nq8 = round_up8(a.max_tile_rows * group_size);
 
-  float* q_s = reinterpret_cast<float*>(smem);  // [nq8][D], pre-scaled
-  float* s_s = q_s + nq8 * D;                   // [nq8][kChunk]: scores, then probabilities
-  float* m_s = s_s + nq8 * kChunk;              // running max per query vector
-  float* l_s = m_s + nq8;                       // running sum
-  float* alpha_s = l_s + nq8;                   // this chunk's rescale of the old sums
-  int* qpos_s = reinterpret_cast<int*>(alpha_s + nq8);      // the query's position
+  float* q_s = reinterpret_cast<float*>(smem);          // [nq8][D], pre-scaled
+  float* s_s = q_s + nq8 * D;                           // [nq8][kChunk]: scores, then probabilities
+  float* m_s = s_s + nq8 * kChunk;                      // running max per query vector
+  float* l_s = m_s + nq8;                               // running sum
+  float* alpha_s = l_s + nq8;                           // this chunk's rescale of the old sums
+  int* qpos_s = reinterpret_cast<int*>(alpha_s + nq8);  // the query's position
   int64_t* slot_s = reinterpret_cast<int64_t*>(qpos_s + nq8);  // K/V element offset per position
 
   const int tid = threadIdx.x;
@@ -107,7 +107,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
         slot_s[j] = slot;
         uint4 k_row[D / 8];
 #pragma unroll
-        for (int i = 0; i < D / 8; ++i) k_row[i] = __ldg(reinterpret_cast<const uint4*>(k_cache + slot) + i);
+        for (int i = 0; i < D / 8; ++i)
+          k_row[i] = __ldg(reinterpret_cast<const uint4*>(k_cache + slot) + i);
         for (int q0 = 0; q0 < nq; q0 += 8) {
           float dot[8] = {};
 #pragma unroll
@@ -118,8 +119,10 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
             for (int qq = 0; qq < 8; ++qq) {
               const float4* qv = reinterpret_cast<const float4*>(q_s + (q0 + qq) * D + 8 * i);
               const float4 lo = qv[0], hi = qv[1];
-              dot[qq] = fmaf(lo.x, k[0], fmaf(lo.y, k[1], fmaf(lo.z, k[2], fmaf(lo.w, k[3], dot[qq]))));
-              dot[qq] = fmaf(hi.x, k[4], fmaf(hi.y, k[5], fmaf(hi.z, k[6], fmaf(hi.w, k[7], dot[qq]))));
+              dot[qq] =
+                  fmaf(lo.x, k[0], fmaf(lo.y, k[1], fmaf(lo.z, k[2], fmaf(lo.w, k[3], dot[qq]))));
+              dot[qq] =
+                  fmaf(hi.x, k[4], fmaf(hi.y, k[5], fmaf(hi.z, k[6], fmaf(hi.w, k[7], dot[qq]))));
             }
           }
 #pragma unroll
@@ -160,7 +163,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
         *row = s;
         float sum = (s.x + s.y) + (s.z + s.w);
 #pragma unroll
-        for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+        for (int offset = 16; offset > 0; offset >>= 1)
+          sum += __shfl_xor_sync(0xffffffffu, sum, offset);
         if (lane == 0) {
           m_s[qi] = m_new;
           l_s[qi] = l_s[qi] * alpha + sum;
@@ -184,15 +188,18 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
       float2 v[4];
 #pragma unroll
       for (int jj = 0; jj < 4; ++jj) {
-        v[jj] = __half22float2(*reinterpret_cast<const __half2*>(v_cache + slot_s[j + jj] + 2 * pair));
+        v[jj] =
+            __half22float2(*reinterpret_cast<const __half2*>(v_cache + slot_s[j + jj] + 2 * pair));
       }
 #pragma unroll
       for (int i = 0; i < kMaxPerThread; ++i) {
         const int qi = group + i * kGroups;
         if (qi < nq) {
           const float4 p = *reinterpret_cast<const float4*>(s_s + qi * kChunk + j);
-          acc[i][0] = fmaf(p.x, v[0].x, fmaf(p.y, v[1].x, fmaf(p.z, v[2].x, fmaf(p.w, v[3].x, acc[i][0]))));
-          acc[i][1] = fmaf(p.x, v[0].y, fmaf(p.y, v[1].y, fmaf(p.z, v[2].y, fmaf(p.w, v[3].y, acc[i][1]))));
+          acc[i][0] =
+              fmaf(p.x, v[0].x, fmaf(p.y, v[1].x, fmaf(p.z, v[2].x, fmaf(p.w, v[3].x, acc[i][0]))));
+          acc[i][1] =
+              fmaf(p.x, v[0].y, fmaf(p.y, v[1].y, fmaf(p.z, v[2].y, fmaf(p.w, v[3].y, acc[i][1]))));
         }
       }
     }
@@ -212,7 +219,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
           make_float2(acc[i][0] * inv_l, acc[i][1] * inv_l);
     } else {
       const int64_t part = (row * a.n_head + head) * a.n_splits + split;
-      *reinterpret_cast<float2*>(a.partial + part * D + 2 * pair) = make_float2(acc[i][0], acc[i][1]);
+      *reinterpret_cast<float2*>(a.partial + part * D + 2 * pair) =
+          make_float2(acc[i][0], acc[i][1]);
       if (pair == 0) {
         a.partial[acc_floats + 2 * part] = m_s[qi];
         a.partial[acc_floats + 2 * part + 1] = l_s[qi];
@@ -260,8 +268,8 @@ template <int D>
 Status launch_attention(const AttentionArgs& a, cudaStream_t stream) {
   const int nq8 = (a.max_tile_rows * (a.n_head / a.n_head_kv) + 7) & ~7;
   const int64_t smem = SmemLayout::bytes(nq8, D);
-  LS_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(smem)));
+  LS_CUDA_CHECK(cudaFuncSetAttribute(
+      attention_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(a.n_tiles), static_cast<unsigned>(a.n_head_kv),
                   static_cast<unsigned>(a.n_splits));
   attention_kernel<D><<<grid, kThreads, smem, stream>>>(a);
@@ -296,7 +304,8 @@ int64_t attention_workspace_floats(int64_t n_batch_rows, int32_t n_head, int32_t
 }
 
 Status attention(const AttentionArgs& a, cudaStream_t stream) {
-  LS_CUDA_REQUIRE(a.q != nullptr && a.out != nullptr && a.k_cache != nullptr && a.v_cache != nullptr);
+  LS_CUDA_REQUIRE(a.q != nullptr && a.out != nullptr && a.k_cache != nullptr &&
+                  a.v_cache != nullptr);
   LS_CUDA_REQUIRE(a.positions != nullptr && a.seq_index != nullptr && a.block_tables != nullptr);
   LS_CUDA_REQUIRE(a.tiles != nullptr && a.n_tiles >= 0 && a.max_tile_rows >= 1);
   LS_CUDA_REQUIRE(a.n_head_kv > 0 && a.n_head % a.n_head_kv == 0 && a.n_head_kv <= 65535);
@@ -305,14 +314,16 @@ Status attention(const AttentionArgs& a, cudaStream_t stream) {
   LS_CUDA_REQUIRE(a.n_splits >= 1 && a.n_splits <= 65535);
   LS_CUDA_REQUIRE(a.n_splits == 1 || (a.partial != nullptr && a.n_batch_rows > 0));
   LS_CUDA_REQUIRE(a.q_stride % 4 == 0 && a.out_stride % 2 == 0);
-  LS_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.q) % 16 == 0 && reinterpret_cast<uintptr_t>(a.out) % 8 == 0);
+  LS_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.q) % 16 == 0 &&
+                  reinterpret_cast<uintptr_t>(a.out) % 8 == 0);
   if (a.n_tiles == 0) return Status::ok();
   switch (a.head_dim) {
     case 64: return launch_attention<64>(a, stream);
     case 128: return launch_attention<128>(a, stream);
     default:
       return make_error(StatusCode::kUnsupported,
-                        "attention: the CUDA kernel handles head_dim 64 or 128, not {}", a.head_dim);
+                        "attention: the CUDA kernel handles head_dim 64 or 128, not {}",
+                        a.head_dim);
   }
 }
 

@@ -31,43 +31,42 @@ void log_cuda_error(cudaError_t error, const char* call, const char* file, int l
 
 }  // namespace llamaserve::cuda
 
-#define LS_CUDA_CHECK(call)                                                                \
-  do {                                                                                     \
-    const cudaError_t ls_cuda_error_ = (call);                                             \
-    if (ls_cuda_error_ != cudaSuccess) {                                                   \
-      return ::llamaserve::cuda::cuda_error(ls_cuda_error_, #call, __FILE__, __LINE__);    \
-    }                                                                                      \
+#define LS_CUDA_CHECK(call)                                                             \
+  do {                                                                                  \
+    const cudaError_t ls_cuda_error_ = (call);                                          \
+    if (ls_cuda_error_ != cudaSuccess) {                                                \
+      return ::llamaserve::cuda::cuda_error(ls_cuda_error_, #call, __FILE__, __LINE__); \
+    }                                                                                   \
   } while (0)
 
 // After a kernel launch: catches bad launch configurations (and, with
 // CUDA_LAUNCH_BLOCKING=1, faults of the kernel itself).
-#define LS_CUDA_CHECK_LAUNCH()                                                             \
-  do {                                                                                     \
-    const cudaError_t ls_cuda_error_ = cudaGetLastError();                                 \
-    if (ls_cuda_error_ != cudaSuccess) {                                                   \
-      return ::llamaserve::cuda::cuda_error(ls_cuda_error_, "kernel launch", __FILE__,     \
-                                            __LINE__);                                     \
-    }                                                                                      \
+#define LS_CUDA_CHECK_LAUNCH()                                                                    \
+  do {                                                                                            \
+    const cudaError_t ls_cuda_error_ = cudaGetLastError();                                        \
+    if (ls_cuda_error_ != cudaSuccess) {                                                          \
+      return ::llamaserve::cuda::cuda_error(ls_cuda_error_, "kernel launch", __FILE__, __LINE__); \
+    }                                                                                             \
   } while (0)
 
 // Logs instead of returning; for destructors.
-#define LS_CUDA_LOG_ERROR(call)                                                            \
-  do {                                                                                     \
-    const cudaError_t ls_cuda_error_ = (call);                                             \
-    if (ls_cuda_error_ != cudaSuccess) {                                                   \
-      ::llamaserve::cuda::log_cuda_error(ls_cuda_error_, #call, __FILE__, __LINE__);       \
-    }                                                                                      \
+#define LS_CUDA_LOG_ERROR(call)                                                      \
+  do {                                                                               \
+    const cudaError_t ls_cuda_error_ = (call);                                       \
+    if (ls_cuda_error_ != cudaSuccess) {                                             \
+      ::llamaserve::cuda::log_cuda_error(ls_cuda_error_, #call, __FILE__, __LINE__); \
+    }                                                                                \
   } while (0)
 
 // PRECONDITION: the translation unit includes <cublas_v2.h>.
-#define LS_CUBLAS_CHECK(call)                                                              \
-  do {                                                                                     \
-    const cublasStatus_t ls_cublas_status_ = (call);                                       \
-    if (ls_cublas_status_ != CUBLAS_STATUS_SUCCESS) {                                      \
-      return ::llamaserve::cuda::library_error("cuBLAS", static_cast<int>(ls_cublas_status_), \
-                                               cublasGetStatusString(ls_cublas_status_),  \
-                                               #call, __FILE__, __LINE__);                 \
-    }                                                                                      \
+#define LS_CUBLAS_CHECK(call)                                                                   \
+  do {                                                                                          \
+    const cublasStatus_t ls_cublas_status_ = (call);                                            \
+    if (ls_cublas_status_ != CUBLAS_STATUS_SUCCESS) {                                           \
+      return ::llamaserve::cuda::library_error("cuBLAS", static_cast<int>(ls_cublas_status_),   \
+                                               cublasGetStatusString(ls_cublas_status_), #call, \
+                                               __FILE__, __LINE__);                             \
+    }                                                                                           \
   } while (0)
 
 // PRECONDITION: the translation unit includes <nccl.h>.
@@ -81,9 +80,9 @@ void log_cuda_error(cudaError_t error, const char* call, const char* file, int l
     }                                                                                      \
   } while (0)
 
-#define LS_CUDA_REQUIRE(condition)                                                         \
-  do {                                                                                     \
-    if (!(condition)) {                                                                    \
-      return ::llamaserve::cuda::precondition_error(#condition, __FILE__, __LINE__);       \
-    }                                                                                      \
+#define LS_CUDA_REQUIRE(condition)                                                   \
+  do {                                                                               \
+    if (!(condition)) {                                                              \
+      return ::llamaserve::cuda::precondition_error(#condition, __FILE__, __LINE__); \
+    }                                                                                \
   } while (0)

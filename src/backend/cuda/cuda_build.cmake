@@ -1,5 +1,8 @@
-# CMake 3.25 has no CUDA20 flag for nvcc; every directory with CUDA targets includes this so
-# that CMAKE_CUDA_STANDARD 20 (set at the top level) resolves to -std=c++20.
+# Build settings shared by every directory with CUDA targets (src/backend/cuda, tests/gpu,
+# bench/cuda_kernels).
+
+# CMake 3.25 has no CUDA20 flag for nvcc; this makes CMAKE_CUDA_STANDARD 20 (set at the top
+# level) resolve to -std=c++20.
 if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
   set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
   set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
@@ -8,3 +11,16 @@ endif()
 # fmt 9 turns constexpr off under nvcc, and then its C++20 code does not compile (a constexpr
 # function calling a non-constexpr one). nvcc's host pass handles relaxed constexpr fine.
 add_compile_definitions($<$<COMPILE_LANGUAGE:CUDA>:FMT_USE_CONSTEXPR=1>)
+
+# Executables that run on the GPU machine, which has the NVIDIA driver and cuBLAS but maybe not
+# this machine's C++ runtime or fmt/spdlog: libstdc++/libgcc are linked statically (the CUDA
+# runtime is already static), and the fmt and spdlog shared libraries are copied into
+# <build>/runtime-libs, which scripts/device_run.sh puts on LD_LIBRARY_PATH.
+function(llamaserve_gpu_executable target)
+  target_link_options(${target} PRIVATE -static-libstdc++ -static-libgcc)
+  add_custom_command(TARGET ${target} POST_BUILD
+    COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/runtime-libs
+    COMMAND ${CMAKE_COMMAND} -E copy_if_different $<TARGET_SONAME_FILE:fmt::fmt>
+            $<TARGET_SONAME_FILE:spdlog::spdlog> ${CMAKE_BINARY_DIR}/runtime-libs/
+    VERBATIM)
+endfunction()

@@ -10,9 +10,13 @@ constexpr int kDequantThreads = 256;
 template <typename Out>
 __device__ __forceinline__ Out convert(float v);
 template <>
-__device__ __forceinline__ float convert<float>(float v) { return v; }
+__device__ __forceinline__ float convert<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ __half convert<__half>(float v) { return __float2half_rn(v); }
+__device__ __forceinline__ __half convert<__half>(float v) {
+  return __float2half_rn(v);
+}
 template <>
 __device__ __forceinline__ __nv_bfloat16 convert<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
@@ -46,7 +50,8 @@ __global__ void __launch_bounds__(kDequantThreads)
   if (i >= a.n_rows * units_per_row) return;
   const int64_t out_row = i / units_per_row;
   const int u = static_cast<int>(i % units_per_row);
-  int64_t row = a.row_ids != nullptr ? static_cast<int64_t>(a.row_ids[out_row]) : a.first_row + out_row;
+  int64_t row =
+      a.row_ids != nullptr ? static_cast<int64_t>(a.row_ids[out_row]) : a.first_row + out_row;
   row = min(max(row, int64_t{0}), a.w.rows - 1);
   const typename F::Raw raw = F::load(a.w, row, u);
   Out* dst = static_cast<Out*>(a.dst) + out_row * a.dst_stride;
@@ -65,7 +70,8 @@ Status launch(const DequantArgs& a, cudaStream_t stream) {
   const int units = static_cast<int>(a.w.cols / kUnitElems<T>);
   const int64_t blocks = (a.n_rows * units + kDequantThreads - 1) / kDequantThreads;
   LS_CUDA_REQUIRE(blocks <= 0x7fffffff);
-  dequantize_rows_kernel<T, Out><<<static_cast<unsigned>(blocks), kDequantThreads, 0, stream>>>(a, units);
+  dequantize_rows_kernel<T, Out>
+      <<<static_cast<unsigned>(blocks), kDequantThreads, 0, stream>>>(a, units);
   LS_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }

@@ -21,8 +21,8 @@ struct DequantArgs {
   int64_t first_row = 0;
   int64_t n_rows = 0;
   DequantOut out_type = DequantOut::kF32;
-  void* dst = nullptr;      // row i at dst + i * dst_stride elements; 16-byte aligned
-  int64_t dst_stride = 0;   // elements; a multiple of 8 and >= w.cols
+  void* dst = nullptr;     // row i at dst + i * dst_stride elements; 16-byte aligned
+  int64_t dst_stride = 0;  // elements; a multiple of 8 and >= w.cols
 };
 
 Status dequantize_rows(const DequantArgs& args, cudaStream_t stream);

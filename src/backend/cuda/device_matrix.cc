@@ -38,8 +38,8 @@ uint64_t DeviceMatrixLayout::total_bytes() const {
 
 Status unsupported_weight_type(TensorType type, const char* op) {
   const TypeTraits* t = type_traits(static_cast<uint32_t>(type));
-  return make_error(StatusCode::kUnsupported, "{}: the CUDA backend has no kernel for {} weights", op,
-                    t != nullptr ? t->name : "unknown");
+  return make_error(StatusCode::kUnsupported, "{}: the CUDA backend has no kernel for {} weights",
+                    op, t != nullptr ? t->name : "unknown");
 }
 
 bool cuda_weight_type_supported(TensorType type) {
@@ -58,7 +58,8 @@ bool cuda_weight_type_supported(TensorType type) {
 }
 
 Result<DeviceMatrixLayout> device_matrix_layout(TensorType type, int64_t rows, int64_t cols) {
-  if (!cuda_weight_type_supported(type)) return unsupported_weight_type(type, "device_matrix_layout");
+  if (!cuda_weight_type_supported(type))
+    return unsupported_weight_type(type, "device_matrix_layout");
   const TypeTraits& t = traits(type);
   const int64_t unit = std::max<int64_t>(t.block_elems, float_unit_elems(type));
   if (rows <= 0 || cols <= 0 || cols % unit != 0) {
@@ -113,19 +114,20 @@ Result<DeviceMatrix> upload_matrix(TensorType type, int64_t rows, int64_t cols,
 
   const int64_t rows_per_step = static_cast<int64_t>(staging_bytes / src_row_bytes);
   if (staging == nullptr || rows_per_step < 1) {
-    return make_error(StatusCode::kInvalidArgument,
-                      "upload_matrix: staging buffer of {} bytes is smaller than one {} row ({} bytes)",
-                      staging_bytes, type_name(type), src_row_bytes);
+    return make_error(
+        StatusCode::kInvalidArgument,
+        "upload_matrix: staging buffer of {} bytes is smaller than one {} row ({} bytes)",
+        staging_bytes, type_name(type), src_row_bytes);
   }
   auto* stage = static_cast<uint8_t*>(staging);
   for (int64_t row = 0; row < rows; row += rows_per_step) {
     const int64_t n = std::min(rows_per_step, rows - row);
     LS_CUDA_CHECK(cudaMemcpyAsync(stage, src + row * src_row_bytes, n * src_row_bytes,
                                   cudaMemcpyHostToDevice, stream));
-    LS_RETURN_IF_ERROR(launch_split_blocks(*split, stage, n, cols / traits(type).block_elems,
-                                           dst + row * layout.quant_row_bytes,
-                                           layout.quant_row_bytes, scales + row * layout.scale_row_bytes,
-                                           layout.scale_row_bytes, stream));
+    LS_RETURN_IF_ERROR(
+        launch_split_blocks(*split, stage, n, cols / traits(type).block_elems,
+                            dst + row * layout.quant_row_bytes, layout.quant_row_bytes,
+                            scales + row * layout.scale_row_bytes, layout.scale_row_bytes, stream));
   }
   LS_CUDA_CHECK(cudaStreamSynchronize(stream));
   return m;

@@ -17,7 +17,8 @@ struct Grid2d {
   dim3 grid;
   static Grid2d make(int64_t n_rows, int64_t n) {
     const int64_t col_blocks = (n + kThreads - 1) / kThreads;
-    return {dim3(static_cast<unsigned>(col_blocks), static_cast<unsigned>(std::min<int64_t>(n_rows, 65535)))};
+    return {dim3(static_cast<unsigned>(col_blocks),
+                 static_cast<unsigned>(std::min<int64_t>(n_rows, 65535)))};
   }
 };
 
@@ -78,7 +79,9 @@ struct AddInplace {
   int64_t x_stride;
   const float* y;
   int64_t y_stride;
-  __device__ void operator()(int64_t r, int64_t c) const { x[r * x_stride + c] += y[r * y_stride + c]; }
+  __device__ void operator()(int64_t r, int64_t c) const {
+    x[r * x_stride + c] += y[r * y_stride + c];
+  }
 };
 
 struct AddBias {
@@ -105,7 +108,8 @@ Status convert_to_half(const float* x, int64_t x_stride, int64_t n_rows, int64_t
                        int64_t dst_stride, HalfType type, cudaStream_t stream) {
   LS_CUDA_REQUIRE(x != nullptr && dst != nullptr && dst_stride >= n && x_stride >= n);
   if (type == HalfType::kF16) {
-    return launch_rows(n_rows, n, ToF16{x, x_stride, static_cast<__half*>(dst), dst_stride}, stream);
+    return launch_rows(n_rows, n, ToF16{x, x_stride, static_cast<__half*>(dst), dst_stride},
+                       stream);
   }
   return launch_rows(n_rows, n, ToBF16{x, x_stride, static_cast<__nv_bfloat16*>(dst), dst_stride},
                      stream);

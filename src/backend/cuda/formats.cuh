@@ -142,7 +142,8 @@ struct Format<TensorType::Q8_0> {
     float d;
   };
   __device__ static Raw load(const DeviceMatrix& m, int64_t row, int u) {
-    return {load_weights_16(quant_row(m, row) + 16 * u), load_half(scale_row(m, row) + 2 * (u >> 1))};
+    return {load_weights_16(quant_row(m, row) + 16 * u),
+            load_half(scale_row(m, row) + 2 * (u >> 1))};
   }
   __device__ static int run_base(int u, int) { return 16 * u; }
   __device__ static void decode(const Raw& raw, int, int, float (&q)[kRunLen], float& scale,
@@ -236,7 +237,8 @@ struct Format<TensorType::Q4_K> {
   };
   __device__ static Raw load(const DeviceMatrix& m, int64_t row, int u) {
     const uint8_t* block = quant_row(m, row) + (u >> 3) * kBlockBytes;
-    return {__ldg(reinterpret_cast<const uint4*>(block)), load_weights_16(block + 16 + 16 * (u & 7))};
+    return {__ldg(reinterpret_cast<const uint4*>(block)),
+            load_weights_16(block + 16 + 16 * (u & 7))};
   }
   __device__ static int run_base(int u, int k) {
     return 256 * (u >> 3) + 64 * ((u >> 1) & 3) + 32 * k + 16 * (u & 1);
@@ -374,6 +376,6 @@ Status dispatch_weight_type(TensorType type, const char* op, Fn&& fn) {
 }
 
 template <TensorType T>
-inline constexpr int kUnitElems = Format<T>::kRunLen * Format<T>::kRuns;
+inline constexpr int kUnitElems = Format<T>::kRunLen* Format<T>::kRuns;
 
 }  // namespace llamaserve::cuda

@@ -6,7 +6,8 @@
 namespace llamaserve::cuda {
 
 uint64_t matvec_weight_bytes(const DeviceMatrix& w) {
-  return static_cast<uint64_t>(w.rows) * static_cast<uint64_t>(w.quant_row_bytes + w.scale_row_bytes);
+  return static_cast<uint64_t>(w.rows) *
+         static_cast<uint64_t>(w.quant_row_bytes + w.scale_row_bytes);
 }
 
 Status matvec(const MatvecArgs& a, cudaStream_t stream) {
@@ -24,8 +25,7 @@ Status matvec(const MatvecArgs& a, cudaStream_t stream) {
     case TensorType::Q4_K: return launch_matvec<TensorType::Q4_K>(a, stream);
     case TensorType::Q5_K: return launch_matvec<TensorType::Q5_K>(a, stream);
     case TensorType::Q6_K: return launch_matvec<TensorType::Q6_K>(a, stream);
-    default:
-      return unsupported_weight_type(a.w.type, "matvec");
+    default: return unsupported_weight_type(a.w.type, "matvec");
   }
 }
 

@@ -39,7 +39,8 @@ __global__ void __launch_bounds__(kRopeThreads) rope_kernel(const RopeArgs a) {
 }  // namespace
 
 Status rope(const RopeArgs& a, cudaStream_t stream) {
-  LS_CUDA_REQUIRE(a.q != nullptr && a.k != nullptr && a.positions != nullptr && a.inv_freq != nullptr);
+  LS_CUDA_REQUIRE(a.q != nullptr && a.k != nullptr && a.positions != nullptr &&
+                  a.inv_freq != nullptr);
   LS_CUDA_REQUIRE(a.rope_dim > 0 && a.rope_dim % 2 == 0 && a.rope_dim <= a.head_dim);
   LS_CUDA_REQUIRE(a.q_stride >= static_cast<int64_t>(a.n_head) * a.head_dim);
   LS_CUDA_REQUIRE(a.k_stride >= static_cast<int64_t>(a.n_head_kv) * a.head_dim);

@@ -1,0 +1,48 @@
+// Prefill / large-batch products Y = X W^T with cuBLAS tensor-core GEMMs:
+//   y[b, r] = (accumulate ? y[b, r] : 0) + Σ_c W[r, c] · x[b, c] + bias[r].
+//
+// The activations are converted to f16 (bf16 for BF16 weights) and the product accumulates in
+// fp32 into the fp32 output. F16/BF16 weights are used in place; quantized (and F32) weights
+// are first dequantized to f16, a slice of rows at a time, into a scratch buffer: the cost is
+// one extra pass over an f16 copy of the slice, small next to the GEMM once the batch has more
+// than a few dozen rows (below that, matvec.h is faster).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "backend/cuda/device_matrix.h"
+#include "core/status.h"
+
+namespace llamaserve::cuda {
+
+struct GemmWorkspace {
+  void* act_half = nullptr;  // activations as f16/bf16: n_rows * round_up(cols, 8) elements
+  size_t act_half_bytes = 0;
+  void* weight_half = nullptr;  // dequantized weight rows (unused for F16/BF16 weights)
+  size_t weight_half_bytes = 0;
+};
+
+struct GemmArgs {
+  DeviceMatrix w;            // (rows, cols)
+  const float* x = nullptr;  // row b at x + b * x_stride
+  int64_t x_stride = 0;
+  int64_t n_rows = 0;
+  float* y = nullptr;  // y[b * y_stride + r]
+  int64_t y_stride = 0;
+  const float* bias = nullptr;
+  bool accumulate = false;
+};
+
+// Bytes of GemmWorkspace::act_half needed for n_rows rows of max_cols features.
+size_t gemm_act_half_bytes(int64_t n_rows, int64_t max_cols);
+
+// PRECONDITIONS: the workspace holds the converted activations and at least one dequantized
+// weight row (more rows, fewer and larger GEMMs); `handle` is used on `stream`.
+Status gemm(cublasHandle_t handle, const GemmArgs& args, const GemmWorkspace& workspace,
+            cudaStream_t stream);
+
+}  // namespace llamaserve::cuda

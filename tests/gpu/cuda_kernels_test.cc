@@ -1,0 +1,326 @@
+// CUDA kernels against CPU references: weight upload + matvec for every weight type and 1, 3
+// and 16 activation rows, dequantization and embedding lookup, and the cuBLAS prefill GEMM.
+// Sizes are odd on purpose (769 rows, 5125 columns rounded up to the type's block). Outputs
+// are poisoned with NaN before each run. The other kernels are in cuda_ops_test.cc.
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cuda/dequant.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/matvec.h"
+#include "quant/blocks.h"
+#include "test_util.h"
+
+namespace llamaserve::cuda::testing {
+namespace {
+
+constexpr int64_t kRows = 769;
+constexpr int64_t kCols = 5125;
+
+// y[b][r] = Σ_c W[r][c] x[b][c] in double, and Σ |W x| (the scale rounding errors grow with).
+struct Reference {
+  std::vector<double> y;
+  std::vector<double> bound;
+};
+
+Reference reference_product(const HostMatrix& m, const std::vector<float>& x, int64_t x_stride,
+                            int64_t n_act) {
+  Reference ref{std::vector<double>(n_act * m.rows), std::vector<double>(n_act * m.rows)};
+  for (int64_t b = 0; b < n_act; ++b) {
+    for (int64_t r = 0; r < m.rows; ++r) {
+      double sum = 0.0, bound = 0.0;
+      for (int64_t c = 0; c < m.cols; ++c) {
+        const double p = static_cast<double>(m.values[r * m.cols + c]) * x[b * x_stride + c];
+        sum += p;
+        bound += std::fabs(p);
+      }
+      ref.y[b * m.rows + r] = sum;
+      ref.bound[b * m.rows + r] = bound;
+    }
+  }
+  return ref;
+}
+
+// Every y[b * y_stride + r] within tolerance * bound of the reference (+ expected_extra).
+void expect_close(const std::vector<float>& y, int64_t y_stride, const Reference& ref, int64_t rows,
+                  int64_t n_act, double tolerance, const std::vector<double>& extra = {}) {
+  int failures = 0;
+  double worst = 0.0;
+  for (int64_t b = 0; b < n_act; ++b) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const double expected = ref.y[b * rows + r] + (extra.empty() ? 0.0 : extra[b * rows + r]);
+      const double got = y[b * y_stride + r];
+      const double err = std::fabs(got - expected) / (ref.bound[b * rows + r] + 1e-6);
+      worst = std::max(worst, std::isnan(got) ? INFINITY : err);
+      if (!(err <= tolerance) && ++failures <= 5) {
+        ADD_FAILURE() << "row " << b << " output " << r << ": got " << got << ", expected "
+                      << expected << " (relative error " << err << ")";
+      }
+    }
+  }
+  EXPECT_EQ(failures, 0) << "worst relative error " << worst << ", tolerance " << tolerance;
+}
+
+class MatvecTest : public GpuTest, public ::testing::WithParamInterface<TensorType> {};
+
+// The GPU decodes the same values as quant's reference decoder (up to FMA contraction in
+// d * q - m, one ulp per weight) and accumulates in fp32, so for every type the error is the
+// fp32 summation error: far below this bound, while a layout mistake is O(1).
+constexpr double kMatvecTolerance = 2e-5;
+
+TEST_P(MatvecTest, MatchesReferenceForOneThreeAndSixteenRows) {
+  const TensorType type = GetParam();
+  const int64_t cols = round_cols(type, kCols);
+  const HostMatrix m = make_matrix(type, kRows, cols, 1234);
+  UploadedMatrix w = upload(m);
+  ASSERT_NE(w.view.quants, nullptr);
+  for (const int64_t n_act : {1, 3, 16}) {
+    SCOPED_TRACE("activation rows " + std::to_string(n_act));
+    const int64_t x_stride = cols + 4;  // strided rows
+    const int64_t y_stride = kRows + 3;
+    const std::vector<float> x = random_floats(n_act * x_stride, 99 + n_act);
+    DeviceArray<float> x_dev(x);
+    DeviceArray<float> y_dev(n_act * y_stride);
+    y_dev.poison();
+    MatvecArgs args;
+    args.w = w.view;
+    args.x = x_dev.get();
+    args.x_stride = x_stride;
+    args.n_rows = static_cast<int32_t>(n_act);
+    args.y = y_dev.get();
+    args.y_stride = y_stride;
+    ASSERT_OK(matvec(args, nullptr));
+    ASSERT_CUDA(cudaDeviceSynchronize());
+    expect_close(y_dev.download(), y_stride, reference_product(m, x, x_stride, n_act), kRows, n_act,
+                 kMatvecTolerance);
+  }
+}
+
+TEST_P(MatvecTest, AccumulatesIntoOutputAndAddsBias) {
+  const TensorType type = GetParam();
+  const int64_t cols = round_cols(type, 1000);
+  const int64_t rows = 131;
+  const int64_t n_act = 5;
+  const HostMatrix m = make_matrix(type, rows, cols, 77);
+  UploadedMatrix w = upload(m);
+  ASSERT_NE(w.view.quants, nullptr);
+  const std::vector<float> x = random_floats(n_act * cols, 5);
+  const std::vector<float> y0 = random_floats(n_act * rows, 6);
+  const std::vector<float> bias = random_floats(rows, 7);
+  DeviceArray<float> x_dev(x), y_dev(y0), bias_dev(bias);
+  MatvecArgs args;
+  args.w = w.view;
+  args.x = x_dev.get();
+  args.x_stride = cols;
+  args.n_rows = static_cast<int32_t>(n_act);
+  args.y = y_dev.get();
+  args.y_stride = rows;
+  args.bias = bias_dev.get();
+  args.accumulate = true;
+  ASSERT_OK(matvec(args, nullptr));
+  ASSERT_CUDA(cudaDeviceSynchronize());
+  std::vector<double> extra(n_act * rows);
+  for (int64_t b = 0; b < n_act; ++b) {
+    for (int64_t r = 0; r < rows; ++r) extra[b * rows + r] = y0[b * rows + r] + bias[r];
+  }
+  expect_close(y_dev.download(), rows, reference_product(m, x, cols, n_act), rows, n_act,
+               kMatvecTolerance, extra);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, MatvecTest, ::testing::ValuesIn(weight_types()),
+                         type_param_name);
+
+TEST(MatvecContract, RejectsMisalignedActivations) {
+  MatvecArgs args;
+  args.w.type = TensorType::Q4_0;
+  args.w.rows = 4;
+  args.w.cols = 32;
+  args.w.quants = reinterpret_cast<const uint8_t*>(256);
+  args.x = reinterpret_cast<const float*>(260);  // not 16-byte aligned
+  args.y = reinterpret_cast<float*>(512);
+  const Status s = matvec(args, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+}
+
+TEST(DeviceLayout, RefusesRowsThatAreNotWholeBlocks) {
+  EXPECT_FALSE(device_matrix_layout(TensorType::Q4_K, 4, 300).is_ok());
+  EXPECT_FALSE(device_matrix_layout(TensorType::F16, 4, 30).is_ok());
+  EXPECT_FALSE(device_matrix_layout(TensorType::Q5_0, 4, 32).is_ok());
+  ASSERT_TRUE(device_matrix_layout(TensorType::Q6_K, 3, 512).is_ok());
+  const DeviceMatrixLayout l = *device_matrix_layout(TensorType::Q6_K, 3, 512);
+  EXPECT_EQ(l.quant_row_bytes, 2 * 208);
+  EXPECT_EQ(l.scale_row_bytes, 2 * 2);
+}
+
+class DequantTest : public GpuTest, public ::testing::WithParamInterface<TensorType> {};
+
+TEST_P(DequantTest, RowsToFloatAndHalfMatchReferenceDecoder) {
+  const TensorType type = GetParam();
+  const int64_t cols = round_cols(type, 777);
+  const int64_t rows = 53;
+  const HostMatrix m = make_matrix(type, rows, cols, 4321);
+  UploadedMatrix w = upload(m);
+  ASSERT_NE(w.view.quants, nullptr);
+  const int64_t stride = cols + 8;
+
+  DeviceArray<float> out(rows * stride);
+  out.poison();
+  DequantArgs args;
+  args.w = w.view;
+  args.n_rows = rows;
+  args.out_type = DequantOut::kF32;
+  args.dst = out.get();
+  args.dst_stride = stride;
+  ASSERT_OK(dequantize_rows(args, nullptr));
+  const std::vector<float> f32 = out.download();
+
+  DeviceArray<uint16_t> out_half(rows * stride);
+  out_half.poison();
+  args.out_type = DequantOut::kF16;
+  args.dst = out_half.get();
+  ASSERT_OK(dequantize_rows(args, nullptr));
+  const std::vector<uint16_t> f16 = out_half.download();
+
+  int failures = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    float row_max = 0.0f;
+    for (int64_t c = 0; c < cols; ++c)
+      row_max = std::max(row_max, std::fabs(m.values[r * cols + c]));
+    for (int64_t c = 0; c < cols; ++c) {
+      const float expected = m.values[r * cols + c];
+      const float got = f32[r * stride + c];
+      // FMA contraction in d * q - m: an ulp of the row's magnitude.
+      if (!(std::fabs(got - expected) <= 1e-6f * row_max) && ++failures <= 5) {
+        ADD_FAILURE() << "f32 [" << r << "," << c << "]: " << got << " vs " << expected;
+      }
+      const float got_half = half_to_float(Half{f16[r * stride + c]});
+      if (!(std::fabs(got_half - expected) <= std::fabs(expected) * 0x1p-10f + 1e-6f * row_max) &&
+          ++failures <= 5) {
+        ADD_FAILURE() << "f16 [" << r << "," << c << "]: " << got_half << " vs " << expected;
+      }
+    }
+  }
+  EXPECT_EQ(failures, 0);
+}
+
+TEST_P(DequantTest, EmbeddingLookupGathersTokenRows) {
+  const TensorType type = GetParam();
+  const int64_t cols = round_cols(type, 300);
+  const int64_t rows = 101;
+  const HostMatrix m = make_matrix(type, rows, cols, 55);
+  UploadedMatrix w = upload(m);
+  ASSERT_NE(w.view.quants, nullptr);
+  const std::vector<int32_t> tokens = {5, 0, 100, 5, 17, 63, 99};
+  DeviceArray<int32_t> tokens_dev(tokens);
+  const int64_t stride = cols + 16;
+  DeviceArray<float> out(tokens.size() * stride);
+  out.poison();
+  DequantArgs args;
+  args.w = w.view;
+  args.row_ids = tokens_dev.get();
+  args.n_rows = static_cast<int64_t>(tokens.size());
+  args.dst = out.get();
+  args.dst_stride = stride;
+  ASSERT_OK(dequantize_rows(args, nullptr));
+  const std::vector<float> got = out.download();
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const float expected = m.values[tokens[i] * cols + c];
+      ASSERT_NEAR(got[i * stride + c], expected, 1e-5f * (1.0f + std::fabs(expected)))
+          << "token " << tokens[i] << " element " << c;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, DequantTest, ::testing::ValuesIn(weight_types()),
+                         type_param_name);
+
+class GemmTest : public GpuTest, public ::testing::WithParamInterface<TensorType> {
+ protected:
+  void SetUp() override {
+    GpuTest::SetUp();
+    if (IsSkipped()) return;
+    ASSERT_EQ(cublasCreate(&handle_), CUBLAS_STATUS_SUCCESS);
+  }
+  void TearDown() override {
+    if (handle_ != nullptr) cublasDestroy(handle_);
+    GpuTest::TearDown();
+  }
+  cublasHandle_t handle_ = nullptr;
+};
+
+// Activations are rounded to f16 (bf16 for BF16 weights) and quantized weights are
+// dequantized to f16: each product carries up to two roundings, 2 * 2^-11 (2 * 2^-8) of
+// |w x| in the worst case.
+double gemm_tolerance(TensorType type) { return type == TensorType::BF16 ? 1e-2 : 1.5e-3; }
+
+TEST_P(GemmTest, MatchesReference) {
+  const TensorType type = GetParam();
+  const int64_t cols = round_cols(type, kCols);
+  const int64_t n_act = 37;
+  const HostMatrix m = make_matrix(type, kRows, cols, 2468);
+  UploadedMatrix w = upload(m);
+  ASSERT_NE(w.view.quants, nullptr);
+  const int64_t x_stride = cols + 4;
+  const int64_t y_stride = kRows + 5;
+  const std::vector<float> x = random_floats(n_act * x_stride, 13);
+  DeviceArray<float> x_dev(x);
+  DeviceArray<float> y_dev(n_act * y_stride);
+  y_dev.poison();
+  DeviceArray<uint8_t> act_half(gemm_act_half_bytes(n_act, cols));
+  // Room for 100 dequantized rows: the 769 rows go through 8 slices.
+  DeviceArray<uint8_t> weight_half(100 * ((cols + 7) / 8 * 8) * 2);
+  GemmWorkspace ws{act_half.get(), act_half.size(), weight_half.get(), weight_half.size()};
+  GemmArgs args;
+  args.w = w.view;
+  args.x = x_dev.get();
+  args.x_stride = x_stride;
+  args.n_rows = n_act;
+  args.y = y_dev.get();
+  args.y_stride = y_stride;
+  ASSERT_OK(gemm(handle_, args, ws, nullptr));
+  ASSERT_CUDA(cudaDeviceSynchronize());
+  expect_close(y_dev.download(), y_stride, reference_product(m, x, x_stride, n_act), kRows, n_act,
+               gemm_tolerance(type));
+}
+
+TEST_P(GemmTest, AccumulatesAndAddsBias) {
+  const TensorType type = GetParam();
+  const int64_t cols = round_cols(type, 640);
+  const int64_t rows = 96;
+  const int64_t n_act = 20;
+  const HostMatrix m = make_matrix(type, rows, cols, 31);
+  UploadedMatrix w = upload(m);
+  ASSERT_NE(w.view.quants, nullptr);
+  const std::vector<float> x = random_floats(n_act * cols, 32);
+  const std::vector<float> y0 = random_floats(n_act * rows, 33);
+  const std::vector<float> bias = random_floats(rows, 34);
+  DeviceArray<float> x_dev(x), y_dev(y0), bias_dev(bias);
+  DeviceArray<uint8_t> act_half(gemm_act_half_bytes(n_act, cols));
+  DeviceArray<uint8_t> weight_half(rows * cols * 2);
+  GemmWorkspace ws{act_half.get(), act_half.size(), weight_half.get(), weight_half.size()};
+  GemmArgs args;
+  args.w = w.view;
+  args.x = x_dev.get();
+  args.x_stride = cols;
+  args.n_rows = n_act;
+  args.y = y_dev.get();
+  args.y_stride = rows;
+  args.bias = bias_dev.get();
+  args.accumulate = true;
+  ASSERT_OK(gemm(handle_, args, ws, nullptr));
+  ASSERT_CUDA(cudaDeviceSynchronize());
+  std::vector<double> extra(n_act * rows);
+  for (int64_t b = 0; b < n_act; ++b) {
+    for (int64_t r = 0; r < rows; ++r) extra[b * rows + r] = y0[b * rows + r] + bias[r];
+  }
+  expect_close(y_dev.download(), rows, reference_product(m, x, cols, n_act), rows, n_act,
+               gemm_tolerance(type), extra);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, GemmTest, ::testing::ValuesIn(weight_types()), type_param_name);
+
+}  // namespace
+}  // namespace llamaserve::cuda::testing

@@ -1,0 +1,500 @@
+// CUDA kernels against CPU references: RMSNorm, RoPE, elementwise ops, KV cache writes,
+// paged attention (decode with and without split contexts, prefill tiles, mixed batches) and
+// sampling.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+
+#include "backend/cpu/ref_kernels.h"
+#include "backend/cpu/rope.h"
+#include "backend/cuda/attention.h"
+#include "backend/cuda/elementwise.h"
+#include "backend/cuda/norm.h"
+#include "backend/cuda/rope.h"
+#include "backend/cuda/sampling.h"
+#include "quant/blocks.h"
+#include "test_util.h"
+
+namespace llamaserve::cuda::testing {
+namespace {
+
+void expect_all_near(const std::vector<float>& got, const std::vector<float>& expected, double rel,
+                     double abs_tol, const char* what) {
+  ASSERT_EQ(got.size(), expected.size());
+  int failures = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double tol = abs_tol + rel * std::fabs(expected[i]);
+    if (!(std::fabs(got[i] - expected[i]) <= tol) && ++failures <= 5) {
+      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", expected " << expected[i];
+    }
+  }
+  EXPECT_EQ(failures, 0) << what;
+}
+
+// ---------------------------------------------------------------------------------------
+// RMSNorm
+
+class RmsNormTest : public GpuTest {};
+
+TEST_F(RmsNormTest, PlainResidualAndGatheredRows) {
+  const int64_t n = 5125, rows = 7, stride = n + 3;
+  const std::vector<float> x = random_floats(rows * stride, 1, 3.0f);
+  const std::vector<float> residual = random_floats(rows * n, 2);
+  const std::vector<float> weight = random_floats(n, 3);
+  const float eps = 1e-5f;
+  DeviceArray<float> x_dev(x), residual_dev(residual), weight_dev(weight), y_dev(rows * n);
+
+  // Plain.
+  y_dev.poison();
+  RmsNormArgs a;
+  a.x = x_dev.get();
+  a.x_stride = stride;
+  a.weight = weight_dev.get();
+  a.y = y_dev.get();
+  a.y_stride = n;
+  a.n_rows = rows;
+  a.n = n;
+  a.eps = eps;
+  ASSERT_OK(rmsnorm(a, nullptr));
+  std::vector<float> expected(rows * n);
+  for (int64_t r = 0; r < rows; ++r)
+    cpu::ref::rmsnorm(&x[r * stride], weight.data(), &expected[r * n], n, eps);
+  expect_all_near(y_dev.download(), expected, 1e-5, 1e-6, "rmsnorm");
+
+  // Gathered rows 6, 0, 3.
+  const std::vector<int32_t> ids = {6, 0, 3};
+  DeviceArray<int32_t> ids_dev(ids);
+  DeviceArray<float> g_dev(ids.size() * n);
+  g_dev.poison();
+  a.row_ids = ids_dev.get();
+  a.y = g_dev.get();
+  a.n_rows = static_cast<int64_t>(ids.size());
+  ASSERT_OK(rmsnorm(a, nullptr));
+  std::vector<float> expected_g(ids.size() * n);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::copy_n(&expected[ids[i] * n], n, &expected_g[i * n]);
+  }
+  expect_all_near(g_dev.download(), expected_g, 1e-5, 1e-6, "rmsnorm gathered");
+
+  // Residual: x += residual, y = norm(x).
+  y_dev.poison();
+  a.row_ids = nullptr;
+  a.y = y_dev.get();
+  a.n_rows = rows;
+  a.residual = residual_dev.get();
+  a.residual_stride = n;
+  ASSERT_OK(rmsnorm(a, nullptr));
+  std::vector<float> sum(rows * stride);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < stride; ++c) {
+      sum[r * stride + c] = c < n ? x[r * stride + c] + residual[r * n + c] : x[r * stride + c];
+    }
+    cpu::ref::rmsnorm(&sum[r * stride], weight.data(), &expected[r * n], n, eps);
+  }
+  expect_all_near(y_dev.download(), expected, 1e-5, 1e-6, "add + rmsnorm");
+  expect_all_near(x_dev.download(), sum, 0.0, 0.0, "residual sum");
+}
+
+// ---------------------------------------------------------------------------------------
+// RoPE
+
+struct RopeCase {
+  RopeOrdering ordering;
+  RopeScalingType scaling;
+  int64_t rope_dim;
+};
+
+class RopeTest : public GpuTest, public ::testing::WithParamInterface<RopeCase> {};
+
+TEST_P(RopeTest, MatchesCpuRope) {
+  const RopeCase c = GetParam();
+  ModelConfig config;
+  config.n_head = 6;
+  config.n_head_kv = 2;
+  config.head_dim = 64;
+  config.rope_dim = c.rope_dim;
+  config.rope_theta = 500000.0f;
+  config.rope_ordering = c.ordering;
+  config.rope_scaling.type = c.scaling;
+  config.rope_scaling.factor = 8.0f;
+  config.rope_scaling.original_context_length = 8192;
+  const std::vector<float> inv_freq = cpu::rope_inv_freq(config, nullptr);
+  const std::vector<int32_t> positions = {0, 1, 17, 4095, 100000, 131071};
+  const int64_t rows = static_cast<int64_t>(positions.size());
+  const int64_t q_stride = config.n_head * config.head_dim + 4;
+  const int64_t k_stride = config.n_head_kv * config.head_dim;
+  std::vector<float> q = random_floats(rows * q_stride, 11);
+  std::vector<float> k = random_floats(rows * k_stride, 12);
+  DeviceArray<float> q_dev(q), k_dev(k), freq_dev(inv_freq);
+  DeviceArray<int32_t> pos_dev(positions);
+  RopeArgs a;
+  a.q = q_dev.get();
+  a.q_stride = q_stride;
+  a.k = k_dev.get();
+  a.k_stride = k_stride;
+  a.positions = pos_dev.get();
+  a.inv_freq = freq_dev.get();
+  a.n_rows = rows;
+  a.n_head = 6;
+  a.n_head_kv = 2;
+  a.head_dim = 64;
+  a.rope_dim = static_cast<int32_t>(c.rope_dim);
+  a.ordering = c.ordering;
+  ASSERT_OK(rope(a, nullptr));
+  const int64_t n_pairs = c.rope_dim / 2;
+  std::vector<float> cos(rows * n_pairs), sin(rows * n_pairs);
+  cpu::rope_cos_sin(inv_freq, positions.data(), rows, cos.data(), sin.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    cpu::rope_apply(&q[r * q_stride], 6, 64, c.rope_dim, c.ordering, &cos[r * n_pairs],
+                    &sin[r * n_pairs]);
+    cpu::rope_apply(&k[r * k_stride], 2, 64, c.rope_dim, c.ordering, &cos[r * n_pairs],
+                    &sin[r * n_pairs]);
+  }
+  expect_all_near(q_dev.download(), q, 1e-5, 1e-6, "q");
+  expect_all_near(k_dev.download(), k, 1e-5, 1e-6, "k");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Orderings, RopeTest,
+    ::testing::Values(RopeCase{RopeOrdering::kNormal, RopeScalingType::kNone, 64},
+                      RopeCase{RopeOrdering::kNeox, RopeScalingType::kNone, 64},
+                      RopeCase{RopeOrdering::kNormal, RopeScalingType::kLinear, 64},
+                      RopeCase{RopeOrdering::kNeox, RopeScalingType::kLlama3, 64},
+                      RopeCase{RopeOrdering::kNeox, RopeScalingType::kNone, 32},
+                      RopeCase{RopeOrdering::kNormal, RopeScalingType::kLlama3, 32}));
+
+// ---------------------------------------------------------------------------------------
+// Elementwise
+
+class ElementwiseTest : public GpuTest {};
+
+TEST_F(ElementwiseTest, SiluMulAddBiasGatherConvert) {
+  const int64_t rows = 5, n = 1537;
+  const std::vector<float> gate = random_floats(rows * n, 21, 4.0f);
+  const std::vector<float> up = random_floats(rows * n, 22);
+  DeviceArray<float> gate_dev(gate), up_dev(up), out_dev(rows * n);
+  out_dev.poison();
+  ASSERT_OK(silu_mul(gate_dev.get(), n, up_dev.get(), n, rows, n, out_dev.get(), n, nullptr));
+  std::vector<float> expected(rows * n);
+  cpu::ref::silu_mul(gate.data(), up.data(), expected.data(), rows * n);
+  expect_all_near(out_dev.download(), expected, 2e-6, 1e-7, "silu_mul");
+
+  ASSERT_OK(add_inplace(gate_dev.get(), n, up_dev.get(), n, rows, n, nullptr));
+  for (int64_t i = 0; i < rows * n; ++i) expected[i] = gate[i] + up[i];
+  expect_all_near(gate_dev.download(), expected, 0.0, 0.0, "add_inplace");
+
+  const std::vector<float> bias = random_floats(n, 23);
+  DeviceArray<float> bias_dev(bias);
+  ASSERT_OK(add_bias(up_dev.get(), n, bias_dev.get(), rows, n, nullptr));
+  for (int64_t i = 0; i < rows * n; ++i) expected[i] = up[i] + bias[i % n];
+  expect_all_near(up_dev.download(), expected, 0.0, 0.0, "add_bias");
+
+  const std::vector<int32_t> ids = {4, 4, 0, 2};
+  DeviceArray<int32_t> ids_dev(ids);
+  DeviceArray<float> gathered(ids.size() * (n + 1));
+  gathered.poison();
+  ASSERT_OK(gather_rows(up_dev.get(), n, ids_dev.get(), static_cast<int64_t>(ids.size()), n,
+                        gathered.get(), n + 1, nullptr));
+  const std::vector<float> g = gathered.download();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    for (int64_t c = 0; c < n; ++c) ASSERT_EQ(g[i * (n + 1) + c], expected[ids[i] * n + c]);
+  }
+
+  std::vector<float> wide = random_floats(rows * n, 24, 100.0f);
+  wide[3] = 1e6f;  // saturates to the largest half
+  wide[4] = -1e6f;
+  DeviceArray<float> wide_dev(wide);
+  DeviceArray<uint16_t> half_dev(rows * n);
+  ASSERT_OK(
+      convert_to_half(wide_dev.get(), n, rows, n, half_dev.get(), n, HalfType::kF16, nullptr));
+  const std::vector<uint16_t> h = half_dev.download();
+  for (int64_t i = 0; i < rows * n; ++i) {
+    const float clamped = std::min(std::max(wide[i], -65504.0f), 65504.0f);
+    ASSERT_EQ(h[i], float_to_half(clamped).bits) << i;
+  }
+  ASSERT_OK(
+      convert_to_half(wide_dev.get(), n, rows, n, half_dev.get(), n, HalfType::kBF16, nullptr));
+  const std::vector<uint16_t> b = half_dev.download();
+  for (int64_t i = 0; i < rows * n; ++i) ASSERT_EQ(b[i], float_to_bf16(wide[i]).bits) << i;
+}
+
+// ---------------------------------------------------------------------------------------
+// KV cache and attention
+
+struct AttentionCase {
+  const char* name;
+  int head_dim;
+  int n_head;
+  int n_head_kv;
+  // Per sequence: tokens already in the cache, and new rows this batch adds after them.
+  std::vector<std::pair<int, int>> seqs;
+  int n_splits;
+};
+
+class AttentionTest : public GpuTest, public ::testing::WithParamInterface<AttentionCase> {};
+
+TEST_P(AttentionTest, MatchesReference) {
+  const AttentionCase c = GetParam();
+  const int block_size = 16;
+  const int group = c.n_head / c.n_head_kv;
+  const int64_t kv_dim = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
+  const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+
+  // Block tables: a shuffled permutation of physical blocks, so that logical and physical
+  // order differ.
+  int blocks_per_seq = 0, total_blocks = 0;
+  for (auto [cached, added] : c.seqs) {
+    const int blocks = (cached + added + block_size - 1) / block_size;
+    blocks_per_seq = std::max(blocks_per_seq, blocks);
+    total_blocks += blocks;
+  }
+  total_blocks += 3;  // unused blocks
+  std::vector<int32_t> physical(total_blocks);
+  std::iota(physical.begin(), physical.end(), 0);
+  std::shuffle(physical.begin(), physical.end(), std::mt19937(7));
+  std::vector<int32_t> tables(c.seqs.size() * blocks_per_seq, -1);
+  int next = 0;
+  for (size_t s = 0; s < c.seqs.size(); ++s) {
+    const int blocks = (c.seqs[s].first + c.seqs[s].second + block_size - 1) / block_size;
+    for (int i = 0; i < blocks; ++i) tables[s * blocks_per_seq + i] = physical[next++];
+  }
+
+  // Cache with random history; the batch's rows are written by write_kv.
+  const size_t cache_elems = static_cast<size_t>(total_blocks) * block_size * kv_dim;
+  std::vector<uint16_t> k_cache(cache_elems), v_cache(cache_elems);
+  {
+    const std::vector<float> kr = random_floats(cache_elems, 31),
+                             vr = random_floats(cache_elems, 32);
+    for (size_t i = 0; i < cache_elems; ++i) {
+      k_cache[i] = float_to_half(kr[i]).bits;
+      v_cache[i] = float_to_half(vr[i]).bits;
+    }
+  }
+  std::vector<int32_t> positions, seq_index;
+  for (size_t s = 0; s < c.seqs.size(); ++s) {
+    for (int i = 0; i < c.seqs[s].second; ++i) {
+      positions.push_back(c.seqs[s].first + i);
+      seq_index.push_back(static_cast<int32_t>(s));
+    }
+  }
+  const int64_t rows = static_cast<int64_t>(positions.size());
+  const int64_t q_stride = q_dim + 4, out_stride = q_dim + 2;
+  const std::vector<float> q = random_floats(rows * q_stride, 33);
+  const std::vector<float> k_new = random_floats(rows * kv_dim, 34),
+                           v_new = random_floats(rows * kv_dim, 35);
+
+  // Tiles: consecutive rows of one sequence, at most kMaxAttentionQueries / group rows each.
+  const int max_rows = std::max(1, kMaxAttentionQueries / group);
+  std::vector<AttentionTile> tiles;
+  int max_tile_rows = 1;
+  for (int64_t r = 0; r < rows;) {
+    int n = 1;
+    while (r + n < rows && n < max_rows && seq_index[r + n] == seq_index[r]) ++n;
+    tiles.push_back({static_cast<int32_t>(r), n});
+    max_tile_rows = std::max(max_tile_rows, n);
+    r += n;
+  }
+
+  DeviceArray<uint16_t> k_dev(k_cache), v_dev(v_cache);
+  DeviceArray<float> q_dev(q), k_new_dev(k_new), v_new_dev(v_new), out_dev(rows * out_stride);
+  DeviceArray<int32_t> pos_dev(positions), seq_dev(seq_index), table_dev(tables);
+  DeviceArray<AttentionTile> tile_dev(tiles);
+  DeviceArray<float> partial(
+      std::max<int64_t>(1, attention_workspace_floats(rows, c.n_head, c.head_dim, c.n_splits)));
+  out_dev.poison();
+  partial.poison();
+
+  KvWriteArgs w;
+  w.k = k_new_dev.get();
+  w.k_stride = kv_dim;
+  w.v = v_new_dev.get();
+  w.v_stride = kv_dim;
+  w.k_cache = k_dev.get();
+  w.v_cache = v_dev.get();
+  w.positions = pos_dev.get();
+  w.seq_index = seq_dev.get();
+  w.block_tables = table_dev.get();
+  w.blocks_per_seq = blocks_per_seq;
+  w.block_size = block_size;
+  w.n_rows = rows;
+  w.kv_dim = kv_dim;
+  ASSERT_OK(write_kv(w, nullptr));
+
+  AttentionArgs a;
+  a.q = q_dev.get();
+  a.q_stride = q_stride;
+  a.k_cache = k_dev.get();
+  a.v_cache = v_dev.get();
+  a.positions = pos_dev.get();
+  a.seq_index = seq_dev.get();
+  a.block_tables = table_dev.get();
+  a.blocks_per_seq = blocks_per_seq;
+  a.block_size = block_size;
+  a.tiles = tile_dev.get();
+  a.n_tiles = static_cast<int32_t>(tiles.size());
+  a.max_tile_rows = max_tile_rows;
+  a.n_head = c.n_head;
+  a.n_head_kv = c.n_head_kv;
+  a.head_dim = c.head_dim;
+  a.scale = scale;
+  a.out = out_dev.get();
+  a.out_stride = out_stride;
+  a.n_splits = c.n_splits;
+  a.partial = partial.get();
+  a.n_batch_rows = rows;
+  ASSERT_OK(attention(a, nullptr));
+  ASSERT_CUDA(cudaDeviceSynchronize());
+
+  // The cache after write_kv: history plus the batch's rows at their slots.
+  auto slot = [&](int seq, int pos) {
+    return (static_cast<size_t>(tables[seq * blocks_per_seq + pos / block_size]) * block_size +
+            pos % block_size) *
+           kv_dim;
+  };
+  for (int64_t r = 0; r < rows; ++r) {
+    const size_t base = slot(seq_index[r], positions[r]);
+    for (int64_t e = 0; e < kv_dim; ++e) {
+      k_cache[base + e] = float_to_half(k_new[r * kv_dim + e]).bits;
+      v_cache[base + e] = float_to_half(v_new[r * kv_dim + e]).bits;
+    }
+  }
+  EXPECT_EQ(k_dev.download(), k_cache) << "write_kv";
+  EXPECT_EQ(v_dev.download(), v_cache) << "write_kv";
+
+  const std::vector<float> out = out_dev.download();
+  int failures = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int h = 0; h < c.n_head; ++h) {
+      const int kvh = h / group;
+      const int ctx = positions[r] + 1;
+      std::vector<double> p(ctx);
+      double max_score = -INFINITY;
+      for (int t = 0; t < ctx; ++t) {
+        const size_t base = slot(seq_index[r], t) + static_cast<size_t>(kvh) * c.head_dim;
+        double dot = 0.0;
+        for (int d = 0; d < c.head_dim; ++d) {
+          dot += static_cast<double>(q[r * q_stride + h * c.head_dim + d]) *
+                 half_to_float(Half{k_cache[base + d]});
+        }
+        p[t] = dot * scale;
+        max_score = std::max(max_score, p[t]);
+      }
+      double sum = 0.0;
+      for (double& v : p) sum += (v = std::exp(v - max_score));
+      for (int d = 0; d < c.head_dim; ++d) {
+        double expected = 0.0;
+        for (int t = 0; t < ctx; ++t) {
+          const size_t base = slot(seq_index[r], t) + static_cast<size_t>(kvh) * c.head_dim;
+          expected += p[t] * half_to_float(Half{v_cache[base + d]});
+        }
+        expected /= sum;
+        const float got = out[r * out_stride + h * c.head_dim + d];
+        if (!(std::fabs(got - expected) <= 2e-4) && ++failures <= 5) {
+          ADD_FAILURE() << "row " << r << " (pos " << positions[r] << ") head " << h << " dim " << d
+                        << ": got " << got << ", expected " << expected;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(failures, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, AttentionTest,
+    ::testing::Values(
+        AttentionCase{
+            "DecodeGqa4Hd128", 128, 8, 2, {{0, 1}, {4, 1}, {129, 1}, {699, 1}, {1499, 1}}, 1},
+        AttentionCase{
+            "DecodeGqa4Hd128Split4", 128, 8, 2, {{0, 1}, {4, 1}, {129, 1}, {699, 1}, {1499, 1}}, 4},
+        AttentionCase{"DecodeGqa3Hd64Split3", 64, 9, 3, {{0, 1}, {299, 1}, {1024, 1}}, 3},
+        AttentionCase{"PrefillGqa3Hd64", 64, 9, 3, {{40, 100}, {7, 1}}, 1},
+        AttentionCase{"PrefillGqa3Hd64Split2", 64, 9, 3, {{40, 100}, {7, 1}}, 2},
+        AttentionCase{"PrefillMhaHd128", 128, 4, 4, {{0, 70}}, 1},
+        AttentionCase{"MixedGqa8Hd128", 128, 16, 2, {{0, 33}, {250, 1}, {17, 5}}, 1}),
+    [](const ::testing::TestParamInfo<AttentionCase>& info) {
+      return std::string(info.param.name);
+    });
+
+// ---------------------------------------------------------------------------------------
+// Sampling
+
+class SamplingTest : public GpuTest {};
+
+TEST(Philox, KnownAnswer) {
+  // Random123's known-answer vector for philox4x32-10 with zero counter and key: first word
+  // 0x6627e8d5; the uniform takes its top 24 bits.
+  EXPECT_EQ(philox_uniform(0, 0), static_cast<float>(0x6627e8d5u >> 8) / 16777216.0f);
+}
+
+TEST_F(SamplingTest, GreedyIsArgmaxWithLowestIndexOnTies) {
+  const int64_t vocab = 50001, rows = 4;
+  std::vector<float> logits = random_floats(rows * vocab, 41);
+  logits[0 * vocab + 777] = 50.0f;
+  logits[1 * vocab + 50000] = 50.0f;
+  logits[2 * vocab + 10] = 50.0f;  // tie: the lower index wins
+  logits[2 * vocab + 20] = 50.0f;
+  std::vector<SamplingParams> params(rows);
+  params[3].temperature = 1.0f;  // top_k = 1 also means argmax
+  params[3].top_k = 1;
+  logits[3 * vocab + 4242] = 50.0f;
+  DeviceArray<float> logits_dev(logits);
+  DeviceArray<SamplingParams> params_dev(params);
+  DeviceArray<int32_t> tokens(rows);
+  tokens.poison();
+  ASSERT_OK(
+      sample_tokens(logits_dev.get(), vocab, rows, vocab, params_dev.get(), tokens.get(), nullptr));
+  EXPECT_EQ(tokens.download(), (std::vector<int32_t>{777, 50000, 10, 4242}));
+}
+
+TEST_F(SamplingTest, TopKTopPDistributionAndDeterminism) {
+  const int64_t vocab = 50, draws = 20000;
+  const std::vector<float> base = random_floats(vocab, 42, 2.0f);
+  const float temperature = 0.7f, top_p = 0.8f;
+  const int top_k = 10;
+  std::vector<float> logits(draws * vocab);
+  std::vector<SamplingParams> params(draws);
+  for (int64_t i = 0; i < draws; ++i) {
+    std::copy(base.begin(), base.end(), logits.begin() + i * vocab);
+    params[i] = SamplingParams{temperature, top_k, top_p, 1234567, static_cast<uint64_t>(i)};
+  }
+  DeviceArray<float> logits_dev(logits);
+  DeviceArray<SamplingParams> params_dev(params);
+  DeviceArray<int32_t> tokens(draws);
+  tokens.poison();
+  ASSERT_OK(sample_tokens(logits_dev.get(), vocab, draws, vocab, params_dev.get(), tokens.get(),
+                          nullptr));
+  const std::vector<int32_t> first = tokens.download();
+  ASSERT_OK(sample_tokens(logits_dev.get(), vocab, draws, vocab, params_dev.get(), tokens.get(),
+                          nullptr));
+  EXPECT_EQ(tokens.download(), first) << "same seed and offsets must draw the same tokens";
+
+  // Reference: tempered softmax, top-k, then the smallest top-p prefix, renormalized.
+  const float max_logit = *std::max_element(base.begin(), base.end());
+  std::vector<std::pair<double, int>> sorted;
+  for (int i = 0; i < vocab; ++i)
+    sorted.push_back({std::exp((base[i] - max_logit) / temperature), i});
+  std::sort(sorted.rbegin(), sorted.rend());
+  sorted.resize(top_k);
+  double mass_k = 0.0;
+  for (auto& [p, i] : sorted) mass_k += p;
+  double cumulative = 0.0;
+  size_t keep = 0;
+  while (keep < sorted.size() && cumulative < top_p * mass_k) cumulative += sorted[keep++].first;
+  std::map<int, double> expected;
+  for (size_t j = 0; j < keep; ++j) expected[sorted[j].second] = sorted[j].first / cumulative;
+
+  std::map<int, int> counts;
+  for (int32_t t : first) {
+    ASSERT_TRUE(expected.count(t)) << "token " << t << " is outside the top-k/top-p set";
+    ++counts[t];
+  }
+  for (auto [token, p] : expected) {
+    const double mean = p * draws, sd = std::sqrt(draws * p * (1 - p));
+    EXPECT_NEAR(counts[token], mean, 5 * sd + 1) << "token " << token << " probability " << p;
+  }
+}
+
+}  // namespace
+}  // namespace llamaserve::cuda::testing

@@ -1,0 +1,174 @@
+// Helpers of the GPU kernel tests: device arrays, a device check, random data and CPU
+// reference pieces shared by the test files.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/device_matrix.h"
+#include "core/status.h"
+#include "quant/quant.h"
+#include "quant/types.h"
+
+namespace llamaserve::cuda::testing {
+
+#define ASSERT_OK(expr)                        \
+  do {                                         \
+    const ::llamaserve::Status s_ = (expr);    \
+    ASSERT_TRUE(s_.is_ok()) << s_.to_string(); \
+  } while (0)
+
+#define ASSERT_CUDA(expr)                                                  \
+  do {                                                                     \
+    const cudaError_t e_ = (expr);                                         \
+    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_); \
+  } while (0)
+
+inline bool have_device() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+// Every test fixture: skips without a device, and checks that no kernel left an error.
+class GpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  }
+  void TearDown() override {
+    if (!have_device()) return;
+    const cudaError_t e = cudaDeviceSynchronize();
+    EXPECT_EQ(e, cudaSuccess) << "pending device error: " << cudaGetErrorString(e);
+  }
+};
+
+// A device array that frees itself.
+template <typename T>
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  explicit DeviceArray(size_t n) : n_(n) {
+    void* p = nullptr;
+    if (cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)) == cudaSuccess)
+      ptr_ = static_cast<T*>(p);
+  }
+  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) {
+    if (ptr_ != nullptr && !host.empty()) {
+      cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
+    }
+  }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  DeviceArray(DeviceArray&& o) noexcept : ptr_(o.ptr_), n_(o.n_) { o.ptr_ = nullptr; }
+  DeviceArray& operator=(DeviceArray&& o) noexcept {
+    std::swap(ptr_, o.ptr_);
+    std::swap(n_, o.n_);
+    return *this;
+  }
+  ~DeviceArray() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+  }
+
+  T* get() const { return ptr_; }
+  size_t size() const { return n_; }
+  // All bytes 0xff: NaN for floats, -1 for ints, so that an element a kernel forgot to
+  // write fails the comparison.
+  void poison() { cudaMemset(ptr_, 0xff, n_ * sizeof(T)); }
+  void upload(const std::vector<T>& host) {
+    cudaMemcpy(ptr_, host.data(), std::min(host.size(), n_) * sizeof(T), cudaMemcpyHostToDevice);
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(n_);
+    cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost);
+    return host;
+  }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t n_ = 0;
+};
+
+inline std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// A rows × cols matrix of `type`: the GGUF bytes and the values they decode to (the
+// reference every kernel is compared with).
+struct HostMatrix {
+  TensorType type;
+  int64_t rows;
+  int64_t cols;
+  std::vector<uint8_t> bytes;
+  std::vector<float> values;  // dequantize_row of each row
+};
+
+inline HostMatrix make_matrix(TensorType type, int64_t rows, int64_t cols, uint32_t seed) {
+  HostMatrix m{type, rows, cols, {}, {}};
+  const std::vector<float> src = random_floats(static_cast<size_t>(rows * cols), seed);
+  const size_t rb = row_bytes(type, static_cast<size_t>(cols));
+  m.bytes.resize(rb * rows);
+  m.values.resize(src.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    const Status q = quantize_row(type, src.data() + r * cols, m.bytes.data() + r * rb, cols);
+    const Status d =
+        dequantize_row(type, m.bytes.data() + r * rb, m.values.data() + r * cols, cols);
+    if (!q.is_ok() || !d.is_ok()) ADD_FAILURE() << q.to_string() << " " << d.to_string();
+  }
+  return m;
+}
+
+// A matrix uploaded in the device layout; owns its memory.
+struct UploadedMatrix {
+  DeviceArray<uint8_t> storage;
+  DeviceMatrix view;
+};
+
+inline UploadedMatrix upload(const HostMatrix& m) {
+  UploadedMatrix u;
+  Result<DeviceMatrixLayout> layout = device_matrix_layout(m.type, m.rows, m.cols);
+  if (!layout.is_ok()) {
+    ADD_FAILURE() << layout.status().to_string();
+    return u;
+  }
+  u.storage = DeviceArray<uint8_t>(layout->total_bytes());
+  // A small staging buffer, so that the upload goes through several steps.
+  DeviceArray<uint8_t> staging(row_bytes(m.type, static_cast<size_t>(m.cols)) * 37);
+  Result<DeviceMatrix> view = upload_matrix(m.type, m.rows, m.cols, m.bytes.data(), u.storage.get(),
+                                            staging.get(), staging.size(), nullptr);
+  if (!view.is_ok()) {
+    ADD_FAILURE() << view.status().to_string();
+    return u;
+  }
+  u.view = *view;
+  return u;
+}
+
+// The smallest multiple of the type's block (and of 8 for the float types) >= n.
+inline int64_t round_cols(TensorType type, int64_t n) {
+  const int64_t block = std::max<int64_t>(traits(type).block_elems, 8);
+  return (n + block - 1) / block * block;
+}
+
+inline const std::vector<TensorType>& weight_types() {
+  static const std::vector<TensorType> kTypes = {
+      TensorType::F32,  TensorType::F16,  TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0,
+      TensorType::Q4_1, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+  return kTypes;
+}
+
+inline std::string type_param_name(const ::testing::TestParamInfo<TensorType>& info) {
+  return type_name(info.param);
+}
+
+}  // namespace llamaserve::cuda::testing
