@@ -7,7 +7,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -16,6 +18,11 @@
 #include "core/status.h"
 #include "quant/quant.h"
 #include "quant/types.h"
+
+namespace llamaserve {
+// Test names and failure messages show "Q4_K", not the enum's bytes.
+inline void PrintTo(TensorType type, std::ostream* os) { *os << type_name(type); }
+}  // namespace llamaserve
 
 namespace llamaserve::cuda::testing {
 
@@ -36,11 +43,14 @@ inline bool have_device() {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-// Every test fixture: skips without a device, and checks that no kernel left an error.
+// Every test fixture: skips without a device (fails instead when LLAMASERVE_REQUIRE_GPU is
+// set, as on the GPU machine), and checks that no kernel left an error.
 class GpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!have_device()) GTEST_SKIP() << "no CUDA device";
+    if (have_device()) return;
+    if (std::getenv("LLAMASERVE_REQUIRE_GPU") != nullptr) FAIL() << "no CUDA device";
+    GTEST_SKIP() << "no CUDA device";
   }
   void TearDown() override {
     if (!have_device()) return;
