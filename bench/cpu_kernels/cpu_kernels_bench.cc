@@ -1,0 +1,177 @@
+// Matrix-vector throughput per weight type (GB/s of weights read) and end-to-end decode
+// tokens/s of the default model, one sequence.
+//
+//   build/<dir>/bench/cpu_kernels/cpu_kernels_bench [--benchmark_filter=Matvec]
+//
+// Matvec: y = W x for W of 2048 × 2048 elements, rotating through enough matrices (> 64 MiB)
+// that the weights come from memory, not cache, as in a decode step. Threads: 1 and all cores.
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <filesystem>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/matmul.h"
+#include "core/thread_pool.h"
+#include "parallel/cpu_executor.h"
+#include "quant/quant.h"
+
+namespace llamaserve {
+namespace {
+
+constexpr int64_t kRows = 2048;
+constexpr int64_t kCols = 2048;
+constexpr size_t kRotationBytes = 64ull << 20;
+
+struct MatrixSet {
+  std::vector<std::vector<uint8_t>> storage;
+  std::vector<QTensor> tensors;
+};
+
+MatrixSet make_matrices(TensorType type) {
+  std::mt19937 rng(1);
+  std::normal_distribution<float> dist(0.0f, 0.05f);
+  std::vector<float> row(kCols);
+  const size_t row_size = row_bytes(type, kCols);
+  const size_t matrix_bytes = row_size * kRows;
+  const size_t count = std::max<size_t>(2, (kRotationBytes + matrix_bytes - 1) / matrix_bytes);
+  MatrixSet set;
+  set.storage.resize(count);
+  for (size_t m = 0; m < count; ++m) {
+    set.storage[m].resize(matrix_bytes);
+    // Quantizing 64 MiB of rows is slow; rows repeat every 64 (the bytes still stream).
+    for (int64_t r = 0; r < kRows; ++r) {
+      if (r < 64) {
+        for (float& v : row) v = dist(rng);
+        (void)quantize_row(type, row.data(), set.storage[m].data() + r * row_size, kCols);
+      } else {
+        std::copy_n(set.storage[m].data() + (r % 64) * row_size, row_size,
+                    set.storage[m].data() + r * row_size);
+      }
+    }
+    QTensor t;
+    t.name = "bench";
+    t.type = type;
+    t.shape = {kRows, kCols};
+    t.data = set.storage[m].data();
+    t.n_bytes = matrix_bytes;
+    set.tensors.push_back(t);
+  }
+  return set;
+}
+
+void BM_Matvec(benchmark::State& state, TensorType type) {
+  const int threads =
+      state.range(0) == 0 ? ThreadPool::default_threads() : static_cast<int>(state.range(0));
+  ThreadPool pool(threads);
+  MatrixSet set = make_matrices(type);
+  std::vector<float> x(kCols), y(kRows);
+  std::mt19937 rng(2);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (float& v : x) v = dist(rng);
+  cpu::ActCache act(1, kCols);
+  size_t next = 0;
+  for (auto _ : state) {
+    act.reset(x.data(), 1, kCols);
+    const cpu::MatmulOutput out[] = {{&set.tensors[next], y.data(), kRows}};
+    cpu::matmul(out, act, pool);
+    benchmark::DoNotOptimize(y.data());
+    next = (next + 1) % set.tensors.size();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(set.tensors[0].n_bytes));
+  state.counters["threads"] = threads;
+}
+
+// Decode tokens/s of one sequence after a 64-token prompt, as a user sees it.
+void BM_DecodeSmolLM2(benchmark::State& state) {
+  const std::filesystem::path path =
+      std::filesystem::path(LLAMASERVE_SOURCE_DIR) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
+  auto model = load_model(path.string());
+  if (!model.is_ok()) {
+    state.SkipWithError(("model missing (scripts/fetch_model.sh): " + path.string()).c_str());
+    return;
+  }
+  CpuExecutorOptions options;
+  options.threads = static_cast<int>(state.range(0));
+  options.kv_capacity_tokens = 4096;
+  auto executor = create_cpu_executor(*model, options);
+  if (!executor.is_ok()) {
+    state.SkipWithError(executor.status().to_string().c_str());
+    return;
+  }
+  Executor& ex = **executor;
+  const int64_t n_vocab = ex.config().n_vocab;
+  std::vector<float> logits(n_vocab);
+  Batch batch;
+  batch.blocks_per_seq = 4096 / 16;
+  for (int32_t i = 0; i < batch.blocks_per_seq; ++i) batch.block_tables.push_back(i);
+  for (int32_t i = 0; i < 64; ++i) {
+    batch.tokens.push_back(100 + i);
+    batch.positions.push_back(i);
+    batch.seq_index.push_back(0);
+  }
+  batch.seq_lengths = {64};
+  batch.logit_rows = {63};
+  if (!ex.forward(batch, logits).is_ok()) {
+    state.SkipWithError("prefill failed");
+    return;
+  }
+  int32_t position = 64;
+  const int32_t max_position = 4096 - 1;
+  for (auto _ : state) {
+    if (position >= max_position)
+      position = 64;  // restart the continuation; the prompt stays cached
+    const int32_t token =
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    batch.tokens = {token};
+    batch.positions = {position};
+    batch.seq_index = {0};
+    batch.seq_lengths = {position + 1};
+    batch.logit_rows = {0};
+    ++position;
+    if (!ex.forward(batch, logits).is_ok()) {
+      state.SkipWithError("decode failed");
+      return;
+    }
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.counters["tok/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>((*model)->weight_bytes()));
+}
+
+void register_benchmarks() {
+  const TensorType types[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16,
+                              TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1,
+                              TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+  for (TensorType type : types) {
+    benchmark::RegisterBenchmark((std::string("Matvec/") + type_name(type)).c_str(), BM_Matvec,
+                                 type)
+        ->Arg(1)
+        ->Arg(0)
+        ->ArgName("threads")
+        ->UseRealTime()
+        ->MinTime(0.3);
+  }
+  benchmark::RegisterBenchmark("DecodeSmolLM2_Q4_1", BM_DecodeSmolLM2)
+      ->Arg(1)
+      ->Arg(ThreadPool::default_threads())
+      ->ArgName("threads")
+      ->UseRealTime()
+      ->MinTime(3.0)
+      ->Unit(benchmark::kMillisecond);
+}
+
+}  // namespace
+}  // namespace llamaserve
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  llamaserve::register_benchmarks();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
