@@ -66,10 +66,26 @@ Status check_role(const ChatMessage& message, size_t index,
                     message.role, format, expected);
 }
 
-Result<std::string> apply_llama2(const std::vector<ChatMessage>& messages) {
-  std::string out;
-  std::string system;
-  bool have_system = false;
+// Appends template markup and message contents, recording where the contents lie.
+struct PromptBuilder {
+  ChatPrompt prompt;
+  void markup(std::string_view text) { prompt.text += text; }
+  void content(std::string_view text) {
+    if (text.empty()) return;
+    const size_t begin = prompt.text.size();
+    prompt.text += text;
+    prompt.content_ranges.push_back({begin, prompt.text.size()});
+  }
+};
+
+std::string_view trim_end(std::string_view text) {
+  const size_t last = text.find_last_not_of(" \t\n\r\f\v");
+  return last == std::string_view::npos ? std::string_view() : text.substr(0, last + 1);
+}
+
+Result<ChatPrompt> render_llama2(const std::vector<ChatMessage>& messages) {
+  PromptBuilder out;
+  const ChatMessage* system = nullptr;
   bool at_start = true;  // the tokenizer adds the first <s>
   for (size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& message = messages[i];
@@ -79,63 +95,66 @@ Result<std::string> apply_llama2(const std::vector<ChatMessage>& messages) {
         return make_error(StatusCode::kInvalidArgument,
                           "message {}: the llama2 chat format has a system message only first", i);
       }
-      system = message.content;
-      have_system = true;
+      system = &message;
     } else if (message.role == "user") {
-      std::string content = message.content;
-      if (have_system) {
-        content = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content;
-        have_system = false;
+      if (!at_start) out.markup("<s>");
+      out.markup("[INST] ");
+      // The reference template strips "<<SYS>>\n{system}\n<</SYS>>\n\n{user}" as a whole.
+      if (system != nullptr) {
+        out.markup("<<SYS>>\n");
+        out.content(system->content);
+        out.markup("\n<</SYS>>\n\n");
+        out.content(trim_end(message.content));
+        system = nullptr;
+      } else {
+        out.content(trim(message.content));
       }
-      if (!at_start) out += "<s>";
-      out += "[INST] ";
-      out += trim(content);
-      out += " [/INST]";
+      out.markup(" [/INST]");
       at_start = false;
     } else {
-      out += " ";
-      out += trim(message.content);
-      out += " </s>";
+      out.markup(" ");
+      out.content(trim(message.content));
+      out.markup(" </s>");
       at_start = false;
     }
   }
-  return out;
+  return std::move(out.prompt);
 }
 
-Result<std::string> apply_llama3(const std::vector<ChatMessage>& messages,
+Result<ChatPrompt> render_llama3(const std::vector<ChatMessage>& messages,
                                  bool add_generation_prompt) {
-  std::string out;
+  PromptBuilder out;
   for (size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& message = messages[i];
     LS_RETURN_IF_ERROR(
         check_role(message, i, {"system", "user", "assistant", "tool", "ipython"}, "llama3"));
-    out += "<|start_header_id|>";
-    out += message.role;
-    out += "<|end_header_id|>\n\n";
-    out += trim(message.content);
-    out += "<|eot_id|>";
+    out.markup("<|start_header_id|>");
+    out.markup(message.role);
+    out.markup("<|end_header_id|>\n\n");
+    out.content(trim(message.content));
+    out.markup("<|eot_id|>");
   }
-  if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
-  return out;
+  if (add_generation_prompt) out.markup("<|start_header_id|>assistant<|end_header_id|>\n\n");
+  return std::move(out.prompt);
 }
 
-Result<std::string> apply_chatml(const std::vector<ChatMessage>& messages,
+Result<ChatPrompt> render_chatml(const std::vector<ChatMessage>& messages,
                                  bool add_generation_prompt, const std::string& default_system) {
-  std::string out;
+  PromptBuilder out;
   if (!default_system.empty() && messages.front().role != "system") {
-    out += "<|im_start|>system\n" + default_system + "<|im_end|>\n";
+    out.markup("<|im_start|>system\n" + default_system + "<|im_end|>\n");
   }
   for (size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& message = messages[i];
     LS_RETURN_IF_ERROR(check_role(message, i, {"system", "user", "assistant", "tool"}, "chatml"));
-    out += "<|im_start|>";
-    out += message.role;
-    out += "\n";
-    out += message.content;
-    out += "<|im_end|>\n";
+    out.markup("<|im_start|>");
+    out.markup(message.role);
+    out.markup("\n");
+    out.content(message.content);
+    out.markup("<|im_end|>\n");
   }
-  if (add_generation_prompt) out += "<|im_start|>assistant\n";
-  return out;
+  if (add_generation_prompt) out.markup("<|im_start|>assistant\n");
+  return std::move(out.prompt);
 }
 
 }  // namespace
@@ -184,14 +203,20 @@ std::string_view ChatTemplate::name() const {
 
 Result<std::string> ChatTemplate::apply(const std::vector<ChatMessage>& messages,
                                         bool add_generation_prompt) const {
+  LS_ASSIGN_OR_RETURN(ChatPrompt prompt, render(messages, add_generation_prompt));
+  return std::move(prompt.text);
+}
+
+Result<ChatPrompt> ChatTemplate::render(const std::vector<ChatMessage>& messages,
+                                        bool add_generation_prompt) const {
   if (messages.empty()) {
     return make_error(StatusCode::kInvalidArgument, "a chat needs at least one message");
   }
   switch (kind_) {
-    case ChatTemplateKind::kLlama2: return apply_llama2(messages);
-    case ChatTemplateKind::kLlama3: return apply_llama3(messages, add_generation_prompt);
+    case ChatTemplateKind::kLlama2: return render_llama2(messages);
+    case ChatTemplateKind::kLlama3: return render_llama3(messages, add_generation_prompt);
     case ChatTemplateKind::kChatML:
-      return apply_chatml(messages, add_generation_prompt, default_system_prompt_);
+      return render_chatml(messages, add_generation_prompt, default_system_prompt_);
   }
   return make_error(StatusCode::kInternal, "unhandled chat template kind");
 }

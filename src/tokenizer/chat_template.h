@@ -6,7 +6,9 @@
 //   kChatML  <|im_start|>{role}\n{content}<|im_end|>\n ...
 //
 // The result never starts with BOS: tokenize it with add_special (which adds BOS when the
-// model wants one) and parse_special (so the markup becomes control tokens). Content is
+// model wants one) and parse_special (so the markup becomes control tokens), or better with
+// Tokenizer::encode_guarded and the content ranges of render(), which keeps control-token
+// text inside messages as plain text. Content is
 // trimmed for Llama 2 and Llama 3, as their reference templates do; ChatML keeps it verbatim.
 // A ChatML template that inserts a system prompt when the conversation has none (SmolLM2,
 // Qwen2) is detected and that prompt reproduced.
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "tokenizer/tokenizer.h"
 
 namespace llamaserve {
 
@@ -26,6 +29,13 @@ struct ChatMessage {
 };
 
 enum class ChatTemplateKind { kLlama2, kLlama3, kChatML };
+
+// A rendered prompt and where in it the message contents (client text) lie; hand both to
+// Tokenizer::encode_guarded so that only the template's own markup becomes control tokens.
+struct ChatPrompt {
+  std::string text;
+  std::vector<TextRange> content_ranges;  // sorted, non-overlapping
+};
 
 class ChatTemplate {
  public:
@@ -49,6 +59,9 @@ class ChatTemplate {
   // there). kInvalidArgument for no messages, an unknown role, or (Llama 2) a system message
   // that is not the first.
   Result<std::string> apply(const std::vector<ChatMessage>& messages,
+                            bool add_generation_prompt) const;
+  // apply() with the content ranges.
+  Result<ChatPrompt> render(const std::vector<ChatMessage>& messages,
                             bool add_generation_prompt) const;
 
  private:

@@ -23,20 +23,32 @@ struct Fragment {
   int32_t token = -1;
 };
 
-// Cuts text at special tokens: leftmost match first, the longest token at a position.
+// Cuts text at special tokens: leftmost match first, the longest token at a position. No
+// match starts inside or reaches into a range of `plain`.
 std::vector<Fragment> split_special(const TokenizerImpl& impl, std::string_view text,
-                                    bool parse_special) {
+                                    bool parse_special, std::span<const TextRange> plain) {
   std::vector<Fragment> fragments;
   size_t text_start = 0;
   size_t pos = 0;
+  size_t next_plain = 0;  // first range of `plain` that does not end before pos
   while (pos < text.size()) {
+    while (next_plain < plain.size() &&
+           (plain[next_plain].end <= pos || plain[next_plain].end <= plain[next_plain].begin)) {
+      ++next_plain;  // behind us, or empty
+    }
+    if (next_plain < plain.size() && plain[next_plain].begin <= pos) {
+      pos = plain[next_plain].end;
+      continue;
+    }
+    const size_t limit =
+        next_plain < plain.size() ? std::min(plain[next_plain].begin, text.size()) : text.size();
     const auto first = static_cast<uint8_t>(text[pos]);
     int32_t match = -1;
     if (impl.special_first_byte[first]) {
       for (const int32_t id : impl.specials_by_first_byte[first]) {
         if (!parse_special && impl.types[id] != TokenType::kUserDefined) continue;
         const std::string& piece = impl.data.tokens[id];
-        if (text.size() - pos >= piece.size() &&
+        if (limit - pos >= piece.size() &&
             std::memcmp(text.data() + pos, piece.data(), piece.size()) == 0) {
           match = id;
           break;
@@ -54,6 +66,30 @@ std::vector<Fragment> split_special(const TokenizerImpl& impl, std::string_view 
   }
   if (text_start < text.size()) fragments.push_back({text.substr(text_start)});
   return fragments;
+}
+
+std::vector<int32_t> encode_fragments(const TokenizerImpl& impl,
+                                      const std::vector<Fragment>& fragments, size_t text_size,
+                                      bool add_special) {
+  std::vector<int32_t> out;
+  out.reserve(text_size / 3 + 2);
+  if (add_special && impl.data.add_bos) out.push_back(*impl.data.bos_id);
+  bool after_special = true;  // text at the start gets the space prefix, like text after a special
+  for (const Fragment& fragment : fragments) {
+    if (fragment.token >= 0) {
+      out.push_back(fragment.token);
+      after_special = true;
+      continue;
+    }
+    if (impl.spm) {
+      impl.encode_spm(fragment.text, impl.data.add_space_prefix && after_special, out);
+    } else {
+      impl.encode_bpe(fragment.text, out);
+    }
+    after_special = false;
+  }
+  if (add_special && impl.data.add_eos) out.push_back(*impl.data.eos_id);
+  return out;
 }
 
 }  // namespace
@@ -101,26 +137,14 @@ Result<Tokenizer> Tokenizer::create(TokenizerData data) {
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special,
                                        bool parse_special) const {
-  const TokenizerImpl& impl = *impl_;
-  std::vector<int32_t> out;
-  out.reserve(text.size() / 3 + 2);
-  if (add_special && impl.data.add_bos) out.push_back(*impl.data.bos_id);
-  bool after_special = true;  // text at the start gets the space prefix, like text after a special
-  for (const Fragment& fragment : split_special(impl, text, parse_special)) {
-    if (fragment.token >= 0) {
-      out.push_back(fragment.token);
-      after_special = true;
-      continue;
-    }
-    if (impl.spm) {
-      impl.encode_spm(fragment.text, impl.data.add_space_prefix && after_special, out);
-    } else {
-      impl.encode_bpe(fragment.text, out);
-    }
-    after_special = false;
-  }
-  if (add_special && impl.data.add_eos) out.push_back(*impl.data.eos_id);
-  return out;
+  return encode_fragments(*impl_, split_special(*impl_, text, parse_special, {}), text.size(),
+                          add_special);
+}
+
+std::vector<int32_t> Tokenizer::encode_guarded(std::string_view text, bool add_special,
+                                               std::span<const TextRange> plain_ranges) const {
+  return encode_fragments(*impl_, split_special(*impl_, text, true, plain_ranges), text.size(),
+                          add_special);
 }
 
 std::string_view Tokenizer::token_piece(int32_t id) const {

@@ -40,6 +40,12 @@ namespace llamaserve {
 class GgufFile;
 struct TokenizerImpl;
 
+// A byte range [begin, end) of a text.
+struct TextRange {
+  size_t begin = 0;
+  size_t end = 0;
+};
+
 class Tokenizer {
  public:
   // Validates the data and builds the lookup tables (vocabulary map, merge table, special
@@ -51,6 +57,12 @@ class Tokenizer {
   // Token ids of `text` (any bytes; ill-formed UTF-8 is tokenized byte by byte, never
   // rejected). add_special adds BOS and/or EOS as the model's add_bos/add_eos flags say.
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
+  // encode(text, add_special, /*parse_special=*/true), except that no special token is
+  // recognised inside (or reaching into) `plain_ranges` (sorted, non-overlapping): for a chat
+  // prompt, the message contents (ChatPrompt::content_ranges), so that a client cannot
+  // inject control tokens such as <|im_end|> through its text.
+  std::vector<int32_t> encode_guarded(std::string_view text, bool add_special,
+                                      std::span<const TextRange> plain_ranges) const;
 
   // The vocabulary string of a token ("▁the", "Ġthe", "<0x0A>", "<|im_end|>"); empty for an id
   // outside the vocabulary.

@@ -5,7 +5,8 @@
   (b) Byte-level BPE: vocab-llama3-bpe.gguf (pre-tokenizer llama3) and the SmolLM2 model
       (pre-tokenizer smollm) against the `tokenizers` package, with a BPE model built from
       the vocabulary and merges that gguf-py reads out of the same files and the
-      pre-tokenizer configuration those models ship with.
+      pre-tokenizer configuration those models ship with; the qwen2 and gpt2 pre-tokenizers
+      likewise, on copies of the LLaMA 3 vocabulary that gguf-py writes with that pre name.
   (c) decode(encode(s)) == s for every string (guaranteed without special-token parsing).
 
 Every string of a corpus generated from a fixed seed (scripts, CJK, emoji, whitespace runs,
@@ -16,6 +17,7 @@ control and byte-fallback characters, code, numbers, contractions) goes through 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -37,6 +39,8 @@ SMOLLM_GGUF = REPO_ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
                   r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+QWEN2_PATTERN = LLAMA3_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}")
 
 CORPUS_SIZE = 3000
 CORPUS_SEED = 20240611
@@ -195,32 +199,56 @@ def _gguf_ints(reader, key: str) -> list[int]:
     return [int(field.parts[i][0]) for i in field.data]
 
 
-def hf_tokenizer_from_gguf(path: Path, pre: str):
-    """A `tokenizers` BPE model over the GGUF's vocabulary and merges, with the pre-tokenizer
-    configuration of the model family (as in its tokenizer.json) and control tokens as
-    special added tokens."""
+@functools.lru_cache(maxsize=None)
+def read_vocab(path: Path) -> tuple[list[str], list[int], list[str]]:
+    """Tokens, token types and merges of a byte-level BPE GGUF, read by gguf-py."""
+    reader = gguf.GGUFReader(str(path))
+    return (_gguf_strings(reader, "tokenizer.ggml.tokens"), _gguf_ints(reader, "tokenizer.ggml.token_type"),
+            _gguf_strings(reader, "tokenizer.ggml.merges"))
+
+
+def write_vocab_gguf(path: Path, source: Path, pre: str) -> None:
+    """A vocab-only GGUF with `source`'s vocabulary and merges under another pre-tokenizer
+    name, to check the pre-tokenizers no fixture model uses (qwen2, gpt2)."""
+    tokens, types, merges = read_vocab(source)
+    writer = gguf.GGUFWriter(str(path), arch="llama")
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre(pre)
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(merges)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def hf_tokenizer(source: Path, pre: str):
+    """A `tokenizers` BPE model over the vocabulary and merges of `source`, with the
+    pre-tokenizer configuration of the model family (as in its tokenizer.json) and control
+    tokens as special added tokens."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 
-    reader = gguf.GGUFReader(str(path))
-    tokens = _gguf_strings(reader, "tokenizer.ggml.tokens")
-    types = _gguf_ints(reader, "tokenizer.ggml.token_type")
+    tokens, types, merge_strings = read_vocab(source)
     merges = []
-    for merge in _gguf_strings(reader, "tokenizer.ggml.merges"):
+    for merge in merge_strings:
         cut = merge.index(" ", 1)
         merges.append((merge[:cut], merge[cut + 1:]))
     vocab = {tok: i for i, tok in enumerate(tokens)}
     model = models.BPE(vocab=vocab, merges=merges, ignore_merges=(pre == "llama3"))
     tok = Tokenizer(model)
-    if pre == "llama3":
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    if pre in ("llama3", "qwen2"):
+        pattern = LLAMA3_PATTERN if pre == "llama3" else QWEN2_PATTERN
         tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
-        ])
+            pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False), byte_level])
     elif pre == "smollm":
         tok.pre_tokenizer = pre_tokenizers.Sequence([
             pre_tokenizers.Digits(individual_digits=True),
             pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True),
         ])
+    elif pre == "gpt2":
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
     else:
         raise ValueError(pre)
     tok.decoder = decoders.ByteLevel()
@@ -235,16 +263,22 @@ def sp():
     return sentencepiece.SentencePieceProcessor(model_file=str(LLAMA2_MODEL))
 
 
-BPE_MODELS = {"llama3": LLAMA3_GGUF, "smollm": SMOLLM_GGUF}
+# pre-tokenizer -> (vocabulary source, whether our binary reads the source itself)
+BPE_CASES = {"llama3": (LLAMA3_GGUF, True), "smollm": (SMOLLM_GGUF, True),
+             "qwen2": (LLAMA3_GGUF, False), "gpt2": (LLAMA3_GGUF, False)}
 
 
-@pytest.fixture(scope="module", params=sorted(BPE_MODELS))
-def bpe_case(request):
+@pytest.fixture(scope="module", params=sorted(BPE_CASES))
+def bpe_case(request, tmp_path_factory):
     pre = request.param
-    path = BPE_MODELS[pre]
-    if not path.exists():
-        pytest.skip(f"{path} is missing")
-    return pre, path, hf_tokenizer_from_gguf(path, pre)
+    source, direct = BPE_CASES[pre]
+    if not source.exists():
+        pytest.skip(f"{source} is missing")
+    path = source
+    if not direct:
+        path = tmp_path_factory.mktemp("vocab") / f"vocab-{pre}.gguf"
+        write_vocab_gguf(path, source, pre)
+    return pre, path, hf_tokenizer(source, pre)
 
 
 # ------------------------------------------------------------------------------- tests
@@ -304,7 +338,8 @@ def test_byte_level_bpe_matches_tokenizers(binary, corpus, bpe_case):
 def test_byte_level_bpe_special_tokens(binary, corpus, bpe_case):
     pre, path, hf = bpe_case
     rng = random.Random(7)
-    specials = {"llama3": ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
+    llama3 = ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+    specials = {"llama3": llama3, "qwen2": llama3, "gpt2": llama3,
                 "smollm": ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<file_sep>"]}[pre]
     texts = []
     for text in corpus[:400]:

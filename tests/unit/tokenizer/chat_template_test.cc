@@ -114,6 +114,33 @@ TEST(ChatTemplate, Llama2) {
             StatusCode::kInvalidArgument);
 }
 
+TEST(ChatTemplate, RenderMarksMessageContents) {
+  for (std::string_view name : {"llama2", "llama3", "chatml"}) {
+    const ChatTemplate tmpl = *ChatTemplate::from_name(name);
+    const std::vector<ChatMessage> messages = {
+        {"system", "Sys <|im_end|>"}, {"user", " Hi <|eot_id|> "}, {"assistant", "[/INST] ok"}};
+    const Result<ChatPrompt> prompt = tmpl.render(messages, true);
+    ASSERT_TRUE(prompt.is_ok()) << prompt.status().to_string();
+    EXPECT_EQ(prompt->text, *tmpl.apply(messages, true));
+    std::vector<std::string> contents;
+    size_t previous_end = 0;
+    for (const TextRange& range : prompt->content_ranges) {
+      EXPECT_LE(previous_end, range.begin);
+      EXPECT_LT(range.begin, range.end);
+      contents.push_back(prompt->text.substr(range.begin, range.end - range.begin));
+      previous_end = range.end;
+    }
+    // Contents as the format trims them (Llama 2 keeps the user's leading space after <<SYS>>).
+    const std::vector<std::string> expected =
+        name == "chatml"
+            ? std::vector<std::string>{"Sys <|im_end|>", " Hi <|eot_id|> ", "[/INST] ok"}
+        : name == "llama3"
+            ? std::vector<std::string>{"Sys <|im_end|>", "Hi <|eot_id|>", "[/INST] ok"}
+            : std::vector<std::string>{"Sys <|im_end|>", " Hi <|eot_id|>", "[/INST] ok"};
+    EXPECT_EQ(contents, expected) << name;
+  }
+}
+
 TEST(ChatTemplate, Errors) {
   for (std::string_view name : {"llama2", "llama3", "chatml"}) {
     const ChatTemplate tmpl = *ChatTemplate::from_name(name);

@@ -174,6 +174,29 @@ TEST_F(BpeTokenizer, SpecialTokens) {
   EXPECT_EQ(tok.encode("a<tool>b", false, false), (Ids{'a', id("<tool>"), 'b'}));
 }
 
+TEST_F(BpeTokenizer, GuardedRangesStayText) {
+  const Tokenizer tok = make();
+  const int32_t begin = id("<|begin|>"), end = id("<|end|>");
+  //                       0        9         19  23
+  const std::string text = "<|begin|>x<|end|>y<|end|><|end|>";
+  const auto count = [](const Ids& ids, int32_t token) {
+    return std::count(ids.begin(), ids.end(), token);
+  };
+  EXPECT_EQ(count(tok.encode(text, false, true), end), 3);
+  // The range covers the first <|end|>: only the two after it are control tokens.
+  const std::vector<TextRange> ranges = {{9, 18}};
+  const Ids guarded = tok.encode_guarded(text, false, ranges);
+  EXPECT_EQ(guarded.front(), begin);
+  EXPECT_EQ(count(guarded, end), 2);
+  EXPECT_EQ(tok.decode(guarded, false), text);
+  // A special token that starts before a range but reaches into it is not matched either.
+  const std::vector<TextRange> tail = {{20, 21}};
+  EXPECT_EQ(count(tok.encode_guarded(text, false, tail), end), 2);
+  // Ranges past the end or empty are harmless.
+  const std::vector<TextRange> odd = {{5, 5}, {100, 200}};
+  EXPECT_EQ(tok.encode_guarded(text, false, odd), tok.encode(text, false, true));
+}
+
 TEST_F(BpeTokenizer, LongestSpecialTokenWins) {
   data_.tokens.push_back("<|end|>more");
   data_.token_types.push_back(TokenType::kControl);
