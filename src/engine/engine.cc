@@ -2,6 +2,7 @@
 // request's output once a token is sampled lives in engine_output.cc.
 #include "engine/engine.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -51,12 +52,12 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Executor> executo
   if (!executor) return make_error(StatusCode::kInvalidArgument, "engine: no executor");
   if (!tokenizer) return make_error(StatusCode::kInvalidArgument, "engine: no tokenizer");
   if (config.max_running < 1 || config.max_batch_tokens < 1 || config.max_waiting < 0 ||
-      config.max_context < 0) {
+      config.max_context < 0 || config.sampler_threads < 0) {
     return make_error(StatusCode::kInvalidArgument,
                       "engine: max_running ({}) and max_batch_tokens ({}) must be >= 1, "
-                      "max_waiting ({}) and max_context ({}) >= 0",
+                      "max_waiting ({}), max_context ({}) and sampler_threads ({}) >= 0",
                       config.max_running, config.max_batch_tokens, config.max_waiting,
-                      config.max_context);
+                      config.max_context, config.sampler_threads);
   }
   const KvCacheInfo kv = executor->kv_info();
   if (kv.n_blocks < 1 || kv.block_size < 1) {
@@ -89,7 +90,10 @@ Engine::Engine(std::unique_ptr<Executor> executor, std::shared_ptr<const Tokeniz
       n_vocab_(static_cast<int32_t>(executor_->config().n_vocab)),
       inbox_(std::make_shared<Inbox>()),
       blocks_(executor_->kv_info().n_blocks, executor_->kv_info().block_size),
-      scheduler_(SchedulerConfig{config.max_running, config.max_batch_tokens}, blocks_) {
+      scheduler_(SchedulerConfig{config.max_running, config.max_batch_tokens}, blocks_),
+      sampler_pool_(config.sampler_threads > 0 ? config.sampler_threads
+                                               : std::min(4, ThreadPool::default_threads())),
+      sampler_scratch_(static_cast<size_t>(sampler_pool_.size())) {
   logits_.reserve(static_cast<size_t>(config_.max_running) * static_cast<size_t>(n_vocab_));
   publish_stats();
   thread_ = std::thread([this] { run_loop(); });
@@ -321,14 +325,7 @@ void Engine::run_step() {
     return;
   }
   scheduler_.complete(plan);
-  size_t row = 0;
-  for (const ScheduledChunk& chunk : plan.chunks) {
-    if (!chunk.wants_logits) continue;
-    std::span<float> logits_row(logits_.data() + row * static_cast<size_t>(n_vocab_),
-                                static_cast<size_t>(n_vocab_));
-    ++row;
-    on_token(*active_.at(chunk.seq->id), logits_row);
-  }
+  sample_and_emit(plan);
 }
 
 void Engine::publish_stats() {

@@ -21,6 +21,7 @@
 
 #include "backend/batch.h"
 #include "core/status.h"
+#include "core/thread_pool.h"
 #include "engine/block_manager.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
@@ -39,6 +40,9 @@ struct EngineConfig {
   // Tokens per sequence (prompt + generated); 0 = the model's n_ctx_train. Always clipped to
   // what the KV cache holds, so one sequence alone can always run to completion.
   int32_t max_context = 0;
+  // Threads that sample the rows of one step in parallel (the engine thread counts as one);
+  // 0 = min(4, cores). Only steps with many rows use them.
+  int32_t sampler_threads = 0;
 };
 
 class Engine {
@@ -107,7 +111,10 @@ class Engine {
   void start_request(IncomingRequest incoming);
   void sweep_cancellations_and_timeouts(bool cancel_all);
   void run_step();
-  void on_token(ActiveRequest& active, std::span<float> logits_row);
+  // Samples every row of the step (in parallel when there are many), then handles the
+  // tokens in chunk order.
+  void sample_and_emit(const StepPlan& plan);
+  void on_token(ActiveRequest& active, const SampledToken& sampled);
   // Ends a request: flushes held text (when `flush_text`), pushes the finish event, frees
   // its sequence and blocks.
   void finish(SeqId id, FinishReason reason, Status error, bool flush_text);
@@ -133,7 +140,9 @@ class Engine {
   SeqId next_seq_id_ = 1;
   Batch batch_;
   std::vector<float> logits_;
-  SamplerScratch sampler_scratch_;
+  ThreadPool sampler_pool_;
+  std::vector<SamplerScratch> sampler_scratch_;  // one per sampler thread
+  std::vector<std::pair<ActiveRequest*, SampledToken>> sampled_;
   EngineStats counters_;  // the cumulative fields of stats()
 
   mutable std::mutex stats_mutex_;

@@ -21,9 +21,33 @@ std::string Engine::token_text(int32_t token) const {
   return unicode::sanitize_utf8(tokenizer_->token_bytes(token, /*render_special=*/true));
 }
 
-void Engine::on_token(ActiveRequest& active, std::span<float> logits_row) {
+void Engine::sample_and_emit(const StepPlan& plan) {
+  sampled_.clear();
+  for (const ScheduledChunk& chunk : plan.chunks) {
+    if (chunk.wants_logits) sampled_.emplace_back(active_.at(chunk.seq->id).get(), SampledToken{});
+  }
+  const auto n_vocab = static_cast<size_t>(n_vocab_);
+  auto sample_rows = [&](int thread_index, int n_threads) {
+    SamplerScratch& scratch = sampler_scratch_[static_cast<size_t>(thread_index)];
+    for (size_t i = static_cast<size_t>(thread_index); i < sampled_.size();
+         i += static_cast<size_t>(n_threads)) {
+      std::span<float> row(logits_.data() + i * n_vocab, n_vocab);
+      sampled_[i].second = sampled_[i].first->sampler.sample(row, scratch);
+    }
+  };
+  // Below this many rows, waking the pool costs more than it saves.
+  constexpr size_t kMinRowsForThreads = 8;
+  if (sampled_.size() >= kMinRowsForThreads) {
+    sampler_pool_.run(sample_rows);
+  } else {
+    sample_rows(0, 1);
+  }
+  // Each sampler only touched its own request; everything after runs on this thread.
+  for (auto& [active, sampled] : sampled_) on_token(*active, sampled);
+}
+
+void Engine::on_token(ActiveRequest& active, const SampledToken& sampled) {
   Sequence& seq = *active.seq;
-  SampledToken sampled = active.sampler.sample(logits_row, sampler_scratch_);
   const int32_t token = sampled.token;
   seq.tokens.push_back(token);
   active.sampler.accept(token);
