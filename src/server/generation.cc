@@ -252,11 +252,7 @@ Result<std::vector<int32_t>> HttpServer::build_prompt(const ServedModel& model,
                       "this model has no chat template; use /v1/completions or start the server "
                       "with --chat-template");
       }
-      std::vector<llamaserve::ChatMessage> messages;
-      messages.reserve(parsed.messages.size());
-      for (const auto& message : parsed.messages)
-        messages.push_back({message.role, message.content});
-      LS_ASSIGN_OR_RETURN(std::string text, model.chat_template->apply(messages, true));
+      LS_ASSIGN_OR_RETURN(std::string text, model.chat_template->apply(parsed.messages, true));
       tokens = tokenizer.encode(text, /*add_special=*/true, /*parse_special=*/true);
       break;
     }

@@ -15,20 +15,17 @@
 
 #include "core/status.h"
 #include "engine/request.h"
+#include "tokenizer/chat_template.h"
 
 namespace llamaserve::server {
-
-struct ChatMessage {
-  std::string role;  // system | user | assistant | tool ("developer" arrives as "system")
-  std::string content;
-};
 
 enum class PromptKind { kMessages, kText, kTokens };
 
 struct ParsedGeneration {
   std::string model;  // empty: not given
   PromptKind prompt_kind = PromptKind::kMessages;
-  std::vector<ChatMessage> messages;   // kMessages
+  std::vector<ChatMessage> messages;   // kMessages; roles system/user/assistant/tool
+                                       // ("developer" arrives as "system")
   std::string prompt_text;             // kText
   std::vector<int32_t> prompt_tokens;  // kTokens (range against the vocabulary not checked)
   std::optional<int32_t> max_tokens;   // absent: as many as the limit and context allow

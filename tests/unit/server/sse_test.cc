@@ -5,45 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include "sse_parser.h"
+
 namespace llamaserve::server {
 namespace {
 
-// A minimal SSE parser following the WHATWG algorithm, to check that what we write reads
-// back as the payload we meant.
-struct ParsedEvent {
-  std::string type;
-  std::string data;
-};
-
-std::vector<ParsedEvent> parse_sse(const std::string& stream) {
-  std::vector<ParsedEvent> events;
-  std::string type, data;
-  bool has_data = false;
-  size_t pos = 0;
-  while (pos < stream.size()) {
-    size_t end = stream.find_first_of("\r\n", pos);
-    if (end == std::string::npos) break;  // incomplete line: not dispatched
-    std::string line = stream.substr(pos, end - pos);
-    pos = end + 1;
-    if (stream[end] == '\r' && pos < stream.size() && stream[pos] == '\n') ++pos;
-    if (line.empty()) {
-      if (has_data) events.push_back({type.empty() ? "message" : type, data});
-      type.clear(), data.clear(), has_data = false;
-      continue;
-    }
-    const size_t colon = line.find(':');
-    std::string field = line.substr(0, colon);
-    std::string value = colon == std::string::npos ? "" : line.substr(colon + 1);
-    if (!value.empty() && value[0] == ' ') value.erase(0, 1);
-    if (field == "event") type = value;
-    if (field == "data") {
-      if (has_data) data.push_back('\n');
-      data += value;
-      has_data = true;
-    }
-  }
-  return events;
-}
+using test_util::parse_sse;
 
 TEST(Sse, SingleLinePayload) {
   EXPECT_EQ(sse_event("token", "Hello"), "event: token\ndata: Hello\n\n");

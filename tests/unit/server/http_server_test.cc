@@ -1,0 +1,200 @@
+// The HTTP layer without a model: auth, routing errors, limits, readiness, draining, CORS and
+// metrics, through a real cpp-httplib client on a loopback port. Generation routes are
+// covered end to end in tests/e2e.
+#include "server/http_server.h"
+
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+
+#include <thread>
+
+#include <gtest/gtest.h>
+
+namespace llamaserve::server {
+namespace {
+
+using nlohmann::json;
+
+class HttpServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { spdlog::set_level(spdlog::level::warn); }
+
+  void start(ServerOptions options) {
+    options.port = 0;
+    options.http_threads = 8;
+    options.max_running = 1;
+    options.max_queue = 1;
+    options.model_name = "tiny";
+    server_ = std::make_unique<HttpServer>(options);
+    ASSERT_TRUE(server_->bind().is_ok());
+    thread_ = std::thread([this] { server_->serve(); });
+    client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
+  }
+
+  void TearDown() override {
+    if (server_) server_->stop();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  static json error_of(const httplib::Result& result) {
+    EXPECT_TRUE(result);
+    auto body = json::parse(result->body, nullptr, false);
+    EXPECT_TRUE(body.is_object() && body.contains("error")) << result->body;
+    return body.is_object() && body.contains("error") ? body["error"] : json();
+  }
+
+  std::unique_ptr<HttpServer> server_;
+  std::thread thread_;
+  std::unique_ptr<httplib::Client> client_;
+};
+
+TEST_F(HttpServerTest, HealthIsOpenReadyWaitsForTheModel) {
+  start({});
+  auto health = client_->Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(json::parse(health->body)["status"], "ok");
+  auto ready = client_->Get("/ready");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 503);
+  EXPECT_EQ(error_of(ready)["code"], "loading");
+  auto chat = client_->Post("/v1/chat/completions", R"({"messages":[]})", "application/json");
+  ASSERT_TRUE(chat);
+  EXPECT_EQ(chat->status, 503);
+  EXPECT_EQ(chat->get_header_value("Retry-After"), "1");
+}
+
+TEST_F(HttpServerTest, BearerAuthOnEverythingButHealth) {
+  ServerOptions options;
+  options.api_keys = {"secret-1", "secret-2"};
+  start(options);
+  EXPECT_EQ(client_->Get("/health")->status, 200);
+  for (const char* path : {"/v1/models", "/ready", "/metrics", "/openapi.json"}) {
+    auto missing = client_->Get(path);
+    ASSERT_TRUE(missing);
+    EXPECT_EQ(missing->status, 401) << path;
+    EXPECT_EQ(missing->get_header_value("WWW-Authenticate"), "Bearer");
+    EXPECT_EQ(error_of(missing)["type"], "authentication_error");
+  }
+  auto wrong = client_->Get("/v1/models", {{"Authorization", "Bearer secret-3"}});
+  EXPECT_EQ(wrong->status, 401);
+  auto not_bearer = client_->Get("/v1/models", {{"Authorization", "Basic secret-1"}});
+  EXPECT_EQ(not_bearer->status, 401);
+  auto post = client_->Post("/v1/completions", {{"Authorization", "Bearer nope"}},
+                            R"({"prompt":"x"})", "application/json");
+  EXPECT_EQ(post->status, 401);
+  auto right = client_->Get("/v1/models", {{"Authorization", "Bearer secret-2"}});
+  ASSERT_TRUE(right);
+  EXPECT_EQ(right->status, 200);
+  EXPECT_EQ(json::parse(right->body)["data"][0]["id"], "tiny");
+}
+
+TEST_F(HttpServerTest, UnknownRouteWrongMethodAndModel) {
+  start({});
+  auto missing = client_->Get("/v2/nothing");
+  EXPECT_EQ(missing->status, 404);
+  EXPECT_EQ(error_of(missing)["code"], "route_not_found");
+  auto wrong_method = client_->Get("/v1/chat/completions");
+  EXPECT_EQ(wrong_method->status, 405);
+  EXPECT_EQ(wrong_method->get_header_value("Allow"), "POST");
+  EXPECT_EQ(error_of(wrong_method)["code"], "method_not_allowed");
+  auto deleted = client_->Delete("/v1/models");
+  EXPECT_EQ(deleted->status, 405);
+  auto model = client_->Get("/v1/models/tiny");
+  EXPECT_EQ(model->status, 200);
+  auto other_model = client_->Get("/v1/models/gpt-4");
+  EXPECT_EQ(other_model->status, 404);
+  EXPECT_EQ(error_of(other_model)["code"], "model_not_found");
+}
+
+TEST_F(HttpServerTest, OversizedBodyIs413AndTheServerKeepsServing) {
+  ServerOptions options;
+  options.max_body_bytes = 2048;
+  start(options);
+  auto big = client_->Post("/v1/completions", std::string(10000, 'x'), "application/json");
+  ASSERT_TRUE(big);
+  EXPECT_EQ(big->status, 413);
+  EXPECT_EQ(error_of(big)["code"], "request_too_large");
+  EXPECT_EQ(client_->Get("/health")->status, 200);
+}
+
+TEST_F(HttpServerTest, DrainingRefusesNewRequests) {
+  start({});
+  server_->begin_drain();
+  EXPECT_EQ(client_->Get("/health")->status, 200);
+  auto ready = client_->Get("/ready");
+  EXPECT_EQ(ready->status, 503);
+  EXPECT_EQ(error_of(ready)["code"], "draining");
+  auto models = client_->Get("/v1/models");
+  EXPECT_EQ(models->status, 503);
+  EXPECT_EQ(client_->Get("/metrics")->status, 200);
+  EXPECT_TRUE(server_->wait_until_idle(std::chrono::milliseconds(10)));
+}
+
+TEST_F(HttpServerTest, CorsOnlyWhenConfigured) {
+  start({});
+  auto plain = client_->Get("/health");
+  EXPECT_FALSE(plain->has_header("Access-Control-Allow-Origin"));
+  auto preflight = client_->Options("/v1/chat/completions");
+  ASSERT_TRUE(preflight);
+  EXPECT_EQ(preflight->status, 405);
+}
+
+TEST_F(HttpServerTest, CorsPreflightAndHeaders) {
+  ServerOptions options;
+  options.cors_origin = "https://app.example";
+  options.api_keys = {"k"};
+  start(options);
+  auto preflight = client_->Options("/v1/chat/completions");
+  ASSERT_TRUE(preflight);
+  EXPECT_EQ(preflight->status, 204);
+  EXPECT_EQ(preflight->get_header_value("Access-Control-Allow-Origin"), "https://app.example");
+  EXPECT_NE(preflight->get_header_value("Access-Control-Allow-Headers").find("Authorization"),
+            std::string::npos);
+  auto denied = client_->Get("/v1/models");
+  EXPECT_EQ(denied->status, 401);
+  EXPECT_EQ(denied->get_header_value("Access-Control-Allow-Origin"), "https://app.example");
+}
+
+TEST_F(HttpServerTest, MetricsCountRequestsByEndpointAndStatus) {
+  start({});
+  client_->Get("/health");
+  client_->Get("/health");
+  client_->Get("/nowhere");
+  client_->Get("/v1/chat/completions");
+  auto metrics = client_->Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 200);
+  EXPECT_NE(metrics->get_header_value("Content-Type").find("text/plain"), std::string::npos);
+  const std::string& text = metrics->body;
+  EXPECT_NE(text.find("llamaserve_requests_total{endpoint=\"/health\",status=\"200\"} 2"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("llamaserve_requests_total{endpoint=\"other\",status=\"404\"} 1"),
+            std::string::npos);
+  EXPECT_NE(
+      text.find("llamaserve_requests_total{endpoint=\"/v1/chat/completions\",status=\"405\"} 1"),
+      std::string::npos);
+  for (const char* name :
+       {"llamaserve_queue_length", "llamaserve_running_sequences", "llamaserve_kv_blocks_used",
+        "llamaserve_kv_blocks_free", "llamaserve_preemptions_total",
+        "llamaserve_prompt_tokens_total", "llamaserve_generated_tokens_total",
+        "llamaserve_time_to_first_token_seconds_bucket",
+        "llamaserve_inter_token_latency_seconds_bucket",
+        "llamaserve_request_duration_seconds_bucket", "llamaserve_ready 0"}) {
+    EXPECT_NE(text.find(name), std::string::npos) << name;
+  }
+}
+
+TEST_F(HttpServerTest, OpenApiDocumentIsServed) {
+  start({});
+  auto doc = client_->Get("/openapi.json");
+  ASSERT_TRUE(doc);
+  EXPECT_EQ(doc->status, 200);
+  auto parsed = json::parse(doc->body);
+  EXPECT_EQ(parsed["openapi"], "3.0.3");
+  EXPECT_TRUE(parsed["paths"].contains("/v1/chat/completions"));
+}
+
+}  // namespace
+}  // namespace llamaserve::server
