@@ -75,12 +75,29 @@ void quantize_q8_256(const float* x, ActBlockQ8_256* out, int64_t n) {
   }
 }
 
+void quantize_q8_32x2(const float* x, ActBlockQ8_32x2* out, int64_t n) {
+  const int64_t n_blocks = n / 32;
+  for (int64_t pair = 0; pair < (n_blocks + 1) / 2; ++pair) {
+    ActBlockQ8_32 blocks[2] = {};
+    quantize_q8_32(x + 64 * pair, blocks, 2 * pair + 1 < n_blocks ? 64 : 32);
+    ActBlockQ8_32x2& p = out[pair];
+    for (int i = 0; i < 2; ++i) {
+      p.scale_sum[2 * i] = blocks[i].d;
+      p.scale_sum[2 * i + 1] = blocks[i].sum;
+      std::memcpy(p.low + 16 * i, blocks[i].qs, 16);
+      std::memcpy(p.high + 16 * i, blocks[i].qs + 16, 16);
+    }
+  }
+}
+
 }  // namespace
 
 size_t act_row_bytes(ActFormat format, int64_t n) {
   switch (format) {
     case ActFormat::kF32: return static_cast<size_t>(n) * sizeof(float);
     case ActFormat::kQ8_32: return static_cast<size_t>(n / 32) * sizeof(ActBlockQ8_32);
+    case ActFormat::kQ8_32x2:
+      return static_cast<size_t>((n / 32 + 1) / 2) * sizeof(ActBlockQ8_32x2);
     case ActFormat::kQ8_256: return static_cast<size_t>(n / 256) * sizeof(ActBlockQ8_256);
   }
   return 0;
@@ -90,6 +107,7 @@ void quantize_act_row(ActFormat format, const float* x, void* out, int64_t n) {
   switch (format) {
     case ActFormat::kF32: std::memcpy(out, x, static_cast<size_t>(n) * sizeof(float)); return;
     case ActFormat::kQ8_32: quantize_q8_32(x, static_cast<ActBlockQ8_32*>(out), n); return;
+    case ActFormat::kQ8_32x2: quantize_q8_32x2(x, static_cast<ActBlockQ8_32x2*>(out), n); return;
     case ActFormat::kQ8_256: quantize_q8_256(x, static_cast<ActBlockQ8_256*>(out), n); return;
   }
 }

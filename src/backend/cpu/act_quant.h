@@ -26,11 +26,22 @@ struct ActBlockQ8_256 {
   int8_t qs[256];
 };
 
+// Two ActBlockQ8_32 (blocks 2k and 2k+1) rearranged for 4-bit weights, whose bytes hold
+// element j in the low nibble and j + 16 in the high one: `low` pairs with the low nibbles of
+// both weight blocks loaded side by side, `high` with their high nibbles, so that one 32-byte
+// nibble split serves two blocks. For an odd block count the last pair's second half is zero.
+struct ActBlockQ8_32x2 {
+  float scale_sum[4];  // d0, sum0, d1, sum1
+  int8_t low[32];      // block 0 elements 0..15, block 1 elements 0..15
+  int8_t high[32];     // block 0 elements 16..31, block 1 elements 16..31
+};
+
 static_assert(sizeof(ActBlockQ8_32) == 40);
+static_assert(sizeof(ActBlockQ8_32x2) == 80);
 static_assert(sizeof(ActBlockQ8_256) == 292);
 
 // Which representation of the activation row a weight type's dot product consumes.
-enum class ActFormat { kF32, kQ8_32, kQ8_256 };
+enum class ActFormat { kF32, kQ8_32, kQ8_32x2, kQ8_256 };
 
 // Bytes of one activation row of n elements. PRECONDITION: n is a multiple of the block.
 size_t act_row_bytes(ActFormat format, int64_t n);

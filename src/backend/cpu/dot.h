@@ -3,25 +3,56 @@
 // in elements. Selected through the dispatch table in matmul.cc, never called by name there.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace llamaserve::cpu {
 
 using RowDotFn = float (*)(const void* w_row, const void* act_row, int64_t n);
 
+// y[r] = dot(w + r * w_stride, act_row) for r < n_rows: one call per tile of rows, so that
+// the row loop is compiled with the dot product inlined.
+using RowsDotFn = void (*)(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row,
+                           int64_t n, float* y);
+
+template <float (*Dot)(const void*, const void*, int64_t)>
+inline void dot_rows(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row,
+                     int64_t n, float* y) {
+  for (int64_t r = 0; r < n_rows; ++r)
+    y[r] = Dot(w + static_cast<size_t>(r) * w_stride, act_row, n);
+}
+
 // Activation row: floats.
 float dot_f32(const void* w_row, const void* act_row, int64_t n);
+void dot_rows_f32(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row, int64_t n,
+                  float* y);
 float dot_f16(const void* w_row, const void* act_row, int64_t n);
+void dot_rows_f16(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row, int64_t n,
+                  float* y);
 float dot_bf16(const void* w_row, const void* act_row, int64_t n);
+void dot_rows_bf16(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row,
+                   int64_t n, float* y);
 
 // Activation row: ActBlockQ8_32. PRECONDITION: n % 32 == 0.
 float dot_q8_0(const void* w_row, const void* act_row, int64_t n);
+void dot_rows_q8_0(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row,
+                   int64_t n, float* y);
 float dot_q4_0(const void* w_row, const void* act_row, int64_t n);
+void dot_rows_q4_0(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row,
+                   int64_t n, float* y);
 float dot_q4_1(const void* w_row, const void* act_row, int64_t n);
+void dot_rows_q4_1(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row,
+                   int64_t n, float* y);
 
 // Activation row: ActBlockQ8_256. PRECONDITION: n % 256 == 0.
 float dot_q4_k(const void* w_row, const void* act_row, int64_t n);
+void dot_rows_q4_k(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row,
+                   int64_t n, float* y);
 float dot_q5_k(const void* w_row, const void* act_row, int64_t n);
+void dot_rows_q5_k(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row,
+                   int64_t n, float* y);
 float dot_q6_k(const void* w_row, const void* act_row, int64_t n);
+void dot_rows_q6_k(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row,
+                   int64_t n, float* y);
 
 }  // namespace llamaserve::cpu

@@ -51,4 +51,19 @@ float dot_bf16(const void* w_row, const void* act_row, int64_t n) {
                                                          static_cast<const float*>(act_row), n);
 }
 
+void dot_rows_f32(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row, int64_t n,
+                  float* y) {
+  dot_rows<dot_f32>(w, w_stride, n_rows, act_row, n, y);
+}
+
+void dot_rows_f16(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row, int64_t n,
+                  float* y) {
+  dot_rows<dot_f16>(w, w_stride, n_rows, act_row, n, y);
+}
+
+void dot_rows_bf16(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row,
+                   int64_t n, float* y) {
+  dot_rows<dot_bf16>(w, w_stride, n_rows, act_row, n, y);
+}
+
 }  // namespace llamaserve::cpu

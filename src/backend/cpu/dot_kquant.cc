@@ -121,4 +121,19 @@ float dot_q6_k(const void* w_row, const void* act_row, int64_t n) {
   return hsum(acc);
 }
 
+void dot_rows_q4_k(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row,
+                   int64_t n, float* y) {
+  dot_rows<dot_q4_k>(w, w_stride, n_rows, act_row, n, y);
+}
+
+void dot_rows_q5_k(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row,
+                   int64_t n, float* y) {
+  dot_rows<dot_q5_k>(w, w_stride, n_rows, act_row, n, y);
+}
+
+void dot_rows_q6_k(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row,
+                   int64_t n, float* y) {
+  dot_rows<dot_q6_k>(w, w_stride, n_rows, act_row, n, y);
+}
+
 }  // namespace llamaserve::cpu

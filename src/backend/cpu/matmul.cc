@@ -9,15 +9,15 @@ namespace llamaserve::cpu {
 namespace {
 
 constexpr MatmulKernel kKernels[] = {
-    {TensorType::F32, ActFormat::kF32, 1, dot_f32},
-    {TensorType::F16, ActFormat::kF32, 1, dot_f16},
-    {TensorType::BF16, ActFormat::kF32, 1, dot_bf16},
-    {TensorType::Q8_0, ActFormat::kQ8_32, 32, dot_q8_0},
-    {TensorType::Q4_0, ActFormat::kQ8_32, 32, dot_q4_0},
-    {TensorType::Q4_1, ActFormat::kQ8_32, 32, dot_q4_1},
-    {TensorType::Q4_K, ActFormat::kQ8_256, 256, dot_q4_k},
-    {TensorType::Q5_K, ActFormat::kQ8_256, 256, dot_q5_k},
-    {TensorType::Q6_K, ActFormat::kQ8_256, 256, dot_q6_k},
+    {TensorType::F32, ActFormat::kF32, 1, dot_f32, dot_rows_f32},
+    {TensorType::F16, ActFormat::kF32, 1, dot_f16, dot_rows_f16},
+    {TensorType::BF16, ActFormat::kF32, 1, dot_bf16, dot_rows_bf16},
+    {TensorType::Q8_0, ActFormat::kQ8_32, 32, dot_q8_0, dot_rows_q8_0},
+    {TensorType::Q4_0, ActFormat::kQ8_32x2, 32, dot_q4_0, dot_rows_q4_0},
+    {TensorType::Q4_1, ActFormat::kQ8_32x2, 32, dot_q4_1, dot_rows_q4_1},
+    {TensorType::Q4_K, ActFormat::kQ8_256, 256, dot_q4_k, dot_rows_q4_k},
+    {TensorType::Q5_K, ActFormat::kQ8_256, 256, dot_q5_k, dot_rows_q5_k},
+    {TensorType::Q6_K, ActFormat::kQ8_256, 256, dot_q6_k, dot_rows_q6_k},
 };
 
 // Rows handled per pass over the tokens: small enough that the tile's weight bytes stay in
@@ -50,10 +50,13 @@ Status check_matmul_supported(const QTensor& tensor) {
 }
 
 ActCache::ActCache(int64_t max_tokens, int64_t max_cols)
-    : max_tokens_(max_tokens),
-      max_cols_(max_cols),
-      q8_32_(static_cast<size_t>(max_tokens) * act_row_bytes(ActFormat::kQ8_32, max_cols + 31)),
-      q8_256_(static_cast<size_t>(max_tokens) * act_row_bytes(ActFormat::kQ8_256, max_cols + 255)) {
+    : max_tokens_(max_tokens), max_cols_(max_cols) {
+  // Room for the row rounded up to whole blocks of every format.
+  const int64_t padded_cols = (max_cols + 255) / 256 * 256;
+  for (ActFormat format : {ActFormat::kQ8_32, ActFormat::kQ8_32x2, ActFormat::kQ8_256}) {
+    buffers_[static_cast<int>(format)].resize(static_cast<size_t>(max_tokens) *
+                                              act_row_bytes(format, padded_cols));
+  }
 }
 
 void ActCache::reset(const float* x, int64_t n_tokens, int64_t cols) {
@@ -61,22 +64,21 @@ void ActCache::reset(const float* x, int64_t n_tokens, int64_t cols) {
   x_ = x;
   n_tokens_ = n_tokens;
   cols_ = cols;
-  have_q8_32_ = false;
-  have_q8_256_ = false;
+  std::fill(std::begin(have_), std::end(have_), false);
 }
 
 const uint8_t* ActCache::rows(ActFormat format, ThreadPool& pool) {
   if (format == ActFormat::kF32) return reinterpret_cast<const uint8_t*>(x_);
-  bool& have = format == ActFormat::kQ8_32 ? have_q8_32_ : have_q8_256_;
-  uint8_t* out = format == ActFormat::kQ8_32 ? q8_32_.data() : q8_256_.data();
-  if (!have) {
+  const int index = static_cast<int>(format);
+  uint8_t* out = buffers_[index].data();
+  if (!have_[index]) {
     const size_t stride = act_row_bytes(format, cols_);
     pool.parallel_for(static_cast<size_t>(n_tokens_), 4, [&](size_t begin, size_t end) {
       for (size_t t = begin; t < end; ++t) {
         quantize_act_row(format, x_ + t * static_cast<size_t>(cols_), out + t * stride, cols_);
       }
     });
-    have = true;
+    have_[index] = true;
   }
   return out;
 }
@@ -86,6 +88,8 @@ void matmul(std::span<const MatmulOutput> outputs, ActCache& act, ThreadPool& po
     const MatmulKernel* kernel;
     const uint8_t* act_rows;
     size_t act_stride;
+    const uint8_t* weights;
+    size_t weight_stride;
     int64_t first_row;  // in the concatenated row space
   };
   // A handful of outputs share one input (Q/K/V, gate/up).
@@ -96,8 +100,13 @@ void matmul(std::span<const MatmulOutput> outputs, ActCache& act, ThreadPool& po
   int64_t total_rows = 0;
   for (size_t i = 0; i < n_outputs; ++i) {
     const MatmulKernel* kernel = find_matmul_kernel(outputs[i].weight->type);
-    prepared[i] = {kernel, act.rows(kernel->act_format, pool),
-                   act_row_bytes(kernel->act_format, act.cols()), total_rows};
+    const QTensor& w = *outputs[i].weight;
+    prepared[i] = {kernel,
+                   act.rows(kernel->act_format, pool),
+                   act_row_bytes(kernel->act_format, act.cols()),
+                   static_cast<const uint8_t*>(w.data),
+                   w.bytes_per_row(),
+                   total_rows};
     total_rows += outputs[i].weight->rows();
   }
   const int64_t n_tokens = act.n_tokens();
@@ -111,12 +120,13 @@ void matmul(std::span<const MatmulOutput> outputs, ActCache& act, ThreadPool& po
       const int64_t local0 = row0 - p.first_row;
       const int64_t tile_end = std::min(
           {local0 + kRowTile, out.weight->rows(), static_cast<int64_t>(end) - p.first_row});
+      const uint8_t* tile = p.weights + static_cast<size_t>(local0) * p.weight_stride;
       for (int64_t t = 0; t < n_tokens; ++t) {
         const uint8_t* x = p.act_rows + static_cast<size_t>(t) * p.act_stride;
         float* y = out.y + t * out.y_stride;
-        for (int64_t r = local0; r < tile_end; ++r) {
-          const float bias = out.bias ? out.bias[r] : 0.0f;
-          y[r] = p.kernel->dot(out.weight->row(r), x, cols) + bias;
+        p.kernel->dot_rows(tile, p.weight_stride, tile_end - local0, x, cols, y + local0);
+        if (out.bias) {
+          for (int64_t r = local0; r < tile_end; ++r) y[r] += out.bias[r];
         }
       }
       row0 = p.first_row + tile_end;

@@ -25,6 +25,7 @@ struct MatmulKernel {
   ActFormat act_format;
   int64_t block_elems;  // the activation row length must be a multiple of this
   RowDotFn dot;
+  RowsDotFn dot_rows;
 };
 
 // The kernel of `type`, or nullptr when the CPU backend cannot multiply with it.
@@ -54,10 +55,9 @@ class ActCache {
   int64_t cols_ = 0;
   int64_t max_tokens_;
   int64_t max_cols_;
-  bool have_q8_32_ = false;
-  bool have_q8_256_ = false;
-  std::vector<uint8_t> q8_32_;
-  std::vector<uint8_t> q8_256_;
+  static constexpr int kFormats = 4;  // ActFormat values
+  bool have_[kFormats] = {};
+  std::vector<uint8_t> buffers_[kFormats];
 };
 
 struct MatmulOutput {
