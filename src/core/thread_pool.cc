@@ -21,6 +21,11 @@ inline void cpu_relax() {
 // consecutive ops of one forward pass, short enough not to burn a core while idle.
 constexpr int kSpinIterations = 20000;
 
+// How long the caller of run() spins for the last worker before sleeping: long enough for a
+// balanced split (the workers finish within microseconds of the caller), short enough that
+// an oversubscribed machine loses little when a worker has been preempted.
+constexpr int kCallerSpinIterations = 2000;
+
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
@@ -58,7 +63,19 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   pending_.store(n_threads_ - 1, std::memory_order_release);
   wake_workers();
   fn(0, n_threads_);
-  while (pending_.load(std::memory_order_acquire) != 0) cpu_relax();
+  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < kCallerSpinIterations) {
+      cpu_relax();
+      continue;
+    }
+    // Sequentially consistent with the worker's decrement: either the last worker sees the
+    // flag and notifies under the mutex, or this sees pending_ == 0 before waiting.
+    std::unique_lock<std::mutex> lock(done_mutex_);
+    caller_sleeping_.store(true);
+    done_.wait(lock, [&] { return pending_.load() == 0; });
+    caller_sleeping_.store(false);
+    break;
+  }
   task_ = nullptr;
 }
 
@@ -99,7 +116,10 @@ void ThreadPool::worker_loop(int thread_index) {
     seen = now;
     if (stop_.load(std::memory_order_acquire)) return;
     (*task_)(thread_index, n_threads_);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    if (pending_.fetch_sub(1) == 1 && caller_sleeping_.load()) {
+      std::lock_guard<std::mutex> lock(done_mutex_);
+      done_.notify_one();
+    }
   }
 }
 

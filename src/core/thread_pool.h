@@ -47,6 +47,11 @@ class ThreadPool {
   std::mutex wake_mutex_;
   std::condition_variable wake_;
   std::atomic<int> pending_{0};
+  // The caller of run() spins briefly for the workers, then sleeps here so that a worker
+  // waiting for a core (more runnable threads than cores) can have the caller's.
+  std::atomic<bool> caller_sleeping_{false};
+  std::mutex done_mutex_;
+  std::condition_variable done_;
   std::atomic<bool> stop_{false};
 };
 
