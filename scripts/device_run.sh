@@ -15,8 +15,10 @@ cd "$root"
 : "${OUT:?set OUT to the directory for logs and results}"
 mkdir -p "$OUT"
 build=${BUILD_DIR:-build/cuda}
-# Tests fail instead of skipping when they find no device.
+# Tests fail instead of skipping when they find no device, and find fixtures in this copy of
+# the tree (not at the build machine's path).
 export LLAMASERVE_REQUIRE_GPU=1
+export LLAMASERVE_SOURCE_DIR="$root"
 export LD_LIBRARY_PATH="$root/$build/runtime-libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 steps=("$@")
 [[ ${#steps[@]} -eq 0 ]] && steps=(env tests bench)

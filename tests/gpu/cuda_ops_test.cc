@@ -344,6 +344,7 @@ TEST_P(AttentionTest, MatchesReference) {
   a.n_splits = c.n_splits;
   a.partial = partial.get();
   a.n_batch_rows = rows;
+  ASSERT_OK(configure_attention_kernels());
   ASSERT_OK(attention(a, nullptr));
   ASSERT_CUDA(cudaDeviceSynchronize());
 

@@ -268,8 +268,6 @@ template <int D>
 Status launch_attention(const AttentionArgs& a, cudaStream_t stream) {
   const int nq8 = (a.max_tile_rows * (a.n_head / a.n_head_kv) + 7) & ~7;
   const int64_t smem = SmemLayout::bytes(nq8, D);
-  LS_CUDA_CHECK(cudaFuncSetAttribute(
-      attention_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(a.n_tiles), static_cast<unsigned>(a.n_head_kv),
                   static_cast<unsigned>(a.n_splits));
   attention_kernel<D><<<grid, kThreads, smem, stream>>>(a);
@@ -283,6 +281,17 @@ Status launch_attention(const AttentionArgs& a, cudaStream_t stream) {
 }
 
 }  // namespace
+
+Status configure_attention_kernels() {
+  // The largest block: kMaxAttentionQueries query vectors.
+  LS_CUDA_CHECK(
+      cudaFuncSetAttribute(attention_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(SmemLayout::bytes(kMaxAttentionQueries, 64))));
+  LS_CUDA_CHECK(
+      cudaFuncSetAttribute(attention_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(SmemLayout::bytes(kMaxAttentionQueries, 128))));
+  return Status::ok();
+}
 
 Status write_kv(const KvWriteArgs& a, cudaStream_t stream) {
   LS_CUDA_REQUIRE(a.k != nullptr && a.v != nullptr && a.k_cache != nullptr && a.v_cache != nullptr);

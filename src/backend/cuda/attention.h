@@ -79,8 +79,14 @@ struct AttentionArgs {
 int64_t attention_workspace_floats(int64_t n_batch_rows, int32_t n_head, int32_t head_dim,
                                    int32_t n_splits);
 
-// PRECONDITIONS: K/V of every row already written (write_kv); tiles as described above;
-// max_tile_rows * (n_head / n_head_kv) <= kMaxAttentionQueries.
+// Raises the kernels' shared-memory limit to what kMaxAttentionQueries query vectors need
+// (above the default 48 KB). Once per device before attention() with tiles of many rows; not
+// done inside attention() so that launches stay legal during CUDA graph capture.
+Status configure_attention_kernels();
+
+// PRECONDITIONS: configure_attention_kernels() ran on this device; K/V of every row already written
+// (write_kv); tiles as described above; max_tile_rows * (n_head / n_head_kv) <=
+// kMaxAttentionQueries.
 Status attention(const AttentionArgs& args, cudaStream_t stream);
 
 }  // namespace llamaserve::cuda

@@ -26,7 +26,7 @@ __device__ __forceinline__ __nv_bfloat16 convert<__nv_bfloat16>(float v) {
 // n * sizeof(Out) or to 16 bytes, whichever is smaller.
 template <typename Out, int N>
 __device__ __forceinline__ void store_run(Out* dst, const float (&v)[N]) {
-  Out converted[N];
+  __align__(16) Out converted[N];
 #pragma unroll
   for (int i = 0; i < N; ++i) converted[i] = convert<Out>(v[i]);
   constexpr int kBytes = N * static_cast<int>(sizeof(Out));

@@ -40,7 +40,11 @@ Status gemm(cublasHandle_t handle, const GemmArgs& g, const GemmWorkspace& ws,
   const int64_t ldx = padded_cols(g.w.cols);
   LS_CUDA_REQUIRE(ws.act_half != nullptr &&
                   ws.act_half_bytes >= gemm_act_half_bytes(g.n_rows, g.w.cols));
-  LS_CUBLAS_CHECK(cublasSetStream(handle, stream));
+  // cublasSetStream also resets the handle's workspace to cuBLAS's own pool (which may then
+  // allocate, illegal during graph capture), so only switch when the stream differs.
+  cudaStream_t current = nullptr;
+  LS_CUBLAS_CHECK(cublasGetStream(handle, &current));
+  if (current != stream) LS_CUBLAS_CHECK(cublasSetStream(handle, stream));
 
   const bool bf16 = g.w.type == TensorType::BF16;
   const cudaDataType_t half_type = bf16 ? CUDA_R_16BF : CUDA_R_16F;

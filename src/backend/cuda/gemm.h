@@ -41,7 +41,8 @@ struct GemmArgs {
 size_t gemm_act_half_bytes(int64_t n_rows, int64_t max_cols);
 
 // PRECONDITIONS: the workspace holds the converted activations and at least one dequantized
-// weight row (more rows, fewer and larger GEMMs); `handle` is used on `stream`.
+// weight row (more rows, fewer and larger GEMMs). For CUDA graph capture, `handle` must already
+// be bound to `stream` with a workspace set (cublasSetWorkspace), so nothing allocates.
 Status gemm(cublasHandle_t handle, const GemmArgs& args, const GemmWorkspace& workspace,
             cudaStream_t stream);
 

@@ -1,0 +1,184 @@
+#include "backend/cuda/cuda_backend.h"
+
+#include <cmath>
+
+#include "backend/cuda/attention.h"
+#include "backend/cuda/check.h"
+#include "backend/cuda/dequant.h"
+#include "backend/cuda/elementwise.h"
+#include "backend/cuda/matvec.h"
+#include "backend/cuda/norm.h"
+#include "backend/cuda/rope.h"
+
+namespace llamaserve::cuda {
+
+CudaBackend::CudaBackend(const ModelConfig& config, CudaWeights weights, cublasHandle_t cublas,
+                         const CudaBackendOptions& options)
+    : config_(config), weights_(std::move(weights)), cublas_(cublas), options_(options) {}
+
+Status CudaBackend::project(const DeviceMatrix& w, const float* x, int64_t x_stride, int64_t n_rows,
+                            float* y, int64_t y_stride, const float* bias, bool accumulate,
+                            CudaActivations& act, cudaStream_t stream) const {
+  if (n_rows < options_.gemm_min_rows) {
+    MatvecArgs a;
+    a.w = w;
+    a.x = x;
+    a.x_stride = x_stride;
+    a.n_rows = static_cast<int32_t>(n_rows);
+    a.y = y;
+    a.y_stride = y_stride;
+    a.bias = bias;
+    a.accumulate = accumulate;
+    return matvec(a, stream);
+  }
+  GemmArgs g;
+  g.w = w;
+  g.x = x;
+  g.x_stride = x_stride;
+  g.n_rows = n_rows;
+  g.y = y;
+  g.y_stride = y_stride;
+  g.bias = bias;
+  g.accumulate = accumulate;
+  return gemm(cublas_, g, act.gemm, stream);
+}
+
+Status CudaBackend::run_layer(const DeviceBatch& b, int32_t layer, const CudaKvCache& kv,
+                              CudaActivations& act, int32_t n_splits, cudaStream_t stream) const {
+  const ModelConfig& c = config_;
+  const CudaLayerWeights& w = weights_.layers[static_cast<size_t>(layer - kv.first_layer)];
+  const int64_t n = b.n_tokens;
+
+  // Attention block: hidden += wo · attention(rope(wq · norm(hidden)), ...)
+  RmsNormArgs norm;
+  norm.x = act.hidden;
+  norm.x_stride = act.embd_stride;
+  norm.weight = w.attn_norm;
+  norm.y = act.normed;
+  norm.y_stride = act.embd_stride;
+  norm.n_rows = n;
+  norm.n = c.n_embd;
+  norm.eps = c.norm_eps;
+  LS_RETURN_IF_ERROR(rmsnorm(norm, stream));
+  LS_RETURN_IF_ERROR(
+      project(w.wq, act.normed, act.embd_stride, n, act.q, act.q_stride, w.bq, false, act, stream));
+  LS_RETURN_IF_ERROR(project(w.wk, act.normed, act.embd_stride, n, act.k, act.kv_stride, w.bk,
+                             false, act, stream));
+  LS_RETURN_IF_ERROR(project(w.wv, act.normed, act.embd_stride, n, act.v, act.kv_stride, w.bv,
+                             false, act, stream));
+
+  RopeArgs rope_args;
+  rope_args.q = act.q;
+  rope_args.q_stride = act.q_stride;
+  rope_args.k = act.k;
+  rope_args.k_stride = act.kv_stride;
+  rope_args.positions = b.positions;
+  rope_args.inv_freq = weights_.inv_freq;
+  rope_args.n_rows = n;
+  rope_args.n_head = static_cast<int32_t>(c.n_head);
+  rope_args.n_head_kv = static_cast<int32_t>(c.n_head_kv);
+  rope_args.head_dim = static_cast<int32_t>(c.head_dim);
+  rope_args.rope_dim = static_cast<int32_t>(c.rope_dim);
+  rope_args.ordering = c.rope_ordering;
+  LS_RETURN_IF_ERROR(rope(rope_args, stream));
+
+  KvWriteArgs write;
+  write.k = act.k;
+  write.k_stride = act.kv_stride;
+  write.v = act.v;
+  write.v_stride = act.kv_stride;
+  write.k_cache = kv.k_layer(layer);
+  write.v_cache = kv.v_layer(layer);
+  write.positions = b.positions;
+  write.seq_index = b.seq_index;
+  write.block_tables = b.block_tables;
+  write.blocks_per_seq = b.blocks_per_seq;
+  write.block_size = kv.block_size;
+  write.n_rows = n;
+  write.kv_dim = c.kv_dim();
+  LS_RETURN_IF_ERROR(write_kv(write, stream));
+
+  AttentionArgs at;
+  at.q = act.q;
+  at.q_stride = act.q_stride;
+  at.k_cache = kv.k_layer(layer);
+  at.v_cache = kv.v_layer(layer);
+  at.positions = b.positions;
+  at.seq_index = b.seq_index;
+  at.block_tables = b.block_tables;
+  at.blocks_per_seq = b.blocks_per_seq;
+  at.block_size = kv.block_size;
+  at.tiles = b.tiles;
+  at.n_tiles = b.n_tiles;
+  at.max_tile_rows = b.max_tile_rows;
+  at.n_head = static_cast<int32_t>(c.n_head);
+  at.n_head_kv = static_cast<int32_t>(c.n_head_kv);
+  at.head_dim = static_cast<int32_t>(c.head_dim);
+  at.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  at.out = act.attn;
+  at.out_stride = act.q_stride;
+  at.n_splits = n_splits;
+  at.partial = act.attention_partial;
+  at.n_batch_rows = n;
+  LS_RETURN_IF_ERROR(attention(at, stream));
+  LS_RETURN_IF_ERROR(project(w.wo, act.attn, act.q_stride, n, act.hidden, act.embd_stride, nullptr,
+                             true, act, stream));
+
+  // Feed-forward block: hidden += w_down · (silu(w_gate · x) * (w_up · x)), x = norm(hidden)
+  norm.weight = w.ffn_norm;
+  LS_RETURN_IF_ERROR(rmsnorm(norm, stream));
+  LS_RETURN_IF_ERROR(project(w.w_gate, act.normed, act.embd_stride, n, act.gate, act.ff_stride,
+                             nullptr, false, act, stream));
+  LS_RETURN_IF_ERROR(project(w.w_up, act.normed, act.embd_stride, n, act.up, act.ff_stride, nullptr,
+                             false, act, stream));
+  LS_RETURN_IF_ERROR(silu_mul(act.gate, act.ff_stride, act.up, act.ff_stride, n, c.n_ff, act.gate,
+                              act.ff_stride, stream));
+  return project(w.w_down, act.gate, act.ff_stride, n, act.hidden, act.embd_stride, nullptr, true,
+                 act, stream);
+}
+
+Status CudaBackend::forward(const DeviceBatch& b, const LayerRange& range, const CudaKvCache& kv,
+                            CudaActivations& act, int32_t n_splits, cudaStream_t stream) const {
+  if (range.begin < kv.first_layer || range.end > kv.first_layer + kv.n_layers ||
+      range.n_layers() != static_cast<int32_t>(weights_.layers.size())) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "layer range [{}, {}) does not match the uploaded weights ({} layers) or the "
+                      "KV cache (layers [{}, {}))",
+                      range.begin, range.end, weights_.layers.size(), kv.first_layer,
+                      kv.first_layer + kv.n_layers);
+  }
+  if (range.embeddings) {
+    DequantArgs embed;
+    embed.w = weights_.token_embd;
+    embed.row_ids = b.tokens;
+    embed.n_rows = b.n_tokens;
+    embed.out_type = DequantOut::kF32;
+    embed.dst = act.hidden;
+    embed.dst_stride = act.embd_stride;
+    LS_RETURN_IF_ERROR(dequantize_rows(embed, stream));
+  }
+  for (int32_t layer = range.begin; layer < range.end; ++layer) {
+    LS_RETURN_IF_ERROR(run_layer(b, layer, kv, act, n_splits, stream));
+  }
+  return Status::ok();
+}
+
+Status CudaBackend::head(const DeviceBatch& b, int32_t first, int32_t count, CudaActivations& act,
+                         cudaStream_t stream) const {
+  if (count <= 0) return Status::ok();
+  RmsNormArgs norm;
+  norm.x = act.hidden;
+  norm.x_stride = act.embd_stride;
+  norm.row_ids = b.logit_rows + first;
+  norm.weight = weights_.output_norm;
+  norm.y = act.head_rows;
+  norm.y_stride = act.embd_stride;
+  norm.n_rows = count;
+  norm.n = config_.n_embd;
+  norm.eps = config_.norm_eps;
+  LS_RETURN_IF_ERROR(rmsnorm(norm, stream));
+  return project(weights_.output, act.head_rows, act.embd_stride, count, act.logits,
+                 act.vocab_stride, nullptr, false, act, stream);
+}
+
+}  // namespace llamaserve::cuda

@@ -1,0 +1,60 @@
+// The CUDA Backend: runs a LayerRange of a LLaMA-family model over a staged Batch on one
+// device, every step a kernel on one stream (so the whole pass can be captured as a CUDA
+// graph). Mirrors cpu::CpuBackend; executors (src/parallel) own the state it runs on.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "backend/cuda/cuda_state.h"
+#include "backend/cuda/cuda_weights.h"
+#include "backend/layer_range.h"
+#include "core/status.h"
+#include "model/weights.h"
+
+namespace llamaserve::cuda {
+
+struct CudaBackendOptions {
+  // Products with at least this many activation rows use cuBLAS GEMMs; fewer use matvec.
+  int32_t gemm_min_rows = 32;
+};
+
+class CudaBackend {
+ public:
+  // `weights` were uploaded for `range`; `cublas` is the caller's handle (one per device and
+  // stream), configured with a workspace.
+  CudaBackend(const ModelConfig& config, CudaWeights weights, cublasHandle_t cublas,
+              const CudaBackendOptions& options);
+
+  const CudaWeights& weights() const { return weights_; }
+
+  // Runs `range` over `batch`: embeddings (with range.embeddings; else act.hidden holds the
+  // input rows), then every layer, leaving the output rows in act.hidden.
+  // PRECONDITIONS: batch.n_tokens <= the activations' max_tokens; the cache holds the range's
+  // layers; n_splits * batch.n_tokens <= the activations' max_split_rows.
+  Status forward(const DeviceBatch& batch, const LayerRange& range, const CudaKvCache& kv,
+                 CudaActivations& act, int32_t n_splits, cudaStream_t stream) const;
+
+  // Final norm and output projection of logit rows [first, first + count) of the batch into
+  // act.logits (row stride act.vocab_stride). PRECONDITION: count <= max_logit_rows.
+  Status head(const DeviceBatch& batch, int32_t first, int32_t count, CudaActivations& act,
+              cudaStream_t stream) const;
+
+ private:
+  Status run_layer(const DeviceBatch& batch, int32_t layer, const CudaKvCache& kv,
+                   CudaActivations& act, int32_t n_splits, cudaStream_t stream) const;
+  // y (+)= W x (+ bias), by matvec or GEMM depending on n_rows.
+  Status project(const DeviceMatrix& w, const float* x, int64_t x_stride, int64_t n_rows, float* y,
+                 int64_t y_stride, const float* bias, bool accumulate, CudaActivations& act,
+                 cudaStream_t stream) const;
+
+  ModelConfig config_;
+  CudaWeights weights_;
+  cublasHandle_t cublas_;
+  CudaBackendOptions options_;
+};
+
+}  // namespace llamaserve::cuda

@@ -1,0 +1,223 @@
+#include "backend/cuda/cuda_state.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/device_matrix.h"
+
+namespace llamaserve::cuda {
+namespace {
+
+struct ActivationSizes {
+  int64_t embd, q, kv, ff, vocab;  // row strides (floats)
+  uint64_t floats_per_token() const { return 2 * embd + 2 * q + 2 * kv + 2 * ff; }
+};
+
+ActivationSizes sizes_of(const ModelConfig& c) {
+  return {padded_row(c.n_embd), padded_row(c.q_dim()), padded_row(c.kv_dim()), padded_row(c.n_ff),
+          padded_row(c.n_vocab)};
+}
+
+uint64_t floats_bytes(uint64_t n) { return align_up(n * sizeof(float), kDeviceAlignment); }
+
+uint64_t partial_floats(const ModelConfig& c, const CudaLimits& l) {
+  return static_cast<uint64_t>(l.max_split_rows) * c.n_head * (c.head_dim + 2);
+}
+
+int64_t max_gemm_cols(const ModelConfig& c) { return std::max({c.n_embd, c.q_dim(), c.n_ff}); }
+
+// int32 slots of the staging buffers before the block tables: tokens, positions, seq_index,
+// logit_rows (max_tokens each) and tiles (2 * max_tokens), rounded to 256 bytes.
+size_t table_offset(const CudaLimits& l) {
+  return align_up(static_cast<uint64_t>(6 * l.max_tokens), kDeviceAlignment / 4);
+}
+size_t staging_ints(const CudaLimits& l) {
+  return table_offset(l) + static_cast<size_t>(l.max_seqs + 1) * l.max_blocks_per_seq;
+}
+
+}  // namespace
+
+uint64_t CudaActivations::bytes(const ModelConfig& c, const CudaLimits& l) {
+  const ActivationSizes s = sizes_of(c);
+  const uint64_t t = static_cast<uint64_t>(l.max_tokens),
+                 r = static_cast<uint64_t>(l.max_logit_rows);
+  return 2 * floats_bytes(t * s.embd) + 2 * floats_bytes(t * s.q) + 2 * floats_bytes(t * s.kv) +
+         2 * floats_bytes(t * s.ff) + floats_bytes(r * s.embd) + floats_bytes(r * s.vocab) +
+         floats_bytes(partial_floats(c, l)) +
+         align_up(gemm_act_half_bytes(l.max_tokens, max_gemm_cols(c)), kDeviceAlignment) +
+         align_up(static_cast<uint64_t>(l.gemm_scratch_elems) * 2, kDeviceAlignment) +
+         align_up(staging_ints(l) * sizeof(int32_t), kDeviceAlignment);  // BatchStaging's mirror
+}
+
+Result<CudaActivations> CudaActivations::allocate(DevicePool& pool, const ModelConfig& c,
+                                                  const CudaLimits& l) {
+  const ActivationSizes s = sizes_of(c);
+  CudaActivations a;
+  a.embd_stride = s.embd;
+  a.q_stride = s.q;
+  a.kv_stride = s.kv;
+  a.ff_stride = s.ff;
+  a.vocab_stride = s.vocab;
+  const uint64_t t = static_cast<uint64_t>(l.max_tokens),
+                 r = static_cast<uint64_t>(l.max_logit_rows);
+  LS_ASSIGN_OR_RETURN(a.hidden, pool.allocate_array<float>(t * s.embd, "hidden states"));
+  LS_ASSIGN_OR_RETURN(a.normed, pool.allocate_array<float>(t * s.embd, "normed states"));
+  LS_ASSIGN_OR_RETURN(a.q, pool.allocate_array<float>(t * s.q, "queries"));
+  LS_ASSIGN_OR_RETURN(a.attn, pool.allocate_array<float>(t * s.q, "attention output"));
+  LS_ASSIGN_OR_RETURN(a.k, pool.allocate_array<float>(t * s.kv, "keys"));
+  LS_ASSIGN_OR_RETURN(a.v, pool.allocate_array<float>(t * s.kv, "values"));
+  LS_ASSIGN_OR_RETURN(a.gate, pool.allocate_array<float>(t * s.ff, "ffn gate"));
+  LS_ASSIGN_OR_RETURN(a.up, pool.allocate_array<float>(t * s.ff, "ffn up"));
+  LS_ASSIGN_OR_RETURN(a.head_rows, pool.allocate_array<float>(r * s.embd, "head rows"));
+  LS_ASSIGN_OR_RETURN(a.logits, pool.allocate_array<float>(r * s.vocab, "logits"));
+  LS_ASSIGN_OR_RETURN(a.attention_partial,
+                      pool.allocate_array<float>(partial_floats(c, l), "attention partials"));
+  a.gemm.act_half_bytes = gemm_act_half_bytes(l.max_tokens, max_gemm_cols(c));
+  LS_ASSIGN_OR_RETURN(a.gemm.act_half, pool.allocate(a.gemm.act_half_bytes, "GEMM activations"));
+  a.gemm.weight_half_bytes = static_cast<size_t>(l.gemm_scratch_elems) * 2;
+  if (a.gemm.weight_half_bytes > 0) {
+    LS_ASSIGN_OR_RETURN(a.gemm.weight_half,
+                        pool.allocate(a.gemm.weight_half_bytes, "GEMM weights"));
+  }
+  return a;
+}
+
+uint64_t CudaKvCache::bytes_per_block(const ModelConfig& c, int32_t n_layers, int32_t block_size) {
+  return 2ull * n_layers * block_size * static_cast<uint64_t>(c.kv_dim()) * 2;
+}
+
+Result<CudaKvCache> CudaKvCache::allocate(DevicePool& pool, const ModelConfig& c,
+                                          int32_t first_layer, int32_t n_layers, int32_t n_blocks,
+                                          int32_t block_size, cudaStream_t stream) {
+  CudaKvCache kv;
+  kv.first_layer = first_layer;
+  kv.n_layers = n_layers;
+  kv.n_blocks = n_blocks;
+  kv.block_size = block_size;
+  kv.kv_dim = c.kv_dim();
+  const uint64_t bytes = kv.layer_bytes() * n_layers;
+  LS_ASSIGN_OR_RETURN(kv.k, pool.allocate(bytes, "K cache"));
+  LS_ASSIGN_OR_RETURN(kv.v, pool.allocate(bytes, "V cache"));
+  // Zeros: a slot attention reads before any write (padding lanes) holds finite values.
+  LS_CUDA_CHECK(cudaMemsetAsync(kv.k, 0, bytes, stream));
+  LS_CUDA_CHECK(cudaMemsetAsync(kv.v, 0, bytes, stream));
+  return kv;
+}
+
+uint64_t CudaKvCache::layer_bytes() const {
+  return static_cast<uint64_t>(n_blocks) * block_size * static_cast<uint64_t>(kv_dim) * 2;
+}
+void* CudaKvCache::k_layer(int32_t layer) const {
+  return static_cast<uint8_t*>(k) + (layer - first_layer) * layer_bytes();
+}
+void* CudaKvCache::v_layer(int32_t layer) const {
+  return static_cast<uint8_t*>(v) + (layer - first_layer) * layer_bytes();
+}
+
+Result<std::unique_ptr<BatchStaging>> BatchStaging::create(DevicePool& pool, const CudaLimits& l) {
+  std::unique_ptr<BatchStaging> s(new BatchStaging());
+  s->limits_ = l;
+  s->table_offset_ = table_offset(l);
+  const size_t bytes = staging_ints(l) * sizeof(int32_t);
+  void* host = nullptr;
+  LS_CUDA_CHECK(cudaMallocHost(&host, bytes));
+  s->host_ = static_cast<int32_t*>(host);
+  std::memset(host, 0, bytes);
+  LS_ASSIGN_OR_RETURN(s->device_, pool.allocate_array<int32_t>(staging_ints(l), "batch arrays"));
+  return s;
+}
+
+BatchStaging::~BatchStaging() {
+  if (host_ != nullptr) LS_CUDA_LOG_ERROR(cudaFreeHost(host_));
+}
+
+Result<DeviceBatch> BatchStaging::stage(const Batch& batch, int32_t padded_tokens,
+                                        int32_t block_size, int32_t scratch_block,
+                                        int32_t tile_rows, cudaStream_t stream) {
+  const int32_t n = batch.n_tokens();
+  const int32_t n_seqs = batch.n_seqs();
+  const int64_t t_max = limits_.max_tokens;
+  if (padded_tokens < n || padded_tokens > t_max || n_seqs > limits_.max_seqs) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "batch of {} rows (padded to {}) and {} sequences exceeds the staging limits "
+                      "({} rows, {} sequences)",
+                      n, padded_tokens, n_seqs, t_max, limits_.max_seqs);
+  }
+  if (batch.logit_rows.size() + static_cast<size_t>(padded_tokens - n) >
+      static_cast<size_t>(t_max)) {
+    return make_error(StatusCode::kInvalidArgument, "{} logit rows exceed the staging limit of {}",
+                      batch.logit_rows.size(), t_max);
+  }
+  int32_t* tokens = host_;
+  int32_t* positions = host_ + t_max;
+  int32_t* seq_index = host_ + 2 * t_max;
+  int32_t* logit_rows = host_ + 3 * t_max;
+  auto* tiles = reinterpret_cast<AttentionTile*>(host_ + 4 * t_max);
+  int32_t* tables = host_ + table_offset_;
+  const int32_t stride = limits_.max_blocks_per_seq;
+
+  for (int32_t r = 0; r < padded_tokens; ++r) {
+    const bool real = r < n;
+    tokens[r] = real ? batch.tokens[r] : 0;
+    positions[r] = real ? batch.positions[r] : 0;
+    seq_index[r] = real ? batch.seq_index[r] : n_seqs;
+  }
+  int32_t n_logit_rows = 0;
+  for (int32_t row : batch.logit_rows) logit_rows[n_logit_rows++] = row;
+  for (int32_t r = n; r < padded_tokens; ++r) logit_rows[n_logit_rows++] = r;
+
+  int32_t n_tiles = 0, max_tile_rows = 1;
+  for (int32_t r = 0; r < padded_tokens;) {
+    int32_t len = 1;
+    while (r + len < padded_tokens && len < tile_rows && seq_index[r + len] == seq_index[r] &&
+           positions[r + len] == positions[r + len - 1] + 1) {
+      ++len;
+    }
+    tiles[n_tiles++] = {r, len};
+    max_tile_rows = std::max(max_tile_rows, len);
+    r += len;
+  }
+
+  int32_t width = 1;
+  for (int32_t s = 0; s < n_seqs; ++s) {
+    const int32_t needed = (batch.seq_lengths[s] + block_size - 1) / block_size;
+    if (needed > batch.blocks_per_seq) {
+      return make_error(StatusCode::kInvalidArgument,
+                        "sequence {} has {} tokens but its block table only {} entries", s,
+                        batch.seq_lengths[s], batch.blocks_per_seq);
+    }
+    if (needed > stride) {
+      return make_error(StatusCode::kOutOfRange,
+                        "sequence {} of the batch has {} tokens; the CUDA executor was sized for "
+                        "{} ({} blocks of {})",
+                        s, batch.seq_lengths[s], static_cast<int64_t>(stride) * block_size, stride,
+                        block_size);
+    }
+    std::copy_n(batch.block_table(s), needed, tables + static_cast<size_t>(s) * stride);
+    width = std::max(width, needed);
+  }
+  std::fill_n(tables + static_cast<size_t>(n_seqs) * stride, width, scratch_block);
+
+  LS_CUDA_CHECK(
+      cudaMemcpyAsync(device_, host_, 6 * t_max * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+  LS_CUDA_CHECK(cudaMemcpy2DAsync(device_ + table_offset_, stride * sizeof(int32_t),
+                                  host_ + table_offset_, stride * sizeof(int32_t),
+                                  width * sizeof(int32_t), n_seqs + 1, cudaMemcpyHostToDevice,
+                                  stream));
+  DeviceBatch d;
+  d.tokens = device_;
+  d.positions = device_ + t_max;
+  d.seq_index = device_ + 2 * t_max;
+  d.logit_rows = device_ + 3 * t_max;
+  d.tiles = reinterpret_cast<const AttentionTile*>(device_ + 4 * t_max);
+  d.block_tables = device_ + table_offset_;
+  d.blocks_per_seq = stride;
+  d.n_tokens = padded_tokens;
+  d.n_logit_rows = n_logit_rows;
+  d.n_tiles = n_tiles;
+  d.max_tile_rows = max_tile_rows;
+  return d;
+}
+
+}  // namespace llamaserve::cuda

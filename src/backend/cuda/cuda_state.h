@@ -1,0 +1,110 @@
+// Per-instance device state of the CUDA backend, all allocated once from the device pool:
+// the paged KV cache, the activations of a forward pass, and the batch arrays (a pinned host
+// buffer and its device copy). Sizes follow CudaLimits, which the memory plan also uses.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include <cuda_runtime_api.h>
+
+#include "backend/batch.h"
+#include "backend/cuda/attention.h"
+#include "backend/cuda/device_pool.h"
+#include "backend/cuda/gemm.h"
+#include "core/status.h"
+#include "model/config.h"
+
+namespace llamaserve::cuda {
+
+struct CudaLimits {
+  int64_t max_tokens = 2048;       // rows per forward pass
+  int64_t max_logit_rows = 256;    // rows of logits computed per head pass
+  int32_t max_seqs = 256;          // sequences per forward pass
+  int32_t max_blocks_per_seq = 0;  // ceil(max context / block_size)
+  int64_t max_split_rows = 512;    // rows × splits of flash-decoding partials
+  int64_t gemm_scratch_elems = 0;  // f16 elements of dequantized weight rows for GEMMs
+};
+
+// Activation rows are padded to 8 floats so that every kernel's 16-byte loads stay aligned.
+inline int64_t padded_row(int64_t n) { return (n + 7) / 8 * 8; }
+
+struct CudaActivations {
+  float* hidden = nullptr;     // (max_tokens, n_embd) residual stream
+  float* normed = nullptr;     // (max_tokens, n_embd) norm output
+  float* q = nullptr;          // (max_tokens, q_dim)
+  float* k = nullptr;          // (max_tokens, kv_dim)
+  float* v = nullptr;          // (max_tokens, kv_dim)
+  float* attn = nullptr;       // (max_tokens, q_dim)
+  float* gate = nullptr;       // (max_tokens, n_ff), then silu(gate) * up
+  float* up = nullptr;         // (max_tokens, n_ff)
+  float* head_rows = nullptr;  // (max_logit_rows, n_embd) final-normed rows that need logits
+  float* logits = nullptr;     // (max_logit_rows, n_vocab)
+  float* attention_partial = nullptr;
+  GemmWorkspace gemm;
+  int64_t embd_stride = 0, q_stride = 0, kv_stride = 0, ff_stride = 0, vocab_stride = 0;
+
+  static uint64_t bytes(const ModelConfig& config, const CudaLimits& limits);
+  static Result<CudaActivations> allocate(DevicePool& pool, const ModelConfig& config,
+                                          const CudaLimits& limits);
+};
+
+// K and V of layers [first_layer, first_layer + n_layers), each
+// [n_layers][n_blocks][block_size][n_head_kv][head_dim] f16 (the CPU cache's layout).
+struct CudaKvCache {
+  void* k = nullptr;
+  void* v = nullptr;
+  int32_t first_layer = 0;
+  int32_t n_layers = 0;
+  int32_t n_blocks = 0;  // including the scratch block padding rows write to
+  int32_t block_size = 0;
+  int64_t kv_dim = 0;
+
+  static uint64_t bytes_per_block(const ModelConfig& config, int32_t n_layers, int32_t block_size);
+  static Result<CudaKvCache> allocate(DevicePool& pool, const ModelConfig& config,
+                                      int32_t first_layer, int32_t n_layers, int32_t n_blocks,
+                                      int32_t block_size, cudaStream_t stream);
+  uint64_t layer_bytes() const;
+  void* k_layer(int32_t layer) const;
+  void* v_layer(int32_t layer) const;
+};
+
+// A Batch on the device. Values that become kernel parameters (counts, the table stride) are
+// fixed for a given padded size, so a captured CUDA graph stays valid while the arrays change.
+struct DeviceBatch {
+  const int32_t* tokens = nullptr;
+  const int32_t* positions = nullptr;
+  const int32_t* seq_index = nullptr;
+  const int32_t* logit_rows = nullptr;
+  const int32_t* block_tables = nullptr;  // row stride blocks_per_seq
+  const AttentionTile* tiles = nullptr;
+  int32_t blocks_per_seq = 0;
+  int32_t n_tokens = 0;
+  int32_t n_logit_rows = 0;
+  int32_t n_tiles = 0;
+  int32_t max_tile_rows = 1;
+};
+
+// Packs Batches into a pinned host buffer and copies them to their device mirror.
+class BatchStaging {
+ public:
+  static Result<std::unique_ptr<BatchStaging>> create(DevicePool& pool, const CudaLimits& limits);
+  ~BatchStaging();
+
+  // Stages `batch` (validated; n_tokens <= max_tokens, n_seqs <= max_seqs), padded to
+  // `padded_tokens` rows: padding rows are token 0 at position 0 of an extra sequence whose
+  // blocks are all `scratch_block`, and they also get logit rows. Attention tiles group
+  // consecutive rows of one sequence with consecutive positions, at most tile_rows each.
+  // The copy is queued on `stream`; the host buffer may be reused after the stream passes it.
+  Result<DeviceBatch> stage(const Batch& batch, int32_t padded_tokens, int32_t block_size,
+                            int32_t scratch_block, int32_t tile_rows, cudaStream_t stream);
+
+ private:
+  BatchStaging() = default;
+  CudaLimits limits_;
+  int32_t* host_ = nullptr;  // pinned
+  int32_t* device_ = nullptr;
+  size_t table_offset_ = 0;  // int32 offset of the block tables in both buffers
+};
+
+}  // namespace llamaserve::cuda

@@ -1,0 +1,334 @@
+#include "parallel/cuda_executor.h"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "backend/cuda/attention.h"
+#include "backend/cuda/check.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/memory_plan.h"
+#include "parallel/batch_validation.h"
+
+namespace llamaserve {
+namespace {
+
+using cuda::CudaActivations;
+using cuda::CudaBackend;
+using cuda::CudaKvCache;
+using cuda::DeviceBatch;
+
+constexpr uint64_t kCublasWorkspaceBytes = 32ull << 20;
+constexpr int64_t kMaxGemmScratchElems = 64ll << 20;  // 128 MiB of f16 weight rows
+constexpr int32_t kMaxGraphTokens = 256;
+constexpr int32_t kSplitTokens = 512;  // context per flash-decoding split
+
+int32_t next_pow2(int64_t n) {
+  int32_t p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+class CudaExecutor final : public Executor {
+ public:
+  CudaExecutor(std::shared_ptr<const LoadedModel> model, const CudaExecutorOptions& options)
+      : model_(std::move(model)), options_(options) {}
+
+  ~CudaExecutor() override {
+    if (cudaSetDevice(options_.device) != cudaSuccess) return;
+    if (stream_ != nullptr) LS_CUDA_LOG_ERROR(cudaStreamSynchronize(stream_));
+    for (auto& [key, exec] : graphs_) LS_CUDA_LOG_ERROR(cudaGraphExecDestroy(exec));
+    if (cublas_ != nullptr) cublasDestroy(cublas_);
+    staging_.reset();
+    pool_.reset();
+    if (stream_ != nullptr) LS_CUDA_LOG_ERROR(cudaStreamDestroy(stream_));
+  }
+
+  Status init();
+
+  const ModelConfig& config() const override { return model_->config; }
+  KvCacheInfo kv_info() const override {
+    return {plan_.kv_blocks, options_.kv_block_size, plan_.kv_bytes_per_block};
+  }
+  std::string describe() const override {
+    return fmt::format("cuda:{} ({}), {}, max {} tokens per pass, CUDA graphs {}", options_.device,
+                       device_name_, plan_.describe(options_.kv_block_size),
+                       options_.max_batch_tokens, options_.cuda_graphs ? "on" : "off");
+  }
+
+  Status forward(const Batch& batch, std::span<float> logits) override;
+
+ private:
+  Status run_piece(const Batch& piece, float* logits);
+  int32_t choose_splits(const Batch& piece, const DeviceBatch& b) const;
+  Status run_eager(const DeviceBatch& b, int32_t n_splits);
+  Status run_graph(const DeviceBatch& b, int32_t n_splits);
+
+  std::shared_ptr<const LoadedModel> model_;
+  CudaExecutorOptions options_;
+  std::string device_name_;
+  int sm_count_ = 0;
+  cuda::MemoryPlan plan_;
+  cuda::CudaLimits limits_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  std::unique_ptr<cuda::DevicePool> pool_;
+  std::unique_ptr<CudaBackend> backend_;
+  CudaKvCache kv_;
+  CudaActivations act_;
+  std::unique_ptr<cuda::BatchStaging> staging_;
+  std::map<std::pair<int32_t, int32_t>, cudaGraphExec_t> graphs_;  // (padded rows, splits)
+  // Only for batches above max_batch_tokens.
+  Batch piece_;
+  std::vector<size_t> destinations_;
+  std::vector<float> piece_logits_;
+};
+
+Status CudaExecutor::init() {
+  const ModelConfig& c = model_->config;
+  LS_CUDA_CHECK(cudaSetDevice(options_.device));
+  cudaDeviceProp prop;
+  LS_CUDA_CHECK(cudaGetDeviceProperties(&prop, options_.device));
+  device_name_ = prop.name;
+  sm_count_ = prop.multiProcessorCount;
+  LS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  size_t free_bytes = 0, total_bytes = 0;
+  LS_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+
+  const LayerRange all{0, static_cast<int32_t>(c.n_layer), true, true};
+  const int64_t max_context = options_.max_context_tokens > 0 ? options_.max_context_tokens
+                                                              : std::max<int64_t>(c.n_ctx_train, 1);
+  limits_.max_tokens = options_.max_batch_tokens;
+  limits_.max_logit_rows = std::min<int64_t>(kMaxGraphTokens, options_.max_batch_tokens);
+  limits_.max_seqs = options_.max_seqs;
+  limits_.max_blocks_per_seq =
+      static_cast<int32_t>((max_context + options_.kv_block_size - 1) / options_.kv_block_size);
+  limits_.max_split_rows = 512;
+  // f16 rows of the largest quantized matrix the GEMM path dequantizes, capped.
+  int64_t max_quantized = 0;
+  auto consider = [&](const QTensor& t) {
+    if (t.type != TensorType::F16 && t.type != TensorType::BF16) {
+      max_quantized = std::max(max_quantized, t.rows() * ((t.cols() + 7) / 8 * 8));
+    }
+  };
+  consider(model_->weights.output);
+  for (const LayerWeights& l : model_->weights.layers) {
+    for (const QTensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+      consider(*t);
+  }
+  limits_.gemm_scratch_elems = std::min(max_quantized, kMaxGemmScratchElems);
+
+  cuda::MemoryPlanRequest request;
+  request.range = all;
+  request.limits = limits_;
+  request.gpu_memory_utilization = options_.gpu_memory_utilization;
+  request.kv_capacity_tokens = options_.kv_capacity_tokens;
+  request.kv_block_size = options_.kv_block_size;
+  request.workspace_bytes = kCublasWorkspaceBytes;
+  request.device_free = free_bytes;
+  request.device_total = total_bytes;
+  LS_ASSIGN_OR_RETURN(plan_, cuda::plan_memory(*model_, request));
+  spdlog::info("cuda:{} ({}) memory plan: {}", options_.device, device_name_,
+               plan_.describe(options_.kv_block_size));
+
+  LS_ASSIGN_OR_RETURN(pool_, cuda::DevicePool::create(options_.device, plan_.pool_bytes()));
+  // The KV cache is allocated first and serves as the staging buffer of the weight upload
+  // (it is zeroed afterwards).
+  LS_ASSIGN_OR_RETURN(
+      kv_, CudaKvCache::allocate(*pool_, c, 0, static_cast<int32_t>(c.n_layer), plan_.kv_blocks + 1,
+                                 options_.kv_block_size, stream_));
+  const size_t staging_bytes =
+      static_cast<size_t>(std::min<uint64_t>(kv_.layer_bytes() * kv_.n_layers, 256ull << 20));
+  LS_ASSIGN_OR_RETURN(cuda::CudaWeights weights,
+                      cuda::upload_weights(*model_, all, *pool_, kv_.k, staging_bytes, stream_));
+  LS_CUDA_CHECK(cudaMemsetAsync(kv_.k, 0, kv_.layer_bytes() * kv_.n_layers, stream_));
+  LS_ASSIGN_OR_RETURN(act_, CudaActivations::allocate(*pool_, c, limits_));
+  LS_ASSIGN_OR_RETURN(staging_, cuda::BatchStaging::create(*pool_, limits_));
+  LS_ASSIGN_OR_RETURN(void* cublas_workspace,
+                      pool_->allocate(kCublasWorkspaceBytes, "cuBLAS workspace"));
+
+  LS_RETURN_IF_ERROR(cuda::configure_attention_kernels());
+  if (cublasCreate(&cublas_) != CUBLAS_STATUS_SUCCESS) {
+    return make_error(StatusCode::kInternal, "cuda:{}: cublasCreate failed", options_.device);
+  }
+  LS_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+  LS_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace, kCublasWorkspaceBytes));
+  backend_ = std::make_unique<CudaBackend>(c, std::move(weights), cublas_,
+                                           cuda::CudaBackendOptions{options_.gemm_min_rows});
+  LS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return Status::ok();
+}
+
+// Flash-decoding splits: enough (tile, KV head, split) blocks to fill the GPU twice, each split
+// at least kSplitTokens of context, and the partials within the workspace. Powers of two, so
+// that few graphs are captured.
+int32_t CudaExecutor::choose_splits(const Batch& piece, const DeviceBatch& b) const {
+  int32_t max_len = 1;
+  for (int32_t len : piece.seq_lengths) max_len = std::max(max_len, len);
+  const int64_t blocks = static_cast<int64_t>(b.n_tiles) * model_->config.n_head_kv;
+  int32_t splits = std::min(next_pow2((max_len + kSplitTokens - 1) / kSplitTokens),
+                            next_pow2((2 * sm_count_ + blocks - 1) / blocks));
+  // The partials are per (row, head, split).
+  while (splits > 1 && static_cast<int64_t>(splits) * b.n_tokens > limits_.max_split_rows)
+    splits /= 2;
+  return std::max(splits, 1);
+}
+
+Status CudaExecutor::run_eager(const DeviceBatch& b, int32_t n_splits) {
+  const LayerRange all{0, static_cast<int32_t>(model_->config.n_layer), true, true};
+  return backend_->forward(b, all, kv_, act_, n_splits, stream_);
+}
+
+Status CudaExecutor::run_graph(const DeviceBatch& b, int32_t n_splits) {
+  const auto key = std::make_pair(b.n_tokens, n_splits);
+  auto it = graphs_.find(key);
+  if (it == graphs_.end()) {
+    LS_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    Status status = run_eager(b, n_splits);
+    if (status.is_ok()) status = backend_->head(b, 0, b.n_logit_rows, act_, stream_);
+    cudaGraph_t graph = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+    if (!status.is_ok()) {
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      return status;
+    }
+    LS_CUDA_CHECK(end);
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    LS_CUDA_CHECK(inst);
+    it = graphs_.emplace(key, exec).first;
+    spdlog::debug("cuda:{}: captured the decode graph for {} rows, {} attention splits",
+                  options_.device, b.n_tokens, n_splits);
+  }
+  LS_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+  return Status::ok();
+}
+
+// One piece of at most max_batch_tokens rows; its logits go to `logits`
+// (piece.logit_rows.size() rows of n_vocab).
+Status CudaExecutor::run_piece(const Batch& piece, float* logits) {
+  const ModelConfig& c = model_->config;
+  const int32_t n = piece.n_tokens();
+  const int32_t n_logits = static_cast<int32_t>(piece.logit_rows.size());
+  // Decode steps (one row per sequence, logits for every row) replay a graph; the batch is
+  // padded to a power of two so that few graphs serve every batch size.
+  const bool decode_shape =
+      options_.cuda_graphs && n == piece.n_seqs() && n_logits == n &&
+      next_pow2(n) <= std::min<int64_t>(kMaxGraphTokens, limits_.max_tokens) &&
+      piece.n_seqs() < limits_.max_seqs;
+  const int32_t padded = decode_shape ? next_pow2(n) : n;
+  const int32_t tile_rows =
+      std::max<int32_t>(1, cuda::kMaxAttentionQueries / static_cast<int32_t>(c.group_size()));
+  LS_ASSIGN_OR_RETURN(const DeviceBatch b, staging_->stage(piece, padded, options_.kv_block_size,
+                                                           plan_.kv_blocks, tile_rows, stream_));
+  // The graph bakes in the tile count: it holds only if every row is its own tile.
+  const bool graph = decode_shape && b.n_tiles == b.n_tokens;
+  const int32_t n_splits = choose_splits(piece, b);
+  const size_t row_bytes = static_cast<size_t>(c.n_vocab) * sizeof(float);
+  if (graph) {
+    LS_RETURN_IF_ERROR(run_graph(b, n_splits));
+    if (n_logits > 0) {
+      LS_CUDA_CHECK(cudaMemcpy2DAsync(logits, row_bytes, act_.logits,
+                                      act_.vocab_stride * sizeof(float), row_bytes, n_logits,
+                                      cudaMemcpyDeviceToHost, stream_));
+    }
+  } else {
+    LS_RETURN_IF_ERROR(run_eager(b, n_splits));
+    for (int32_t first = 0; first < n_logits;
+         first += static_cast<int32_t>(limits_.max_logit_rows)) {
+      const int32_t count =
+          std::min<int32_t>(static_cast<int32_t>(limits_.max_logit_rows), n_logits - first);
+      LS_RETURN_IF_ERROR(backend_->head(b, first, count, act_, stream_));
+      LS_CUDA_CHECK(cudaMemcpy2DAsync(logits + static_cast<size_t>(first) * c.n_vocab, row_bytes,
+                                      act_.logits, act_.vocab_stride * sizeof(float), row_bytes,
+                                      count, cudaMemcpyDeviceToHost, stream_));
+    }
+  }
+  LS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return Status::ok();
+}
+
+Status CudaExecutor::forward(const Batch& batch, std::span<float> logits) {
+  const int64_t n_vocab = model_->config.n_vocab;
+  LS_RETURN_IF_ERROR(validate_batch(batch, kv_info(), n_vocab, logits.size()));
+  LS_CUDA_CHECK(cudaSetDevice(options_.device));
+  if (batch.n_tokens() <= options_.max_batch_tokens) return run_piece(batch, logits.data());
+  // Rows of a sequence are in position order, so running the pieces in row order writes every
+  // K/V a later piece reads before it is read (as the CPU executor does).
+  for (int32_t first = 0; first < batch.n_tokens(); first += options_.max_batch_tokens) {
+    const int32_t last = std::min(batch.n_tokens(), first + options_.max_batch_tokens);
+    piece_.clear();
+    piece_.tokens.assign(batch.tokens.begin() + first, batch.tokens.begin() + last);
+    piece_.positions.assign(batch.positions.begin() + first, batch.positions.begin() + last);
+    piece_.seq_index.assign(batch.seq_index.begin() + first, batch.seq_index.begin() + last);
+    piece_.block_tables = batch.block_tables;
+    piece_.blocks_per_seq = batch.blocks_per_seq;
+    piece_.seq_lengths = batch.seq_lengths;
+    destinations_.clear();
+    for (size_t i = 0; i < batch.logit_rows.size(); ++i) {
+      if (batch.logit_rows[i] >= first && batch.logit_rows[i] < last) {
+        piece_.logit_rows.push_back(batch.logit_rows[i] - first);
+        destinations_.push_back(i);
+      }
+    }
+    piece_logits_.resize(piece_.logit_rows.size() * static_cast<size_t>(n_vocab));
+    LS_RETURN_IF_ERROR(run_piece(piece_, piece_logits_.data()));
+    for (size_t i = 0; i < destinations_.size(); ++i) {
+      std::copy_n(piece_logits_.begin() + static_cast<std::ptrdiff_t>(i * n_vocab), n_vocab,
+                  logits.begin() + static_cast<std::ptrdiff_t>(destinations_[i] * n_vocab));
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Executor>> create_cuda_executor(std::shared_ptr<const LoadedModel> model,
+                                                       const CudaExecutorOptions& options) {
+  if (!model) return make_error(StatusCode::kInvalidArgument, "create_cuda_executor: no model");
+  if (options.kv_block_size <= 0 || options.kv_block_size > 4096) {
+    return make_error(StatusCode::kInvalidArgument, "kv_block_size = {} must be in [1, 4096]",
+                      options.kv_block_size);
+  }
+  if (options.max_batch_tokens <= 0 || options.max_batch_tokens > 1 << 16) {
+    return make_error(StatusCode::kInvalidArgument, "max_batch_tokens = {} must be in [1, 65536]",
+                      options.max_batch_tokens);
+  }
+  if (options.max_seqs <= 0 || options.max_seqs > 1 << 16) {
+    return make_error(StatusCode::kInvalidArgument, "max_seqs = {} must be in [1, 65536]",
+                      options.max_seqs);
+  }
+  if (options.gemm_min_rows < 1) {
+    return make_error(StatusCode::kInvalidArgument, "gemm_min_rows = {} must be >= 1",
+                      options.gemm_min_rows);
+  }
+  const ModelConfig& c = model->config;
+  if (c.head_dim != 64 && c.head_dim != 128) {
+    return make_error(StatusCode::kUnsupported,
+                      "the CUDA attention kernel handles head_dim 64 or 128; this model has {}",
+                      c.head_dim);
+  }
+  if (c.group_size() > cuda::kMaxAttentionQueries) {
+    return make_error(StatusCode::kUnsupported,
+                      "{} query heads per KV head exceed the CUDA limit of {}", c.group_size(),
+                      cuda::kMaxAttentionQueries);
+  }
+  int devices = 0;
+  LS_CUDA_CHECK(cudaGetDeviceCount(&devices));
+  if (options.device < 0 || options.device >= devices) {
+    return make_error(StatusCode::kInvalidArgument, "CUDA device {} does not exist ({} visible)",
+                      options.device, devices);
+  }
+  auto executor = std::make_unique<CudaExecutor>(std::move(model), options);
+  LS_RETURN_IF_ERROR(executor->init());
+  return std::unique_ptr<Executor>(std::move(executor));
+}
+
+}  // namespace llamaserve

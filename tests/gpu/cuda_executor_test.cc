@@ -1,0 +1,432 @@
+// The single-GPU executor end to end on the fixture models: logits and greedy continuations
+// against Hugging Face transformers (tests/fixtures/reference, as backend/reference_test.cc
+// does for the CPU), the same logits as the CPU executor for batched, interleaved, mixed
+// prefill/decode and oversized batches, CUDA graph replay equal to eager runs, and the memory
+// plan refusing what does not fit.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "parallel/cpu_executor.h"
+#include "parallel/cuda_executor.h"
+#include "test_util.h"
+
+namespace llamaserve::cuda::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The source tree: LLAMASERVE_SOURCE_DIR from the environment when set (the GPU machine runs
+// the binaries in a copy of the tree at another path), else where the build saw it.
+fs::path source_dir() {
+  const char* env = std::getenv("LLAMASERVE_SOURCE_DIR");
+  return env != nullptr ? fs::path(env) : fs::path(LLAMASERVE_SOURCE_DIR);
+}
+
+const fs::path kFixtures = source_dir() / "tests" / "fixtures" / "reference";
+
+std::shared_ptr<const LoadedModel> load(const std::string& file) {
+  auto model = load_model((kFixtures / file).string());
+  EXPECT_TRUE(model.is_ok()) << model.status().to_string();
+  return model.is_ok() ? *model : nullptr;
+}
+
+CudaExecutorOptions small_options() {
+  CudaExecutorOptions o;
+  o.kv_capacity_tokens = 64 * 16;
+  o.max_batch_tokens = 256;
+  o.max_seqs = 16;
+  o.max_context_tokens = 1024;
+  return o;
+}
+
+std::unique_ptr<Executor> make_cuda(std::shared_ptr<const LoadedModel> model,
+                                    const CudaExecutorOptions& options = small_options()) {
+  auto executor = create_cuda_executor(std::move(model), options);
+  EXPECT_TRUE(executor.is_ok()) << executor.status().to_string();
+  return executor.is_ok() ? std::move(executor).value() : nullptr;
+}
+
+std::unique_ptr<Executor> make_cpu_reference(std::shared_ptr<const LoadedModel> model) {
+  CpuExecutorOptions o;
+  o.kv_capacity_tokens = 64 * 16;
+  o.reference_kernels = true;
+  auto executor = create_cpu_executor(std::move(model), o);
+  EXPECT_TRUE(executor.is_ok()) << executor.status().to_string();
+  return executor.is_ok() ? std::move(executor).value() : nullptr;
+}
+
+std::vector<float> run(Executor& ex, const Batch& batch) {
+  std::vector<float> logits(batch.logit_rows.size() * ex.config().n_vocab,
+                            std::numeric_limits<float>::quiet_NaN());
+  const Status status = ex.forward(batch, logits);
+  EXPECT_TRUE(status.is_ok()) << status.to_string();
+  return logits;
+}
+
+// max |a - b| over rows, relative to each row's largest |b|.
+double max_rel_error(const std::vector<float>& a, const std::vector<float>& b, int64_t n_vocab) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0.0;
+  for (size_t row = 0; row * n_vocab < b.size(); ++row) {
+    double scale = 0.0, err = 0.0;
+    for (int64_t i = 0; i < n_vocab; ++i) {
+      const size_t k = row * n_vocab + i;
+      scale = std::max(scale, std::fabs(static_cast<double>(b[k])));
+      err =
+          std::max(err, std::isnan(a[k]) ? INFINITY : std::fabs(static_cast<double>(a[k]) - b[k]));
+    }
+    worst = std::max(worst, err / scale);
+  }
+  return worst;
+}
+
+constexpr int32_t kBlocksPerSeq = 16;
+
+struct Piece {
+  int32_t seq;
+  std::vector<int32_t> tokens;
+  int32_t first_position;
+};
+
+Batch build(const std::vector<Piece>& pieces, const std::vector<std::vector<int32_t>>& tables,
+            std::vector<int32_t> seq_lengths) {
+  Batch b;
+  b.blocks_per_seq = kBlocksPerSeq;
+  for (const auto& table : tables) {
+    std::vector<int32_t> padded = table;
+    padded.resize(kBlocksPerSeq, -1);
+    b.block_tables.insert(b.block_tables.end(), padded.begin(), padded.end());
+  }
+  b.seq_lengths = std::move(seq_lengths);
+  for (const Piece& piece : pieces) {
+    for (size_t i = 0; i < piece.tokens.size(); ++i) {
+      b.tokens.push_back(piece.tokens[i]);
+      b.positions.push_back(piece.first_position + static_cast<int32_t>(i));
+      b.seq_index.push_back(piece.seq);
+    }
+  }
+  for (int32_t r = 0; r < b.n_tokens(); ++r) b.logit_rows.push_back(r);
+  return b;
+}
+
+std::vector<int32_t> random_tokens(size_t n, int64_t n_vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(n_vocab) - 1);
+  std::vector<int32_t> tokens(n);
+  for (int32_t& t : tokens) t = dist(rng);
+  return tokens;
+}
+
+// ---------------------------------------------------------------------------------------
+// Against transformers.
+
+struct ReferencePrompt {
+  std::vector<int32_t> tokens, logit_positions, greedy, greedy_runner_up;
+  std::vector<double> greedy_margins;
+};
+
+struct Reference {
+  fs::path model_path;
+  int64_t n_vocab = 0;
+  std::vector<ReferencePrompt> prompts;
+  std::vector<float> logits;  // [prompt][position][n_vocab]
+};
+
+Reference load_reference(const std::string& name) {
+  Reference ref;
+  std::ifstream meta_file(kFixtures / (name + ".json"));
+  EXPECT_TRUE(meta_file.good()) << name;
+  const nlohmann::json meta = nlohmann::json::parse(meta_file);
+  const std::string model = meta["model"];
+  ref.model_path = model.rfind("models/", 0) == 0 ? source_dir() / model : kFixtures / model;
+  ref.n_vocab = meta["n_vocab"];
+  size_t count = 0;
+  for (const auto& p : meta["prompts"]) {
+    ReferencePrompt prompt;
+    prompt.tokens = p["tokens"].get<std::vector<int32_t>>();
+    prompt.logit_positions = p["logit_positions"].get<std::vector<int32_t>>();
+    prompt.greedy = p["greedy"].get<std::vector<int32_t>>();
+    prompt.greedy_runner_up = p["greedy_runner_up"].get<std::vector<int32_t>>();
+    prompt.greedy_margins = p["greedy_margins"].get<std::vector<double>>();
+    count += prompt.logit_positions.size() * static_cast<size_t>(ref.n_vocab);
+    ref.prompts.push_back(std::move(prompt));
+  }
+  ref.logits.resize(count);
+  std::ifstream logits_file(kFixtures / meta["logits_file"].get<std::string>(), std::ios::binary);
+  logits_file.read(reinterpret_cast<char*>(ref.logits.data()),
+                   static_cast<std::streamsize>(count * sizeof(float)));
+  EXPECT_TRUE(logits_file.good()) << "short logits file for " << name;
+  return ref;
+}
+
+Batch single_sequence(const std::vector<int32_t>& tokens, int32_t first_position) {
+  Batch b =
+      build({{0, tokens, first_position}}, {{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}},
+            {first_position + static_cast<int32_t>(tokens.size())});
+  return b;
+}
+
+struct ReferenceCase {
+  std::string fixture;
+  int32_t gemm_min_rows;  // 1: every product through cuBLAS (f16 activations)
+  bool graphs;
+  double tolerance;         // max |logit error| / max |reference logit| per row
+  double margin_tolerance;  // absolute error of a greedy step's top-1 minus runner-up margin
+};
+
+class ReferenceTest : public GpuTest, public ::testing::WithParamInterface<ReferenceCase> {};
+
+TEST_P(ReferenceTest, LogitsAndGreedyMatchTransformers) {
+  const ReferenceCase& c = GetParam();
+  const Reference ref = load_reference(c.fixture);
+  if (!fs::exists(ref.model_path)) GTEST_SKIP() << ref.model_path << " is missing";
+  auto model = load_model(ref.model_path.string());
+  ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+  CudaExecutorOptions options = small_options();
+  options.gemm_min_rows = c.gemm_min_rows;
+  options.cuda_graphs = c.graphs;
+  auto ex = make_cuda(*model, options);
+  ASSERT_NE(ex, nullptr);
+  const int64_t n_vocab = ref.n_vocab;
+  size_t offset = 0;
+  for (size_t p = 0; p < ref.prompts.size(); ++p) {
+    const ReferencePrompt& prompt = ref.prompts[p];
+    Batch batch = single_sequence(prompt.tokens, 0);
+    batch.logit_rows = prompt.logit_positions;
+    const std::vector<float> logits = run(*ex, batch);
+    const std::vector<float> want(ref.logits.begin() + offset,
+                                  ref.logits.begin() + offset + logits.size());
+    offset += logits.size();
+    const double err = max_rel_error(logits, want, n_vocab);
+    EXPECT_LE(err, c.tolerance) << "prompt " << p;
+    std::printf("[ %s prompt %zu: max logit error / max |logit| = %.2e ]\n", c.fixture.c_str(), p,
+                err);
+
+    // Teacher-forced greedy decoding: the reference's tokens fed back one per pass; our margin
+    // between its top-1 and runner-up stays within margin_tolerance of its margin, and our
+    // top-1 is its top-1 wherever its margin exceeds that.
+    std::vector<float> last(logits.end() - n_vocab, logits.end());
+    int32_t position = static_cast<int32_t>(prompt.tokens.size());
+    double worst_margin = 0.0;
+    for (size_t step = 0; step < prompt.greedy.size(); ++step) {
+      const double margin =
+          static_cast<double>(last[prompt.greedy[step]]) - last[prompt.greedy_runner_up[step]];
+      worst_margin = std::max(worst_margin, std::fabs(margin - prompt.greedy_margins[step]));
+      if (prompt.greedy_margins[step] >= c.margin_tolerance) {
+        const int32_t top =
+            static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
+        EXPECT_EQ(top, prompt.greedy[step]) << "prompt " << p << " step " << step;
+      }
+      Batch next = single_sequence({prompt.greedy[step]}, position++);
+      last = run(*ex, next);
+    }
+    EXPECT_LE(worst_margin, c.margin_tolerance) << "prompt " << p;
+    std::printf("[ %s prompt %zu: worst greedy margin error %.3g ]\n", c.fixture.c_str(), p,
+                worst_margin);
+  }
+}
+
+// The CPU's reference kernels reach 1e-3 / 0.03 against float32 torch (f16 KV cache and
+// summation order); matvec decode keeps float activations and should match as closely. The
+// GEMM path rounds every matmul input to f16: about 2^-11 relative per product.
+INSTANTIATE_TEST_SUITE_P(Fixtures, ReferenceTest,
+                         ::testing::Values(ReferenceCase{"tiny-llama-f16", 32, true, 1e-3, 0.03},
+                                           ReferenceCase{"tiny-gqa-q8_0", 32, true, 1e-3, 0.03},
+                                           ReferenceCase{"tiny-gqa-q4_k", 32, true, 1e-3, 0.03},
+                                           ReferenceCase{"tiny-qwen2-q8_0", 32, true, 1e-3, 0.03},
+                                           ReferenceCase{"tiny-gqa-q4_k", 32, false, 1e-3, 0.03},
+                                           ReferenceCase{"tiny-llama-f16", 1, false, 1e-2, 0.3},
+                                           ReferenceCase{"tiny-gqa-q4_k", 1, true, 1e-2, 0.3},
+                                           ReferenceCase{"smollm2-135m-q4_1", 32, true, 5e-3, 0.2}),
+                         [](const ::testing::TestParamInfo<ReferenceCase>& info) {
+                           std::string name =
+                               info.param.fixture +
+                               (info.param.gemm_min_rows == 1 ? "_gemm" : "_matvec") +
+                               (info.param.graphs ? "_graphs" : "_eager");
+                           std::replace_if(
+                               name.begin(), name.end(),
+                               [](char ch) {
+                                 return !std::isalnum(static_cast<unsigned char>(ch));
+                               },
+                               '_');
+                           return name;
+                         });
+
+// ---------------------------------------------------------------------------------------
+// Against the CPU executor (reference kernels) on batch shapes.
+
+class CpuParityTest : public GpuTest, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(CpuParityTest, BatchedInterleavedMixedAndOversizedBatches) {
+  auto model = load(GetParam());
+  ASSERT_NE(model, nullptr);
+  const int64_t n_vocab = model->config.n_vocab;
+  const std::vector<std::vector<int32_t>> prompts = {
+      random_tokens(5, n_vocab, 1), random_tokens(40, n_vocab, 2), random_tokens(23, n_vocab, 3)};
+  const std::vector<std::vector<int32_t>> tables = {{9, 3}, {4, 12, 0}, {7, 1, 30}};
+  auto cpu = make_cpu_reference(model);
+  // Float activations everywhere (matvec for any row count): as close to the CPU's reference
+  // kernels as summation order allows.
+  CudaExecutorOptions matvec_only = small_options();
+  matvec_only.gemm_min_rows = 1 << 20;
+  auto gpu = make_cuda(model, matvec_only);
+  CudaExecutorOptions tiny_pieces = small_options();
+  tiny_pieces.max_batch_tokens = 7;  // every batch below runs in pieces
+  auto gpu_pieces = make_cuda(model, tiny_pieces);
+  // cuBLAS for every product: f16 activations, looser.
+  CudaExecutorOptions gemm_only = small_options();
+  gemm_only.gemm_min_rows = 1;
+  auto gpu_gemm = make_cuda(model, gemm_only);
+  ASSERT_TRUE(cpu && gpu && gpu_pieces && gpu_gemm);
+  constexpr double kGemmTolerance = 1e-2;
+
+  // Prompts interleaved round-robin in one batch (no two neighbouring rows share a sequence).
+  Batch together;
+  together.blocks_per_seq = kBlocksPerSeq;
+  for (const auto& table : tables) {
+    std::vector<int32_t> padded = table;
+    padded.resize(kBlocksPerSeq, -1);
+    together.block_tables.insert(together.block_tables.end(), padded.begin(), padded.end());
+  }
+  for (size_t i = 0; i < 40; ++i) {
+    for (int32_t s = 0; s < 3; ++s) {
+      if (i < prompts[s].size()) {
+        together.tokens.push_back(prompts[s][i]);
+        together.positions.push_back(static_cast<int32_t>(i));
+        together.seq_index.push_back(s);
+      }
+    }
+  }
+  together.seq_lengths = {5, 40, 23};
+  for (int32_t r = 0; r < together.n_tokens(); ++r) together.logit_rows.push_back(r);
+  const std::vector<float> want = run(*cpu, together);
+  EXPECT_LE(max_rel_error(run(*gpu, together), want, n_vocab), 1e-3) << "interleaved prefill";
+  EXPECT_LE(max_rel_error(run(*gpu_pieces, together), want, n_vocab), 1e-3) << "in pieces";
+  EXPECT_LE(max_rel_error(run(*gpu_gemm, together), want, n_vocab), kGemmTolerance) << "GEMM";
+
+  // A mixed step: a chunk of 6 more tokens for sequence 1 and one decode token each for 0, 2;
+  // logits for three rows in a shuffled order.
+  Batch mixed = build({{0, {11}, 5}, {1, random_tokens(6, n_vocab, 4), 40}, {2, {13}, 23}}, tables,
+                      {6, 46, 24});
+  mixed.logit_rows = {7, 0, 3};
+  const std::vector<float> want_mixed = run(*cpu, mixed);
+  EXPECT_LE(max_rel_error(run(*gpu, mixed), want_mixed, n_vocab), 1e-3) << "mixed step";
+  EXPECT_LE(max_rel_error(run(*gpu_pieces, mixed), want_mixed, n_vocab), 1e-3) << "mixed in pieces";
+  EXPECT_LE(max_rel_error(run(*gpu_gemm, mixed), want_mixed, n_vocab), kGemmTolerance)
+      << "mixed GEMM";
+
+  // Decode steps (graph replay, padded from 3 to 4 rows), sequences listed out of order.
+  for (int32_t step = 0; step < 4; ++step) {
+    Batch decode = build(
+        {{2, {20 + step}, 24 + step}, {0, {30 + step}, 6 + step}, {1, {40 + step}, 46 + step}},
+        tables, {7 + step, 47 + step, 25 + step});
+    const std::vector<float> want_decode = run(*cpu, decode);
+    EXPECT_LE(max_rel_error(run(*gpu, decode), want_decode, n_vocab), 1e-3)
+        << "decode step " << step;
+    EXPECT_LE(max_rel_error(run(*gpu_pieces, decode), want_decode, n_vocab), 1e-3)
+        << "decode step " << step << " in pieces";
+    EXPECT_LE(max_rel_error(run(*gpu_gemm, decode), want_decode, n_vocab), kGemmTolerance)
+        << "decode step " << step << " GEMM";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CpuParityTest,
+                         ::testing::Values("tiny-gqa-q4_k.gguf", "tiny-qwen2-q8_0.gguf",
+                                           "tiny-llama-f16.gguf", "tiny-gqa-q8_0.gguf"));
+
+// ---------------------------------------------------------------------------------------
+// Graphs, plan, validation.
+
+class CudaExecutorTest : public GpuTest {};
+
+TEST_F(CudaExecutorTest, GraphReplayEqualsEagerRun) {
+  auto model = load("tiny-gqa-q4_k.gguf");
+  ASSERT_NE(model, nullptr);
+  CudaExecutorOptions eager_options = small_options();
+  eager_options.cuda_graphs = false;
+  auto graphs = make_cuda(model);
+  auto eager = make_cuda(model, eager_options);
+  ASSERT_TRUE(graphs && eager);
+  const int64_t n_vocab = model->config.n_vocab;
+  const std::vector<std::vector<int32_t>> tables = {{0, 1}, {2, 3}, {4, 5}, {6, 7}, {8, 9}};
+  const Batch prompt = build({{0, random_tokens(9, n_vocab, 5), 0},
+                              {1, random_tokens(3, n_vocab, 6), 0},
+                              {2, random_tokens(17, n_vocab, 7), 0},
+                              {3, random_tokens(1, n_vocab, 8), 0},
+                              {4, random_tokens(12, n_vocab, 9), 0}},
+                             tables, {9, 3, 17, 1, 12});
+  EXPECT_EQ(run(*graphs, prompt), run(*eager, prompt));
+  std::vector<int32_t> lengths = {9, 3, 17, 1, 12};
+  // 5 rows (padded to 8), then 3 (padded to 4) and 1: each graph captured, then replayed.
+  for (int32_t step = 0; step < 6; ++step) {
+    const int32_t n = step < 2 ? 5 : step < 4 ? 3 : 1;
+    std::vector<Piece> pieces;
+    std::vector<int32_t> seq_lengths = lengths;
+    for (int32_t s = 0; s < n; ++s) {
+      pieces.push_back({s, {static_cast<int32_t>(100 + 7 * step + s)}, lengths[s]});
+      seq_lengths[s] = ++lengths[s];
+    }
+    const Batch decode = build(pieces, tables, seq_lengths);
+    const std::vector<float> a = run(*graphs, decode), b = run(*eager, decode);
+    EXPECT_LE(max_rel_error(a, b, n_vocab), 1e-6) << "step " << step;
+  }
+}
+
+TEST_F(CudaExecutorTest, RefusesWhatDoesNotFitWithSizes) {
+  auto model = load("tiny-llama-f16.gguf");
+  ASSERT_NE(model, nullptr);
+  CudaExecutorOptions huge_kv = small_options();
+  huge_kv.kv_capacity_tokens = int64_t{1} << 40;
+  auto a = create_cuda_executor(model, huge_kv);
+  ASSERT_FALSE(a.is_ok());
+  EXPECT_EQ(a.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(a.status().message().find("KV cache of"), std::string::npos) << a.status().message();
+
+  CudaExecutorOptions no_budget = small_options();
+  no_budget.gpu_memory_utilization = 1e-6;
+  auto b = create_cuda_executor(model, no_budget);
+  ASSERT_FALSE(b.is_ok());
+  EXPECT_NE(b.status().message().find("does not fit"), std::string::npos) << b.status().message();
+
+  auto ok = make_cuda(model);
+  ASSERT_NE(ok, nullptr);
+  EXPECT_EQ(ok->kv_info().n_blocks, 64);
+  EXPECT_NE(ok->describe().find("cuda:0"), std::string::npos) << ok->describe();
+}
+
+TEST_F(CudaExecutorTest, RefusesMalformedBatches) {
+  auto model = load("tiny-llama-f16.gguf");
+  ASSERT_NE(model, nullptr);
+  auto ex = make_cuda(model);
+  ASSERT_NE(ex, nullptr);
+  Batch bad_token = single_sequence({1, 2, static_cast<int32_t>(model->config.n_vocab)}, 0);
+  std::vector<float> logits(3 * model->config.n_vocab);
+  EXPECT_EQ(ex->forward(bad_token, logits).code(), StatusCode::kInvalidArgument);
+  // Valid for the cache (block ids in range) but longer than max_context_tokens (1024).
+  Batch too_long;
+  too_long.tokens = {1};
+  too_long.positions = {1024};
+  too_long.seq_index = {0};
+  too_long.blocks_per_seq = 65;
+  too_long.block_tables.assign(65, 0);
+  too_long.seq_lengths = {1025};
+  too_long.logit_rows = {0};
+  const Status s = ex->forward(too_long, logits);
+  EXPECT_EQ(s.code(), StatusCode::kOutOfRange) << s.to_string();
+  // The executor still works after refusing.
+  Batch fine = single_sequence({1, 2, 3}, 0);
+  EXPECT_TRUE(ex->forward(fine, logits).is_ok());
+}
+
+}  // namespace
+}  // namespace llamaserve::cuda::testing
