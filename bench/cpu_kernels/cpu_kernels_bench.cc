@@ -143,6 +143,47 @@ void BM_DecodeSmolLM2(benchmark::State& state) {
                           static_cast<int64_t>((*model)->weight_bytes()));
 }
 
+// Prompt processing tokens/s: a 256-token prompt in one forward pass (one sequence).
+void BM_PrefillSmolLM2(benchmark::State& state) {
+  const std::filesystem::path path =
+      std::filesystem::path(LLAMASERVE_SOURCE_DIR) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
+  auto model = load_model(path.string());
+  if (!model.is_ok()) {
+    state.SkipWithError(("model missing (scripts/fetch_model.sh): " + path.string()).c_str());
+    return;
+  }
+  constexpr int32_t kPrompt = 256;
+  CpuExecutorOptions options;
+  options.threads = static_cast<int>(state.range(0));
+  options.kv_capacity_tokens = kPrompt;
+  options.max_batch_tokens = kPrompt;
+  auto executor = create_cpu_executor(*model, options);
+  if (!executor.is_ok()) {
+    state.SkipWithError(executor.status().to_string().c_str());
+    return;
+  }
+  Executor& ex = **executor;
+  std::vector<float> logits(ex.config().n_vocab);
+  Batch batch;
+  batch.blocks_per_seq = kPrompt / 16;
+  for (int32_t i = 0; i < batch.blocks_per_seq; ++i) batch.block_tables.push_back(i);
+  for (int32_t i = 0; i < kPrompt; ++i) {
+    batch.tokens.push_back(100 + i);
+    batch.positions.push_back(i);
+    batch.seq_index.push_back(0);
+  }
+  batch.seq_lengths = {kPrompt};
+  batch.logit_rows = {kPrompt - 1};
+  for (auto _ : state) {
+    if (!ex.forward(batch, logits).is_ok()) {
+      state.SkipWithError("prefill failed");
+      return;
+    }
+  }
+  state.counters["tok/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * kPrompt, benchmark::Counter::kIsRate);
+}
+
 void register_benchmarks() {
   const TensorType types[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16,
                               TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1,
@@ -157,6 +198,13 @@ void register_benchmarks() {
         ->MinTime(0.3);
   }
   benchmark::RegisterBenchmark("DecodeSmolLM2_Q4_1", BM_DecodeSmolLM2)
+      ->Arg(1)
+      ->Arg(ThreadPool::default_threads())
+      ->ArgName("threads")
+      ->UseRealTime()
+      ->MinTime(3.0)
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("PrefillSmolLM2_Q4_1", BM_PrefillSmolLM2)
       ->Arg(1)
       ->Arg(ThreadPool::default_threads())
       ->ArgName("threads")

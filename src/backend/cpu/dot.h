@@ -22,6 +22,12 @@ inline void dot_rows(const uint8_t* w, size_t w_stride, int64_t n_rows, const vo
     y[r] = Dot(w + static_cast<size_t>(r) * w_stride, act_row, n);
 }
 
+// Four activation rows at once (prompt processing), rows act + t * act_stride for t < 4:
+// y[t * y_stride + r] = dot(w row r, activation row t) for r < n_rows. Types without one
+// run RowsDotFn per token.
+using Rows4DotFn = void (*)(const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
+                            size_t act_stride, int64_t n, float* y, int64_t y_stride);
+
 // Activation row: floats.
 float dot_f32(const void* w_row, const void* act_row, int64_t n);
 void dot_rows_f32(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row, int64_t n,
@@ -41,6 +47,10 @@ float dot_q4_0(const void* w_row, const void* act_row, int64_t n);
 void dot_rows_q4_0(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row,
                    int64_t n, float* y);
 float dot_q4_1(const void* w_row, const void* act_row, int64_t n);
+void dot_rows4_q4_0(const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
+                    size_t act_stride, int64_t n, float* y, int64_t y_stride);
+void dot_rows4_q4_1(const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
+                    size_t act_stride, int64_t n, float* y, int64_t y_stride);
 void dot_rows_q4_1(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row,
                    int64_t n, float* y);
 

@@ -57,14 +57,6 @@ namespace {
 // `high`; the int32 lanes 0..3 then belong to the first block and 4..7 to the second.
 // PairScales gives {d0, o0, d1, o1} for the two blocks, o = d for Q4_0 and m for Q4_1; times
 // the activation's {d0, sum0, d1, sum1} that is the FMA scale and the offset term per block.
-inline __m256i q4_pair_products(const uint8_t* qs0, const uint8_t* qs1, const ActBlockQ8_32x2& x) {
-  const __m256i bytes = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(qs1),
-                                            reinterpret_cast<const __m128i*>(qs0));
-  const __m256i low = _mm256_maddubs_epi16(low_nibbles(bytes), load32(x.low));
-  const __m256i high = _mm256_maddubs_epi16(high_nibbles(bytes), load32(x.high));
-  return _mm256_madd_epi16(_mm256_add_epi16(low, high), _mm256_set1_epi16(1));
-}
-
 // {a0, b0, a1, b1}: the (d, m) or (d, d) halves of two blocks as floats.
 inline __m128 q4_1_pair_scales(const BlockQ4_1& w0, const BlockQ4_1& w1) {
   int32_t bits0, bits1;
@@ -78,67 +70,89 @@ inline __m128 q4_0_pair_scales(const BlockQ4_0& w0, const BlockQ4_0& w1) {
   return _mm_unpacklo_ps(d, d);  // {d0, d0, d1, d1}
 }
 
-// Σ over the row; `offset` receives Σ of the second factor times the activation sums.
-template <typename Block, __m128 (*PairScales)(const Block&, const Block&)>
-inline float q4_row(const Block* w, const ActBlockQ8_32x2* x, int64_t n_blocks, float* offset) {
+// One weight row against NT activation rows (NT tokens): the nibble split and the block
+// scales are computed once per pair of blocks and reused for every token. sums[t] receives
+// Σ of the first factor, offsets[t] Σ of the second factor times the activation sums.
+template <typename Block, __m128 (*PairScales)(const Block&, const Block&), int NT>
+inline void q4_row(const Block* w, const ActBlockQ8_32x2* const* x, int64_t n_blocks, float* sums,
+                   float* offsets) {
   const __m256i spread = _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2);
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  __m128 offsets = _mm_setzero_ps();  // lanes 1 and 3
-  int64_t b = 0;
-  for (; b + 4 <= n_blocks; b += 4) {
-    const ActBlockQ8_32x2& x0 = x[b / 2];
-    const ActBlockQ8_32x2& x1 = x[b / 2 + 1];
-    const __m128 s0 = _mm_mul_ps(PairScales(w[b], w[b + 1]), _mm_loadu_ps(x0.scale_sum));
-    const __m128 s1 = _mm_mul_ps(PairScales(w[b + 2], w[b + 3]), _mm_loadu_ps(x1.scale_sum));
-    const __m256i p0 = q4_pair_products(w[b].qs, w[b + 1].qs, x0);
-    const __m256i p1 = q4_pair_products(w[b + 2].qs, w[b + 3].qs, x1);
-    acc0 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(s0), spread),
-                           _mm256_cvtepi32_ps(p0), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(s1), spread),
-                           _mm256_cvtepi32_ps(p1), acc1);
-    offsets = _mm_add_ps(offsets, _mm_add_ps(s0, s1));
+  __m256 acc[NT];
+  __m128 off[NT];  // lanes 1 and 3
+  for (int t = 0; t < NT; ++t) {
+    acc[t] = _mm256_setzero_ps();
+    off[t] = _mm_setzero_ps();
   }
-  for (; b + 2 <= n_blocks; b += 2) {
-    const ActBlockQ8_32x2& xp = x[b / 2];
-    const __m128 s = _mm_mul_ps(PairScales(w[b], w[b + 1]), _mm_loadu_ps(xp.scale_sum));
-    const __m256i p = q4_pair_products(w[b].qs, w[b + 1].qs, xp);
-    acc0 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(s), spread),
-                           _mm256_cvtepi32_ps(p), acc0);
-    offsets = _mm_add_ps(offsets, s);
+  for (int64_t b = 0; b < n_blocks; b += 2) {
+    // The last block of an odd count: the pair's second activation half is zero; any valid
+    // weight block stands in for the missing one.
+    const Block& w1 = b + 1 < n_blocks ? w[b + 1] : w[b];
+    const __m256i bytes = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(w1.qs),
+                                              reinterpret_cast<const __m128i*>(w[b].qs));
+    const __m256i low = low_nibbles(bytes);
+    const __m256i high = high_nibbles(bytes);
+    const __m128 scales = PairScales(w[b], w1);
+    for (int t = 0; t < NT; ++t) {
+      const ActBlockQ8_32x2& xp = x[t][b / 2];
+      const __m256i p =
+          _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(low, load32(xp.low)),
+                                             _mm256_maddubs_epi16(high, load32(xp.high))),
+                            _mm256_set1_epi16(1));
+      const __m128 s = _mm_mul_ps(scales, _mm_loadu_ps(xp.scale_sum));
+      acc[t] = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(s), spread),
+                               _mm256_cvtepi32_ps(p), acc[t]);
+      off[t] = _mm_add_ps(off[t], s);
+    }
   }
-  if (b < n_blocks) {
-    // The last block of an odd count: the pair's second half is zero; reuse the first.
-    const ActBlockQ8_32x2& xp = x[b / 2];
-    const __m128 s = _mm_mul_ps(PairScales(w[b], w[b]), _mm_loadu_ps(xp.scale_sum));
-    const __m256i p = q4_pair_products(w[b].qs, w[b].qs, xp);
-    acc0 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(s), spread),
-                           _mm256_cvtepi32_ps(p), acc0);
-    offsets = _mm_add_ps(offsets, s);
+  for (int t = 0; t < NT; ++t) {
+    const __m128 odd = _mm_movehdup_ps(off[t]);
+    offsets[t] = _mm_cvtss_f32(_mm_add_ss(odd, _mm_movehl_ps(odd, odd)));
+    sums[t] = hsum(acc[t]);
   }
-  // Offsets of lanes 1 and 3.
-  const __m128 odd = _mm_movehdup_ps(offsets);
-  *offset = _mm_cvtss_f32(_mm_add_ss(odd, _mm_movehl_ps(odd, odd)));
-  return hsum(_mm256_add_ps(acc0, acc1));
 }
 
 }  // namespace
 
 // w = d * (q - 8): Σ w x = d * dx * Σ q qx - 8 * d * (dx * Σ qx).
 float dot_q4_0(const void* w_row, const void* act_row, int64_t n) {
-  float offset;
-  const float sum = q4_row<BlockQ4_0, q4_0_pair_scales>(
-      static_cast<const BlockQ4_0*>(w_row), static_cast<const ActBlockQ8_32x2*>(act_row), n / 32,
-      &offset);
+  const auto* x = static_cast<const ActBlockQ8_32x2*>(act_row);
+  float sum, offset;
+  q4_row<BlockQ4_0, q4_0_pair_scales, 1>(static_cast<const BlockQ4_0*>(w_row), &x, n / 32, &sum,
+                                         &offset);
   return sum - 8.0f * offset;
 }
 
 // w = d * q + m: Σ w x = d * dx * Σ q qx + m * (dx * Σ qx).
 float dot_q4_1(const void* w_row, const void* act_row, int64_t n) {
-  float offset;
-  const float sum = q4_row<BlockQ4_1, q4_1_pair_scales>(
-      static_cast<const BlockQ4_1*>(w_row), static_cast<const ActBlockQ8_32x2*>(act_row), n / 32,
-      &offset);
+  const auto* x = static_cast<const ActBlockQ8_32x2*>(act_row);
+  float sum, offset;
+  q4_row<BlockQ4_1, q4_1_pair_scales, 1>(static_cast<const BlockQ4_1*>(w_row), &x, n / 32, &sum,
+                                         &offset);
   return sum + offset;
+}
+
+void dot_rows4_q4_0(const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
+                    size_t act_stride, int64_t n, float* y, int64_t y_stride) {
+  const ActBlockQ8_32x2* x[4];
+  for (int t = 0; t < 4; ++t) x[t] = reinterpret_cast<const ActBlockQ8_32x2*>(act + t * act_stride);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    float sums[4], offsets[4];
+    q4_row<BlockQ4_0, q4_0_pair_scales, 4>(reinterpret_cast<const BlockQ4_0*>(w + r * w_stride), x,
+                                           n / 32, sums, offsets);
+    for (int t = 0; t < 4; ++t) y[t * y_stride + r] = sums[t] - 8.0f * offsets[t];
+  }
+}
+
+void dot_rows4_q4_1(const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
+                    size_t act_stride, int64_t n, float* y, int64_t y_stride) {
+  const ActBlockQ8_32x2* x[4];
+  for (int t = 0; t < 4; ++t) x[t] = reinterpret_cast<const ActBlockQ8_32x2*>(act + t * act_stride);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    float sums[4], offsets[4];
+    q4_row<BlockQ4_1, q4_1_pair_scales, 4>(reinterpret_cast<const BlockQ4_1*>(w + r * w_stride), x,
+                                           n / 32, sums, offsets);
+    for (int t = 0; t < 4; ++t) y[t * y_stride + r] = sums[t] + offsets[t];
+  }
 }
 
 void dot_rows_q8_0(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row,

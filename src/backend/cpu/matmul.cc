@@ -13,8 +13,8 @@ constexpr MatmulKernel kKernels[] = {
     {TensorType::F16, ActFormat::kF32, 1, dot_f16, dot_rows_f16},
     {TensorType::BF16, ActFormat::kF32, 1, dot_bf16, dot_rows_bf16},
     {TensorType::Q8_0, ActFormat::kQ8_32, 32, dot_q8_0, dot_rows_q8_0},
-    {TensorType::Q4_0, ActFormat::kQ8_32x2, 32, dot_q4_0, dot_rows_q4_0},
-    {TensorType::Q4_1, ActFormat::kQ8_32x2, 32, dot_q4_1, dot_rows_q4_1},
+    {TensorType::Q4_0, ActFormat::kQ8_32x2, 32, dot_q4_0, dot_rows_q4_0, dot_rows4_q4_0},
+    {TensorType::Q4_1, ActFormat::kQ8_32x2, 32, dot_q4_1, dot_rows_q4_1, dot_rows4_q4_1},
     {TensorType::Q4_K, ActFormat::kQ8_256, 256, dot_q4_k, dot_rows_q4_k},
     {TensorType::Q5_K, ActFormat::kQ8_256, 256, dot_q5_k, dot_rows_q5_k},
     {TensorType::Q6_K, ActFormat::kQ8_256, 256, dot_q6_k, dot_rows_q6_k},
@@ -121,11 +121,22 @@ void matmul(std::span<const MatmulOutput> outputs, ActCache& act, ThreadPool& po
       const int64_t tile_end = std::min(
           {local0 + kRowTile, out.weight->rows(), static_cast<int64_t>(end) - p.first_row});
       const uint8_t* tile = p.weights + static_cast<size_t>(local0) * p.weight_stride;
-      for (int64_t t = 0; t < n_tokens; ++t) {
+      int64_t t = 0;
+      if (p.kernel->dot_rows4 != nullptr) {
+        for (; t + 4 <= n_tokens; t += 4) {
+          p.kernel->dot_rows4(tile, p.weight_stride, tile_end - local0,
+                              p.act_rows + static_cast<size_t>(t) * p.act_stride, p.act_stride,
+                              cols, out.y + t * out.y_stride + local0, out.y_stride);
+        }
+      }
+      for (; t < n_tokens; ++t) {
         const uint8_t* x = p.act_rows + static_cast<size_t>(t) * p.act_stride;
-        float* y = out.y + t * out.y_stride;
-        p.kernel->dot_rows(tile, p.weight_stride, tile_end - local0, x, cols, y + local0);
-        if (out.bias) {
+        p.kernel->dot_rows(tile, p.weight_stride, tile_end - local0, x, cols,
+                           out.y + t * out.y_stride + local0);
+      }
+      if (out.bias) {
+        for (t = 0; t < n_tokens; ++t) {
+          float* y = out.y + t * out.y_stride;
           for (int64_t r = local0; r < tile_end; ++r) y[r] += out.bias[r];
         }
       }

@@ -26,6 +26,7 @@ struct MatmulKernel {
   int64_t block_elems;  // the activation row length must be a multiple of this
   RowDotFn dot;
   RowsDotFn dot_rows;
+  Rows4DotFn dot_rows4 = nullptr;  // optional: four tokens per weight pass
 };
 
 // The kernel of `type`, or nullptr when the CPU backend cannot multiply with it.
