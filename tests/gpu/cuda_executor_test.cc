@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/memory_plan.h"
 #include "parallel/cpu_executor.h"
 #include "parallel/cuda_executor.h"
 #include "test_util.h"
@@ -426,6 +427,56 @@ TEST_F(CudaExecutorTest, RefusesMalformedBatches) {
   // The executor still works after refusing.
   Batch fine = single_sequence({1, 2, 3}, 0);
   EXPECT_TRUE(ex->forward(fine, logits).is_ok());
+}
+
+// Host-only: the plan's arithmetic, with made-up device sizes.
+TEST(MemoryPlan, SizesThePoolAndRefusesWithNumbers) {
+  auto model = load("tiny-gqa-q4_k.gguf");
+  ASSERT_NE(model, nullptr);
+  const ModelConfig& c = model->config;
+  MemoryPlanRequest r;
+  r.range = {0, static_cast<int32_t>(c.n_layer), true, true};
+  r.limits.max_tokens = 256;
+  r.limits.max_logit_rows = 256;
+  r.limits.max_seqs = 16;
+  r.limits.max_blocks_per_seq = 64;
+  r.limits.gemm_scratch_elems = 1 << 20;
+  r.workspace_bytes = 32 << 20;
+  r.device_total = 1ull << 30;
+  r.device_free = 900ull << 20;  // 124 MiB used by others
+  r.gpu_memory_utilization = 0.5;
+
+  Result<MemoryPlan> all = plan_memory(*model, r);
+  ASSERT_TRUE(all.is_ok()) << all.status().to_string();
+  EXPECT_EQ(all->budget, (512ull << 20) - (124ull << 20));
+  EXPECT_GT(all->weights, 0u);
+  EXPECT_EQ(all->kv_bytes_per_block, 2ull * c.n_layer * 16 * c.kv_dim() * 2);
+  EXPECT_LE(all->pool_bytes(), all->budget);
+  // Every block that fits is used: one more would not.
+  EXPECT_GT(all->pool_bytes() + 2 * all->kv_bytes_per_block + 2 * kDeviceAlignment, all->budget);
+
+  r.kv_capacity_tokens = 1000;  // 63 blocks of 16
+  Result<MemoryPlan> sized = plan_memory(*model, r);
+  ASSERT_TRUE(sized.is_ok());
+  EXPECT_EQ(sized->kv_blocks, 63);
+
+  r.kv_capacity_tokens = int64_t{1} << 32;
+  Result<MemoryPlan> too_much_kv = plan_memory(*model, r);
+  ASSERT_FALSE(too_much_kv.is_ok());
+  EXPECT_EQ(too_much_kv.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(too_much_kv.status().message().find("KV cache of 4294967296 tokens"), std::string::npos)
+      << too_much_kv.status().message();
+
+  r.kv_capacity_tokens = 0;
+  r.device_free = 10ull << 20;  // someone else holds almost everything
+  Result<MemoryPlan> no_room = plan_memory(*model, r);
+  ASSERT_FALSE(no_room.is_ok());
+  EXPECT_NE(no_room.status().message().find("does not fit on the GPU"), std::string::npos)
+      << no_room.status().message();
+
+  r.device_free = 900ull << 20;
+  r.gpu_memory_utilization = 1.5;
+  EXPECT_EQ(plan_memory(*model, r).status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include <cuda_fp16.h>
+#include <cuda_pipeline.h>
 
 #include "backend/cuda/attention.h"
 #include "backend/cuda/check.h"
@@ -16,12 +17,12 @@ static_assert(kChunk == kThreads && kChunk % 32 == 0);
 __device__ __forceinline__ int round_up8(int n) { return (n + 7) & ~7; }
 
 // Shared memory of one block, for `nq` query vectors rounded up to 8 (the score loop reads
-// query vectors in eights). Sizes in bytes are multiples of 16, so every array stays aligned.
+// query vectors in eights): queries, scores, softmax state, and the chunk's V rows. Sizes in
+// bytes are multiples of 16, so every array stays aligned.
 struct SmemLayout {
-  int nq8;
   __host__ __device__ static int64_t bytes(int nq8, int head_dim) {
     return static_cast<int64_t>(nq8) * head_dim * 4 + static_cast<int64_t>(nq8) * kChunk * 4 +
-           4LL * nq8 * 4 + kChunk * 8;
+           4LL * nq8 * 4 + static_cast<int64_t>(kChunk) * head_dim * 2;
   }
 };
 
@@ -36,11 +37,12 @@ __device__ __forceinline__ void half8_to_float(const uint4& v, float (&f)[8]) {
 }
 
 // See attention.h. Phases per chunk of kChunk positions:
-//   1. thread j computes the scores of position j against every query vector (its K row in
-//      registers, the queries broadcast from shared memory), causal mask applied;
+//   1. thread j loads the K and V rows of position j (32 16-byte loads in flight per thread
+//      for head_dim 128), parks V in shared memory, and computes the scores of K against every
+//      query vector (queries broadcast from shared memory), causal mask applied;
 //   2. one warp per query vector: chunk max, running max/sum update, probabilities;
 //   3. thread (pair p, group) accumulates dims 2p, 2p + 1 of P·V for the query vectors of its
-//      group, reading each V row once per group.
+//      group, V read from shared memory.
 template <int D>
 __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs a) {
   constexpr int kPairs = D / 2;
@@ -61,7 +63,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
   float* l_s = m_s + nq8;                               // running sum
   float* alpha_s = l_s + nq8;                           // this chunk's rescale of the old sums
   int* qpos_s = reinterpret_cast<int*>(alpha_s + nq8);  // the query's position
-  int64_t* slot_s = reinterpret_cast<int64_t*>(qpos_s + nq8);  // K/V element offset per position
+  __half* v_s = reinterpret_cast<__half*>(qpos_s + nq8);  // [kChunk][D]: the chunk's V rows
 
   const int tid = threadIdx.x;
   const int seq = a.seq_index[tile.first_row];
@@ -101,10 +103,17 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
     // Phase 1: scores.
     {
       const int j = tid;
+      uint4* v_row_s = reinterpret_cast<uint4*>(v_s + j * D);
       if (j < n_in_chunk) {
         const int t = c0 + j;
         const int64_t slot = slot_of(t);
-        slot_s[j] = slot;
+        // V goes straight to shared memory (cp.async: no registers held while in flight).
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i) {
+          __pipeline_memcpy_async(v_row_s + i, reinterpret_cast<const uint4*>(v_cache + slot) + i,
+                                  sizeof(uint4));
+        }
+        __pipeline_commit();
         uint4 k_row[D / 8];
 #pragma unroll
         for (int i = 0; i < D / 8; ++i)
@@ -132,10 +141,12 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
           }
         }
       } else {
-        // Past the split's end: masked, and pointing at a real row so phase 3 reads finite data.
-        slot_s[j] = slot_of(c0);
+        // Past the split's end: masked, with zeros for phase 3 to multiply by p = 0.
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i) v_row_s[i] = make_uint4(0, 0, 0, 0);
         for (int qi = 0; qi < nq; ++qi) s_s[qi * kChunk + j] = -INFINITY;
       }
+      __pipeline_wait_prior(0);  // this thread's V copies; the barrier publishes them
     }
     __syncthreads();
 
@@ -174,33 +185,31 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
     }
     __syncthreads();
 
-    // Phase 3: acc = acc * alpha + P · V.
+    // Phase 3: acc = acc * alpha + P · V. The loops over this thread's query vectors stop at
+    // nq (break, not predication: decode has only a few).
 #pragma unroll
     for (int i = 0; i < kMaxPerThread; ++i) {
       const int qi = group + i * kGroups;
-      if (qi < nq) {
-        acc[i][0] *= alpha_s[qi];
-        acc[i][1] *= alpha_s[qi];
-      }
+      if (qi >= nq) break;
+      acc[i][0] *= alpha_s[qi];
+      acc[i][1] *= alpha_s[qi];
     }
     const int n_padded = (n_in_chunk + 3) & ~3;
     for (int j = 0; j < n_padded; j += 4) {
       float2 v[4];
 #pragma unroll
       for (int jj = 0; jj < 4; ++jj) {
-        v[jj] =
-            __half22float2(*reinterpret_cast<const __half2*>(v_cache + slot_s[j + jj] + 2 * pair));
+        v[jj] = __half22float2(*reinterpret_cast<const __half2*>(v_s + (j + jj) * D + 2 * pair));
       }
 #pragma unroll
       for (int i = 0; i < kMaxPerThread; ++i) {
         const int qi = group + i * kGroups;
-        if (qi < nq) {
-          const float4 p = *reinterpret_cast<const float4*>(s_s + qi * kChunk + j);
-          acc[i][0] =
-              fmaf(p.x, v[0].x, fmaf(p.y, v[1].x, fmaf(p.z, v[2].x, fmaf(p.w, v[3].x, acc[i][0]))));
-          acc[i][1] =
-              fmaf(p.x, v[0].y, fmaf(p.y, v[1].y, fmaf(p.z, v[2].y, fmaf(p.w, v[3].y, acc[i][1]))));
-        }
+        if (qi >= nq) break;
+        const float4 p = *reinterpret_cast<const float4*>(s_s + qi * kChunk + j);
+        acc[i][0] =
+            fmaf(p.x, v[0].x, fmaf(p.y, v[1].x, fmaf(p.z, v[2].x, fmaf(p.w, v[3].x, acc[i][0]))));
+        acc[i][1] =
+            fmaf(p.x, v[0].y, fmaf(p.y, v[1].y, fmaf(p.z, v[2].y, fmaf(p.w, v[3].y, acc[i][1]))));
       }
     }
     __syncthreads();

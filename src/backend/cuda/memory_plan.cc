@@ -39,7 +39,8 @@ Result<MemoryPlan> plan_memory(const LoadedModel& model, const MemoryPlanRequest
   plan.kv_bytes_per_block =
       CudaKvCache::bytes_per_block(model.config, r.range.n_layers(), r.kv_block_size);
 
-  const uint64_t fixed = plan.weights + plan.activations + plan.workspace;
+  // Two blocks of slack cover the rounding of the K and V allocations.
+  const uint64_t fixed = plan.weights + plan.activations + plan.workspace + 2 * kDeviceAlignment;
   const uint64_t min_kv = 2 * plan.kv_bytes_per_block;  // one usable block and the scratch block
   if (fixed + min_kv > plan.budget) {
     return make_error(StatusCode::kResourceExhausted,

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_state.h"
+#include "backend/cuda/device_matrix.h"
 #include "backend/layer_range.h"
 #include "core/status.h"
 #include "model/weights.h"
@@ -36,7 +37,11 @@ struct MemoryPlan {
   uint64_t kv_bytes_per_block = 0;
   int32_t kv_blocks = 0;  // usable blocks; the pool holds one more (padding rows write there)
 
-  uint64_t kv_bytes() const { return kv_bytes_per_block * (static_cast<uint64_t>(kv_blocks) + 1); }
+  // K and V are separate allocations, each rounded up to the pool's alignment.
+  uint64_t kv_bytes() const {
+    return 2 * align_up(kv_bytes_per_block / 2 * (static_cast<uint64_t>(kv_blocks) + 1),
+                        kDeviceAlignment);
+  }
   uint64_t pool_bytes() const { return weights + activations + workspace + kv_bytes(); }
   // "weights 3.56 GiB, activations ..., KV 20000 blocks x 16 tokens (9.77 GiB), pool ... of
   // budget ... (free ... of ...)".
