@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <random>
 
 #include "gguf/gguf.h"
 #include "tokenizer/chat_template.h"
@@ -87,6 +88,28 @@ TEST(GgufTokenizer, SmolLM2) {
   EXPECT_EQ(tok.decode(guarded, false), injected->text);
   const Ids unguarded = tok.encode(injected->text, true, true);
   EXPECT_EQ(std::count(unguarded.begin(), unguarded.end(), 2), 3);
+}
+
+TEST(GgufTokenizer, ArbitraryBytesRoundTrip) {
+  // Any byte string, ill-formed UTF-8 included, encodes without loss: byte-level BPE covers
+  // every byte, SentencePiece falls back to byte pieces. (The one exception, not generated
+  // here: SentencePiece decodes a literal U+2581 in the input as a space, as the library does.)
+  std::mt19937 rng(99);
+  const char alphabet[] = {'a',    'b',    ' ',    ' ',    '\n',   '<',    '|',
+                           '>',    's',    '\x00', '\xC3', '\xA9', '\xE4', '\xB8',
+                           '\xAD', '\xF0', '\x9F', '\xFF', '\x80', '1'};
+  for (const char* name : {"vocab-llama2-spm.gguf", "vocab-llama3-bpe.gguf"}) {
+    const Tokenizer tok = load(kFixtures + "/" + name);
+    for (int round = 0; round < 1000; ++round) {
+      std::string text;
+      for (int n = static_cast<int>(rng() % 40); n > 0; --n) {
+        text.push_back(rng() % 8 == 0 ? static_cast<char>(rng())
+                                      : alphabet[rng() % sizeof(alphabet)]);
+      }
+      ASSERT_EQ(tok.decode(tok.encode(text, true, false), true), text)
+          << name << " " << ::testing::PrintToString(text);
+    }
+  }
 }
 
 // A minimal vocab-only GGUF with the given tokenizer keys, parsed back from memory.
