@@ -9,17 +9,6 @@
 namespace llamaserve::cuda {
 namespace {
 
-// How the types that do not keep their GGUF bytes split a block (see device_matrix.h).
-std::optional<BlockSplit> block_split(TensorType type) {
-  switch (type) {
-    case TensorType::Q8_0: return BlockSplit{34, 2, 32, 0, 2};
-    case TensorType::Q4_0: return BlockSplit{18, 2, 16, 0, 2};
-    case TensorType::Q4_1: return BlockSplit{20, 4, 16, 0, 4};
-    case TensorType::Q6_K: return BlockSplit{210, 0, 208, 208, 2};
-    default: return std::nullopt;
-  }
-}
-
 // Elements per 16-byte unit of the float types: their rows must be whole units.
 int64_t float_unit_elems(TensorType type) {
   switch (type) {
@@ -31,6 +20,17 @@ int64_t float_unit_elems(TensorType type) {
 }
 
 }  // namespace
+
+// How the types that do not keep their GGUF bytes split a block (see device_matrix.h).
+std::optional<BlockSplit> block_split(TensorType type) {
+  switch (type) {
+    case TensorType::Q8_0: return BlockSplit{34, 2, 32, 0, 2};
+    case TensorType::Q4_0: return BlockSplit{18, 2, 16, 0, 2};
+    case TensorType::Q4_1: return BlockSplit{20, 4, 16, 0, 4};
+    case TensorType::Q6_K: return BlockSplit{210, 0, 208, 208, 2};
+    default: return std::nullopt;
+  }
+}
 
 uint64_t DeviceMatrixLayout::total_bytes() const {
   return align_up(quant_bytes, kDeviceAlignment) + align_up(scale_bytes, kDeviceAlignment);

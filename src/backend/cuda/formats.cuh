@@ -14,59 +14,104 @@
 //   decode(raw, u, k, q, scale, min)   q[i] for i < kRunLen, and the run's scale/min
 //
 // The element orders follow quant/blocks.h exactly (the tests compare against its decoder).
+// Everything here also compiles for the host (LS_FORMAT), where loads are plain memcpys: the
+// kernel tests run the decoders on the CPU against quant's reference, without a GPU.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "backend/cuda/device_matrix.h"
 #include "core/status.h"
+#include "quant/blocks.h"
 #include "quant/types.h"
+
+#define LS_FORMAT __host__ __device__ __forceinline__
+// #pragma unroll in code that the host compiler also sees (it warns on unknown pragmas).
+#if defined(__CUDA_ARCH__)
+#define LS_UNROLL _Pragma("unroll")
+#else
+#define LS_UNROLL
+#endif
 
 namespace llamaserve::cuda {
 
 // 16 bytes of weights, not allocated in L1: weights are read once per step and would only
 // evict the activations, which every row reads again.
-__device__ __forceinline__ uint4 load_weights_16(const uint8_t* p) {
+LS_FORMAT uint4 load_weights_16(const uint8_t* p) {
   uint4 r;
+#if defined(__CUDA_ARCH__)
   asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
       : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
       : "l"(p));
+#else
+  std::memcpy(&r, p, sizeof r);
+#endif
   return r;
 }
 
-__device__ __forceinline__ float load_half(const uint8_t* p) {
-  return __half2float(__ushort_as_half(__ldg(reinterpret_cast<const unsigned short*>(p))));
+// Small loads shared by neighbouring threads (scales): through the read-only cache.
+template <typename T>
+LS_FORMAT T load_cached(const void* p) {
+#if defined(__CUDA_ARCH__)
+  return __ldg(static_cast<const T*>(p));
+#else
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+#endif
+}
+
+LS_FORMAT float half_bits_to_float(uint32_t bits) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(bits & 0xffffu)));
+}
+
+LS_FORMAT float load_half(const uint8_t* p) {
+  return half_bits_to_float(load_cached<unsigned short>(p));
+}
+
+// __byte_perm: byte n of the result is byte ((s >> 4n) & 7) of the pair (x, y).
+LS_FORMAT uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(x, y, s);
+#else
+  const uint64_t bytes = (static_cast<uint64_t>(y) << 32) | x;
+  uint32_t r = 0;
+  for (int n = 0; n < 4; ++n)
+    r |= static_cast<uint32_t>((bytes >> (8 * ((s >> (4 * n)) & 7))) & 0xff) << (8 * n);
+  return r;
+#endif
 }
 
 // Word i of a 16-byte load; i is a compile-time constant after unrolling.
-__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
+LS_FORMAT uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
 // Byte k (0..3) of w as a float, minus `bias`. The byte goes into the mantissa of 2^23
 // (0x4B000000) and a float subtract removes the 2^23: two full-rate instructions instead of a
 // quarter-rate integer-to-float conversion. Exact for every byte and the biases used here.
-__device__ __forceinline__ float byte_as_float(uint32_t w, int k, float bias) {
-  return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7440u | static_cast<uint32_t>(k))) -
+LS_FORMAT float byte_as_float(uint32_t w, int k, float bias) {
+  return bits_to_float(byte_perm(w, 0x4B000000u, 0x7440u | static_cast<uint32_t>(k))) -
          (8388608.0f + bias);
 }
 
 // 16 bytes of 4-bit or 8-bit codes (in four words) into 16 floats, byte i of the load → q[i].
-__device__ __forceinline__ void bytes_as_floats(const uint32_t (&w)[4], float bias, float* q) {
-#pragma unroll
+LS_FORMAT void bytes_as_floats(const uint32_t (&w)[4], float bias, float* q) {
+  LS_UNROLL
   for (int i = 0; i < 4; ++i) {
-#pragma unroll
+    LS_UNROLL
     for (int k = 0; k < 4; ++k) q[4 * i + k] = byte_as_float(w[i], k, bias);
   }
 }
 
-__device__ __forceinline__ const uint8_t* quant_row(const DeviceMatrix& m, int64_t row) {
+LS_FORMAT const uint8_t* quant_row(const DeviceMatrix& m, int64_t row) {
   return m.quants + row * m.quant_row_bytes;
 }
-__device__ __forceinline__ const uint8_t* scale_row(const DeviceMatrix& m, int64_t row) {
+LS_FORMAT const uint8_t* scale_row(const DeviceMatrix& m, int64_t row) {
   return m.scales + row * m.scale_row_bytes;
 }
 
@@ -80,13 +125,13 @@ struct Format<TensorType::F32> {
   struct Raw {
     uint4 q;
   };
-  __device__ static Raw load(const DeviceMatrix& m, int64_t row, int u) {
+  LS_FORMAT static Raw load(const DeviceMatrix& m, int64_t row, int u) {
     return {load_weights_16(quant_row(m, row) + 16 * u)};
   }
-  __device__ static int run_base(int u, int) { return 4 * u; }
-  __device__ static void decode(const Raw& raw, int, int, float (&q)[kRunLen], float&, float&) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) q[i] = __uint_as_float(word(raw.q, i));
+  LS_FORMAT static int run_base(int u, int) { return 4 * u; }
+  LS_FORMAT static void decode(const Raw& raw, int, int, float (&q)[kRunLen], float&, float&) {
+    LS_UNROLL
+    for (int i = 0; i < 4; ++i) q[i] = bits_to_float(word(raw.q, i));
   }
 };
 
@@ -97,16 +142,16 @@ struct Format<TensorType::F16> {
   struct Raw {
     uint4 q;
   };
-  __device__ static Raw load(const DeviceMatrix& m, int64_t row, int u) {
+  LS_FORMAT static Raw load(const DeviceMatrix& m, int64_t row, int u) {
     return {load_weights_16(quant_row(m, row) + 16 * u)};
   }
-  __device__ static int run_base(int u, int) { return 8 * u; }
-  __device__ static void decode(const Raw& raw, int, int, float (&q)[kRunLen], float&, float&) {
-#pragma unroll
+  LS_FORMAT static int run_base(int u, int) { return 8 * u; }
+  LS_FORMAT static void decode(const Raw& raw, int, int, float (&q)[kRunLen], float&, float&) {
+    LS_UNROLL
     for (int i = 0; i < 4; ++i) {
       const uint32_t w = word(raw.q, i);
-      q[2 * i] = __half2float(__ushort_as_half(static_cast<unsigned short>(w & 0xffffu)));
-      q[2 * i + 1] = __half2float(__ushort_as_half(static_cast<unsigned short>(w >> 16)));
+      q[2 * i] = half_bits_to_float(w);
+      q[2 * i + 1] = half_bits_to_float(w >> 16);
     }
   }
 };
@@ -118,16 +163,16 @@ struct Format<TensorType::BF16> {
   struct Raw {
     uint4 q;
   };
-  __device__ static Raw load(const DeviceMatrix& m, int64_t row, int u) {
+  LS_FORMAT static Raw load(const DeviceMatrix& m, int64_t row, int u) {
     return {load_weights_16(quant_row(m, row) + 16 * u)};
   }
-  __device__ static int run_base(int u, int) { return 8 * u; }
-  __device__ static void decode(const Raw& raw, int, int, float (&q)[kRunLen], float&, float&) {
-#pragma unroll
+  LS_FORMAT static int run_base(int u, int) { return 8 * u; }
+  LS_FORMAT static void decode(const Raw& raw, int, int, float (&q)[kRunLen], float&, float&) {
+    LS_UNROLL
     for (int i = 0; i < 4; ++i) {
       const uint32_t w = word(raw.q, i);
-      q[2 * i] = __uint_as_float(w << 16);
-      q[2 * i + 1] = __uint_as_float(w & 0xffff0000u);
+      q[2 * i] = bits_to_float(w << 16);
+      q[2 * i + 1] = bits_to_float(w & 0xffff0000u);
     }
   }
 };
@@ -141,13 +186,13 @@ struct Format<TensorType::Q8_0> {
     uint4 q;
     float d;
   };
-  __device__ static Raw load(const DeviceMatrix& m, int64_t row, int u) {
+  LS_FORMAT static Raw load(const DeviceMatrix& m, int64_t row, int u) {
     return {load_weights_16(quant_row(m, row) + 16 * u),
             load_half(scale_row(m, row) + 2 * (u >> 1))};
   }
-  __device__ static int run_base(int u, int) { return 16 * u; }
-  __device__ static void decode(const Raw& raw, int, int, float (&q)[kRunLen], float& scale,
-                                float&) {
+  LS_FORMAT static int run_base(int u, int) { return 16 * u; }
+  LS_FORMAT static void decode(const Raw& raw, int, int, float (&q)[kRunLen], float& scale,
+                               float&) {
     // Flipping the sign bit maps int8 c to the byte c + 128.
     const uint32_t w[4] = {raw.q.x ^ 0x80808080u, raw.q.y ^ 0x80808080u, raw.q.z ^ 0x80808080u,
                            raw.q.w ^ 0x80808080u};
@@ -165,12 +210,12 @@ struct Format<TensorType::Q4_0> {
     uint4 q;
     float d;
   };
-  __device__ static Raw load(const DeviceMatrix& m, int64_t row, int u) {
+  LS_FORMAT static Raw load(const DeviceMatrix& m, int64_t row, int u) {
     return {load_weights_16(quant_row(m, row) + 16 * u), load_half(scale_row(m, row) + 2 * u)};
   }
-  __device__ static int run_base(int u, int k) { return 32 * u + 16 * k; }
-  __device__ static void decode(const Raw& raw, int, int k, float (&q)[kRunLen], float& scale,
-                                float&) {
+  LS_FORMAT static int run_base(int u, int k) { return 32 * u + 16 * k; }
+  LS_FORMAT static void decode(const Raw& raw, int, int k, float (&q)[kRunLen], float& scale,
+                               float&) {
     const int shift = 4 * k;
     const uint32_t w[4] = {(raw.q.x >> shift) & 0x0f0f0f0fu, (raw.q.y >> shift) & 0x0f0f0f0fu,
                            (raw.q.z >> shift) & 0x0f0f0f0fu, (raw.q.w >> shift) & 0x0f0f0f0fu};
@@ -187,27 +232,26 @@ struct Format<TensorType::Q4_1> {
     uint4 q;
     uint32_t dm;  // half d (low), half m (high)
   };
-  __device__ static Raw load(const DeviceMatrix& m, int64_t row, int u) {
+  LS_FORMAT static Raw load(const DeviceMatrix& m, int64_t row, int u) {
     return {load_weights_16(quant_row(m, row) + 16 * u),
-            __ldg(reinterpret_cast<const unsigned int*>(scale_row(m, row)) + u)};
+            load_cached<uint32_t>(scale_row(m, row) + 4 * u)};
   }
-  __device__ static int run_base(int u, int k) { return 32 * u + 16 * k; }
-  __device__ static void decode(const Raw& raw, int, int k, float (&q)[kRunLen], float& scale,
-                                float& min) {
+  LS_FORMAT static int run_base(int u, int k) { return 32 * u + 16 * k; }
+  LS_FORMAT static void decode(const Raw& raw, int, int k, float (&q)[kRunLen], float& scale,
+                               float& min) {
     const int shift = 4 * k;
     const uint32_t w[4] = {(raw.q.x >> shift) & 0x0f0f0f0fu, (raw.q.y >> shift) & 0x0f0f0f0fu,
                            (raw.q.z >> shift) & 0x0f0f0f0fu, (raw.q.w >> shift) & 0x0f0f0f0fu};
     bytes_as_floats(w, 0.0f, q);
-    scale = __half2float(__ushort_as_half(static_cast<unsigned short>(raw.dm & 0xffffu)));
-    min = __half2float(__ushort_as_half(static_cast<unsigned short>(raw.dm >> 16)));
+    scale = half_bits_to_float(raw.dm);
+    min = half_bits_to_float(raw.dm >> 16);
   }
 };
 
 // The scales and mins of sub-blocks 2c and 2c + 1 of a Q4_K/Q5_K super-block, from its first
 // 16 bytes (d, dmin, 12 packed scale bytes), as in q4_k_scale_min. Both encodings are computed
 // and one selected, since c differs between the lanes of a warp.
-__device__ __forceinline__ void k_quant_scales(const uint4& meta, int c, float (&scale)[2],
-                                               float (&min)[2]) {
+LS_FORMAT void k_quant_scales(const uint4& meta, int c, float (&scale)[2], float (&min)[2]) {
   const int shift = 16 * (c & 1);
   const uint32_t sc_lo = (meta.y >> shift) & 0x3f3fu;  // sub-blocks 0..3: bytes 0..3 / 4..7
   const uint32_t m_lo = (meta.z >> shift) & 0x3f3fu;
@@ -216,8 +260,8 @@ __device__ __forceinline__ void k_quant_scales(const uint4& meta, int c, float (
   const uint32_t m_hi = (((meta.w >> shift) >> 4) & 0x0f0fu) | (((meta.z >> shift) >> 2) & 0x3030u);
   const uint32_t sc = c < 2 ? sc_lo : sc_hi;
   const uint32_t m = c < 2 ? m_lo : m_hi;
-  const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(meta.x & 0xffffu)));
-  const float dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(meta.x >> 16)));
+  const float d = half_bits_to_float(meta.x);
+  const float dmin = half_bits_to_float(meta.x >> 16);
   scale[0] = d * byte_as_float(sc, 0, 0.0f);
   scale[1] = d * byte_as_float(sc, 1, 0.0f);
   min[0] = -dmin * byte_as_float(m, 0, 0.0f);
@@ -235,16 +279,15 @@ struct Format<TensorType::Q4_K> {
     uint4 meta;
     uint4 q;
   };
-  __device__ static Raw load(const DeviceMatrix& m, int64_t row, int u) {
+  LS_FORMAT static Raw load(const DeviceMatrix& m, int64_t row, int u) {
     const uint8_t* block = quant_row(m, row) + (u >> 3) * kBlockBytes;
-    return {__ldg(reinterpret_cast<const uint4*>(block)),
-            load_weights_16(block + 16 + 16 * (u & 7))};
+    return {load_cached<uint4>(block), load_weights_16(block + 16 + 16 * (u & 7))};
   }
-  __device__ static int run_base(int u, int k) {
+  LS_FORMAT static int run_base(int u, int k) {
     return 256 * (u >> 3) + 64 * ((u >> 1) & 3) + 32 * k + 16 * (u & 1);
   }
-  __device__ static void decode(const Raw& raw, int u, int k, float (&q)[kRunLen], float& scale,
-                                float& min) {
+  LS_FORMAT static void decode(const Raw& raw, int u, int k, float (&q)[kRunLen], float& scale,
+                               float& min) {
     const int shift = 4 * k;
     const uint32_t w[4] = {(raw.q.x >> shift) & 0x0f0f0f0fu, (raw.q.y >> shift) & 0x0f0f0f0fu,
                            (raw.q.z >> shift) & 0x0f0f0f0fu, (raw.q.w >> shift) & 0x0f0f0f0fu};
@@ -267,21 +310,20 @@ struct Format<TensorType::Q5_K> {
     uint4 qh;
     uint4 q;
   };
-  __device__ static Raw load(const DeviceMatrix& m, int64_t row, int u) {
+  LS_FORMAT static Raw load(const DeviceMatrix& m, int64_t row, int u) {
     const uint8_t* block = quant_row(m, row) + (u >> 3) * kBlockBytes;
-    return {__ldg(reinterpret_cast<const uint4*>(block)),
-            __ldg(reinterpret_cast<const uint4*>(block + 16 + 16 * (u & 1))),
+    return {load_cached<uint4>(block), load_cached<uint4>(block + 16 + 16 * (u & 1)),
             load_weights_16(block + 48 + 16 * (u & 7))};
   }
-  __device__ static int run_base(int u, int k) { return Format<TensorType::Q4_K>::run_base(u, k); }
-  __device__ static void decode(const Raw& raw, int u, int k, float (&q)[kRunLen], float& scale,
-                                float& min) {
+  LS_FORMAT static int run_base(int u, int k) { return Format<TensorType::Q4_K>::run_base(u, k); }
+  LS_FORMAT static void decode(const Raw& raw, int u, int k, float (&q)[kRunLen], float& scale,
+                               float& min) {
     const int c = (u >> 1) & 3;
     const int shift = 4 * k;
     // Bit (2c + k) of each qh byte, moved to bit 4.
     const int high_shift = 2 * c + k;
     uint32_t w[4];
-#pragma unroll
+    LS_UNROLL
     for (int i = 0; i < 4; ++i) {
       w[i] = ((word(raw.q, i) >> shift) & 0x0f0f0f0fu) |
              (((word(raw.qh, i) >> high_shift) << 4) & 0x10101010u);
@@ -309,7 +351,7 @@ struct Format<TensorType::Q6_K> {
     int8_t sc[2];
     float d;
   };
-  __device__ static Raw load(const DeviceMatrix& m, int64_t row, int u) {
+  LS_FORMAT static Raw load(const DeviceMatrix& m, int64_t row, int u) {
     const int r = u & 7;
     const int hf = r >> 2, s = (r >> 1) & 1, h = r & 1;
     const uint8_t* block = quant_row(m, row) + (u >> 3) * kBlockBytes;
@@ -318,20 +360,20 @@ struct Format<TensorType::Q6_K> {
     raw.qh = load_weights_16(block + 128 + 32 * hf + 16 * h);
     // Scale groups of 16 elements: 8 hf + 2 quarter + h.
     const int8_t* scales = reinterpret_cast<const int8_t*>(block + 192);
-    raw.sc[0] = __ldg(scales + 8 * hf + 2 * s + h);
-    raw.sc[1] = __ldg(scales + 8 * hf + 2 * (s + 2) + h);
+    raw.sc[0] = load_cached<int8_t>(scales + 8 * hf + 2 * s + h);
+    raw.sc[1] = load_cached<int8_t>(scales + 8 * hf + 2 * (s + 2) + h);
     raw.d = load_half(scale_row(m, row) + 2 * (u >> 3));
     return raw;
   }
-  __device__ static int run_base(int u, int k) {
+  LS_FORMAT static int run_base(int u, int k) {
     const int r = u & 7;
     return 256 * (u >> 3) + 128 * (r >> 2) + 32 * ((r >> 1) & 1) + 64 * k + 16 * (r & 1);
   }
-  __device__ static void decode(const Raw& raw, int u, int k, float (&q)[kRunLen], float& scale,
-                                float&) {
+  LS_FORMAT static void decode(const Raw& raw, int u, int k, float (&q)[kRunLen], float& scale,
+                               float&) {
     const int s = (u >> 1) & 1;
     uint32_t w[4];
-#pragma unroll
+    LS_UNROLL
     for (int i = 0; i < 4; ++i) {
       const uint32_t ql = word(raw.ql, i), qh = word(raw.qh, i) >> (2 * s);
       // Quarter s: low nibble, qh bits 2s..2s+1. Quarter s + 2: high nibble, bits 2s+4..2s+5.
@@ -345,8 +387,8 @@ struct Format<TensorType::Q6_K> {
 
 // Applies a decoded run's scale and min: the weights themselves.
 template <class F>
-__device__ __forceinline__ void dequantize_run(float (&q)[F::kRunLen], float scale, float min) {
-#pragma unroll
+LS_FORMAT void dequantize_run(float (&q)[F::kRunLen], float scale, float min) {
+  LS_UNROLL
   for (int i = 0; i < F::kRunLen; ++i) {
     if constexpr (F::kHasMin) {
       q[i] = fmaf(scale, q[i], min);

@@ -2,10 +2,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include <cuda_runtime_api.h>
 
 #include "core/status.h"
+#include "quant/types.h"
 
 namespace llamaserve::cuda {
 
@@ -18,6 +20,9 @@ struct BlockSplit {
   int scale_offset;
   int scale_bytes;
 };
+
+// How `type` splits, or nullopt for the types that keep their GGUF bytes.
+std::optional<BlockSplit> block_split(TensorType type);
 
 // Splits n_rows rows of blocks_per_row blocks each, read from `src` (GGUF rows, contiguous),
 // into quants (row pitch quant_row_bytes) and scales (row pitch scale_row_bytes).
