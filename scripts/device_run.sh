@@ -4,7 +4,8 @@
 # with BUILD_DIR). Everything goes under $OUT: one <step>.log per step (also echoed), gtest XML,
 # the benchmark CSV, and summary.txt. Exit status 0 only if every step passed.
 #
-# Usage: OUT=/path scripts/device_run.sh [STEP...]   steps: env tests bench (default: all)
+# Usage: OUT=/path scripts/device_run.sh [STEP...]
+#   steps: env tests bench (the default, in that order), sanitize (memcheck of the kernel tests)
 # The build machine needs only these paths of the build dir: tests/gpu, bench/cuda_kernels,
 # runtime-libs (fmt/spdlog; the binaries link the CUDA runtime and libstdc++ statically and
 # use the machine's driver and cuBLAS).
@@ -43,12 +44,12 @@ step() {
     verdict="FAIL (exit $rc)"
   fi
   [[ $verdict != PASS ]] && failures=$((failures + 1))
-  printf '%-28s %-28s %5d s\n' "$name" "$verdict" "$took" | tee -a "$summary"
+  printf '%-44s %-28s %5d s\n' "$name" "$verdict" "$took" | tee -a "$summary"
 }
 
 need_binary() {  # need_binary NAME PATH: records a failed step when the binary is missing
   if [[ ! -x $2 ]]; then
-    printf '%-28s %-28s\n' "$1" "FAIL (missing $2)" | tee -a "$summary"
+    printf '%-44s %-28s\n' "$1" "FAIL (missing $2)" | tee -a "$summary"
     failures=$((failures + 1))
     return 1
   fi
@@ -68,22 +69,45 @@ for s in "${steps[@]}"; do
         echo; uname -a; echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"'
       ;;
     tests)
-      # Every GPU test binary the build produced (cuda_kernels_test, and the executor's).
+      # Every GPU test binary the build produced, one process per test suite, so that a device
+      # fault in one suite (which poisons the CUDA context) does not fail the others.
       found=0
       for bin in "$build"/tests/gpu/*_test; do
         [[ -e $bin ]] || continue
         found=1
         name=$(basename "$bin")
         need_binary "$name" "$bin" || continue
-        step "$name" 420 "$bin" --gtest_color=no --gtest_output="xml:$OUT/$name.xml"
-        { grep -E '^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$OUT/$name.log"
-          grep -E '^\[ +FAILED +\] [A-Za-z]' "$OUT/$name.log" |
-            sed -E 's/,? where .*//; s/ \([0-9]+ ms\)$//' | sort -u | head -40; } |
-          sed "s/^/    /" | tee -a "$summary"
+        suites=$("$bin" --gtest_list_tests 2>/dev/null | grep -E '^[A-Za-z][^ ]*\.( |$)' | sed 's/\..*//' | sort -u)
+        if [[ -z $suites ]]; then
+          printf '%-44s %-28s\n' "$name" "FAIL (cannot list tests)" | tee -a "$summary"
+          failures=$((failures + 1))
+          continue
+        fi
+        for suite in $suites; do
+          tag="$name.${suite//\//_}"
+          step "$tag" 300 "$bin" --gtest_color=no --gtest_filter="$suite.*" \
+            --gtest_output="xml:$OUT/$tag.xml"
+          { grep -E '^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$OUT/$tag.log"
+            grep -E '^\[ +FAILED +\] [A-Za-z]' "$OUT/$tag.log" |
+              sed -E 's/,? where .*//; s/ \([0-9]+ ms\)$//' | sort -u | head -40; } |
+            sed "s/^/    /" | tee -a "$summary"
+        done
       done
       if [[ $found -eq 0 ]]; then
-        printf '%-28s %-28s\n' tests "FAIL (no $build/tests/gpu/*_test)" | tee -a "$summary"
+        printf '%-44s %-28s\n' tests "FAIL (no $build/tests/gpu/*_test)" | tee -a "$summary"
         failures=$((failures + 1))
+      fi
+      ;;
+    sanitize)
+      # Optional (not in the default steps): the kernel tests under compute-sanitizer's memcheck,
+      # on the suites with small inputs.
+      sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+      bin="$build/tests/gpu/cuda_kernels_test"
+      if [[ ! -x $sanitizer ]]; then
+        printf '%-44s %-28s\n' sanitize "SKIP (no compute-sanitizer)" | tee -a "$summary"
+      elif need_binary sanitize "$bin"; then
+        step sanitize 540 "$sanitizer" --tool memcheck --error-exitcode 3 "$bin" --gtest_color=no \
+          --gtest_filter='*Attention*:*RmsNorm*:*Rope*:*Elementwise*:*DequantTest*:*MatvecTest.Accumulates*:*Sampling*Greedy*'
       fi
       ;;
     bench)
@@ -92,7 +116,7 @@ for s in "${steps[@]}"; do
         step cuda_kernels_bench 300 "$bin" --csv "$OUT/cuda_kernels_bench.csv"
       ;;
     *)
-      echo "unknown step '$s' (steps: env tests bench)" | tee -a "$summary"
+      echo "unknown step '$s' (steps: env tests bench sanitize)" | tee -a "$summary"
       failures=$((failures + 1))
       ;;
   esac
