@@ -12,6 +12,8 @@
 #include <random>
 #include <vector>
 
+#include "backend/cpu/attention.h"
+#include "backend/cpu/kv_cache.h"
 #include "backend/cpu/matmul.h"
 #include "core/thread_pool.h"
 #include "parallel/cpu_executor.h"
@@ -82,6 +84,43 @@ void BM_Matvec(benchmark::State& state, TensorType type) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
                           static_cast<int64_t>(set.tensors[0].n_bytes));
   state.counters["threads"] = threads;
+}
+
+// Decode attention of one token over `context` cached positions, SmolLM2's shape (9 query
+// heads, 3 KV heads, head_dim 64, f16 cache).
+void BM_AttentionDecode(benchmark::State& state) {
+  const int32_t context = static_cast<int32_t>(state.range(0));
+  const cpu::AttentionShape shape{9, 3, 64, 0.125f};
+  cpu::KvCacheGeometry g;
+  g.n_layers = 1;
+  g.block_size = 16;
+  g.n_blocks = (context + 15) / 16;
+  g.n_head_kv = 3;
+  g.head_dim = 64;
+  auto cache = cpu::CpuKvCache::create(g);
+  Batch history;
+  history.blocks_per_seq = g.n_blocks;
+  for (int32_t i = 0; i < g.n_blocks; ++i) history.block_tables.push_back(i);
+  for (int32_t i = 0; i < context; ++i) {
+    history.tokens.push_back(0);
+    history.positions.push_back(i);
+    history.seq_index.push_back(0);
+  }
+  history.seq_lengths = {context};
+  std::vector<float> kv(static_cast<size_t>(context) * g.kv_dim(), 0.01f);
+  (*cache)->write(history, 0, kv.data(), kv.data());
+  Batch batch = history;
+  batch.tokens = {0};
+  batch.positions = {context - 1};
+  batch.seq_index = {0};
+  std::vector<float> q(9 * 64, 0.1f), out(9 * 64);
+  ThreadPool pool(1);
+  cpu::AttentionScratch scratch(shape, g.block_size, 1);
+  for (auto _ : state) {
+    cpu::attention(batch, shape, q.data(), **cache, 0, out.data(), pool, scratch);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * context * g.kv_dim() * 2 * 2);
 }
 
 // Decode tokens/s of one sequence after a 64-token prompt, as a user sees it.
@@ -180,8 +219,8 @@ void BM_PrefillSmolLM2(benchmark::State& state) {
       return;
     }
   }
-  state.counters["tok/s"] =
-      benchmark::Counter(static_cast<double>(state.iterations()) * kPrompt, benchmark::Counter::kIsRate);
+  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(state.iterations()) * kPrompt,
+                                               benchmark::Counter::kIsRate);
 }
 
 void register_benchmarks() {
@@ -197,6 +236,10 @@ void register_benchmarks() {
         ->UseRealTime()
         ->MinTime(0.3);
   }
+  benchmark::RegisterBenchmark("AttentionDecode", BM_AttentionDecode)
+      ->Arg(512)
+      ->Arg(4096)
+      ->ArgName("context");
   benchmark::RegisterBenchmark("DecodeSmolLM2_Q4_1", BM_DecodeSmolLM2)
       ->Arg(1)
       ->Arg(ThreadPool::default_threads())

@@ -17,34 +17,113 @@ inline __m256 load8(const uint16_t* p) { return load_f16x8(p); }
 inline float load1(const float* p) { return *p; }
 inline float load1(const uint16_t* p) { return f16_to_f32(*p); }
 
-template <typename T>
-float dot(const float* q, const T* k, int64_t n) {
+// Σ q[i] k[i] over n floats.
+float dot(const float* q, const float* k, int64_t n) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8(k + i), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), load8(k + i + 8), acc1);
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), _mm256_loadu_ps(k + i + 8), acc1);
   }
-  for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8(k + i), acc0);
+  for (; i + 8 <= n; i += 8)
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), acc0);
   float sum = hsum(_mm256_add_ps(acc0, acc1));
-  for (; i < n; ++i) sum += q[i] * load1(k + i);
+  for (; i < n; ++i) sum += q[i] * k[i];
   return sum;
 }
 
-// acc = acc * keep + p * v
-template <typename T>
-void scale_add(float* acc, float keep, float p, const T* v, int64_t n) {
-  const __m256 keep8 = _mm256_set1_ps(keep), p8 = _mm256_set1_ps(p);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(
-        acc + i, _mm256_fmadd_ps(p8, load8(v + i), _mm256_mul_ps(_mm256_loadu_ps(acc + i), keep8)));
-  }
-  for (; i < n; ++i) acc[i] = acc[i] * keep + p * load1(v + i);
+// {Σ a0, ..., Σ a7}: the horizontal sums of eight vectors in one.
+inline __m256 hsum8(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4, __m256 a5, __m256 a6,
+                    __m256 a7) {
+  const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+  const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a4, a5), _mm256_hadd_ps(a6, a7));
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
-// Scratch layout per thread: acc[group * head_dim] | scores[group * block_size] | max[group] |
-// sum[group].
+// s[j] = scale * q · keys[j] for j < n_keys. PRECONDITION for the 8-key path: n % 8 == 0.
+void block_scores(const float* q, const float* keys, int32_t n_keys, int64_t n, float scale,
+                  float* s) {
+  int32_t j = 0;
+  if (n % 8 == 0) {
+    for (; j + 8 <= n_keys; j += 8) {
+      const float* k = keys + j * n;
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
+             a7 = a0;
+      for (int64_t c = 0; c < n; c += 8) {
+        const __m256 qc = _mm256_loadu_ps(q + c);
+        a0 = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k + c), a0);
+        a1 = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k + n + c), a1);
+        a2 = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k + 2 * n + c), a2);
+        a3 = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k + 3 * n + c), a3);
+        a4 = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k + 4 * n + c), a4);
+        a5 = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k + 5 * n + c), a5);
+        a6 = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k + 6 * n + c), a6);
+        a7 = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k + 7 * n + c), a7);
+      }
+      _mm256_storeu_ps(s + j,
+                       _mm256_mul_ps(hsum8(a0, a1, a2, a3, a4, a5, a6, a7), _mm256_set1_ps(scale)));
+    }
+  }
+  for (; j < n_keys; ++j) s[j] = dot(q, keys + j * n, n) * scale;
+}
+
+// n contiguous cache values to floats.
+template <typename T>
+void load_values(const T* src, int64_t n, float* dst) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load8(src + i));
+  for (; i < n; ++i) dst[i] = load1(src + i);
+}
+
+// How many blocks ahead of its use a block's K/V are requested.
+constexpr int32_t kPrefetchBlocks = 2;
+
+// Asks for the n_bytes at p ahead of their use (the next block of a paged sequence lies
+// anywhere in the cache, out of reach of the hardware prefetcher).
+inline void prefetch(const void* p, size_t n_bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (size_t i = 0; i < n_bytes; i += 64) _mm_prefetch(c + i, _MM_HINT_T0);
+}
+
+// acc[0..8 kChunks) = acc * keep + Σ_j p[j] * v[j], v rows `n` floats apart: kChunks
+// independent accumulators held in registers across the rows.
+template <int kChunks>
+void accumulate_slice(float* acc, float keep, const float* p, const float* v, int32_t n_rows,
+                      int64_t n) {
+  __m256 a[kChunks];
+  for (int c = 0; c < kChunks; ++c)
+    a[c] = _mm256_mul_ps(_mm256_loadu_ps(acc + 8 * c), _mm256_set1_ps(keep));
+  for (int32_t j = 0; j < n_rows; ++j) {
+    const __m256 pj = _mm256_set1_ps(p[j]);
+    for (int c = 0; c < kChunks; ++c)
+      a[c] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + j * n + 8 * c), a[c]);
+  }
+  for (int c = 0; c < kChunks; ++c) _mm256_storeu_ps(acc + 8 * c, a[c]);
+}
+
+// acc = acc * keep + Σ_j p[j] * v[j] over n_rows value rows of n floats.
+void accumulate_values(float* acc, float keep, const float* p, const float* v, int32_t n_rows,
+                       int64_t n) {
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) accumulate_slice<8>(acc + i, keep, p, v + i, n_rows, n);
+  for (; i + 8 <= n; i += 8) accumulate_slice<1>(acc + i, keep, p, v + i, n_rows, n);
+  for (; i < n; ++i) {
+    float a = acc[i] * keep;
+    for (int32_t j = 0; j < n_rows; ++j) a += p[j] * v[j * n + i];
+    acc[i] = a;
+  }
+}
+
+// Floats of scratch each thread needs (see attend_group).
+size_t scratch_floats(int64_t group, int64_t head_dim, int32_t block_size) {
+  return static_cast<size_t>(group * head_dim + group * block_size + 2 * group +
+                             2 * block_size * head_dim);
+}
+
+// One token row and one KV head: the `group` query heads sharing it, over the sequence's
+// blocks with an online softmax. Each block's K and V rows of this head are converted to
+// floats once for the whole group.
+// Scratch: acc[group][hd] | scores[group][bs] | max[group] | sum[group] | k[bs][hd] | v[bs][hd].
 template <typename T>
 void attend_group(const Batch& batch, const AttentionShape& shape, const float* q,
                   const CpuKvCache& cache, int32_t layer, float* out, int32_t t, int64_t kv_head,
@@ -56,6 +135,8 @@ void attend_group(const Batch& batch, const AttentionShape& shape, const float* 
   float* scores = acc + group * hd;
   float* row_max = scores + group * bs;
   float* row_sum = row_max + group;
+  float* keys = row_sum + group;
+  float* values = keys + bs * hd;
   std::fill(acc, acc + group * hd, 0.0f);
   std::fill(row_max, row_max + group, -std::numeric_limits<float>::infinity());
   std::fill(row_sum, row_sum + group, 0.0f);
@@ -67,13 +148,16 @@ void attend_group(const Batch& batch, const AttentionShape& shape, const float* 
   for (int32_t first = 0, blk = 0; first < n_keys; first += bs, ++blk) {
     const int32_t n_valid = std::min(bs, n_keys - first);
     const int32_t physical = table[blk];
-    for (int32_t j = 0; j < n_valid; ++j) {
-      const T* k = static_cast<const T*>(cache.k(layer, physical, j)) + kv_head * hd;
-      for (int64_t h = 0; h < group; ++h)
-        scores[h * bs + j] = dot(q_group + h * hd, k, hd) * shape.scale;
+    if (first + kPrefetchBlocks * bs < n_keys) {
+      const size_t head_bytes = static_cast<size_t>(bs * hd) * sizeof(T);
+      prefetch(cache.k(layer, table[blk + kPrefetchBlocks], kv_head), head_bytes);
+      prefetch(cache.v(layer, table[blk + kPrefetchBlocks], kv_head), head_bytes);
     }
+    load_values(static_cast<const T*>(cache.k(layer, physical, kv_head)), n_valid * hd, keys);
+    load_values(static_cast<const T*>(cache.v(layer, physical, kv_head)), n_valid * hd, values);
     for (int64_t h = 0; h < group; ++h) {
       float* s = scores + h * bs;
+      block_scores(q_group + h * hd, keys, n_valid, hd, shape.scale, s);
       float block_max = s[0];
       for (int32_t j = 1; j < n_valid; ++j) block_max = std::max(block_max, s[j]);
       const float new_max = std::max(row_max[h], block_max);
@@ -91,13 +175,7 @@ void attend_group(const Batch& batch, const AttentionShape& shape, const float* 
       }
       row_sum[h] = row_sum[h] * keep + block_sum;
       row_max[h] = new_max;
-      // The rescale of acc by `keep` is folded into the first V row of the block.
-      const T* v0 = static_cast<const T*>(cache.v(layer, physical, 0)) + kv_head * hd;
-      scale_add(acc + h * hd, keep, s[0], v0, hd);
-    }
-    for (int32_t j = 1; j < n_valid; ++j) {
-      const T* v = static_cast<const T*>(cache.v(layer, physical, j)) + kv_head * hd;
-      for (int64_t h = 0; h < group; ++h) scale_add(acc + h * hd, 1.0f, scores[h * bs + j], v, hd);
+      accumulate_values(acc + h * hd, keep, s, values, n_valid, hd);
     }
   }
   float* out_group = out + t * q_stride + kv_head * group * hd;
@@ -116,7 +194,7 @@ float load_value(TensorType type, const void* base, int64_t i) {
 
 AttentionScratch::AttentionScratch(const AttentionShape& shape, int32_t block_size, int n_threads) {
   const int64_t group = shape.n_head / std::max<int64_t>(1, shape.n_head_kv);
-  per_thread_ = static_cast<size_t>(group * shape.head_dim + group * block_size + 2 * group);
+  per_thread_ = scratch_floats(group, shape.head_dim, block_size);
   buffer_.resize(per_thread_ * static_cast<size_t>(std::max(1, n_threads)));
 }
 
@@ -157,18 +235,18 @@ void attention_ref(const Batch& batch, const AttentionShape& shape, const float*
       const int64_t kv_head = h / group;
       const float* qh = q + (t * shape.n_head + h) * hd;
       for (int32_t j = 0; j < n_keys; ++j) {
-        const void* k = cache.k(layer, table[j / bs], j % bs);
+        const void* k = cache.k(layer, table[j / bs], kv_head);
         float s = 0.0f;
-        for (int64_t i = 0; i < hd; ++i) s += qh[i] * load_value(type, k, kv_head * hd + i);
+        for (int64_t i = 0; i < hd; ++i) s += qh[i] * load_value(type, k, (j % bs) * hd + i);
         scores[j] = s * shape.scale;
       }
       ref::softmax(scores.data(), n_keys);
       float* oh = out + (t * shape.n_head + h) * hd;
       for (int64_t i = 0; i < hd; ++i) oh[i] = 0.0f;
       for (int32_t j = 0; j < n_keys; ++j) {
-        const void* v = cache.v(layer, table[j / bs], j % bs);
+        const void* v = cache.v(layer, table[j / bs], kv_head);
         const float p = scores[j];
-        for (int64_t i = 0; i < hd; ++i) oh[i] += p * load_value(type, v, kv_head * hd + i);
+        for (int64_t i = 0; i < hd; ++i) oh[i] += p * load_value(type, v, (j % bs) * hd + i);
       }
     }
   }

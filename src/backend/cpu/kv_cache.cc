@@ -63,12 +63,18 @@ KvCacheInfo CpuKvCache::info() const {
 void CpuKvCache::write(const Batch& batch, int32_t layer, const float* k_rows,
                        const float* v_rows) {
   const int64_t kv_dim = geometry_.kv_dim();
+  const int64_t hd = geometry_.head_dim;
+  const size_t slot_offset = static_cast<size_t>(hd) * geometry_.elem_bytes();
   for (int32_t t = 0; t < batch.n_tokens(); ++t) {
     const int32_t pos = batch.positions[t];
     const int32_t block = batch.block_table(batch.seq_index[t])[pos / geometry_.block_size];
-    const int32_t slot = pos % geometry_.block_size;
-    store_row(geometry_.type, k_rows + t * kv_dim, slot_ptr(k_, layer, block, slot), kv_dim);
-    store_row(geometry_.type, v_rows + t * kv_dim, slot_ptr(v_, layer, block, slot), kv_dim);
+    const size_t slot = static_cast<size_t>(pos % geometry_.block_size);
+    for (int64_t h = 0; h < geometry_.n_head_kv; ++h) {
+      store_row(geometry_.type, k_rows + t * kv_dim + h * hd,
+                head_ptr(k_, layer, block, h) + slot * slot_offset, hd);
+      store_row(geometry_.type, v_rows + t * kv_dim + h * hd,
+                head_ptr(v_, layer, block, h) + slot * slot_offset, hd);
+    }
   }
 }
 

@@ -1,6 +1,8 @@
 // Paged KV cache in host memory. For each layer of the range it holds, K and V are arrays of
-// n_blocks blocks × block_size token slots × kv_dim values (n_head_kv heads of head_dim),
-// stored as F16 (default: half the bytes for attention to read) or F32.
+// n_blocks blocks of block_size tokens × n_head_kv heads × head_dim values, stored as F16
+// (default: half the bytes for attention to read) or F32. Inside a block the values are
+// head-major, [n_head_kv][block_size][head_dim], so that attention streams one head's keys
+// of a block as one contiguous run.
 // Block ids come from the engine's BlockManager; every layer uses the same ids.
 #pragma once
 
@@ -39,13 +41,13 @@ class CpuKvCache {
   const KvCacheGeometry& geometry() const { return geometry_; }
   KvCacheInfo info() const;
 
-  // The kv_dim values of one token slot. PRECONDITION: layer within the held range,
-  // 0 <= block < n_blocks, 0 <= slot < block_size.
-  const void* k(int32_t layer, int32_t block, int32_t slot) const {
-    return slot_ptr(k_, layer, block, slot);
+  // The block_size × head_dim values of one KV head in one block (slot s at s * head_dim).
+  // PRECONDITION: layer within the held range, 0 <= block < n_blocks, 0 <= kv_head < n_head_kv.
+  const void* k(int32_t layer, int32_t block, int64_t kv_head) const {
+    return head_ptr(k_, layer, block, kv_head);
   }
-  const void* v(int32_t layer, int32_t block, int32_t slot) const {
-    return slot_ptr(v_, layer, block, slot);
+  const void* v(int32_t layer, int32_t block, int64_t kv_head) const {
+    return head_ptr(v_, layer, block, kv_head);
   }
 
   // Stores K/V rows (kv_dim floats per token row, row stride kv_dim) of every token of
@@ -55,13 +57,12 @@ class CpuKvCache {
 
  private:
   explicit CpuKvCache(const KvCacheGeometry& geometry) : geometry_(geometry) {}
-  uint8_t* slot_ptr(const std::unique_ptr<uint8_t[]>& base, int32_t layer, int32_t block,
-                    int32_t slot) const {
-    const size_t index =
-        (static_cast<size_t>(layer - geometry_.first_layer) * geometry_.n_blocks + block) *
-            geometry_.block_size +
-        slot;
-    return base.get() + index * geometry_.slot_bytes();
+  uint8_t* head_ptr(const std::unique_ptr<uint8_t[]>& base, int32_t layer, int32_t block,
+                    int64_t kv_head) const {
+    const size_t block_index =
+        static_cast<size_t>(layer - geometry_.first_layer) * geometry_.n_blocks + block;
+    const size_t head_bytes = geometry_.block_size * geometry_.head_dim * geometry_.elem_bytes();
+    return base.get() + (block_index * geometry_.n_head_kv + kv_head) * head_bytes;
   }
 
   KvCacheGeometry geometry_;
