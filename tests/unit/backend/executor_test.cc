@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "backend/cpu/cpu_backend.h"
 #include "parallel/cpu_executor.h"
 
 namespace llamaserve {
@@ -297,6 +298,47 @@ TEST(Executor, KvCacheTypesAgree) {
   }
   EXPECT_LE(worst, 5e-3 * scale);
   EXPECT_GT(worst, 0.0);  // the caches really differ in precision
+}
+
+// A model split into two LayerRanges (as pipeline stages run it), each with its own KV cache
+// for its layers and the hidden state handed over, gives the single-range logits.
+TEST(CpuBackend, SplitLayerRangesEqualOneRange) {
+  auto model = load("tiny-llama-f16.gguf");
+  ASSERT_NE(model, nullptr);
+  const ModelConfig& c = model->config;
+  ASSERT_EQ(c.n_layer, 3);
+  ThreadPool pool(2);
+  auto backend = cpu::CpuBackend::create(model, &pool, {});
+  ASSERT_TRUE(backend.is_ok()) << backend.status().to_string();
+  auto make_cache = [&](int32_t first, int32_t n_layers) {
+    cpu::KvCacheGeometry g;
+    g.first_layer = first;
+    g.n_layers = n_layers;
+    g.n_blocks = 8;
+    g.n_head_kv = c.n_head_kv;
+    g.head_dim = c.head_dim;
+    return std::move(cpu::CpuKvCache::create(g)).value();
+  };
+  const Batch batch = build({{0, random_tokens(21, c.n_vocab, 7), 0}}, {{3, 5}}, {21});
+  std::vector<float> whole(batch.logit_rows.size() * c.n_vocab);
+  {
+    auto cache = make_cache(0, 3);
+    cpu::CpuActivations act(c, 32, pool.size(), 16);
+    ASSERT_TRUE((*backend)->forward(batch, {0, 3, true, true}, *cache, act, whole).is_ok());
+  }
+  auto first_cache = make_cache(0, 2);
+  auto second_cache = make_cache(2, 1);
+  cpu::CpuActivations first_act(c, 32, pool.size(), 16);
+  cpu::CpuActivations second_act(c, 32, pool.size(), 16);
+  ASSERT_TRUE((*backend)->forward(batch, {0, 2, true, false}, *first_cache, first_act, {}).is_ok());
+  std::copy_n(first_act.hidden.begin(), batch.n_tokens() * c.n_embd, second_act.hidden.begin());
+  std::vector<float> split(whole.size());
+  ASSERT_TRUE(
+      (*backend)->forward(batch, {2, 3, false, true}, *second_cache, second_act, split).is_ok());
+  expect_close(split.data(), whole.data(), static_cast<int64_t>(whole.size()), "split ranges");
+  // A range the cache does not hold is refused.
+  EXPECT_EQ((*backend)->forward(batch, {0, 3, true, true}, *second_cache, second_act, split).code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace
