@@ -1,4 +1,4 @@
-// CUDA kernels against CPU references: weight upload + matvec for every weight type and 1, 3
+// CUDA kernels against CPU references: weight upload + matvec for every weight type and 1 to 8
 // and 16 activation rows, dequantization and embedding lookup, and the cuBLAS prefill GEMM.
 // Sizes are odd on purpose (769 rows, 5125 columns rounded up to the type's block). Outputs
 // are poisoned with NaN before each run. The other kernels are in cuda_ops_test.cc.
@@ -70,13 +70,14 @@ class MatvecTest : public GpuTest, public ::testing::WithParamInterface<TensorTy
 // fp32 summation error: far below this bound, while a layout mistake is O(1).
 constexpr double kMatvecTolerance = 2e-5;
 
-TEST_P(MatvecTest, MatchesReferenceForOneThreeAndSixteenRows) {
+// Every kernel size (1..8 activation rows; 5 in the next test) and 16 rows (two groups of 8).
+TEST_P(MatvecTest, MatchesReferenceForEveryRowCount) {
   const TensorType type = GetParam();
   const int64_t cols = round_cols(type, kCols);
   const HostMatrix m = make_matrix(type, kRows, cols, 1234);
   UploadedMatrix w = upload(m);
   ASSERT_NE(w.view.quants, nullptr);
-  for (const int64_t n_act : {1, 3, 16}) {
+  for (const int64_t n_act : {1, 2, 3, 4, 6, 7, 8, 16}) {
     SCOPED_TRACE("activation rows " + std::to_string(n_act));
     const int64_t x_stride = cols + 4;  // strided rows
     const int64_t y_stride = kRows + 3;
