@@ -81,13 +81,16 @@ std::vector<float> run(Executor& ex, const Batch& batch) {
   return logits;
 }
 
-void expect_close(const float* a, const float* b, int64_t n, const std::string& what) {
+void expect_identical(const float* a, const float* b, int64_t n, const std::string& what) {
   double worst = 0.0, scale = 0.0;
   for (int64_t i = 0; i < n; ++i) {
     worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]));
     scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
   }
-  EXPECT_LE(worst, 1e-5 * scale) << what;
+  // Bit-identical, not merely close: each row's arithmetic does not depend on what else is in
+  // the batch or how a prompt is chunked, so a sequence recomputed after preemption continues
+  // exactly as it would have.
+  EXPECT_EQ(worst, 0.0) << what << " (largest |logit| " << scale << ")";
 }
 
 class ExecutorTest : public ::testing::TestWithParam<const char*> {};
@@ -135,8 +138,8 @@ TEST_P(ExecutorTest, BatchedEqualsUnbatched) {
   const std::vector<float> mixed = run(*together, batch);
   for (size_t i = 0; i < batch.logit_rows.size(); ++i) {
     const auto [s, pos] = origin[static_cast<size_t>(batch.logit_rows[i])];
-    expect_close(mixed.data() + i * n_vocab, expected[s].data() + pos * n_vocab, n_vocab,
-                 "sequence " + std::to_string(s) + " position " + std::to_string(pos));
+    expect_identical(mixed.data() + i * n_vocab, expected[s].data() + pos * n_vocab, n_vocab,
+                     "sequence " + std::to_string(s) + " position " + std::to_string(pos));
   }
 
   // One more step: sequence 0 decodes, sequence 1 prefills a chunk of 4, sequence 2 decodes;
@@ -147,9 +150,10 @@ TEST_P(ExecutorTest, BatchedEqualsUnbatched) {
   const std::vector<float> alone0 = run(*alone, build({{0, next0, 5}}, {tables[0]}, {6}));
   const std::vector<float> alone1 = run(*alone, build({{0, next1, 16}}, {tables[1]}, {20}));
   const std::vector<float> alone2 = run(*alone, build({{0, next2, 23}}, {tables[2]}, {24}));
-  expect_close(step_logits.data(), alone0.data(), n_vocab, "decode of sequence 0");
-  expect_close(step_logits.data() + n_vocab, alone1.data(), 4 * n_vocab, "chunk of sequence 1");
-  expect_close(step_logits.data() + 5 * n_vocab, alone2.data(), n_vocab, "decode of sequence 2");
+  expect_identical(step_logits.data(), alone0.data(), n_vocab, "decode of sequence 0");
+  expect_identical(step_logits.data() + n_vocab, alone1.data(), 4 * n_vocab, "chunk of sequence 1");
+  expect_identical(step_logits.data() + 5 * n_vocab, alone2.data(), n_vocab,
+                   "decode of sequence 2");
 }
 
 // A 41-token prompt in one pass, in chunks of 7 (each chunk its own forward), and in one
@@ -169,8 +173,8 @@ TEST_P(ExecutorTest, ChunkedPrefillEqualsOnePiece) {
     const int32_t last = std::min(41, first + 7);
     const std::vector<int32_t> chunk(prompt.begin() + first, prompt.begin() + last);
     const std::vector<float> logits = run(*chunk_ex, build({{0, chunk, first}}, table, {last}));
-    expect_close(logits.data(), whole.data() + first * n_vocab, (last - first) * n_vocab,
-                 "chunk at " + std::to_string(first));
+    expect_identical(logits.data(), whole.data() + first * n_vocab, (last - first) * n_vocab,
+                     "chunk at " + std::to_string(first));
   }
 
   auto small_ex = make_executor(model, /*max_batch_tokens=*/8, /*threads=*/1);
@@ -178,8 +182,8 @@ TEST_P(ExecutorTest, ChunkedPrefillEqualsOnePiece) {
   batch.logit_rows = {40, 3, 17, 8};  // rows of several pieces, out of order
   const std::vector<float> split = run(*small_ex, batch);
   for (size_t i = 0; i < batch.logit_rows.size(); ++i) {
-    expect_close(split.data() + i * n_vocab, whole.data() + batch.logit_rows[i] * n_vocab, n_vocab,
-                 "split batch row " + std::to_string(batch.logit_rows[i]));
+    expect_identical(split.data() + i * n_vocab, whole.data() + batch.logit_rows[i] * n_vocab,
+                     n_vocab, "split batch row " + std::to_string(batch.logit_rows[i]));
   }
 }
 
@@ -335,7 +339,7 @@ TEST(CpuBackend, SplitLayerRangesEqualOneRange) {
   std::vector<float> split(whole.size());
   ASSERT_TRUE(
       (*backend)->forward(batch, {2, 3, false, true}, *second_cache, second_act, split).is_ok());
-  expect_close(split.data(), whole.data(), static_cast<int64_t>(whole.size()), "split ranges");
+  expect_identical(split.data(), whole.data(), static_cast<int64_t>(whole.size()), "split ranges");
   // A range the cache does not hold is refused.
   EXPECT_EQ((*backend)->forward(batch, {0, 3, true, true}, *second_cache, second_act, split).code(),
             StatusCode::kInvalidArgument);
