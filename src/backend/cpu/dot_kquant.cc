@@ -34,39 +34,47 @@ inline __m256i scaled_dot(__m256i q, const int8_t* x, uint8_t scale) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(q, load32(x)), _mm256_set1_epi16(scale));
 }
 
-}  // namespace
-
-float dot_q4_k(const void* w_row, const void* act_row, int64_t n) {
-  const auto* w = static_cast<const BlockQ4_K*>(w_row);
-  const auto* x = static_cast<const ActBlockQ8_256*>(act_row);
-  __m256 acc = _mm256_setzero_ps();
-  float mins = 0.0f;
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
+// The K-quant row kernels take NT activation rows (NT tokens): the weight bits of each block
+// are unpacked and its scales broadcast once, then multiplied with every token's bytes.
+// out[t] = Σ_i w[i] x_t[i].
+template <int NT>
+void q4_k_row(const BlockQ4_K* w, const ActBlockQ8_256* const* x, int64_t n_blocks, float* out) {
+  __m256 acc[NT];
+  float mins[NT] = {};
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
     const ScalesMins sm = unpack_scales(w[b].scales);
-    __m256i sum = _mm256_setzero_si256();
+    __m256i sum[NT];
+    for (int t = 0; t < NT; ++t) sum[t] = _mm256_setzero_si256();
     for (int c = 0; c < 4; ++c) {
       const __m256i bytes = load32(w[b].qs + 32 * c);
-      sum =
-          _mm256_add_epi32(sum, scaled_dot(low_nibbles(bytes), x[b].qs + 64 * c, sm.scale[2 * c]));
-      sum = _mm256_add_epi32(
-          sum, scaled_dot(high_nibbles(bytes), x[b].qs + 64 * c + 32, sm.scale[2 * c + 1]));
+      const __m256i q0 = low_nibbles(bytes), q1 = high_nibbles(bytes);
+      for (int t = 0; t < NT; ++t) {
+        const int8_t* xq = x[t][b].qs + 64 * c;
+        sum[t] = _mm256_add_epi32(sum[t], scaled_dot(q0, xq, sm.scale[2 * c]));
+        sum[t] = _mm256_add_epi32(sum[t], scaled_dot(q1, xq + 32, sm.scale[2 * c + 1]));
+      }
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(to_f32(w[b].d) * x[b].d), _mm256_cvtepi32_ps(sum), acc);
-    mins += to_f32(w[b].dmin) * x[b].d * static_cast<float>(min_correction(sm, x[b]));
+    const float d = to_f32(w[b].d), dmin = to_f32(w[b].dmin);
+    for (int t = 0; t < NT; ++t) {
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[t][b].d), _mm256_cvtepi32_ps(sum[t]), acc[t]);
+      mins[t] += dmin * x[t][b].d * static_cast<float>(min_correction(sm, x[t][b]));
+    }
   }
-  return hsum(acc) - mins;
+  for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]) - mins[t];
 }
 
-float dot_q5_k(const void* w_row, const void* act_row, int64_t n) {
-  const auto* w = static_cast<const BlockQ5_K*>(w_row);
-  const auto* x = static_cast<const ActBlockQ8_256*>(act_row);
+template <int NT>
+void q5_k_row(const BlockQ5_K* w, const ActBlockQ8_256* const* x, int64_t n_blocks, float* out) {
   const __m256i one = _mm256_set1_epi8(1);
-  __m256 acc = _mm256_setzero_ps();
-  float mins = 0.0f;
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
+  __m256 acc[NT];
+  float mins[NT] = {};
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
     const ScalesMins sm = unpack_scales(w[b].scales);
     const __m256i high = load32(w[b].qh);
-    __m256i sum = _mm256_setzero_si256();
+    __m256i sum[NT];
+    for (int t = 0; t < NT; ++t) sum[t] = _mm256_setzero_si256();
     for (int c = 0; c < 4; ++c) {
       const __m256i bytes = load32(w[b].qs + 32 * c);
       // Bit j of qh[l] is bit 4 of sub-block j's element l. The 16-bit shift moves a bit of
@@ -77,26 +85,35 @@ float dot_q5_k(const void* w_row, const void* act_row, int64_t n) {
           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(high, 2 * c + 1), one), 4);
       const __m256i q0 = _mm256_or_si256(low_nibbles(bytes), h0);
       const __m256i q1 = _mm256_or_si256(high_nibbles(bytes), h1);
-      sum = _mm256_add_epi32(sum, scaled_dot(q0, x[b].qs + 64 * c, sm.scale[2 * c]));
-      sum = _mm256_add_epi32(sum, scaled_dot(q1, x[b].qs + 64 * c + 32, sm.scale[2 * c + 1]));
+      for (int t = 0; t < NT; ++t) {
+        const int8_t* xq = x[t][b].qs + 64 * c;
+        sum[t] = _mm256_add_epi32(sum[t], scaled_dot(q0, xq, sm.scale[2 * c]));
+        sum[t] = _mm256_add_epi32(sum[t], scaled_dot(q1, xq + 32, sm.scale[2 * c + 1]));
+      }
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(to_f32(w[b].d) * x[b].d), _mm256_cvtepi32_ps(sum), acc);
-    mins += to_f32(w[b].dmin) * x[b].d * static_cast<float>(min_correction(sm, x[b]));
+    const float d = to_f32(w[b].d), dmin = to_f32(w[b].dmin);
+    for (int t = 0; t < NT; ++t) {
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[t][b].d), _mm256_cvtepi32_ps(sum[t]), acc[t]);
+      mins[t] += dmin * x[t][b].d * static_cast<float>(min_correction(sm, x[t][b]));
+    }
   }
-  return hsum(acc) - mins;
+  for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]) - mins[t];
 }
 
 // w = d * scale[g] * (q - 32), q in [0, 63]: the -32 is folded in through the group sums.
-float dot_q6_k(const void* w_row, const void* act_row, int64_t n) {
-  const auto* w = static_cast<const BlockQ6_K*>(w_row);
-  const auto* x = static_cast<const ActBlockQ8_256*>(act_row);
+template <int NT>
+void q6_k_row(const BlockQ6_K* w, const ActBlockQ8_256* const* x, int64_t n_blocks, float* out) {
   const __m256i mask2 = _mm256_set1_epi8(3);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
     const BlockQ6_K& blk = w[b];
-    __m256i sum = _mm256_setzero_si256();
-    int32_t offset = 0;
-    for (int g = 0; g < 16; ++g) offset += blk.scales[g] * x[b].group_sums[g];
+    __m256i sum[NT];
+    for (int t = 0; t < NT; ++t) {
+      int32_t offset = 0;
+      for (int g = 0; g < 16; ++g) offset += blk.scales[g] * x[t][b].group_sums[g];
+      sum[t] = _mm256_setr_epi32(-32 * offset, 0, 0, 0, 0, 0, 0, 0);
+    }
     for (int half = 0; half < 2; ++half) {
       const __m256i low_a = load32(blk.ql + 64 * half);
       const __m256i low_b = load32(blk.ql + 64 * half + 32);
@@ -110,15 +127,70 @@ float dot_q6_k(const void* w_row, const void* act_row, int64_t n) {
         const int g = 8 * half + 2 * quarter;
         const __m256i scales =
             _mm256_set_m128i(_mm_set1_epi16(blk.scales[g + 1]), _mm_set1_epi16(blk.scales[g]));
-        const __m256i prod = _mm256_maddubs_epi16(q, load32(x[b].qs + 128 * half + 32 * quarter));
-        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(prod, scales));
+        for (int t = 0; t < NT; ++t) {
+          const __m256i prod =
+              _mm256_maddubs_epi16(q, load32(x[t][b].qs + 128 * half + 32 * quarter));
+          sum[t] = _mm256_add_epi32(sum[t], _mm256_madd_epi16(prod, scales));
+        }
       }
     }
-    const __m256i total =
-        _mm256_sub_epi32(sum, _mm256_setr_epi32(32 * offset, 0, 0, 0, 0, 0, 0, 0));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(to_f32(blk.d) * x[b].d), _mm256_cvtepi32_ps(total), acc);
+    const float d = to_f32(blk.d);
+    for (int t = 0; t < NT; ++t) {
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[t][b].d), _mm256_cvtepi32_ps(sum[t]), acc[t]);
+    }
   }
-  return hsum(acc);
+  for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
+}
+
+// Row r of w against four activation rows, written to y[t * y_stride + r].
+template <typename Block, void (*Row)(const Block*, const ActBlockQ8_256* const*, int64_t, float*)>
+void rows4(const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act, size_t act_stride,
+           int64_t n, float* y, int64_t y_stride) {
+  const ActBlockQ8_256* x[4];
+  for (int t = 0; t < 4; ++t) x[t] = reinterpret_cast<const ActBlockQ8_256*>(act + t * act_stride);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    float out[4];
+    Row(reinterpret_cast<const Block*>(w + r * w_stride), x, n / kQK_K, out);
+    for (int t = 0; t < 4; ++t) y[t * y_stride + r] = out[t];
+  }
+}
+
+}  // namespace
+
+float dot_q4_k(const void* w_row, const void* act_row, int64_t n) {
+  const auto* x = static_cast<const ActBlockQ8_256*>(act_row);
+  float out;
+  q4_k_row<1>(static_cast<const BlockQ4_K*>(w_row), &x, n / kQK_K, &out);
+  return out;
+}
+
+float dot_q5_k(const void* w_row, const void* act_row, int64_t n) {
+  const auto* x = static_cast<const ActBlockQ8_256*>(act_row);
+  float out;
+  q5_k_row<1>(static_cast<const BlockQ5_K*>(w_row), &x, n / kQK_K, &out);
+  return out;
+}
+
+float dot_q6_k(const void* w_row, const void* act_row, int64_t n) {
+  const auto* x = static_cast<const ActBlockQ8_256*>(act_row);
+  float out;
+  q6_k_row<1>(static_cast<const BlockQ6_K*>(w_row), &x, n / kQK_K, &out);
+  return out;
+}
+
+void dot_rows4_q4_k(const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
+                    size_t act_stride, int64_t n, float* y, int64_t y_stride) {
+  rows4<BlockQ4_K, q4_k_row<4>>(w, w_stride, n_rows, act, act_stride, n, y, y_stride);
+}
+
+void dot_rows4_q5_k(const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
+                    size_t act_stride, int64_t n, float* y, int64_t y_stride) {
+  rows4<BlockQ5_K, q5_k_row<4>>(w, w_stride, n_rows, act, act_stride, n, y, y_stride);
+}
+
+void dot_rows4_q6_k(const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
+                    size_t act_stride, int64_t n, float* y, int64_t y_stride) {
+  rows4<BlockQ6_K, q6_k_row<4>>(w, w_stride, n_rows, act, act_stride, n, y, y_stride);
 }
 
 void dot_rows_q4_k(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row,

@@ -30,24 +30,44 @@ inline __m256 int_dot_scaled(__m256i products, __m128 scale, __m256 acc) {
 
 }  // namespace
 
+namespace {
+
+// One Q8_0 row against NT activation rows: |w| and the block scale are computed once per block
+// and reused for every token.
+template <int NT>
+void q8_0_row(const BlockQ8_0* w, const ActBlockQ8_32* const* x, int64_t n_blocks, float* out) {
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const __m256i q = load32(w[b].qs);
+    const __m256i magnitude = _mm256_sign_epi8(q, q);
+    const __m128 d = broadcast_half(w[b].d);
+    for (int t = 0; t < NT; ++t) {
+      const __m256i p = dot_u8_s8(magnitude, _mm256_sign_epi8(load32(x[t][b].qs), q));
+      acc[t] = int_dot_scaled(p, _mm_mul_ss(d, act_scale_sum(x[t][b])), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
+}
+
+}  // namespace
+
 float dot_q8_0(const void* w_row, const void* act_row, int64_t n) {
-  const auto* w = static_cast<const BlockQ8_0*>(w_row);
   const auto* x = static_cast<const ActBlockQ8_32*>(act_row);
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  const int64_t n_blocks = n / 32;
-  int64_t b = 0;
-  for (; b + 2 <= n_blocks; b += 2) {
-    const __m256i p0 = dot_s8_s8(load32(w[b].qs), load32(x[b].qs));
-    const __m256i p1 = dot_s8_s8(load32(w[b + 1].qs), load32(x[b + 1].qs));
-    acc0 = int_dot_scaled(p0, _mm_mul_ss(broadcast_half(w[b].d), act_scale_sum(x[b])), acc0);
-    acc1 =
-        int_dot_scaled(p1, _mm_mul_ss(broadcast_half(w[b + 1].d), act_scale_sum(x[b + 1])), acc1);
+  float out;
+  q8_0_row<1>(static_cast<const BlockQ8_0*>(w_row), &x, n / 32, &out);
+  return out;
+}
+
+void dot_rows4_q8_0(const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
+                    size_t act_stride, int64_t n, float* y, int64_t y_stride) {
+  const ActBlockQ8_32* x[4];
+  for (int t = 0; t < 4; ++t) x[t] = reinterpret_cast<const ActBlockQ8_32*>(act + t * act_stride);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    float out[4];
+    q8_0_row<4>(reinterpret_cast<const BlockQ8_0*>(w + r * w_stride), x, n / 32, out);
+    for (int t = 0; t < 4; ++t) y[t * y_stride + r] = out[t];
   }
-  for (; b < n_blocks; ++b) {
-    const __m256i p = dot_s8_s8(load32(w[b].qs), load32(x[b].qs));
-    acc0 = int_dot_scaled(p, _mm_mul_ss(broadcast_half(w[b].d), act_scale_sum(x[b])), acc0);
-  }
-  return hsum(_mm256_add_ps(acc0, acc1));
 }
 
 namespace {

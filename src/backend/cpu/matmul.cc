@@ -12,12 +12,12 @@ constexpr MatmulKernel kKernels[] = {
     {TensorType::F32, ActFormat::kF32, 1, dot_f32, dot_rows_f32},
     {TensorType::F16, ActFormat::kF32, 1, dot_f16, dot_rows_f16},
     {TensorType::BF16, ActFormat::kF32, 1, dot_bf16, dot_rows_bf16},
-    {TensorType::Q8_0, ActFormat::kQ8_32, 32, dot_q8_0, dot_rows_q8_0},
+    {TensorType::Q8_0, ActFormat::kQ8_32, 32, dot_q8_0, dot_rows_q8_0, dot_rows4_q8_0},
     {TensorType::Q4_0, ActFormat::kQ8_32x2, 32, dot_q4_0, dot_rows_q4_0, dot_rows4_q4_0},
     {TensorType::Q4_1, ActFormat::kQ8_32x2, 32, dot_q4_1, dot_rows_q4_1, dot_rows4_q4_1},
-    {TensorType::Q4_K, ActFormat::kQ8_256, 256, dot_q4_k, dot_rows_q4_k},
-    {TensorType::Q5_K, ActFormat::kQ8_256, 256, dot_q5_k, dot_rows_q5_k},
-    {TensorType::Q6_K, ActFormat::kQ8_256, 256, dot_q6_k, dot_rows_q6_k},
+    {TensorType::Q4_K, ActFormat::kQ8_256, 256, dot_q4_k, dot_rows_q4_k, dot_rows4_q4_k},
+    {TensorType::Q5_K, ActFormat::kQ8_256, 256, dot_q5_k, dot_rows_q5_k, dot_rows4_q5_k},
+    {TensorType::Q6_K, ActFormat::kQ8_256, 256, dot_q6_k, dot_rows_q6_k, dot_rows4_q6_k},
 };
 
 // Rows handled per pass over the tokens: small enough that the tile's weight bytes stay in
