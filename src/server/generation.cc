@@ -352,6 +352,7 @@ bool HttpServer::handle_generation(const Route& route, const httplib::Request& r
   request.max_new_tokens = max_new_tokens;
   request.sampling = parsed->sampling;
   request.stop_strings = parsed->stop;
+  request.ignore_eos = parsed->ignore_eos;
   request.timeout = std::chrono::milliseconds(options_.request_timeout_ms);
   request.queue_timeout = std::chrono::milliseconds(options_.queue_timeout_ms);
   auto handle = model->engine->submit(std::move(request));

@@ -59,11 +59,14 @@ void send_error(httplib::Response& res, const ApiError& error) {
 
 HttpServer::HttpServer(ServerOptions options)
     : options_(std::move(options)), server_(std::make_unique<httplib::Server>()) {
-  openapi_json_ = dump_json(openapi_document({options_.max_tokens_limit, 16, 20}));
+  openapi_json_ = std::make_shared<const std::string>(build_openapi_json(0));
   const size_t threads = static_cast<size_t>(options_.http_threads);
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   server_->set_payload_max_length(static_cast<size_t>(options_.max_body_bytes));
-  server_->set_keep_alive_timeout(5);
+  // Every idle keep-alive connection holds a pool thread until this runs out, and shutdown
+  // waits for it too; 2 s keeps both short while still reusing connections of busy clients.
+  server_->set_keep_alive_timeout(2);
+  server_->set_keep_alive_max_count(100);
   server_->set_read_timeout(30);
   server_->set_write_timeout(30);
   if (!options_.cors_origin.empty()) {
@@ -137,10 +140,22 @@ void HttpServer::stop() {
   if (server_) server_->stop();
 }
 
+std::string HttpServer::build_openapi_json(int32_t n_vocab) const {
+  OpenApiParams params;
+  params.max_tokens_limit = options_.max_tokens_limit;
+  params.model_name = options_.model_name;
+  params.n_vocab = n_vocab;
+  params.auth_required = !options_.api_keys.empty();
+  return dump_json(openapi_document(params));
+}
+
 void HttpServer::set_model(std::shared_ptr<const ServedModel> model) {
+  auto openapi = std::make_shared<const std::string>(
+      build_openapi_json(model ? model->tokenizer->n_vocab() : 0));
   {
     std::lock_guard lock(model_mutex_);
     model_ = std::move(model);
+    openapi_json_ = std::move(openapi);
   }
   ready_ = model_ != nullptr && !draining_;
   metrics_.set_ready(ready_);
@@ -240,10 +255,16 @@ bool HttpServer::handle_route(const Route& route, const httplib::Request& req,
     case RouteId::kHealth: send_json(res, 200, {{"status", "ok"}}); return false;
     case RouteId::kReady: handle_ready(res); return false;
     case RouteId::kMetrics: handle_metrics(res); return false;
-    case RouteId::kOpenApi:
+    case RouteId::kOpenApi: {
+      std::shared_ptr<const std::string> document;
+      {
+        std::lock_guard lock(model_mutex_);
+        document = openapi_json_;
+      }
       res.status = 200;
-      res.set_content(openapi_json_, "application/json");
+      res.set_content(*document, "application/json");
       return false;
+    }
     case RouteId::kModels: handle_models(req, res, false); return false;
     case RouteId::kModel: handle_models(req, res, true); return false;
     case RouteId::kTokenize: handle_tokenize(req, res); return false;
@@ -259,7 +280,11 @@ bool HttpServer::handle_route(const Route& route, const httplib::Request& req,
 void HttpServer::handle_error_response(const httplib::Request& req, httplib::Response& res) {
   if (!res.body.empty()) return;  // a handler already wrote an OpenAI-style error
   ApiError error;
-  const int status = res.status;
+  // cpp-httplib answers 404 for a method it has handlers for but none on this path, and 400
+  // for TRACE and CONNECT, which it has no handlers for at all.
+  const bool no_handler = res.status == 404 ||
+                          (res.status == 400 && (req.method == "TRACE" || req.method == "CONNECT"));
+  const int status = no_handler ? 404 : res.status;
   if (status == 404 && path_has_route(req.path)) {
     std::string allowed;
     for (const Route& route : route_table()) {

@@ -113,15 +113,17 @@ class HttpServer {
   void handle_metrics(httplib::Response& res);
 
   std::shared_ptr<const ServedModel> served_model() const;
+  std::string build_openapi_json(int32_t n_vocab) const;
 
   const ServerOptions options_;
   std::unique_ptr<httplib::Server> server_;
   ServerMetrics metrics_;
-  std::string openapi_json_;
   int port_ = 0;
 
   mutable std::mutex model_mutex_;
   std::shared_ptr<const ServedModel> model_;  // guarded by model_mutex_
+  // Rebuilt once the model (and so the vocabulary size) is known.
+  std::shared_ptr<const std::string> openapi_json_;  // guarded by model_mutex_
   std::atomic<bool> ready_{false};
   std::atomic<bool> draining_{false};
 

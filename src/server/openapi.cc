@@ -3,7 +3,7 @@
 namespace llamaserve::server {
 namespace {
 
-// Limits marked "__MAX_TOKENS__" etc. are replaced by openapi_document().
+// Markers "__MAX_TOKENS__" etc. are replaced by openapi_document().
 constexpr const char* kDocument = R"json({
   "openapi": "3.0.3",
   "info": {
@@ -80,7 +80,7 @@ constexpr const char* kDocument = R"json({
         "responses": {
           "200": {"description": "Completion, or a stream of chat.completion.chunk objects", "content": {
             "application/json": {"schema": {"$ref": "#/components/schemas/ChatCompletion"}},
-            "text/event-stream": {"schema": {"type": "string"}}}},
+            "text/event-stream": {"schema": {"$ref": "#/components/schemas/OpenAiEvent"}}}},
           "400": {"$ref": "#/components/responses/Error"},
           "401": {"$ref": "#/components/responses/Error"},
           "404": {"$ref": "#/components/responses/Error"},
@@ -99,7 +99,7 @@ constexpr const char* kDocument = R"json({
         "responses": {
           "200": {"description": "Completion, or a stream of text_completion chunks", "content": {
             "application/json": {"schema": {"$ref": "#/components/schemas/Completion"}},
-            "text/event-stream": {"schema": {"type": "string"}}}},
+            "text/event-stream": {"schema": {"$ref": "#/components/schemas/OpenAiEvent"}}}},
           "400": {"$ref": "#/components/responses/Error"},
           "401": {"$ref": "#/components/responses/Error"},
           "404": {"$ref": "#/components/responses/Error"},
@@ -117,7 +117,7 @@ constexpr const char* kDocument = R"json({
         "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SimpleChatRequest"}}}},
         "responses": {
           "200": {"description": "Token stream, or a JSON summary with \"stream\": false", "content": {
-            "text/event-stream": {"schema": {"type": "string"}},
+            "text/event-stream": {"schema": {"$ref": "#/components/schemas/SimpleChatEvent"}},
             "application/json": {"schema": {"$ref": "#/components/schemas/SimpleChatResult"}}}},
           "400": {"$ref": "#/components/responses/Error"},
           "401": {"$ref": "#/components/responses/Error"},
@@ -173,6 +173,16 @@ constexpr const char* kDocument = R"json({
         "properties": {"error": {"type": "object", "required": ["message", "type", "code"],
           "properties": {"message": {"type": "string"}, "type": {"type": "string"}, "code": {"type": "string"}, "param": {"type": "string", "nullable": true}}}}
       },
+      "OpenAiEvent": {
+        "type": "object", "required": ["data"],
+        "description": "One server-sent event of an OpenAI stream: data is a JSON chunk, an {\"error\": ...} object, or the final [DONE]",
+        "properties": {"event": {"type": "string", "enum": ["message"]}, "data": {"type": "string", "minLength": 1}}
+      },
+      "SimpleChatEvent": {
+        "type": "object", "required": ["event", "data"],
+        "description": "One server-sent event of /chat: token (the text, newlines as several data lines), then done (JSON: finish_reason, usage, timings) or error (JSON error object)",
+        "properties": {"event": {"type": "string", "enum": ["token", "done", "error"]}, "data": {"type": "string"}}
+      },
       "Status": {"type": "object", "required": ["status"], "properties": {"status": {"type": "string"}}},
       "Model": {
         "type": "object", "required": ["id", "object", "created", "owned_by"],
@@ -186,20 +196,26 @@ constexpr const char* kDocument = R"json({
         "description": "Text that ends generation; never part of the output. Empty strings are ignored."
       },
       "ContentPart": {"type": "object", "required": ["type", "text"], "properties": {"type": {"type": "string", "enum": ["text"]}, "text": {"type": "string"}}},
+      "MessageContent": {
+        "oneOf": [{"type": "string"}, {"type": "array", "items": {"$ref": "#/components/schemas/ContentPart"}}],
+        "description": "Text, or text parts (joined with newlines)"
+      },
       "ChatMessage": {
-        "type": "object", "required": ["role"],
-        "properties": {
-          "role": {"type": "string", "enum": ["system", "developer", "user", "assistant", "tool"]},
-          "content": {"nullable": true, "description": "Required except for assistant messages",
-            "oneOf": [{"type": "string"}, {"type": "array", "items": {"$ref": "#/components/schemas/ContentPart"}}]},
-          "name": {"type": "string"}
-        }
+        "oneOf": [
+          {"type": "object", "required": ["role", "content"],
+           "properties": {"role": {"type": "string", "enum": ["system", "developer", "user", "tool"]},
+             "content": {"$ref": "#/components/schemas/MessageContent"}, "name": {"type": "string"}}},
+          {"type": "object", "required": ["role"],
+           "properties": {"role": {"type": "string", "enum": ["assistant"]},
+             "content": {"nullable": true, "oneOf": [{"type": "string"}, {"type": "array", "items": {"$ref": "#/components/schemas/ContentPart"}}]},
+             "name": {"type": "string"}}}
+        ]
       },
       "StreamOptions": {"type": "object", "nullable": true, "properties": {"include_usage": {"type": "boolean", "nullable": true}}},
       "ChatCompletionRequest": {
         "type": "object", "required": ["messages"],
         "properties": {
-          "model": {"type": "string", "nullable": true, "description": "Must be the served model id when given (else 404)"},
+          "model": {"type": "string", "enum": ["__MODEL__"], "nullable": true, "description": "The served model id (anything else: 404)"},
           "messages": {"type": "array", "minItems": 1, "items": {"$ref": "#/components/schemas/ChatMessage"}},
           "max_tokens": {"type": "integer", "minimum": 1, "maximum": __MAX_TOKENS__, "nullable": true},
           "max_completion_tokens": {"type": "integer", "minimum": 1, "maximum": __MAX_TOKENS__, "nullable": true},
@@ -218,18 +234,19 @@ constexpr const char* kDocument = R"json({
           "logprobs": {"type": "boolean", "nullable": true},
           "top_logprobs": {"type": "integer", "minimum": 0, "maximum": __MAX_TOP_LOGPROBS__, "nullable": true, "description": "Values above 0 need logprobs: true"},
           "user": {"type": "string", "nullable": true},
+          "ignore_eos": {"type": "boolean", "nullable": true, "description": "Extension: keep generating past end-of-generation tokens until max_tokens"},
           "logit_bias": {"type": "object", "maxProperties": 0, "nullable": true, "description": "Not supported; only empty"}
         }
       },
       "CompletionRequest": {
         "type": "object", "required": ["prompt"],
         "properties": {
-          "model": {"type": "string", "nullable": true},
+          "model": {"type": "string", "enum": ["__MODEL__"], "nullable": true},
           "prompt": {"oneOf": [
-            {"type": "string"},
-            {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0, "maximum": 2147483647}, "description": "Token ids (each below the vocabulary size)"},
-            {"type": "array", "minItems": 1, "maxItems": 1, "items": {"type": "string"}},
-            {"type": "array", "minItems": 1, "maxItems": 1, "items": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0, "maximum": 2147483647}}}]},
+            {"type": "string", "minLength": 1},
+            {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0, "maximum": __MAX_TOKEN_ID__}, "description": "Token ids"},
+            {"type": "array", "minItems": 1, "maxItems": 1, "items": {"type": "string", "minLength": 1}},
+            {"type": "array", "minItems": 1, "maxItems": 1, "items": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0, "maximum": __MAX_TOKEN_ID__}}}]},
           "max_tokens": {"type": "integer", "minimum": 1, "maximum": __MAX_TOKENS__, "nullable": true},
           "max_completion_tokens": {"type": "integer", "minimum": 1, "maximum": __MAX_TOKENS__, "nullable": true},
           "temperature": {"type": "number", "minimum": 0, "maximum": 2, "nullable": true},
@@ -249,6 +266,7 @@ constexpr const char* kDocument = R"json({
           "stream_options": {"$ref": "#/components/schemas/StreamOptions"},
           "logprobs": {"type": "integer", "minimum": 0, "maximum": 5, "nullable": true},
           "user": {"type": "string", "nullable": true},
+          "ignore_eos": {"type": "boolean", "nullable": true, "description": "Extension: keep generating past end-of-generation tokens until max_tokens"},
           "logit_bias": {"type": "object", "maxProperties": 0, "nullable": true}
         }
       },
@@ -258,7 +276,7 @@ constexpr const char* kDocument = R"json({
           "prompt": {"type": "string", "minLength": 1},
           "system": {"type": "string", "nullable": true},
           "maxTokens": {"type": "integer", "minimum": 1, "maximum": __MAX_TOKENS__, "nullable": true},
-          "model": {"type": "string", "nullable": true},
+          "model": {"type": "string", "enum": ["__MODEL__"], "nullable": true},
           "temperature": {"type": "number", "minimum": 0, "maximum": 2, "nullable": true},
           "topP": {"type": "number", "minimum": 0, "maximum": 1, "nullable": true},
           "topK": {"type": "integer", "minimum": 0, "maximum": 2147483647, "nullable": true},
@@ -268,6 +286,7 @@ constexpr const char* kDocument = R"json({
           "repetitionPenalty": {"type": "number", "minimum": 0, "exclusiveMinimum": true, "maximum": 10, "nullable": true},
           "seed": {"type": "integer", "nullable": true},
           "stop": {"$ref": "#/components/schemas/Stop"},
+          "ignoreEos": {"type": "boolean", "nullable": true, "description": "Keep generating past end-of-generation tokens until maxTokens"},
           "stream": {"type": "boolean", "nullable": true, "description": "false: one JSON object instead of the event stream"}
         }
       },
@@ -313,15 +332,14 @@ constexpr const char* kDocument = R"json({
       "TokenizeResult": {"type": "object", "required": ["tokens"], "properties": {"tokens": {"type": "array", "items": {"type": "integer"}}}},
       "DetokenizeRequest": {
         "type": "object", "required": ["tokens"],
-        "properties": {"tokens": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 2147483647}, "description": "Ids below the vocabulary size"}}
+        "properties": {"tokens": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": __MAX_TOKEN_ID__}}}
       },
       "DetokenizeResult": {"type": "object", "required": ["content"], "properties": {"content": {"type": "string"}}}
     }
   }
 })json";
 
-void replace_all(std::string& text, std::string_view marker, int32_t value) {
-  const std::string replacement = std::to_string(value);
+void replace_all(std::string& text, std::string_view marker, const std::string& replacement) {
   for (size_t at = text.find(marker); at != std::string::npos; at = text.find(marker, at)) {
     text.replace(at, marker.size(), replacement);
   }
@@ -329,12 +347,28 @@ void replace_all(std::string& text, std::string_view marker, int32_t value) {
 
 }  // namespace
 
-nlohmann::json openapi_document(const OpenApiLimits& limits) {
+nlohmann::json openapi_document(const OpenApiParams& params) {
   std::string text = kDocument;
-  replace_all(text, "__MAX_TOKENS__", limits.max_tokens_limit);
-  replace_all(text, "__MAX_STOP__", limits.max_stop_strings);
-  replace_all(text, "__MAX_TOP_LOGPROBS__", limits.max_top_logprobs);
-  return nlohmann::json::parse(text);
+  replace_all(text, "__MAX_TOKENS__", std::to_string(params.max_tokens_limit));
+  replace_all(text, "__MAX_STOP__", std::to_string(params.max_stop_strings));
+  replace_all(text, "__MAX_TOP_LOGPROBS__", std::to_string(params.max_top_logprobs));
+  const int64_t max_token_id = params.n_vocab > 0 ? params.n_vocab - 1 : INT32_MAX;
+  replace_all(text, "__MAX_TOKEN_ID__", std::to_string(max_token_id));
+  // The model name goes in as a JSON string (quotes and backslashes escaped).
+  const std::string model = nlohmann::json(params.model_name).dump();
+  replace_all(text, "\"__MODEL__\"", model);
+  nlohmann::json document = nlohmann::json::parse(text);
+  if (!params.auth_required) {
+    document.erase("security");
+    document["components"].erase("securitySchemes");
+    for (auto& [path, operations] : document["paths"].items()) {
+      for (auto& [method, operation] : operations.items()) {
+        operation.erase("security");
+        operation["responses"].erase("401");
+      }
+    }
+  }
+  return document;
 }
 
 }  // namespace llamaserve::server

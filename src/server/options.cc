@@ -14,8 +14,9 @@ void add_server_options(CLI::App& app, ServerOptions& o) {
   app.add_option("--threads", o.threads, "CPU threads for the model (0 = all cores)")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
-  app.add_option("--ctx-size", o.ctx_size,
-                 "Tokens per sequence, prompt plus output (0 = the model's training context)")
+  app.add_option(
+         "--ctx-size", o.ctx_size,
+         "Tokens per sequence, prompt plus output (0 = the model's training context, at most 8192)")
       ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
   app.add_option("--kv-cache-tokens", o.kv_cache_tokens,

@@ -16,11 +16,11 @@ namespace llamaserve::server {
 struct ServerOptions {
   // Model and executor.
   std::string model_path;
-  std::string model_name;  // the id clients send as "model"; default: file name sans .gguf
-  int threads = 0;         // CPU executor threads; 0 = every online core
-  int ctx_size = 0;  // tokens per sequence (prompt + output); 0 = the model's training context
-  int kv_cache_tokens = 0;    // KV cache capacity over all sequences; 0 = ctx_size * max_running
-  int max_batch_tokens = 0;   // tokens per engine step (chunked prefill budget); 0 = engine default
+  std::string model_name;    // the id clients send as "model"; default: file name sans .gguf
+  int threads = 0;           // CPU executor threads; 0 = every online core
+  int ctx_size = 0;          // tokens per sequence (prompt + output); 0 = training context, <= 8192
+  int kv_cache_tokens = 0;   // KV cache capacity over all sequences; 0 = ctx_size * max_running
+  int max_batch_tokens = 0;  // tokens per engine step (chunked prefill budget); 0 = engine default
   std::string chat_template;  // llama2 | llama3 | chatml; empty = detect from the model
 
   // Transport.

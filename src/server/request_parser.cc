@@ -141,11 +141,21 @@ Status read_stop(const json& object, std::string_view key, const ParseLimits& li
   return Status::ok();
 }
 
+// OpenAI accepts top_p = 0: nucleus sampling that keeps only the most likely token, which is
+// greedy decoding (the engine itself wants top_p in (0, 1]).
+void greedy_if_top_p_zero(SamplingParams& sampling) {
+  if (sampling.top_p == 0.0f) {
+    sampling.temperature = 0.0f;
+    sampling.top_p = 1.0f;
+  }
+}
+
 // The OpenAI sampling fields shared by chat and completions (snake_case names).
 Status read_openai_sampling(const json& body, ParsedGeneration& out) {
   SamplingParams& s = out.sampling;
   LS_RETURN_IF_ERROR(read_float(body, "temperature", {0.0, 2.0}, s.temperature));
   LS_RETURN_IF_ERROR(read_float(body, "top_p", {0.0, 1.0}, s.top_p));
+  greedy_if_top_p_zero(s);
   std::optional<int64_t> top_k;
   LS_RETURN_IF_ERROR(read_int(body, "top_k", 0, std::numeric_limits<int32_t>::max(), top_k));
   if (top_k) s.top_k = static_cast<int32_t>(*top_k);
@@ -188,6 +198,7 @@ Status read_openai_common(const json& body, const ParseLimits& limits, ParsedGen
   }
   LS_RETURN_IF_ERROR(read_stop(body, "stop", limits, out.stop));
   LS_RETURN_IF_ERROR(read_string(body, "user", out.user));
+  LS_RETURN_IF_ERROR(read_bool(body, "ignore_eos", out.ignore_eos));
   LS_RETURN_IF_ERROR(read_openai_sampling(body, out));
   // max_completion_tokens is the newer name; it wins when both are given.
   LS_RETURN_IF_ERROR(read_max_tokens(body, "max_tokens", limits, out.max_tokens));
@@ -418,6 +429,7 @@ Result<ParsedGeneration> parse_simple_chat(const nlohmann::json& body, const Par
   SamplingParams& s = out.sampling;
   LS_RETURN_IF_ERROR(read_float(body, "temperature", {0.0, 2.0}, s.temperature));
   LS_RETURN_IF_ERROR(read_float(body, "topP", {0.0, 1.0}, s.top_p));
+  greedy_if_top_p_zero(s);
   std::optional<int64_t> top_k;
   LS_RETURN_IF_ERROR(read_int(body, "topK", 0, std::numeric_limits<int32_t>::max(), top_k));
   if (top_k) s.top_k = static_cast<int32_t>(*top_k);
@@ -428,6 +440,7 @@ Result<ParsedGeneration> parse_simple_chat(const nlohmann::json& body, const Par
       read_float(body, "repetitionPenalty", {0.0, 10.0, true}, s.repetition_penalty));
   LS_RETURN_IF_ERROR(read_seed(body, "seed", s.seed));
   LS_RETURN_IF_ERROR(read_stop(body, "stop", limits, out.stop));
+  LS_RETURN_IF_ERROR(read_bool(body, "ignoreEos", out.ignore_eos));
   return out;
 }
 

@@ -31,6 +31,7 @@ struct ParsedGeneration {
   std::optional<int32_t> max_tokens;   // absent: as many as the limit and context allow
   SamplingParams sampling;
   std::vector<std::string> stop;
+  bool ignore_eos = false;  // extension: generate max_tokens even past end-of-generation tokens
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   std::string user;

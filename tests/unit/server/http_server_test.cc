@@ -100,6 +100,13 @@ TEST_F(HttpServerTest, UnknownRouteWrongMethodAndModel) {
   EXPECT_EQ(error_of(wrong_method)["code"], "method_not_allowed");
   auto deleted = client_->Delete("/v1/models");
   EXPECT_EQ(deleted->status, 405);
+  httplib::Request trace;
+  trace.method = "TRACE";
+  trace.path = "/health";
+  auto traced = client_->send(trace);
+  ASSERT_TRUE(traced);
+  EXPECT_EQ(traced->status, 405);
+  EXPECT_EQ(traced->get_header_value("Allow"), "GET");
   auto model = client_->Get("/v1/models/tiny");
   EXPECT_EQ(model->status, 200);
   auto other_model = client_->Get("/v1/models/gpt-4");

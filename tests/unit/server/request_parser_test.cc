@@ -66,6 +66,7 @@ TEST(ParseChat, ReadsMessagesAndSampling) {
                          {"stream", true},
                          {"stream_options", {{"include_usage", true}}},
                          {"user", "u1"},
+                         {"ignore_eos", true},
                          {"some_future_field", {1, 2, 3}}});
   body["messages"] = {
       {{"role", "system"}, {"content", "be brief"}},
@@ -95,6 +96,7 @@ TEST(ParseChat, ReadsMessagesAndSampling) {
   EXPECT_TRUE(p.stream);
   EXPECT_TRUE(p.include_usage);
   EXPECT_EQ(p.user, "u1");
+  EXPECT_TRUE(p.ignore_eos);
 }
 
 TEST(ParseChat, DefaultsAndNulls) {
@@ -105,6 +107,13 @@ TEST(ParseChat, DefaultsAndNulls) {
   EXPECT_FLOAT_EQ(result->sampling.temperature, SamplingParams{}.temperature);
   EXPECT_TRUE(result->stop.empty());
   EXPECT_FALSE(result->stream);
+}
+
+TEST(ParseChat, TopPZeroMeansGreedy) {
+  auto result = parse_chat_completion(chat_body({{"top_p", 0}, {"temperature", 0.8}}), limits());
+  ASSERT_TRUE(result.is_ok());
+  EXPECT_FLOAT_EQ(result->sampling.temperature, 0.0f);
+  EXPECT_FLOAT_EQ(result->sampling.top_p, 1.0f);
 }
 
 TEST(ParseChat, MaxCompletionTokensWinsOverMaxTokens) {
@@ -157,6 +166,8 @@ TEST(ParseChat, RejectsWrongTypes) {
       parse_chat_completion(chat_body({{"stream_options", {{"include_usage", 1}}}}), limits()),
       "include_usage");
   expect_rejected(parse_chat_completion(chat_body({{"logprobs", 1}}), limits()), "'logprobs'");
+  expect_rejected(parse_chat_completion(chat_body({{"ignore_eos", "yes"}}), limits()),
+                  "'ignore_eos'");
 }
 
 TEST(ParseChat, RejectsOutOfRangeValues) {
@@ -256,6 +267,7 @@ TEST(ParseSimpleChat, ReadsCamelCaseFields) {
                                    {"system", "sys"},
                                    {"temperature", 0},
                                    {"topK", 5},
+                                   {"ignoreEos", true},
                                    {"seed", 3}},
                                   limits());
   ASSERT_TRUE(result.is_ok()) << result.status().to_string();
@@ -267,6 +279,10 @@ TEST(ParseSimpleChat, ReadsCamelCaseFields) {
   EXPECT_EQ(result->max_tokens, 32);
   EXPECT_FLOAT_EQ(result->sampling.temperature, 0.0f);
   EXPECT_EQ(result->sampling.top_k, 5);
+  EXPECT_TRUE(result->ignore_eos);
+  auto not_streamed = parse_simple_chat({{"prompt", "Hi"}, {"stream", false}}, limits());
+  ASSERT_TRUE(not_streamed.is_ok());
+  EXPECT_FALSE(not_streamed->stream);
 }
 
 TEST(ParseSimpleChat, RejectsBadInput) {

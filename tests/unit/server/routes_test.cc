@@ -43,6 +43,19 @@ TEST(OpenApi, AuthMatchesTheRouteTable) {
   }
 }
 
+TEST(OpenApi, NoSecurityWithoutKeys) {
+  OpenApiParams params;
+  params.auth_required = false;
+  const nlohmann::json doc = openapi_document(params);
+  EXPECT_FALSE(doc.contains("security"));
+  for (const auto& [path, operations] : doc["paths"].items()) {
+    for (const auto& [method, operation] : operations.items()) {
+      EXPECT_FALSE(operation.contains("security")) << path;
+      EXPECT_FALSE(operation["responses"].contains("401")) << path;
+    }
+  }
+}
+
 TEST(OpenApi, EveryReferenceResolves) {
   const nlohmann::json doc = openapi_document({});
   std::vector<const nlohmann::json*> stack = {&doc};
@@ -65,14 +78,22 @@ TEST(OpenApi, EveryReferenceResolves) {
   EXPECT_GT(references, 20);
 }
 
-TEST(OpenApi, StatesTheConfiguredLimits) {
-  OpenApiLimits limits;
-  limits.max_tokens_limit = 77;
-  const nlohmann::json doc = openapi_document(limits);
+TEST(OpenApi, StatesTheConfiguredLimitsModelAndVocabulary) {
+  OpenApiParams params;
+  params.max_tokens_limit = 77;
+  params.model_name = "my \"model\"";
+  params.n_vocab = 1000;
+  const nlohmann::json doc = openapi_document(params);
   const auto& schemas = doc["components"]["schemas"];
   EXPECT_EQ(schemas["ChatCompletionRequest"]["properties"]["max_tokens"]["maximum"], 77);
   EXPECT_EQ(schemas["CompletionRequest"]["properties"]["max_completion_tokens"]["maximum"], 77);
   EXPECT_EQ(schemas["SimpleChatRequest"]["properties"]["maxTokens"]["maximum"], 77);
+  EXPECT_EQ(schemas["ChatCompletionRequest"]["properties"]["model"]["enum"],
+            nlohmann::json::array({"my \"model\""}));
+  EXPECT_EQ(schemas["DetokenizeRequest"]["properties"]["tokens"]["items"]["maximum"], 999);
+  EXPECT_EQ(openapi_document({})["components"]["schemas"]["DetokenizeRequest"]["properties"]
+                                ["tokens"]["items"]["maximum"],
+            INT32_MAX);
 }
 
 TEST(Routes, FindByMethodAndPath) {
