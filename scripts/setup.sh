@@ -12,6 +12,9 @@ apt_packages=(
   libcpp-httplib-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev
   prometheus-cpp-dev libgtest-dev libgmock-dev googletest libbenchmark-dev
   libsentencepiece-dev
+  default-jdk-headless maven maven-debian-helper junit5 libsurefire-java
+  libmaven-compiler-plugin-java libmaven-resources-plugin-java libmaven-jar-plugin-java
+  libmaven-clean-plugin-java
 )
 missing=()
 for pkg in "${apt_packages[@]}"; do

@@ -39,6 +39,10 @@ export LLAMASERVE_BUILD_DIR="$root/build/cpu"
 
 stage "unit tests (cpu)" ctest_preset cpu
 stage "python tests" python3 -m pytest -q -p no:cacheprovider --junitxml="$reports/pytest.xml" tests/py tests/e2e
+stage "java tests" mvn -B -ntp -o -s bindings/java/settings.xml -f bindings/java/pom.xml test \
+  -Dllamaserve.requireNative=true -Dllamaserve.bin="$LLAMASERVE_BIN" \
+  -Dllamaserve.jni.path="$LLAMASERVE_BUILD_DIR/bindings/java/libllamaserve_jni.so" \
+  -Dllamaserve.reportsDirectory="$reports"
 
 if [[ "${SKIP_CUDA:-0}" != 1 ]]; then
   if [[ -x /usr/local/cuda/bin/nvcc ]]; then

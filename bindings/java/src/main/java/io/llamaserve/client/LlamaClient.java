@@ -233,6 +233,9 @@ public final class LlamaClient implements AutoCloseable {
 
     /** Sent as "Authorization: Bearer KEY" (servers started with --api-key require it). */
     public Builder apiKey(String apiKey) {
+      if (apiKey != null && !apiKey.chars().allMatch(c -> c > 0x20 && c < 0x7f)) {
+        throw new IllegalArgumentException("an API key must be printable ASCII without spaces");
+      }
       this.apiKey = apiKey;
       return this;
     }

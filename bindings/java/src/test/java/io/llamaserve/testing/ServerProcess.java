@@ -29,18 +29,27 @@ public final class ServerProcess implements AutoCloseable {
   private final Process process;
   private final Path log;
   private final String url;
+  private final String apiKey; // null = none
 
-  private ServerProcess(Process process, Path log, String url) {
+  private ServerProcess(Process process, Path log, String url, String apiKey) {
     this.process = process;
     this.log = log;
     this.url = url;
+    this.apiKey = apiKey;
   }
 
   /** Starts a server with the given extra flags and waits until /ready answers 200. */
   public static ServerProcess start(String name, String... flags) throws IOException,
       InterruptedException {
+    return startWithKey(name, null, flags);
+  }
+
+  /** The same, for a server that requires {@code apiKey} (null = none). */
+  public static ServerProcess startWithKey(String name, String apiKey, String... flags)
+      throws IOException, InterruptedException {
     List<String> command = new ArrayList<>(List.of(TestPaths.binary().toString(), "serve",
         "-m", TestPaths.model().toString(), "--host", "127.0.0.1", "--port", "0"));
+    if (apiKey != null) command.addAll(List.of("--api-key", apiKey));
     command.addAll(List.of(flags));
     Path log = TestPaths.logDir().resolve(name + ".log");
     Process process = new ProcessBuilder(command).redirectErrorStream(true)
@@ -61,7 +70,7 @@ public final class ServerProcess implements AutoCloseable {
           Thread.sleep(20);
         }
       }
-      ServerProcess server = new ServerProcess(process, log, url);
+      ServerProcess server = new ServerProcess(process, log, url, apiKey);
       server.waitFor(() -> server.status("/ready") == 200, Duration.ofSeconds(120), "ready");
       return server;
     } catch (IOException | InterruptedException | RuntimeException e) {
@@ -77,8 +86,7 @@ public final class ServerProcess implements AutoCloseable {
   /** The HTTP status of GET path, or -1 when there is no answer. */
   public int status(String path) {
     try {
-      HttpRequest request = HttpRequest.newBuilder(URI.create(url + path))
-          .timeout(Duration.ofSeconds(5)).build();
+      HttpRequest request = get(path);
       return HTTP.send(request, HttpResponse.BodyHandlers.discarding()).statusCode();
     } catch (IOException e) {
       return -1;
@@ -90,14 +98,37 @@ public final class ServerProcess implements AutoCloseable {
 
   /** A sample of GET /metrics without labels (e.g. llamaserve_running_sequences). */
   public double metric(String name) throws IOException, InterruptedException {
-    HttpRequest request = HttpRequest.newBuilder(URI.create(url + "/metrics"))
-        .timeout(Duration.ofSeconds(5)).build();
-    String text = HTTP.send(request, HttpResponse.BodyHandlers.ofString(StandardCharsets.UTF_8))
-        .body();
+    String text = HTTP.send(get("/metrics"),
+        HttpResponse.BodyHandlers.ofString(StandardCharsets.UTF_8)).body();
     for (String line : text.split("\n")) {
       if (line.startsWith(name + " ")) return Double.parseDouble(line.substring(name.length() + 1));
     }
     throw new IllegalStateException("no metric " + name + " in:\n" + text);
+  }
+
+  /** The metric, or NaN when it cannot be read. */
+  public double metricOrNaN(String name) {
+    try {
+      return metric(name);
+    } catch (IOException | RuntimeException e) {
+      return Double.NaN;
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      return Double.NaN;
+    }
+  }
+
+  /** True once nothing runs or waits in the server's engine. */
+  public boolean idle() {
+    return metricOrNaN("llamaserve_running_sequences") == 0
+        && metricOrNaN("llamaserve_queue_length") == 0;
+  }
+
+  private HttpRequest get(String path) {
+    HttpRequest.Builder builder = HttpRequest.newBuilder(URI.create(url + path))
+        .timeout(Duration.ofSeconds(5));
+    if (apiKey != null) builder.header("Authorization", "Bearer " + apiKey);
+    return builder.build();
   }
 
   /** Polls {@code condition} until it holds; fails after {@code timeout}. */
