@@ -58,7 +58,7 @@ if [[ "${SKIP_SANITIZERS:-0}" != 1 ]]; then
     ctest_preset asan
   stage "tsan build (engine)" bash -c "cmake --preset tsan >/dev/null && cmake --build --preset tsan -j $jobs --target engine_test"
   stage "engine tests (tsan)" env TSAN_OPTIONS=halt_on_error=1 ctest_preset tsan -R '^Engine|^Scheduler|^BlockManager|^Sampler'
-  stage "fuzz build" bash -c "cmake --preset fuzz >/dev/null && cmake --build --preset fuzz -j $jobs --target gguf_fuzz"
+  stage "fuzz build" bash -c "cmake --preset fuzz >/dev/null && cmake --build --preset fuzz -j $jobs --target fuzz_targets"
   stage "fuzz gguf (${FUZZ_SECONDS:-60} s)" scripts/run_fuzz.sh "${FUZZ_SECONDS:-60}"
 fi
 
