@@ -6,8 +6,7 @@
 
 namespace llamaserve::jni {
 
-Result<std::unique_ptr<EmbeddedEngine>> EmbeddedEngine::open(
-    const EmbeddedEngineOptions& options) {
+Result<std::unique_ptr<EmbeddedEngine>> EmbeddedEngine::open(const EmbeddedEngineOptions& options) {
   if (options.model_path.empty()) {
     return Status(StatusCode::kInvalidArgument, "no model path given");
   }
@@ -38,7 +37,8 @@ Result<std::unique_ptr<EmbeddedEngine>> EmbeddedEngine::open(
     // A template the caller named must exist; a model without one only loses chat().
     return found.status().with_context(fmt::format("chat template '{}'", options.chat_template));
   }
-  return std::unique_ptr<EmbeddedEngine>(new EmbeddedEngine(std::move(cpu), std::move(chat_template)));
+  return std::unique_ptr<EmbeddedEngine>(
+      new EmbeddedEngine(std::move(cpu), std::move(chat_template)));
 }
 
 Result<RequestHandle> EmbeddedEngine::submit(EmbeddedRequest request) {

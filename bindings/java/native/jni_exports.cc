@@ -97,24 +97,24 @@ JNIEXPORT jlong JNICALL Java_io_llamaserve_engine_NativeBridge_open(
 }
 
 JNIEXPORT void JNICALL Java_io_llamaserve_engine_NativeBridge_close(JNIEnv* env, jclass,
-                                                                     jlong engine) {
+                                                                    jlong engine) {
   // Stops the engine thread (open requests end with kCancelled) and frees the model.
   guarded_void(env, [&] { delete &engine_at(env, engine); });
 }
 
 JNIEXPORT jbyteArray JNICALL Java_io_llamaserve_engine_NativeBridge_describe(JNIEnv* env, jclass,
-                                                                              jlong engine) {
+                                                                             jlong engine) {
   return guarded(env, jbyteArray{nullptr},
                  [&] { return new_byte_array(env, engine_at(env, engine).describe()); });
 }
 
 JNIEXPORT jint JNICALL Java_io_llamaserve_engine_NativeBridge_maxContext(JNIEnv* env, jclass,
-                                                                          jlong engine) {
+                                                                         jlong engine) {
   return guarded(env, jint{0}, [&] { return jint{engine_at(env, engine).max_context()}; });
 }
 
 JNIEXPORT jlongArray JNICALL Java_io_llamaserve_engine_NativeBridge_stats(JNIEnv* env, jclass,
-                                                                           jlong engine) {
+                                                                          jlong engine) {
   return guarded(env, jlongArray{nullptr}, [&] {
     const llamaserve::EngineStats s = engine_at(env, engine).stats();
     // Order: see EngineStats.java.
@@ -156,7 +156,8 @@ JNIEXPORT jlong JNICALL Java_io_llamaserve_engine_NativeBridge_submit(
         fail(env, Status(StatusCode::kInvalidArgument, "roles and contents differ in length"));
       }
       for (size_t i = 0; i < role_list.size(); ++i) {
-        request.messages.push_back(ChatMessage{std::move(role_list[i]), std::move(content_list[i])});
+        request.messages.push_back(
+            ChatMessage{std::move(role_list[i]), std::move(content_list[i])});
       }
     } else {
       request.prompt_text = bytes_of(env, prompt_text, "the prompt must not be null");
@@ -190,8 +191,8 @@ JNIEXPORT jlong JNICALL Java_io_llamaserve_engine_NativeBridge_submit(
 // The next event, or null when none arrived within timeout_ms (or the finish event has
 // already been returned).
 JNIEXPORT jobject JNICALL Java_io_llamaserve_engine_NativeBridge_next(JNIEnv* env, jclass,
-                                                                       jlong request,
-                                                                       jlong timeout_ms) {
+                                                                      jlong request,
+                                                                      jlong timeout_ms) {
   return guarded(env, jobject{nullptr}, [&]() -> jobject {
     std::optional<GenerationEvent> event = request_at(env, request).next(clamp_ms(timeout_ms));
     if (!event) return nullptr;
@@ -215,18 +216,20 @@ JNIEXPORT jobject JNICALL Java_io_llamaserve_engine_NativeBridge_next(JNIEnv* en
 }
 
 JNIEXPORT void JNICALL Java_io_llamaserve_engine_NativeBridge_cancel(JNIEnv* env, jclass,
-                                                                      jlong request) {
+                                                                     jlong request) {
   guarded_void(env, [&] { request_at(env, request).cancel(); });
 }
 
 // Frees the handle; a request still running is cancelled (RequestHandle's destructor).
 JNIEXPORT void JNICALL Java_io_llamaserve_engine_NativeBridge_release(JNIEnv* env, jclass,
-                                                                       jlong request) {
+                                                                      jlong request) {
   guarded_void(env, [&] { delete &request_at(env, request); });
 }
 
-JNIEXPORT jintArray JNICALL Java_io_llamaserve_engine_NativeBridge_tokenize(
-    JNIEnv* env, jclass, jlong engine, jbyteArray text, jboolean add_special) {
+JNIEXPORT jintArray JNICALL Java_io_llamaserve_engine_NativeBridge_tokenize(JNIEnv* env, jclass,
+                                                                            jlong engine,
+                                                                            jbyteArray text,
+                                                                            jboolean add_special) {
   return guarded(env, jintArray{nullptr}, [&] {
     EmbeddedEngine& target = engine_at(env, engine);
     const std::string bytes = bytes_of(env, text, "text must not be null");
@@ -234,10 +237,9 @@ JNIEXPORT jintArray JNICALL Java_io_llamaserve_engine_NativeBridge_tokenize(
   });
 }
 
-JNIEXPORT jbyteArray JNICALL Java_io_llamaserve_engine_NativeBridge_detokenize(JNIEnv* env,
-                                                                                jclass,
-                                                                                jlong engine,
-                                                                                jintArray tokens) {
+JNIEXPORT jbyteArray JNICALL Java_io_llamaserve_engine_NativeBridge_detokenize(JNIEnv* env, jclass,
+                                                                               jlong engine,
+                                                                               jintArray tokens) {
   return guarded(env, jbyteArray{nullptr}, [&] {
     EmbeddedEngine& target = engine_at(env, engine);
     const std::vector<int32_t> ids = ints_of(env, tokens, "tokens must not be null");

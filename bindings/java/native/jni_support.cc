@@ -63,9 +63,8 @@ void throw_status(JNIEnv* env, const Status& status) {
   if (bytes == nullptr) return;
   env->SetByteArrayRegion(bytes, 0, static_cast<jsize>(message.size()),
                           reinterpret_cast<const jbyte*>(message.data()));
-  jobject error =
-      env->NewObject(g_types.engine_exception_class, g_types.engine_exception_ctor,
-                     static_cast<jint>(status.code()), bytes);
+  jobject error = env->NewObject(g_types.engine_exception_class, g_types.engine_exception_ctor,
+                                 static_cast<jint>(status.code()), bytes);
   env->DeleteLocalRef(bytes);
   if (error == nullptr) return;
   env->Throw(static_cast<jthrowable>(error));
@@ -136,12 +135,11 @@ jintArray new_int_array(JNIEnv* env, const std::vector<int32_t>& values) {
 jobject new_event(JNIEnv* env, const EventFields& f) {
   jbyteArray text = new_byte_array(env, f.text);
   jbyteArray error_message = new_byte_array(env, f.error_message);
-  jobject event = env->NewObject(g_types.event_class, g_types.event_ctor, text,
-                                 static_cast<jint>(f.token_count), static_cast<jint>(f.finish_reason),
-                                 static_cast<jint>(f.error_code), error_message,
-                                 static_cast<jint>(f.prompt_tokens),
-                                 static_cast<jint>(f.completion_tokens), f.queue_ms, f.ttft_ms,
-                                 f.total_ms, f.decode_tokens_per_s);
+  jobject event = env->NewObject(
+      g_types.event_class, g_types.event_ctor, text, static_cast<jint>(f.token_count),
+      static_cast<jint>(f.finish_reason), static_cast<jint>(f.error_code), error_message,
+      static_cast<jint>(f.prompt_tokens), static_cast<jint>(f.completion_tokens), f.queue_ms,
+      f.ttft_ms, f.total_ms, f.decode_tokens_per_s);
   env->DeleteLocalRef(text);
   env->DeleteLocalRef(error_message);
   check_java(env);
