@@ -123,7 +123,9 @@ void BM_AttentionDecode(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * context * g.kv_dim() * 2 * 2);
 }
 
-// Decode tokens/s of one sequence after a 64-token prompt, as a user sees it.
+// Decode tokens/s of one sequence, as a user sees it, at a given context length (arg 1):
+// the prompt fills the cache up to `context`, then each iteration decodes one token; the
+// continuation restarts at `context` every 128 tokens so the length stays put.
 void BM_DecodeSmolLM2(benchmark::State& state) {
   const std::filesystem::path path =
       std::filesystem::path(LLAMASERVE_SOURCE_DIR) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -132,36 +134,34 @@ void BM_DecodeSmolLM2(benchmark::State& state) {
     state.SkipWithError(("model missing (scripts/fetch_model.sh): " + path.string()).c_str());
     return;
   }
+  const int32_t context = static_cast<int32_t>(state.range(1));
   CpuExecutorOptions options;
   options.threads = static_cast<int>(state.range(0));
-  options.kv_capacity_tokens = 4096;
+  options.kv_capacity_tokens = context + 256;
   auto executor = create_cpu_executor(*model, options);
   if (!executor.is_ok()) {
     state.SkipWithError(executor.status().to_string().c_str());
     return;
   }
   Executor& ex = **executor;
-  const int64_t n_vocab = ex.config().n_vocab;
-  std::vector<float> logits(n_vocab);
+  std::vector<float> logits(ex.config().n_vocab);
   Batch batch;
-  batch.blocks_per_seq = 4096 / 16;
+  batch.blocks_per_seq = (context + 256) / 16;
   for (int32_t i = 0; i < batch.blocks_per_seq; ++i) batch.block_tables.push_back(i);
-  for (int32_t i = 0; i < 64; ++i) {
-    batch.tokens.push_back(100 + i);
+  for (int32_t i = 0; i < context; ++i) {
+    batch.tokens.push_back(100 + i % 1000);
     batch.positions.push_back(i);
     batch.seq_index.push_back(0);
   }
-  batch.seq_lengths = {64};
-  batch.logit_rows = {63};
+  batch.seq_lengths = {context};
+  batch.logit_rows = {context - 1};
   if (!ex.forward(batch, logits).is_ok()) {
     state.SkipWithError("prefill failed");
     return;
   }
-  int32_t position = 64;
-  const int32_t max_position = 4096 - 1;
+  int32_t position = context;
   for (auto _ : state) {
-    if (position >= max_position)
-      position = 64;  // restart the continuation; the prompt stays cached
+    if (position >= context + 128) position = context;
     const int32_t token =
         static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     batch.tokens = {token};
@@ -175,7 +175,6 @@ void BM_DecodeSmolLM2(benchmark::State& state) {
       return;
     }
   }
-  state.SetItemsProcessed(state.iterations());
   state.counters["tok/s"] =
       benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
@@ -241,9 +240,8 @@ void register_benchmarks() {
       ->Arg(4096)
       ->ArgName("context");
   benchmark::RegisterBenchmark("DecodeSmolLM2_Q4_1", BM_DecodeSmolLM2)
-      ->Arg(1)
-      ->Arg(ThreadPool::default_threads())
-      ->ArgName("threads")
+      ->ArgsProduct({{1, ThreadPool::default_threads()}, {64, 1024}})
+      ->ArgNames({"threads", "context"})
       ->UseRealTime()
       ->MinTime(3.0)
       ->Unit(benchmark::kMillisecond);

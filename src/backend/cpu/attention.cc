@@ -75,6 +75,10 @@ void load_values(const T* src, int64_t n, float* dst) {
   for (; i < n; ++i) dst[i] = load1(src + i);
 }
 
+// Keys of one work unit, in blocks: rows longer than this are split so that a long decode
+// row keeps every thread busy.
+constexpr int32_t kChunkBlocks = 16;
+
 // How many blocks ahead of its use a block's K/V are requested.
 constexpr int32_t kPrefetchBlocks = 2;
 
@@ -114,41 +118,45 @@ void accumulate_values(float* acc, float keep, const float* p, const float* v, i
   }
 }
 
-// Floats of scratch each thread needs (see attend_group).
+// Floats of per-thread scratch (see attend_range).
 size_t scratch_floats(int64_t group, int64_t head_dim, int32_t block_size) {
-  return static_cast<size_t>(group * head_dim + group * block_size + 2 * group +
-                             2 * block_size * head_dim);
+  return static_cast<size_t>(group * block_size + 2 * block_size * head_dim);
 }
 
-// One token row and one KV head: the `group` query heads sharing it, over the sequence's
-// blocks with an online softmax. Each block's K and V rows of this head are converted to
-// floats once for the whole group.
-// Scratch: acc[group][hd] | scores[group][bs] | max[group] | sum[group] | k[bs][hd] | v[bs][hd].
+// Floats of one partial result: acc[group][hd] | max[group] | sum[group].
+size_t state_floats(int64_t group, int64_t head_dim) {
+  return static_cast<size_t>(group * head_dim + 2 * group);
+}
+
+// One token row, one KV head, cache blocks [block_begin, block_end) of its sequence: the
+// `group` query heads sharing the KV head, with an online softmax over the blocks. Each
+// block's K and V rows of this head are converted to floats once for the whole group.
+// Writes the unnormalised state: acc (Σ p v), max and sum (Σ p) per head.
+// Scratch: scores[group][bs] | k[bs][hd] | v[bs][hd].
 template <typename T>
-void attend_group(const Batch& batch, const AttentionShape& shape, const float* q,
-                  const CpuKvCache& cache, int32_t layer, float* out, int32_t t, int64_t kv_head,
-                  float* scratch) {
+void attend_range(const Batch& batch, const AttentionShape& shape, const float* q,
+                  const CpuKvCache& cache, int32_t layer, int32_t t, int64_t kv_head,
+                  int32_t block_begin, int32_t block_end, float* state, float* scratch) {
   const int64_t hd = shape.head_dim;
   const int64_t group = shape.n_head / shape.n_head_kv;
   const int32_t bs = cache.geometry().block_size;
-  float* acc = scratch;
-  float* scores = acc + group * hd;
-  float* row_max = scores + group * bs;
+  float* acc = state;
+  float* row_max = acc + group * hd;
   float* row_sum = row_max + group;
-  float* keys = row_sum + group;
+  float* scores = scratch;
+  float* keys = scores + group * bs;
   float* values = keys + bs * hd;
   std::fill(acc, acc + group * hd, 0.0f);
   std::fill(row_max, row_max + group, -std::numeric_limits<float>::infinity());
   std::fill(row_sum, row_sum + group, 0.0f);
 
-  const int64_t q_stride = shape.n_head * hd;
-  const float* q_group = q + t * q_stride + kv_head * group * hd;
+  const float* q_group = q + t * shape.n_head * hd + kv_head * group * hd;
   const int32_t* table = batch.block_table(batch.seq_index[t]);
   const int32_t n_keys = batch.positions[t] + 1;
-  for (int32_t first = 0, blk = 0; first < n_keys; first += bs, ++blk) {
-    const int32_t n_valid = std::min(bs, n_keys - first);
+  for (int32_t blk = block_begin; blk < block_end; ++blk) {
+    const int32_t n_valid = std::min(bs, n_keys - blk * bs);
     const int32_t physical = table[blk];
-    if (first + kPrefetchBlocks * bs < n_keys) {
+    if (blk + kPrefetchBlocks < block_end) {
       const size_t head_bytes = static_cast<size_t>(bs * hd) * sizeof(T);
       prefetch(cache.k(layer, table[blk + kPrefetchBlocks], kv_head), head_bytes);
       prefetch(cache.v(layer, table[blk + kPrefetchBlocks], kv_head), head_bytes);
@@ -178,10 +186,26 @@ void attend_group(const Batch& batch, const AttentionShape& shape, const float* 
       accumulate_values(acc + h * hd, keep, s, values, n_valid, hd);
     }
   }
-  float* out_group = out + t * q_stride + kv_head * group * hd;
+}
+
+// out (the group's heads) = the softmax-weighted values of one or more partial states over
+// consecutive key ranges, merged in order.
+void finish(const float* states, int32_t n_states, int64_t group, int64_t hd, float* out) {
+  const size_t stride = state_floats(group, hd);
   for (int64_t h = 0; h < group; ++h) {
-    const float inv = 1.0f / row_sum[h];
-    for (int64_t i = 0; i < hd; ++i) out_group[h * hd + i] = acc[h * hd + i] * inv;
+    float max = -std::numeric_limits<float>::infinity();
+    for (int32_t c = 0; c < n_states; ++c) max = std::max(max, states[c * stride + group * hd + h]);
+    float sum = 0.0f;
+    float* o = out + h * hd;
+    std::fill(o, o + hd, 0.0f);
+    for (int32_t c = 0; c < n_states; ++c) {
+      const float* state = states + c * stride;
+      const float weight = std::exp(state[group * hd + h] - max);
+      sum += state[group * hd + group + h] * weight;
+      for (int64_t i = 0; i < hd; ++i) o[i] += state[h * hd + i] * weight;
+    }
+    const float inv = 1.0f / sum;
+    for (int64_t i = 0; i < hd; ++i) o[i] *= inv;
   }
 }
 
@@ -194,30 +218,73 @@ float load_value(TensorType type, const void* base, int64_t i) {
 
 AttentionScratch::AttentionScratch(const AttentionShape& shape, int32_t block_size, int n_threads) {
   const int64_t group = shape.n_head / std::max<int64_t>(1, shape.n_head_kv);
-  per_thread_ = scratch_floats(group, shape.head_dim, block_size);
+  per_thread_ =
+      scratch_floats(group, shape.head_dim, block_size) + state_floats(group, shape.head_dim);
   buffer_.resize(per_thread_ * static_cast<size_t>(std::max(1, n_threads)));
 }
 
 void attention(const Batch& batch, const AttentionShape& shape, const float* q,
                const CpuKvCache& cache, int32_t layer, float* out, ThreadPool& pool,
                AttentionScratch& scratch) {
-  const size_t n_items =
-      static_cast<size_t>(batch.n_tokens()) * static_cast<size_t>(shape.n_head_kv);
+  const int64_t hd = shape.head_dim;
+  const int64_t group = shape.n_head / shape.n_head_kv;
+  const int32_t bs = cache.geometry().block_size;
+  const size_t state_size = state_floats(group, hd);
+  // Work units: (row, KV head, chunk of kChunkBlocks blocks). A row's chunks depend on its own
+  // length only, so its result is the same whatever else the batch holds; rows of several
+  // chunks get one partial state per chunk, merged after the parallel region.
+  auto& units = scratch.units_;
+  units.clear();
+  int32_t n_partials = 0;
+  for (int32_t t = 0; t < batch.n_tokens(); ++t) {
+    const int32_t n_blocks = (batch.positions[t] + bs) / bs;
+    const int32_t n_chunks = (n_blocks + kChunkBlocks - 1) / kChunkBlocks;
+    for (int64_t kv_head = 0; kv_head < shape.n_head_kv; ++kv_head) {
+      for (int32_t c = 0; c < n_chunks; ++c) {
+        const int32_t partial = n_chunks == 1 ? -1 : n_partials++;
+        units.push_back({t, static_cast<int32_t>(kv_head), c * kChunkBlocks,
+                         std::min(n_blocks, (c + 1) * kChunkBlocks), partial});
+      }
+    }
+  }
+  if (scratch.partials_.size() < static_cast<size_t>(n_partials) * state_size) {
+    scratch.partials_.resize(static_cast<size_t>(n_partials) * state_size);
+  }
   const bool f16 = cache.geometry().type == TensorType::F16;
   pool.run([&](int thread_index, int n_threads) {
     float* buffer = scratch.thread_buffer(thread_index);
-    // Items interleaved over threads: neighbouring rows of a prefill have similar lengths.
-    for (size_t item = static_cast<size_t>(thread_index); item < n_items;
-         item += static_cast<size_t>(n_threads)) {
-      const int32_t t = static_cast<int32_t>(item / static_cast<size_t>(shape.n_head_kv));
-      const int64_t kv_head = static_cast<int64_t>(item % static_cast<size_t>(shape.n_head_kv));
+    float* own_state = buffer + scratch_floats(group, hd, bs);
+    for (size_t u = static_cast<size_t>(thread_index); u < units.size();
+         u += static_cast<size_t>(n_threads)) {
+      const AttentionScratch::Unit& unit = units[u];
+      float* state =
+          unit.partial < 0 ? own_state : scratch.partials_.data() + unit.partial * state_size;
       if (f16) {
-        attend_group<uint16_t>(batch, shape, q, cache, layer, out, t, kv_head, buffer);
+        attend_range<uint16_t>(batch, shape, q, cache, layer, unit.row, unit.kv_head,
+                               unit.block_begin, unit.block_end, state, buffer);
       } else {
-        attend_group<float>(batch, shape, q, cache, layer, out, t, kv_head, buffer);
+        attend_range<float>(batch, shape, q, cache, layer, unit.row, unit.kv_head, unit.block_begin,
+                            unit.block_end, state, buffer);
+      }
+      if (unit.partial < 0) {
+        finish(state, 1, group, hd, out + (unit.row * shape.n_head + unit.kv_head * group) * hd);
       }
     }
   });
+  // Merge the chunked rows: a row's chunks of one KV head are consecutive units.
+  for (size_t u = 0; u < units.size();) {
+    const AttentionScratch::Unit& first = units[u];
+    if (first.partial < 0) {
+      ++u;
+      continue;
+    }
+    size_t end = u;
+    while (end < units.size() && units[end].row == first.row && units[end].kv_head == first.kv_head)
+      ++end;
+    finish(scratch.partials_.data() + first.partial * state_size, static_cast<int32_t>(end - u),
+           group, hd, out + (first.row * shape.n_head + first.kv_head * group) * hd);
+    u = end;
+  }
 }
 
 void attention_ref(const Batch& batch, const AttentionShape& shape, const float* q,

@@ -27,14 +27,27 @@ class AttentionScratch {
     return buffer_.data() + static_cast<size_t>(thread_index) * per_thread_;
   }
 
+  // One work unit of attention(): a row, a KV head and a range of its cache blocks.
+  struct Unit {
+    int32_t row;
+    int32_t kv_head;
+    int32_t block_begin;
+    int32_t block_end;
+    int32_t partial;  // index of its partial state, or -1 when the unit covers the whole row
+  };
+  // Grown to the largest batch seen, then reused.
+  std::vector<Unit> units_;
+  std::vector<float> partials_;
+
  private:
   size_t per_thread_;
   std::vector<float> buffer_;
 };
 
-// q and out: [n_tokens, n_head * head_dim]. Work is split over (token, KV head) pairs; each
-// pair runs the heads of its group together so that K/V are read once, with an online
-// softmax per cache block.
+// q and out: [n_tokens, n_head * head_dim]. Work is split over (token, KV head, chunk of up to
+// 256 keys) units; each unit runs the heads of its group together so that K/V are read once,
+// with an online softmax per cache block, and chunks of a long row are merged at the end.
+// A row's result depends only on the row, never on the rest of the batch.
 void attention(const Batch& batch, const AttentionShape& shape, const float* q,
                const CpuKvCache& cache, int32_t layer, float* out, ThreadPool& pool,
                AttentionScratch& scratch);

@@ -132,6 +132,60 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PagedAttentionTest,
                                            AttentionCase{TensorType::F16, 8, 2, 128, 32},
                                            AttentionCase{TensorType::F32, 6, 1, 40, 7}));
 
+// Rows longer than one work unit (256 keys) are split into chunks and merged: the result
+// matches the reference, and a row gives the same bits alone as inside a larger batch.
+TEST(PagedAttention, LongRowsAreChunkedConsistently) {
+  KvCacheGeometry g;
+  g.n_layers = 1;
+  g.block_size = 16;
+  g.n_blocks = 64;
+  g.n_head_kv = 2;
+  g.head_dim = 64;
+  auto cache = CpuKvCache::create(g);
+  ASSERT_TRUE(cache.is_ok());
+  const int64_t kv_dim = g.kv_dim(), q_dim = 4 * 64;
+  Batch history;
+  history.blocks_per_seq = 64;
+  for (int32_t i = 0; i < 64; ++i) history.block_tables.push_back(63 - i);
+  for (int32_t pos = 0; pos < 700; ++pos) {
+    history.tokens.push_back(0);
+    history.positions.push_back(pos);
+    history.seq_index.push_back(0);
+  }
+  history.seq_lengths = {700};
+  const std::vector<float> k = random_floats(700 * kv_dim, 21), v = random_floats(700 * kv_dim, 22);
+  (*cache)->write(history, 0, k.data(), v.data());
+
+  // Rows at positions 200, 255, 256, 511, 699: one, one, two, two and three chunks.
+  Batch batch = history;
+  batch.tokens.clear();
+  batch.positions.clear();
+  batch.seq_index.clear();
+  const std::vector<int32_t> positions = {200, 255, 256, 511, 699};
+  for (int32_t pos : positions) {
+    batch.tokens.push_back(0);
+    batch.positions.push_back(pos);
+    batch.seq_index.push_back(0);
+  }
+  const std::vector<float> q = random_floats(positions.size() * q_dim, 23, 0.5f);
+  const AttentionShape shape{4, 2, 64, 0.125f};
+  ThreadPool pool(2);
+  AttentionScratch scratch(shape, 16, pool.size());
+  std::vector<float> fast(positions.size() * q_dim), ref(positions.size() * q_dim);
+  attention(batch, shape, q.data(), **cache, 0, fast.data(), pool, scratch);
+  attention_ref(batch, shape, q.data(), **cache, 0, ref.data());
+  for (size_t i = 0; i < fast.size(); ++i) ASSERT_NEAR(fast[i], ref[i], 1e-5f) << i;
+
+  // The last row alone.
+  Batch alone = batch;
+  alone.tokens = {0};
+  alone.positions = {699};
+  alone.seq_index = {0};
+  std::vector<float> single(q_dim);
+  attention(alone, shape, q.data() + 4 * q_dim, **cache, 0, single.data(), pool, scratch);
+  for (int64_t i = 0; i < q_dim; ++i) ASSERT_EQ(single[i], fast[4 * q_dim + i]) << i;
+}
+
 TEST(KvCache, RejectsBadGeometry) {
   KvCacheGeometry g;
   g.n_layers = 1;
