@@ -74,14 +74,16 @@ void encode_piece(const TokenizerImpl& impl, std::string_view piece, BpeScratch&
     }
   }
 
-  // Bytes whose alphabet token is missing (only in a broken vocabulary) become the unknown
-  // token when there is one and are dropped otherwise, as the reference BPE does.
+  // Bytes whose alphabet token is missing become the unknown token when there is one, as the
+  // reference BPE does, and are dropped otherwise. They are also dropped when the unknown
+  // token is a control token (SmolLM2's is <|endoftext|>): user text must never turn into a
+  // control token.
   std::vector<BpeSymbol>& symbols = scratch.symbols;
   symbols.clear();
   for (char c : piece) {
     int32_t id = impl.byte_tokens[static_cast<uint8_t>(c)];
     if (id < 0) {
-      if (!impl.data.unk_id) continue;
+      if (!impl.data.unk_id || impl.types[*impl.data.unk_id] == TokenType::kControl) continue;
       id = *impl.data.unk_id;
     }
     const auto index = static_cast<int32_t>(symbols.size());

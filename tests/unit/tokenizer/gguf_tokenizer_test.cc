@@ -90,6 +90,27 @@ TEST(GgufTokenizer, SmolLM2) {
   EXPECT_EQ(std::count(unguarded.begin(), unguarded.end(), 2), 3);
 }
 
+// SmolLM2's vocabulary has no token for a few bytes (04, 06, C0, F5..FF, ...) and its unknown
+// token is the control token <|endoftext|>: such bytes are dropped rather than let user text
+// become a control token, guarded or not.
+TEST(GgufTokenizer, SmolLM2BytesWithoutTokenNeverBecomeControlTokens) {
+  if (!std::filesystem::exists(kSmolLm2)) GTEST_SKIP() << "model file absent: " << kSmolLm2;
+  const Tokenizer tok = load(kSmolLm2);
+  const Ids ids = tok.encode("a\x04"
+                             "b",
+                             false, false);
+  ASSERT_FALSE(ids.empty());
+  for (const int32_t id : ids) EXPECT_FALSE(tok.is_special(id)) << "id " << id;
+  EXPECT_EQ(tok.decode(ids, false), "ab");
+
+  const auto chat = ChatTemplate::detect(tok.data().chat_template);
+  ASSERT_TRUE(chat.is_ok());
+  const auto prompt = chat->render({{"user", "hi\x04"}}, true);
+  ASSERT_TRUE(prompt.is_ok());
+  const Ids guarded = tok.encode_guarded(prompt->text, false, prompt->content_ranges);
+  EXPECT_EQ(std::count(guarded.begin(), guarded.end(), 0), 0);
+}
+
 TEST(GgufTokenizer, ArbitraryBytesRoundTrip) {
   // Any byte string, ill-formed UTF-8 included, encodes without loss: byte-level BPE covers
   // every byte, SentencePiece falls back to byte pieces. (The one exception, not generated
