@@ -3,7 +3,7 @@
 # CUDA compile check, ASan/UBSan unit tests, TSan engine tests, and a bounded fuzz run.
 # Ends with one summary line "N passed, N failed". Exit status 0 only if nothing failed.
 #
-# Environment: FUZZ_SECONDS (default 60), SKIP_SANITIZERS=1 and SKIP_CUDA=1 to shorten a
+# Environment: FUZZ_SECONDS per fuzz target (default 30), SKIP_SANITIZERS=1 and SKIP_CUDA=1 to shorten a
 # local run (CI runs everything).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -59,7 +59,7 @@ if [[ "${SKIP_SANITIZERS:-0}" != 1 ]]; then
   stage "tsan build (engine)" bash -c "cmake --preset tsan >/dev/null && cmake --build --preset tsan -j $jobs --target engine_test"
   stage "engine tests (tsan)" env TSAN_OPTIONS=halt_on_error=1 ctest_preset tsan -R '^Engine|^Scheduler|^BlockManager|^Sampler'
   stage "fuzz build" bash -c "cmake --preset fuzz >/dev/null && cmake --build --preset fuzz -j $jobs --target fuzz_targets"
-  stage "fuzz gguf (${FUZZ_SECONDS:-60} s)" scripts/run_fuzz.sh "${FUZZ_SECONDS:-60}"
+  stage "fuzz (${FUZZ_SECONDS:-30} s per target)" scripts/run_fuzz.sh "${FUZZ_SECONDS:-30}"
 fi
 
 python3 scripts/test_summary.py "$reports" "$stage_failures"
