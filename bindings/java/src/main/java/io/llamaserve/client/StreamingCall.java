@@ -96,15 +96,22 @@ final class StreamingCall implements Flow.Subscription {
       return;
     }
     armWatchdog(nextCheckNanos());
-    transport.send(request, this::bodyHandler, deadlineNanos, inFlight, () -> cancelled)
-        .whenComplete((response, error) -> {
-          if (error != null) {
-            fail(Transport.translate(error));
-          } else if (response.body() != STREAMING) {
-            byte[] bytes = (byte[]) response.body();
-            fail(ApiErrors.fromResponse(response.statusCode(), response.headers(), bytes));
-          }
-        });
+    CompletableFuture<HttpResponse<Object>> response;
+    try {
+      response = transport.send(request, this::bodyHandler, deadlineNanos, inFlight,
+          () -> cancelled);
+    } catch (RuntimeException e) {
+      fail(Transport.translate(e));
+      return;
+    }
+    response.whenComplete((answer, error) -> {
+      if (error != null) {
+        fail(Transport.translate(error));
+      } else if (answer.body() != STREAMING) {
+        byte[] bytes = (byte[]) answer.body();
+        fail(ApiErrors.fromResponse(answer.statusCode(), answer.headers(), bytes));
+      }
+    });
   }
 
   private HttpResponse.BodySubscriber<Object> bodyHandler(HttpResponse.ResponseInfo info) {

@@ -158,6 +158,33 @@ class LlamaClientTest {
   }
 
   @Test
+  void nonPositiveDemandIsAnError() throws Exception {
+    CompletableFuture<Throwable> error = new CompletableFuture<>();
+    client.completePublisher(counting(4)).subscribe(new Flow.Subscriber<String>() {
+      @Override
+      public void onSubscribe(Flow.Subscription s) {
+        s.request(0);
+      }
+
+      @Override
+      public void onNext(String item) {
+        error.completeExceptionally(new AssertionError("onNext without demand"));
+      }
+
+      @Override
+      public void onError(Throwable e) {
+        error.complete(e);
+      }
+
+      @Override
+      public void onComplete() {
+        error.completeExceptionally(new AssertionError("completed"));
+      }
+    });
+    assertInstanceOf(IllegalArgumentException.class, error.get(30, TimeUnit.SECONDS));
+  }
+
+  @Test
   void completionsBlockingAndStreamed() {
     CompletionResult blocking = client.complete(counting(8));
     assertEquals("length", blocking.finishReason());
