@@ -6,7 +6,7 @@
 // launches timed with CUDA events. Weight contents are random bytes: the kernels' speed does
 // not depend on the values.
 //
-// Usage: cuda_kernels_bench [--quick] [--csv FILE]
+// Usage: cuda_kernels_bench [--quick] [--csv FILE] [--markdown FILE]
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -16,8 +16,13 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include <fmt/format.h>
+
+#include "backend/cuda/act_quant.h"
+#include "backend/cuda/bandwidth.h"
 #include "backend/cuda/device_matrix.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/matvec.h"
@@ -47,6 +52,7 @@ namespace {
 struct Options {
   bool quick = false;
   std::string csv;
+  std::string markdown;
 };
 
 double median(std::vector<double> v) {
@@ -77,18 +83,12 @@ double time_launches(Launch launch, int groups, int per_group) {
   return median(seconds);
 }
 
-// Bytes read + written per second by cudaMemcpy device to device of a 512 MB buffer.
+// Bytes read + written per second by a device-to-device copy of 4 GiB (as llamaserve bench
+// measures it).
 double copy_bandwidth() {
-  const size_t bytes = 512ull << 20;
-  void *a = nullptr, *b = nullptr;
-  BENCH_CHECK(cudaMalloc(&a, bytes));
-  BENCH_CHECK(cudaMalloc(&b, bytes));
-  BENCH_CHECK(cudaMemset(a, 1, bytes));
-  const double s = time_launches(
-      [&](int) { BENCH_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice)); }, 10, 3);
-  BENCH_CHECK(cudaFree(a));
-  BENCH_CHECK(cudaFree(b));
-  return 2.0 * bytes / s;
+  Result<double> bps = measure_copy_bandwidth(0, 4ull << 30, 10);
+  BENCH_OK(bps.status());
+  return *bps;
 }
 
 float* device_floats(size_t n) {
@@ -146,7 +146,12 @@ int run(const Options& options) {
   std::printf("device: %s, %d SMs, %.1f GiB, L2 %.1f MiB\n", prop.name, prop.multiProcessorCount,
               prop.totalGlobalMem / 1073741824.0, prop.l2CacheSize / 1048576.0);
   const double copy = copy_bandwidth();
-  std::printf("device-to-device copy: %.1f GB/s (read + write)\n\n", copy / 1e9);
+  const std::string intro = fmt::format(
+      "{}, {} SMs; device-to-device copy {:.1f} GB/s (read + write, 4 GiB); weights rotate "
+      "through {:.0f} MiB; median of groups of launches",
+      prop.name, prop.multiProcessorCount, copy / 1e9,
+      std::max<size_t>(4ull * prop.l2CacheSize, 256ull << 20) / 1048576.0);
+  std::printf("%s\n\n", intro.c_str());
   FILE* csv = options.csv.empty() ? nullptr : std::fopen(options.csv.c_str(), "w");
   if (csv != nullptr)
     std::fprintf(csv, "kernel,type,rows,cols,act_rows,us,weight_gbps,pct_copy,tflops\n");
@@ -161,45 +166,118 @@ int run(const Options& options) {
       options.quick ? std::vector<int>{1} : std::vector<int>{1, 2, 4, 8};
   const int groups = options.quick ? 5 : 15, per_group = 10;
 
-  std::printf("matvec (decode): weight bandwidth vs copy\n");
-  std::printf("%-6s %6s %6s %4s %10s %10s %7s\n", "type", "rows", "cols", "B", "us", "GB/s",
-              "%copy");
-  float* x = device_floats(16 * 11008);
-  float* y = device_floats(16 * 11008);
-  BENCH_CHECK(cudaMemset(x, 0, 16 * 11008 * sizeof(float)));
+  // Activations: 16 rows of the widest input, as floats and as 8-bit blocks (quantized once;
+  // the quantization is timed on its own below, since the forward pass fuses it into the
+  // producer of each matvec input).
+  constexpr int64_t kMaxCols = 11008, kMaxAct = 16;
+  float* x = device_floats(kMaxAct * kMaxCols);
+  float* y = device_floats(kMaxAct * kMaxCols * kMaxMatvecParts);
+  BENCH_CHECK(cudaMemset(x, 0, kMaxAct * kMaxCols * sizeof(float)));
+  void* q8_storage = nullptr;
+  BENCH_CHECK(cudaMalloc(&q8_storage, q8_rows_bytes(kMaxAct, kMaxCols)));
+  const Q8Rows xq = q8_rows_view(q8_storage, kMaxAct, kMaxCols);
+  BENCH_OK(quantize_q8(x, kMaxCols, kMaxAct, kMaxCols, xq, nullptr));
+  auto args_for = [&](const DeviceMatrix& w, int n_act, float* out) {
+    MatvecArgs a;
+    a.w = w;
+    a.x = x;
+    a.x_stride = kMaxCols;
+    a.xq = xq;
+    a.n_rows = n_act;
+    a.y = out;
+    a.y_stride = w.rows;
+    return a;
+  };
+
+  std::printf(
+      "matvec (decode): per weight type and shape, us and %% of the copy bandwidth for "
+      "1, 2, 4, 8 activation rows (weights read once per launch)\n");
+  std::string header = "| type | rows x cols | MB |";
+  std::string rule = "| --- | --- | ---: |";
+  for (int b : act_rows) {
+    header += fmt::format(" N={} us | N={} %copy |", b, b);
+    rule += " ---: | ---: |";
+  }
+  std::string table = header + "\n" + rule + "\n";
   for (TensorType type : types) {
     for (auto [rows, cols] : shapes) {
       RotatingWeights w;
       make_weights(type, rows, cols, rotate_bytes, w);
       const double bytes = static_cast<double>(matvec_weight_bytes(w.views[0]));
+      std::string line =
+          fmt::format("| {} | {} x {} | {:.1f} |", type_name(type), rows, cols, bytes / 1e6);
       for (int b : act_rows) {
         const double s = time_launches(
-            [&](int i) {
-              MatvecArgs a;
-              a.w = w.views[i % w.views.size()];
-              a.x = x;
-              a.x_stride = cols;
-              a.n_rows = b;
-              a.y = y;
-              a.y_stride = rows;
-              BENCH_OK(matvec(a, nullptr));
-            },
+            [&](int i) { BENCH_OK(matvec(args_for(w.views[i % w.views.size()], b, y), nullptr)); },
             groups, per_group);
-        const double gbps = bytes / s / 1e9;
-        std::printf("%-6s %6lld %6lld %4d %10.2f %10.1f %6.1f%%\n", type_name(type),
-                    static_cast<long long>(rows), static_cast<long long>(cols), b, s * 1e6, gbps,
-                    100.0 * bytes / s / copy);
+        const double pct = 100.0 * bytes / s / copy;
+        line += fmt::format(" {:.2f} | {:.1f}% |", s * 1e6, pct);
         if (csv != nullptr) {
           std::fprintf(csv, "matvec,%s,%lld,%lld,%d,%.3f,%.1f,%.1f,\n", type_name(type),
-                       static_cast<long long>(rows), static_cast<long long>(cols), b, s * 1e6, gbps,
-                       100.0 * bytes / s / copy);
+                       static_cast<long long>(rows), static_cast<long long>(cols), b, s * 1e6,
+                       bytes / s / 1e9, pct);
         }
       }
+      std::printf("%s\n", line.c_str());
+      table += line + "\n";
     }
   }
 
-  std::printf("\ngemm (prefill, cuBLAS; quantized weights dequantized to f16 first)\n");
-  std::printf("%-6s %6s %6s %5s %10s %10s\n", "type", "rows", "cols", "N", "us", "TFLOP/s");
+  // One launch for several matrices sharing the input (7B: Q, K, V; gate and up) against one
+  // launch each: what the fusion saves in launch gaps and grid tails.
+  std::printf("\nmatvec parts, batch 1: one launch vs one launch per matrix\n");
+  table += "\n| type | parts | MB | one launch us | %copy | separate us | %copy |\n";
+  table += "| --- | --- | ---: | ---: | ---: | ---: | ---: |\n";
+  for (TensorType type : {TensorType::F16, TensorType::Q8_0, TensorType::Q4_K}) {
+    for (const auto& [label, rows, n_parts] :
+         {std::tuple<const char*, int64_t, int>{"QKV 3 x 4096 x 4096", 4096, 3},
+          std::tuple<const char*, int64_t, int>{"gate+up 2 x 11008 x 4096", 11008, 2}}) {
+      std::vector<RotatingWeights> mats(static_cast<size_t>(n_parts));
+      double bytes = 0;
+      for (auto& m : mats) {
+        make_weights(type, rows, 4096, rotate_bytes / n_parts, m);
+        bytes += static_cast<double>(matvec_weight_bytes(m.views[0]));
+      }
+      auto parts_at = [&](int i) {
+        std::vector<MatvecArgs> parts;
+        for (int p = 0; p < n_parts; ++p) {
+          const auto& views = mats[static_cast<size_t>(p)].views;
+          parts.push_back(args_for(views[i % views.size()], 1, y + p * kMaxCols));
+        }
+        return parts;
+      };
+      const double fused = time_launches(
+          [&](int i) { BENCH_OK(matvec_parts(parts_at(i), nullptr)); }, groups, per_group);
+      const double separate = time_launches(
+          [&](int i) {
+            for (const MatvecArgs& a : parts_at(i)) BENCH_OK(matvec(a, nullptr));
+          },
+          groups, per_group);
+      const std::string line =
+          fmt::format("| {} | {} | {:.1f} | {:.2f} | {:.1f}% | {:.2f} | {:.1f}% |", type_name(type),
+                      label, bytes / 1e6, fused * 1e6, 100.0 * bytes / fused / copy, separate * 1e6,
+                      100.0 * bytes / separate / copy);
+      std::printf("%s\n", line.c_str());
+      table += line + "\n";
+    }
+  }
+
+  std::printf("\nquantize_q8 (activations to 8-bit blocks, standalone)\n");
+  table += "\n| quantize_q8 | rows x cols | us |\n| --- | --- | ---: |\n";
+  for (int64_t cols : {int64_t{4096}, int64_t{11008}}) {
+    for (int rows : {1, 8}) {
+      const double s =
+          time_launches([&](int) { BENCH_OK(quantize_q8(x, kMaxCols, rows, cols, xq, nullptr)); },
+                        groups, per_group);
+      const std::string line = fmt::format("| | {} x {} | {:.2f} |", rows, cols, s * 1e6);
+      std::printf("%s\n", line.c_str());
+      table += line + "\n";
+    }
+  }
+  BENCH_CHECK(cudaFree(q8_storage));
+
+  std::printf("\ngemm (prefill, cuBLAS; quantized weights dequantized to f16 per call)\n");
+  table += "\n| gemm | rows x cols | N | us | TFLOP/s |\n| --- | --- | ---: | ---: | ---: |\n";
   cublasHandle_t handle;
   if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) {
     std::fprintf(stderr, "cublasCreate failed\n");
@@ -235,8 +313,10 @@ int run(const Options& options) {
             },
             options.quick ? 3 : 7, 5);
         const double tflops = 2.0 * rows * cols * n / s / 1e12;
-        std::printf("%-6s %6lld %6lld %5d %10.2f %10.1f\n", type_name(type),
-                    static_cast<long long>(rows), static_cast<long long>(cols), n, s * 1e6, tflops);
+        const std::string line = fmt::format("| {} | {} x {} | {} | {:.2f} | {:.1f} |",
+                                             type_name(type), rows, cols, n, s * 1e6, tflops);
+        std::printf("%s\n", line.c_str());
+        table += line + "\n";
         if (csv != nullptr) {
           std::fprintf(csv, "gemm,%s,%lld,%lld,%d,%.3f,,,%.2f\n", type_name(type),
                        static_cast<long long>(rows), static_cast<long long>(cols), n, s * 1e6,
@@ -253,6 +333,15 @@ int run(const Options& options) {
   BENCH_CHECK(cudaFree(act));
   BENCH_CHECK(cudaFree(scratch));
   if (csv != nullptr) std::fclose(csv);
+  if (!options.markdown.empty()) {
+    FILE* md = std::fopen(options.markdown.c_str(), "w");
+    if (md == nullptr) {
+      std::fprintf(stderr, "cannot write %s\n", options.markdown.c_str());
+      return 1;
+    }
+    std::fprintf(md, "%s\n\n%s", intro.c_str(), table.c_str());
+    std::fclose(md);
+  }
   return 0;
 }
 
@@ -266,8 +355,10 @@ int main(int argc, char** argv) {
       options.quick = true;
     } else if (std::strcmp(argv[i], "--csv") == 0 && i + 1 < argc) {
       options.csv = argv[++i];
+    } else if (std::strcmp(argv[i], "--markdown") == 0 && i + 1 < argc) {
+      options.markdown = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--csv FILE]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--csv FILE] [--markdown FILE]\n", argv[0]);
       return 2;
     }
   }

@@ -123,6 +123,8 @@ Status CudaExecutor::init() {
       consider(*t);
   }
   limits_.gemm_scratch_elems = std::min(max_quantized, kMaxGemmScratchElems);
+  limits_.max_matvec_rows =
+      std::min<int64_t>(limits_.max_tokens, static_cast<int64_t>(options_.gemm_min_rows) - 1);
 
   cuda::MemoryPlanRequest request;
   request.range = all;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cuda/act_quant.h"
 #include "backend/cuda/dequant.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/matvec.h"
@@ -65,9 +66,53 @@ void expect_close(const std::vector<float>& y, int64_t y_stride, const Reference
 
 class MatvecTest : public GpuTest, public ::testing::WithParamInterface<TensorType> {};
 
-// The GPU decodes the same values as quant's reference decoder (up to FMA contraction in
-// d * q - m, one ulp per weight) and accumulates in fp32, so for every type the error is the
-// fp32 summation error: far below this bound, while a layout mistake is O(1).
+// The activations a matvec of `type` multiplies with: x itself for float weights; for
+// quantized weights x as 8-bit blocks, quantized on the device, checked byte for byte against
+// the host reference quantizer, and returned as the values d · q the kernel sees.
+struct MatvecInput {
+  DeviceArray<float> x;
+  DeviceArray<uint8_t> q8_storage;
+  Q8Rows xq;
+  std::vector<float> seen;  // row-major, stride x_stride
+};
+
+MatvecInput prepare_input(TensorType type, const std::vector<float>& x, int64_t x_stride,
+                          int64_t n_act, int64_t cols) {
+  MatvecInput in{DeviceArray<float>(x), {}, {}, x};
+  if (!matvec_uses_q8(type)) return in;
+  in.q8_storage = DeviceArray<uint8_t>(q8_rows_bytes(n_act, cols));
+  in.q8_storage.poison();
+  in.xq = q8_rows_view(in.q8_storage.get(), n_act, cols);
+  const Status s = quantize_q8(in.x.get(), x_stride, n_act, cols, in.xq, nullptr);
+  EXPECT_TRUE(s.is_ok()) << s.to_string();
+  EXPECT_EQ(count_q8_mismatches(x, x_stride, n_act, cols, in.q8_storage, in.xq), 0);
+  std::vector<int8_t> qs(cols);
+  std::vector<float4> ds(cols / kQ8Block);
+  for (int64_t b = 0; b < n_act; ++b) {
+    quantize_q8_reference(x.data() + b * x_stride, cols, qs.data(), ds.data());
+    for (int64_t c = 0; c < cols; ++c) {
+      in.seen[b * x_stride + c] = ds[c / kQ8Block].x * static_cast<float>(qs[c]);
+    }
+  }
+  return in;
+}
+
+MatvecArgs matvec_args(const DeviceMatrix& w, const MatvecInput& in, int64_t x_stride,
+                       int64_t n_act, float* y, int64_t y_stride) {
+  MatvecArgs args;
+  args.w = w;
+  args.x = in.x.get();
+  args.x_stride = x_stride;
+  args.xq = in.xq;
+  args.n_rows = static_cast<int32_t>(n_act);
+  args.y = y;
+  args.y_stride = y_stride;
+  return args;
+}
+
+// Products are exact (integer dots of the 8-bit codes, or fp32 products of decoded floats), and
+// the per-block scales and the sums run in fp32: far below this bound, while a layout or
+// pairing mistake is O(1). The reference multiplies the values the kernel sees.
 constexpr double kMatvecTolerance = 2e-5;
 
 // Every kernel size (1..8 activation rows; 5 in the next test) and 16 rows (two groups of 8).
@@ -81,21 +126,14 @@ TEST_P(MatvecTest, MatchesReferenceForEveryRowCount) {
     SCOPED_TRACE("activation rows " + std::to_string(n_act));
     const int64_t x_stride = cols + 4;  // strided rows
     const int64_t y_stride = kRows + 3;
-    const std::vector<float> x = random_floats(n_act * x_stride, 99 + n_act);
-    DeviceArray<float> x_dev(x);
+    const MatvecInput in =
+        prepare_input(type, random_floats(n_act * x_stride, 99 + n_act), x_stride, n_act, cols);
     DeviceArray<float> y_dev(n_act * y_stride);
     y_dev.poison();
-    MatvecArgs args;
-    args.w = w.view;
-    args.x = x_dev.get();
-    args.x_stride = x_stride;
-    args.n_rows = static_cast<int32_t>(n_act);
-    args.y = y_dev.get();
-    args.y_stride = y_stride;
-    ASSERT_OK(matvec(args, nullptr));
+    ASSERT_OK(matvec(matvec_args(w.view, in, x_stride, n_act, y_dev.get(), y_stride), nullptr));
     ASSERT_CUDA(cudaDeviceSynchronize());
-    expect_close(y_dev.download(), y_stride, reference_product(m, x, x_stride, n_act), kRows, n_act,
-                 kMatvecTolerance);
+    expect_close(y_dev.download(), y_stride, reference_product(m, in.seen, x_stride, n_act), kRows,
+                 n_act, kMatvecTolerance);
   }
 }
 
@@ -107,17 +145,11 @@ TEST_P(MatvecTest, AccumulatesIntoOutputAndAddsBias) {
   const HostMatrix m = make_matrix(type, rows, cols, 77);
   UploadedMatrix w = upload(m);
   ASSERT_NE(w.view.quants, nullptr);
-  const std::vector<float> x = random_floats(n_act * cols, 5);
+  const MatvecInput in = prepare_input(type, random_floats(n_act * cols, 5), cols, n_act, cols);
   const std::vector<float> y0 = random_floats(n_act * rows, 6);
   const std::vector<float> bias = random_floats(rows, 7);
-  DeviceArray<float> x_dev(x), y_dev(y0), bias_dev(bias);
-  MatvecArgs args;
-  args.w = w.view;
-  args.x = x_dev.get();
-  args.x_stride = cols;
-  args.n_rows = static_cast<int32_t>(n_act);
-  args.y = y_dev.get();
-  args.y_stride = rows;
+  DeviceArray<float> y_dev(y0), bias_dev(bias);
+  MatvecArgs args = matvec_args(w.view, in, cols, n_act, y_dev.get(), rows);
   args.bias = bias_dev.get();
   args.accumulate = true;
   ASSERT_OK(matvec(args, nullptr));
@@ -126,22 +158,76 @@ TEST_P(MatvecTest, AccumulatesIntoOutputAndAddsBias) {
   for (int64_t b = 0; b < n_act; ++b) {
     for (int64_t r = 0; r < rows; ++r) extra[b * rows + r] = y0[b * rows + r] + bias[r];
   }
-  expect_close(y_dev.download(), rows, reference_product(m, x, cols, n_act), rows, n_act,
+  expect_close(y_dev.download(), rows, reference_product(m, in.seen, cols, n_act), rows, n_act,
                kMatvecTolerance, extra);
+}
+
+// Three matrices of different heights sharing one input in one launch (as Q, K and V do):
+// each output as its own matvec would give, the bias only where given.
+TEST_P(MatvecTest, PartsInOneLaunch) {
+  const TensorType type = GetParam();
+  const int64_t cols = round_cols(type, 700);
+  const int64_t n_act = 3;
+  const std::vector<int64_t> heights = {257, 8, 130};
+  std::vector<HostMatrix> hosts;
+  std::vector<UploadedMatrix> uploaded;
+  for (size_t i = 0; i < heights.size(); ++i) {
+    hosts.push_back(make_matrix(type, heights[i], cols, 500 + static_cast<uint32_t>(i)));
+    uploaded.push_back(upload(hosts.back()));
+    ASSERT_NE(uploaded.back().view.quants, nullptr);
+  }
+  const MatvecInput in = prepare_input(type, random_floats(n_act * cols, 8), cols, n_act, cols);
+  const std::vector<float> bias = random_floats(heights[1], 9);
+  DeviceArray<float> bias_dev(bias);
+  std::vector<DeviceArray<float>> outputs;
+  std::vector<MatvecArgs> parts;
+  for (size_t i = 0; i < heights.size(); ++i) {
+    outputs.emplace_back(n_act * heights[i]);
+    outputs.back().poison();
+    parts.push_back(
+        matvec_args(uploaded[i].view, in, cols, n_act, outputs.back().get(), heights[i]));
+  }
+  parts[1].bias = bias_dev.get();
+  ASSERT_OK(matvec_parts(parts, nullptr));
+  ASSERT_CUDA(cudaDeviceSynchronize());
+  for (size_t i = 0; i < heights.size(); ++i) {
+    SCOPED_TRACE("part " + std::to_string(i));
+    std::vector<double> extra;
+    if (i == 1) {
+      for (int64_t b = 0; b < n_act; ++b) extra.insert(extra.end(), bias.begin(), bias.end());
+    }
+    expect_close(outputs[i].download(), heights[i],
+                 reference_product(hosts[i], in.seen, cols, n_act), heights[i], n_act,
+                 kMatvecTolerance, extra);
+  }
+  // Parts that do not share their input are refused.
+  parts[2].n_rows = 2;
+  EXPECT_FALSE(matvec_parts(parts, nullptr).is_ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatvecTest, ::testing::ValuesIn(weight_types()),
                          type_param_name);
 
-TEST(MatvecContract, RejectsMisalignedActivations) {
+TEST(MatvecContract, RejectsMissingOrMisalignedActivations) {
   MatvecArgs args;
-  args.w.type = TensorType::Q4_0;
+  args.w.type = TensorType::F16;
   args.w.rows = 4;
   args.w.cols = 32;
   args.w.quants = reinterpret_cast<const uint8_t*>(256);
   args.x = reinterpret_cast<const float*>(260);  // not 16-byte aligned
   args.y = reinterpret_cast<float*>(512);
-  const Status s = matvec(args, nullptr);
+  Status s = matvec(args, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+  // Quantized weights need the 8-bit blocks, 16-byte aligned.
+  args.w.type = TensorType::Q4_0;
+  args.x = reinterpret_cast<const float*>(1024);
+  s = matvec(args, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+  args.xq.qs = reinterpret_cast<int8_t*>(1032);
+  args.xq.ds = reinterpret_cast<float4*>(2048);
+  args.xq.qs_stride = 32;
+  args.xq.ds_stride = 1;
+  s = matvec(args, nullptr);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
 }
 

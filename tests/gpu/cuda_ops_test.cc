@@ -8,6 +8,7 @@
 
 #include "backend/cpu/ref_kernels.h"
 #include "backend/cpu/rope.h"
+#include "backend/cuda/act_quant.h"
 #include "backend/cuda/attention.h"
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/norm.h"
@@ -163,6 +164,54 @@ INSTANTIATE_TEST_SUITE_P(
                       RopeCase{RopeOrdering::kNeox, RopeScalingType::kLlama3, 64},
                       RopeCase{RopeOrdering::kNeox, RopeScalingType::kNone, 32},
                       RopeCase{RopeOrdering::kNormal, RopeScalingType::kLlama3, 32}));
+
+// The producers of matvec inputs write 8-bit blocks along with their float rows: the same floats
+// as without, and blocks equal byte for byte to the host quantization of those floats (as the
+// standalone quantize kernel's are). Rows past 65535 fold onto the grid's y dimension.
+TEST_F(RmsNormTest, ProducersWrite8BitBlocks) {
+  const int64_t n = 2048 + 96, rows = 3, stride = n + 8;
+  const std::vector<float> x = random_floats(rows * stride, 11, 3.0f);
+  const std::vector<float> weight = random_floats(n, 12);
+  DeviceArray<float> x_dev(x), weight_dev(weight), y_plain(rows * n), y_dev(rows * n);
+  DeviceArray<uint8_t> q8(q8_rows_bytes(rows, n));
+  q8.poison();
+  RmsNormArgs a;
+  a.x = x_dev.get();
+  a.x_stride = stride;
+  a.weight = weight_dev.get();
+  a.y = y_plain.get();
+  a.y_stride = n;
+  a.n_rows = rows;
+  a.n = n;
+  ASSERT_OK(rmsnorm(a, nullptr));
+  a.y = y_dev.get();
+  a.yq = q8_rows_view(q8.get(), rows, n);
+  ASSERT_OK(rmsnorm(a, nullptr));
+  const std::vector<float> y = y_dev.download();
+  EXPECT_EQ(y, y_plain.download());
+  EXPECT_EQ(count_q8_mismatches(y, n, rows, n, q8, a.yq), 0) << "rmsnorm";
+
+  const std::vector<float> gate = random_floats(rows * n, 13, 4.0f),
+                           up = random_floats(rows * n, 14);
+  DeviceArray<float> gate_dev(gate), up_dev(up), out_plain(rows * n), out_dev(rows * n);
+  q8.poison();
+  ASSERT_OK(silu_mul(gate_dev.get(), n, up_dev.get(), n, rows, n, out_plain.get(), n, nullptr));
+  ASSERT_OK(silu_mul(gate_dev.get(), n, up_dev.get(), n, rows, n, out_dev.get(), n, nullptr, a.yq));
+  const std::vector<float> out = out_dev.download();
+  EXPECT_EQ(out, out_plain.download());
+  EXPECT_EQ(count_q8_mismatches(out, n, rows, n, q8, a.yq), 0) << "silu_mul";
+
+  const int64_t many = 70000, width = 64;
+  const std::vector<float> big = random_floats(many * width, 15);
+  DeviceArray<float> big_dev(big);
+  DeviceArray<uint8_t> big_q8(q8_rows_bytes(many, width));
+  big_q8.poison();
+  const Q8Rows big_view = q8_rows_view(big_q8.get(), many, width);
+  ASSERT_OK(quantize_q8(big_dev.get(), width, many, width, big_view, nullptr));
+  EXPECT_EQ(count_q8_mismatches(big, width, many, width, big_q8, big_view), 0) << "quantize_q8";
+  // Widths that are not whole blocks are refused.
+  EXPECT_FALSE(quantize_q8(big_dev.get(), width, 1, 40, big_view, nullptr).is_ok());
+}
 
 // ---------------------------------------------------------------------------------------
 // Elementwise

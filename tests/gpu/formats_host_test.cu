@@ -1,10 +1,13 @@
 // The device-side weight decoders (formats.cuh) run on the host: every unit of every row of
 // every weight type, in the layout upload_matrix produces, decodes to the values of quant's
-// reference dequantize_row, and the units cover each row exactly once. Needs no GPU, so the
+// reference dequantize_row, and the units cover each row exactly once. Likewise the matvec's
+// per-item dot products (dot_formats.cuh) against 8-bit activation blocks. Needs no GPU, so the
 // bit-level layout logic is checked wherever the tests build.
 #include <vector>
 
+#include "backend/cuda/dot_formats.cuh"
 #include "backend/cuda/formats.cuh"
+#include "backend/cuda/matvec.h"
 #include "backend/cuda/repack.h"
 #include "test_util.h"
 
@@ -104,6 +107,80 @@ TEST_P(FormatsOnHost, EveryUnitDecodesLikeTheReference) {
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, FormatsOnHost, ::testing::ValuesIn(weight_types()),
                          type_param_name);
+
+// Every row's sum of item dot products equals Σ_c w[c] · x[c] in double, x the activations as
+// the kernel sees them (d · q for the 8-bit blocks, the floats themselves otherwise). A wrong
+// pairing of weight and activation elements, a missed or doubled element, or a wrong scale or
+// offset moves the sum by O(|w| |x|); fp32 rounding stays below 1e-5 of Σ |w x|.
+class DotFormatsOnHost : public ::testing::TestWithParam<TensorType> {};
+
+TEST_P(DotFormatsOnHost, ItemDotsSumToTheRowProduct) {
+  const TensorType type = GetParam();
+  const int64_t rows = 5, cols = round_cols(type, 1100);
+  const HostMatrix m = make_matrix(type, rows, cols, 4242);
+  const HostLayout h = host_layout(m);
+  const std::vector<float> x = random_floats(static_cast<size_t>(cols), 17, 3.0f);
+  std::vector<int8_t> qs(static_cast<size_t>(cols));
+  std::vector<float4> ds(static_cast<size_t>(cols / kQ8Block));
+  std::vector<double> x_seen(x.begin(), x.end());
+  if (matvec_uses_q8(type)) {
+    quantize_q8_reference(x.data(), cols, qs.data(), ds.data());
+    for (int64_t c = 0; c < cols; ++c) x_seen[c] = static_cast<double>(ds[c / kQ8Block].x) * qs[c];
+  }
+  const Status status = dispatch_weight_type(type, "test", [&]<TensorType T>() -> Status {
+    using F = DotFormat<T>;
+    EXPECT_EQ(F::kQ8, matvec_uses_q8(T));
+    EXPECT_EQ(cols % F::kItemElems, 0);
+    const int items = static_cast<int>(cols / F::kItemElems);
+    for (int64_t r = 0; r < rows; ++r) {
+      double want = 0.0, bound = 0.0;
+      for (int64_t c = 0; c < cols; ++c) {
+        want += static_cast<double>(m.values[r * cols + c]) * x_seen[c];
+        bound += std::fabs(static_cast<double>(m.values[r * cols + c]) * x_seen[c]);
+      }
+      double got = 0.0;
+      for (int i = 0; i < items; ++i) {
+        const typename F::Decoded w = F::decode(F::load(h.view, r, i), i);
+        if constexpr (F::kQ8) {
+          got += F::dot(w, F::load_act(Q8Row{qs.data(), ds.data()}, i));
+        } else {
+          got += F::dot(w, F::load_act(x.data(), i));
+        }
+      }
+      EXPECT_NEAR(got, want, 1e-5 * bound) << "row " << r;
+    }
+    return Status::ok();
+  });
+  EXPECT_TRUE(status.is_ok()) << status.to_string();
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, DotFormatsOnHost, ::testing::ValuesIn(weight_types()),
+                         type_param_name);
+
+// The host reference quantizer: codes within ±127, x ≈ d q to half a step, and the sums.
+TEST(Q8Reference, CodesScalesAndSums) {
+  std::vector<float> x = random_floats(96, 3, 2.0f);
+  for (int i = 32; i < 64; ++i) x[i] = 0.0f;  // an all-zero block: d = 0, codes 0
+  std::vector<int8_t> qs(96);
+  std::vector<float4> ds(3);
+  quantize_q8_reference(x.data(), 96, qs.data(), ds.data());
+  for (int b = 0; b < 3; ++b) {
+    int sums[2] = {0, 0};
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[32 * b + i]));
+    for (int i = 0; i < 32; ++i) {
+      const int q = qs[32 * b + i];
+      EXPECT_LE(std::abs(q), 127);
+      EXPECT_NEAR(ds[b].x * q, x[32 * b + i], 0.5001f * ds[b].x + 1e-30f);
+      sums[i / 16] += q;
+    }
+    EXPECT_FLOAT_EQ(ds[b].x, amax / 127.0f);
+    EXPECT_FLOAT_EQ(ds[b].y, ds[b].x * static_cast<float>(sums[0] + sums[1]));
+    EXPECT_FLOAT_EQ(ds[b].z, ds[b].x * static_cast<float>(sums[0]));
+    EXPECT_FLOAT_EQ(ds[b].w, ds[b].x * static_cast<float>(sums[1]));
+  }
+  EXPECT_EQ(ds[1].x, 0.0f);
+}
 
 }  // namespace
 }  // namespace llamaserve::cuda::testing

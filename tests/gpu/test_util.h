@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/act_quant.h"
 #include "backend/cuda/device_matrix.h"
 #include "core/status.h"
 #include "quant/quant.h"
@@ -175,6 +176,38 @@ inline const std::vector<TensorType>& weight_types() {
       TensorType::F32,  TensorType::F16,  TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0,
       TensorType::Q4_1, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
   return kTypes;
+}
+
+// Compares the 8-bit blocks in `storage` (seen through `view`) with the host reference
+// quantization of x's n_rows rows of n; reports up to five differences and returns their count.
+inline int count_q8_mismatches(const std::vector<float>& x, int64_t x_stride, int64_t n_rows,
+                               int64_t n, const DeviceArray<uint8_t>& storage, const Q8Rows& view) {
+  const std::vector<uint8_t> bytes = storage.download();
+  const auto* qs = reinterpret_cast<const int8_t*>(bytes.data());
+  const auto* ds = reinterpret_cast<const float4*>(
+      bytes.data() + (reinterpret_cast<const uint8_t*>(view.ds) - storage.get()));
+  std::vector<int8_t> want_qs(static_cast<size_t>(n));
+  std::vector<float4> want_ds(static_cast<size_t>(n / kQ8Block));
+  int mismatches = 0;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    quantize_q8_reference(x.data() + r * x_stride, n, want_qs.data(), want_ds.data());
+    for (int64_t c = 0; c < n; ++c) {
+      const int8_t got = qs[r * view.qs_stride + c];
+      if (got != want_qs[c] && ++mismatches <= 5) {
+        ADD_FAILURE() << "code [" << r << "][" << c << "] is " << int{got} << ", reference "
+                      << int{want_qs[c]};
+      }
+    }
+    for (int64_t k = 0; k < n / kQ8Block; ++k) {
+      const float4 g = ds[r * view.ds_stride + k], w = want_ds[k];
+      if ((g.x != w.x || g.y != w.y || g.z != w.z || g.w != w.w) && ++mismatches <= 5) {
+        ADD_FAILURE() << "block [" << r << "][" << k << "]: {" << g.x << ", " << g.y << ", " << g.z
+                      << ", " << g.w << "}, reference {" << w.x << ", " << w.y << ", " << w.z
+                      << ", " << w.w << "}";
+      }
+    }
+  }
+  return mismatches;
 }
 
 inline std::string type_param_name(const ::testing::TestParamInfo<TensorType>& info) {

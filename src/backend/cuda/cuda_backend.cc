@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "backend/cuda/act_quant.h"
 #include "backend/cuda/attention.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/dequant.h"
@@ -16,31 +17,70 @@ CudaBackend::CudaBackend(const ModelConfig& config, CudaWeights weights, cublasH
                          const CudaBackendOptions& options)
     : config_(config), weights_(std::move(weights)), cublas_(cublas), options_(options) {}
 
-Status CudaBackend::project(const DeviceMatrix& w, const float* x, int64_t x_stride, int64_t n_rows,
-                            float* y, int64_t y_stride, const float* bias, bool accumulate,
-                            CudaActivations& act, cudaStream_t stream) const {
-  if (n_rows < options_.gemm_min_rows) {
-    MatvecArgs a;
-    a.w = w;
+bool CudaBackend::wants_q8(int64_t n_rows,
+                           std::initializer_list<const DeviceMatrix*> weights) const {
+  if (n_rows >= options_.gemm_min_rows) return false;
+  for (const DeviceMatrix* w : weights) {
+    if (matvec_uses_q8(w->type)) return true;
+  }
+  return false;
+}
+
+Status CudaBackend::project(std::initializer_list<Projection> projections, const float* x,
+                            int64_t x_stride, int64_t n_rows, bool x_q8_ready, CudaActivations& act,
+                            cudaStream_t stream) const {
+  if (n_rows >= options_.gemm_min_rows) {
+    for (const Projection& p : projections) {
+      GemmArgs g;
+      g.w = *p.w;
+      g.x = x;
+      g.x_stride = x_stride;
+      g.n_rows = n_rows;
+      g.y = p.y;
+      g.y_stride = p.y_stride;
+      g.bias = p.bias;
+      g.accumulate = p.accumulate;
+      LS_RETURN_IF_ERROR(gemm(cublas_, g, act.gemm, stream));
+    }
+    return Status::ok();
+  }
+  const int64_t cols = projections.begin()->w->cols;
+  bool q8_ready = x_q8_ready;
+  MatvecArgs parts[kMaxMatvecParts];
+  size_t n_parts = 0;
+  auto flush = [&]() -> Status {
+    if (n_parts == 0) return Status::ok();
+    const Status s = matvec_parts(std::span<const MatvecArgs>(parts, n_parts), stream);
+    n_parts = 0;
+    return s;
+  };
+  for (const Projection& p : projections) {
+    if (p.w->cols != cols) {
+      return make_error(StatusCode::kInternal, "projections of one input differ in width");
+    }
+    const bool q8 = matvec_uses_q8(p.w->type);
+    if (q8 && !q8_ready) {
+      LS_RETURN_IF_ERROR(quantize_q8(x, x_stride, n_rows, cols, act.q8, stream));
+      q8_ready = true;
+    }
+    // One launch per run of projections of one type (and the same accumulate mode).
+    if (n_parts > 0 && (parts[0].w.type != p.w->type || parts[0].accumulate != p.accumulate ||
+                        n_parts == static_cast<size_t>(kMaxMatvecParts))) {
+      LS_RETURN_IF_ERROR(flush());
+    }
+    MatvecArgs& a = parts[n_parts++];
+    a = MatvecArgs{};
+    a.w = *p.w;
     a.x = x;
     a.x_stride = x_stride;
+    if (q8) a.xq = act.q8;
     a.n_rows = static_cast<int32_t>(n_rows);
-    a.y = y;
-    a.y_stride = y_stride;
-    a.bias = bias;
-    a.accumulate = accumulate;
-    return matvec(a, stream);
+    a.y = p.y;
+    a.y_stride = p.y_stride;
+    a.bias = p.bias;
+    a.accumulate = p.accumulate;
   }
-  GemmArgs g;
-  g.w = w;
-  g.x = x;
-  g.x_stride = x_stride;
-  g.n_rows = n_rows;
-  g.y = y;
-  g.y_stride = y_stride;
-  g.bias = bias;
-  g.accumulate = accumulate;
-  return gemm(cublas_, g, act.gemm, stream);
+  return flush();
 }
 
 Status CudaBackend::run_layer(const DeviceBatch& b, int32_t layer, const CudaKvCache& kv,
@@ -59,13 +99,13 @@ Status CudaBackend::run_layer(const DeviceBatch& b, int32_t layer, const CudaKvC
   norm.n_rows = n;
   norm.n = c.n_embd;
   norm.eps = c.norm_eps;
+  const bool qkv_q8 = wants_q8(n, {&w.wq, &w.wk, &w.wv});
+  norm.yq = qkv_q8 ? act.q8 : Q8Rows{};
   LS_RETURN_IF_ERROR(rmsnorm(norm, stream));
-  LS_RETURN_IF_ERROR(
-      project(w.wq, act.normed, act.embd_stride, n, act.q, act.q_stride, w.bq, false, act, stream));
-  LS_RETURN_IF_ERROR(project(w.wk, act.normed, act.embd_stride, n, act.k, act.kv_stride, w.bk,
-                             false, act, stream));
-  LS_RETURN_IF_ERROR(project(w.wv, act.normed, act.embd_stride, n, act.v, act.kv_stride, w.bv,
-                             false, act, stream));
+  LS_RETURN_IF_ERROR(project({{&w.wq, act.q, act.q_stride, w.bq, false},
+                              {&w.wk, act.k, act.kv_stride, w.bk, false},
+                              {&w.wv, act.v, act.kv_stride, w.bv, false}},
+                             act.normed, act.embd_stride, n, qkv_q8, act, stream));
 
   RopeArgs rope_args;
   rope_args.q = act.q;
@@ -121,20 +161,22 @@ Status CudaBackend::run_layer(const DeviceBatch& b, int32_t layer, const CudaKvC
   at.partial = act.attention_partial;
   at.n_batch_rows = n;
   LS_RETURN_IF_ERROR(attention(at, stream));
-  LS_RETURN_IF_ERROR(project(w.wo, act.attn, act.q_stride, n, act.hidden, act.embd_stride, nullptr,
-                             true, act, stream));
+  LS_RETURN_IF_ERROR(project({{&w.wo, act.hidden, act.embd_stride, nullptr, true}}, act.attn,
+                             act.q_stride, n, false, act, stream));
 
   // Feed-forward block: hidden += w_down · (silu(w_gate · x) * (w_up · x)), x = norm(hidden)
   norm.weight = w.ffn_norm;
+  const bool ffn_q8 = wants_q8(n, {&w.w_gate, &w.w_up});
+  norm.yq = ffn_q8 ? act.q8 : Q8Rows{};
   LS_RETURN_IF_ERROR(rmsnorm(norm, stream));
-  LS_RETURN_IF_ERROR(project(w.w_gate, act.normed, act.embd_stride, n, act.gate, act.ff_stride,
-                             nullptr, false, act, stream));
-  LS_RETURN_IF_ERROR(project(w.w_up, act.normed, act.embd_stride, n, act.up, act.ff_stride, nullptr,
-                             false, act, stream));
+  LS_RETURN_IF_ERROR(project({{&w.w_gate, act.gate, act.ff_stride, nullptr, false},
+                              {&w.w_up, act.up, act.ff_stride, nullptr, false}},
+                             act.normed, act.embd_stride, n, ffn_q8, act, stream));
+  const bool down_q8 = wants_q8(n, {&w.w_down});
   LS_RETURN_IF_ERROR(silu_mul(act.gate, act.ff_stride, act.up, act.ff_stride, n, c.n_ff, act.gate,
-                              act.ff_stride, stream));
-  return project(w.w_down, act.gate, act.ff_stride, n, act.hidden, act.embd_stride, nullptr, true,
-                 act, stream);
+                              act.ff_stride, stream, down_q8 ? act.q8 : Q8Rows{}));
+  return project({{&w.w_down, act.hidden, act.embd_stride, nullptr, true}}, act.gate, act.ff_stride,
+                 n, down_q8, act, stream);
 }
 
 Status CudaBackend::forward(const DeviceBatch& b, const LayerRange& range, const CudaKvCache& kv,
@@ -176,9 +218,11 @@ Status CudaBackend::head(const DeviceBatch& b, int32_t first, int32_t count, Cud
   norm.n_rows = count;
   norm.n = config_.n_embd;
   norm.eps = config_.norm_eps;
+  const bool q8 = wants_q8(count, {&weights_.output});
+  norm.yq = q8 ? act.q8 : Q8Rows{};
   LS_RETURN_IF_ERROR(rmsnorm(norm, stream));
-  return project(weights_.output, act.head_rows, act.embd_stride, count, act.logits,
-                 act.vocab_stride, nullptr, false, act, stream);
+  return project({{&weights_.output, act.logits, act.vocab_stride, nullptr, false}}, act.head_rows,
+                 act.embd_stride, count, q8, act, stream);
 }
 
 }  // namespace llamaserve::cuda

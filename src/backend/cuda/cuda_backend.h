@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 
 #include <cublas_v2.h>
@@ -46,10 +47,22 @@ class CudaBackend {
  private:
   Status run_layer(const DeviceBatch& batch, int32_t layer, const CudaKvCache& kv,
                    CudaActivations& act, int32_t n_splits, cudaStream_t stream) const;
-  // y (+)= W x (+ bias), by matvec or GEMM depending on n_rows.
-  Status project(const DeviceMatrix& w, const float* x, int64_t x_stride, int64_t n_rows, float* y,
-                 int64_t y_stride, const float* bias, bool accumulate, CudaActivations& act,
-                 cudaStream_t stream) const;
+  // One product y (+)= W x (+ bias) of a layer.
+  struct Projection {
+    const DeviceMatrix* w;
+    float* y;
+    int64_t y_stride;
+    const float* bias;
+    bool accumulate;
+  };
+  // True when products of n_rows rows with any of `weights` run as integer matvecs and so need
+  // the input as 8-bit blocks in act.q8.
+  bool wants_q8(int64_t n_rows, std::initializer_list<const DeviceMatrix*> weights) const;
+  // The projections of one input x (n_rows rows): cuBLAS GEMMs from gemm_min_rows rows on,
+  // else matvecs, those of one weight type in one launch. x_q8_ready: act.q8 already holds x
+  // as 8-bit blocks (written by the producer of x); otherwise it is quantized here if needed.
+  Status project(std::initializer_list<Projection> projections, const float* x, int64_t x_stride,
+                 int64_t n_rows, bool x_q8_ready, CudaActivations& act, cudaStream_t stream) const;
 
   ModelConfig config_;
   CudaWeights weights_;

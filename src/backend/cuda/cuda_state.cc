@@ -44,7 +44,7 @@ uint64_t CudaActivations::bytes(const ModelConfig& c, const CudaLimits& l) {
                  r = static_cast<uint64_t>(l.max_logit_rows);
   return 2 * floats_bytes(t * s.embd) + 2 * floats_bytes(t * s.q) + 2 * floats_bytes(t * s.kv) +
          2 * floats_bytes(t * s.ff) + floats_bytes(r * s.embd) + floats_bytes(r * s.vocab) +
-         floats_bytes(partial_floats(c, l)) +
+         floats_bytes(partial_floats(c, l)) + q8_rows_bytes(l.max_matvec_rows, max_gemm_cols(c)) +
          align_up(gemm_act_half_bytes(l.max_tokens, max_gemm_cols(c)), kDeviceAlignment) +
          align_up(static_cast<uint64_t>(l.gemm_scratch_elems) * 2, kDeviceAlignment) +
          align_up(staging_ints(l) * sizeof(int32_t), kDeviceAlignment);  // BatchStaging's mirror
@@ -73,6 +73,11 @@ Result<CudaActivations> CudaActivations::allocate(DevicePool& pool, const ModelC
   LS_ASSIGN_OR_RETURN(a.logits, pool.allocate_array<float>(r * s.vocab, "logits"));
   LS_ASSIGN_OR_RETURN(a.attention_partial,
                       pool.allocate_array<float>(partial_floats(c, l), "attention partials"));
+  if (l.max_matvec_rows > 0) {
+    LS_ASSIGN_OR_RETURN(void* q8, pool.allocate(q8_rows_bytes(l.max_matvec_rows, max_gemm_cols(c)),
+                                                "8-bit activations"));
+    a.q8 = q8_rows_view(q8, l.max_matvec_rows, max_gemm_cols(c));
+  }
   a.gemm.act_half_bytes = gemm_act_half_bytes(l.max_tokens, max_gemm_cols(c));
   LS_ASSIGN_OR_RETURN(a.gemm.act_half, pool.allocate(a.gemm.act_half_bytes, "GEMM activations"));
   a.gemm.weight_half_bytes = static_cast<size_t>(l.gemm_scratch_elems) * 2;

@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/batch.h"
+#include "backend/cuda/act_quant.h"
 #include "backend/cuda/attention.h"
 #include "backend/cuda/device_pool.h"
 #include "backend/cuda/gemm.h"
@@ -24,6 +25,9 @@ struct CudaLimits {
   int32_t max_blocks_per_seq = 0;  // ceil(max context / block_size)
   int64_t max_split_rows = 512;    // rows × splits of flash-decoding partials
   int64_t gemm_scratch_elems = 0;  // f16 elements of dequantized weight rows for GEMMs
+  // Rows a pass multiplies by matvec (fewer than the GEMM threshold): the 8-bit activation
+  // blocks of quantized weights are sized for this many. 0: none (every product a GEMM).
+  int64_t max_matvec_rows = 0;
 };
 
 // Activation rows are padded to 8 floats so that every kernel's 16-byte loads stay aligned.
@@ -41,6 +45,9 @@ struct CudaActivations {
   float* head_rows = nullptr;  // (max_logit_rows, n_embd) final-normed rows that need logits
   float* logits = nullptr;     // (max_logit_rows, n_vocab)
   float* attention_partial = nullptr;
+  // (max_matvec_rows, max(n_embd, q_dim, n_ff)) as 8-bit blocks: the input of the integer
+  // matvec, written by the producer of each projection's input (norm, silu_mul, quantize).
+  Q8Rows q8;
   GemmWorkspace gemm;
   int64_t embd_stride = 0, q_stride = 0, kv_stride = 0, ff_stride = 0, vocab_stride = 0;
 

@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/check.h"
 #include "backend/cuda/elementwise.h"
 
@@ -68,11 +69,26 @@ struct SiluMul {
   int64_t up_stride;
   float* out;
   int64_t out_stride;
-  __device__ void operator()(int64_t r, int64_t c) const {
+  __device__ float value(int64_t r, int64_t c) const {
     const float g = gate[r * gate_stride + c];
-    out[r * out_stride + c] = g / (1.0f + __expf(-g)) * up[r * up_stride + c];
+    return g / (1.0f + __expf(-g)) * up[r * up_stride + c];
   }
+  __device__ void operator()(int64_t r, int64_t c) const { out[r * out_stride + c] = value(r, c); }
 };
+
+// silu_mul with 8-bit output: the columns of a CTA are whole blocks, one per warp.
+__global__ void __launch_bounds__(kThreads)
+    silu_mul_q8_kernel(SiluMul op, int64_t n_rows, int64_t n, Q8Rows out_q) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (c >= n) return;  // whole warps, since n % 32 == 0
+  const int lane = threadIdx.x & 31;
+  for (int64_t r = blockIdx.y; r < n_rows; r += gridDim.y) {
+    const float v = op.value(r, c);
+    op.out[r * op.out_stride + c] = v;
+    quantize_q8_warp(v, lane, out_q.qs + r * out_q.qs_stride + (c - lane),
+                     out_q.ds + r * out_q.ds_stride + c / kQ8Block);
+  }
+}
 
 struct AddInplace {
   float* x;
@@ -116,9 +132,18 @@ Status convert_to_half(const float* x, int64_t x_stride, int64_t n_rows, int64_t
 }
 
 Status silu_mul(const float* gate, int64_t gate_stride, const float* up, int64_t up_stride,
-                int64_t n_rows, int64_t n, float* out, int64_t out_stride, cudaStream_t stream) {
+                int64_t n_rows, int64_t n, float* out, int64_t out_stride, cudaStream_t stream,
+                const Q8Rows& out_q) {
   LS_CUDA_REQUIRE(gate != nullptr && up != nullptr && out != nullptr);
-  return launch_rows(n_rows, n, SiluMul{gate, gate_stride, up, up_stride, out, out_stride}, stream);
+  const SiluMul op{gate, gate_stride, up, up_stride, out, out_stride};
+  if (out_q.qs == nullptr) return launch_rows(n_rows, n, op, stream);
+  LS_CUDA_REQUIRE(n % kQ8Block == 0 && out_q.ds != nullptr && out_q.qs_stride % 16 == 0 &&
+                  out_q.qs_stride >= n && n_rows >= 0);
+  if (n_rows == 0 || n == 0) return Status::ok();
+  const Grid2d g = Grid2d::make(n_rows, n);
+  silu_mul_q8_kernel<<<g.grid, kThreads, 0, stream>>>(op, n_rows, n, out_q);
+  LS_CUDA_CHECK_LAUNCH();
+  return Status::ok();
 }
 
 Status add_inplace(float* x, int64_t x_stride, const float* y, int64_t y_stride, int64_t n_rows,

@@ -6,6 +6,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "backend/cuda/act_quant.h"
 #include "core/status.h"
 
 namespace llamaserve::cuda {
@@ -17,9 +18,11 @@ enum class HalfType { kF16, kBF16 };
 Status convert_to_half(const float* x, int64_t x_stride, int64_t n_rows, int64_t n, void* dst,
                        int64_t dst_stride, HalfType type, cudaStream_t stream);
 
-// out = silu(gate) * up, silu(g) = g / (1 + e^-g). out may alias gate or up.
+// out = silu(gate) * up, silu(g) = g / (1 + e^-g). out may alias gate or up. When out_q.qs is
+// set, the rows are also written as 8-bit blocks (act_quant.h; PRECONDITION: n % 32 == 0).
 Status silu_mul(const float* gate, int64_t gate_stride, const float* up, int64_t up_stride,
-                int64_t n_rows, int64_t n, float* out, int64_t out_stride, cudaStream_t stream);
+                int64_t n_rows, int64_t n, float* out, int64_t out_stride, cudaStream_t stream,
+                const Q8Rows& out_q = {});
 
 // x += y.
 Status add_inplace(float* x, int64_t x_stride, const float* y, int64_t y_stride, int64_t n_rows,

@@ -5,27 +5,74 @@
 
 namespace llamaserve::cuda {
 
+bool matvec_uses_q8(TensorType type) {
+  switch (type) {
+    case TensorType::Q8_0:
+    case TensorType::Q4_0:
+    case TensorType::Q4_1:
+    case TensorType::Q4_K:
+    case TensorType::Q5_K:
+    case TensorType::Q6_K: return true;
+    default: return false;
+  }
+}
+
 uint64_t matvec_weight_bytes(const DeviceMatrix& w) {
   return static_cast<uint64_t>(w.rows) *
          static_cast<uint64_t>(w.quant_row_bytes + w.scale_row_bytes);
 }
 
 Status matvec(const MatvecArgs& a, cudaStream_t stream) {
-  LS_CUDA_REQUIRE(a.w.quants != nullptr && a.w.rows > 0 && a.w.cols > 0);
-  LS_CUDA_REQUIRE(a.x != nullptr && a.y != nullptr && a.n_rows >= 1);
-  LS_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.x_stride % 4 == 0);
-  LS_CUDA_REQUIRE(a.n_rows == 1 || (a.x_stride >= a.w.cols && a.y_stride >= a.w.rows));
-  switch (a.w.type) {
-    case TensorType::F32: return launch_matvec<TensorType::F32>(a, stream);
-    case TensorType::F16: return launch_matvec<TensorType::F16>(a, stream);
-    case TensorType::BF16: return launch_matvec<TensorType::BF16>(a, stream);
-    case TensorType::Q8_0: return launch_matvec<TensorType::Q8_0>(a, stream);
-    case TensorType::Q4_0: return launch_matvec<TensorType::Q4_0>(a, stream);
-    case TensorType::Q4_1: return launch_matvec<TensorType::Q4_1>(a, stream);
-    case TensorType::Q4_K: return launch_matvec<TensorType::Q4_K>(a, stream);
-    case TensorType::Q5_K: return launch_matvec<TensorType::Q5_K>(a, stream);
-    case TensorType::Q6_K: return launch_matvec<TensorType::Q6_K>(a, stream);
-    default: return unsupported_weight_type(a.w.type, "matvec");
+  return matvec_parts(std::span<const MatvecArgs>(&a, 1), stream);
+}
+
+Status matvec_parts(std::span<const MatvecArgs> parts, cudaStream_t stream) {
+  LS_CUDA_REQUIRE(!parts.empty() && parts.size() <= static_cast<size_t>(kMaxMatvecParts));
+  const MatvecArgs& first = parts[0];
+  const bool q8 = matvec_uses_q8(first.w.type);
+  MatvecLaunch launch;
+  launch.n_parts = static_cast<int32_t>(parts.size());
+  launch.n_rows = first.n_rows;
+  launch.accumulate = first.accumulate;
+  if (q8) {
+    launch.xq = first.xq;
+  } else {
+    launch.x = first.x;
+    launch.x_stride = first.x_stride;
+  }
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const MatvecArgs& a = parts[i];
+    LS_CUDA_REQUIRE(a.w.quants != nullptr && a.w.rows > 0 && a.w.cols > 0);
+    LS_CUDA_REQUIRE(a.w.type == first.w.type && a.w.cols == first.w.cols);
+    LS_CUDA_REQUIRE(a.n_rows == first.n_rows && a.n_rows >= 1 && a.accumulate == first.accumulate);
+    LS_CUDA_REQUIRE(a.y != nullptr && (a.n_rows == 1 || a.y_stride >= a.w.rows));
+    if (q8) {
+      LS_CUDA_REQUIRE(a.xq.qs == first.xq.qs && a.xq.ds == first.xq.ds);
+      LS_CUDA_REQUIRE(a.xq.qs != nullptr && a.xq.ds != nullptr);
+      LS_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.xq.qs) % 16 == 0 && a.xq.qs_stride % 16 == 0);
+      LS_CUDA_REQUIRE(a.n_rows == 1 ||
+                      (a.xq.qs_stride >= a.w.cols && a.xq.ds_stride >= a.w.cols / kQ8Block));
+    } else {
+      LS_CUDA_REQUIRE(a.x == first.x && a.x_stride == first.x_stride && a.x != nullptr);
+      LS_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.x_stride % 4 == 0);
+      LS_CUDA_REQUIRE(a.n_rows == 1 || a.x_stride >= a.w.cols);
+    }
+    launch.parts[i].w = a.w;
+    launch.parts[i].y = a.y;
+    launch.parts[i].y_stride = a.y_stride;
+    launch.parts[i].bias = a.bias;
+  }
+  switch (first.w.type) {
+    case TensorType::F32: return launch_matvec<TensorType::F32>(launch, stream);
+    case TensorType::F16: return launch_matvec<TensorType::F16>(launch, stream);
+    case TensorType::BF16: return launch_matvec<TensorType::BF16>(launch, stream);
+    case TensorType::Q8_0: return launch_matvec<TensorType::Q8_0>(launch, stream);
+    case TensorType::Q4_0: return launch_matvec<TensorType::Q4_0>(launch, stream);
+    case TensorType::Q4_1: return launch_matvec<TensorType::Q4_1>(launch, stream);
+    case TensorType::Q4_K: return launch_matvec<TensorType::Q4_K>(launch, stream);
+    case TensorType::Q5_K: return launch_matvec<TensorType::Q5_K>(launch, stream);
+    case TensorType::Q6_K: return launch_matvec<TensorType::Q6_K>(launch, stream);
+    default: return unsupported_weight_type(first.w.type, "matvec");
   }
 }
 

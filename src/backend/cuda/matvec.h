@@ -1,26 +1,39 @@
-// Decode-time products of a weight matrix with a few activation rows:
+// Decode-time products of weight matrices with a few activation rows:
 //   y[b, r] = (accumulate ? y[b, r] : 0) + Σ_c W[r, c] · x[b, c] + bias[r],  b < n_rows.
 //
 // Memory-bound: each weight byte is read once for all activation rows of a launch (up to
-// kMaxMatvecRows; more rows run in groups of that many). Weights stream with 16-byte loads,
-// activations are fp32 and read through L1, and accumulation is fp32.
+// kMaxMatvecRows; more rows run in groups of that many). Quantized weights (Q8_0, Q4_0, Q4_1,
+// Q4_K, Q5_K, Q6_K) take the activations as 8-bit blocks (act_quant.h) and multiply with
+// integer dot products; F32/F16/BF16 weights take fp32 activations. Accumulation is fp32.
+//
+// Several matrices with the same input (Q, K and V; gate and up) can run in one launch, which
+// saves the launch gaps and the tail of each small grid.
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include <cuda_runtime_api.h>
 
+#include "backend/cuda/act_quant.h"
 #include "backend/cuda/device_matrix.h"
 #include "core/status.h"
 
 namespace llamaserve::cuda {
 
 inline constexpr int kMaxMatvecRows = 8;
+inline constexpr int kMaxMatvecParts = 3;
+
+// True when matvec takes `type` weights with 8-bit activations (MatvecArgs::xq).
+bool matvec_uses_q8(TensorType type);
 
 struct MatvecArgs {
-  DeviceMatrix w;               // (rows, cols)
-  const float* x = nullptr;     // row b at x + b * x_stride; 16-byte aligned, x_stride % 4 == 0
-  int64_t x_stride = 0;         // >= w.cols
+  DeviceMatrix w;  // (rows, cols)
+  // Float weight types: row b at x + b * x_stride; 16-byte aligned, x_stride % 4 == 0.
+  const float* x = nullptr;
+  int64_t x_stride = 0;  // >= w.cols
+  // Quantized weight types: the same rows as 8-bit blocks (quantize_q8 of x).
+  Q8Rows xq;
   int32_t n_rows = 1;           // activation rows, >= 1
   float* y = nullptr;           // y[b * y_stride + r]
   int64_t y_stride = 0;         // >= w.rows
@@ -31,6 +44,10 @@ struct MatvecArgs {
 // PRECONDITIONS (checked, an error Status otherwise): the contract above; w is a matrix of a
 // supported type uploaded by upload_matrix; y does not overlap x.
 Status matvec(const MatvecArgs& args, cudaStream_t stream);
+
+// Several products in one launch. PRECONDITIONS: as matvec for each; all parts have the same
+// weight type, columns, activations (x / xq) and n_rows; at most kMaxMatvecParts parts.
+Status matvec_parts(std::span<const MatvecArgs> parts, cudaStream_t stream);
 
 // Weight bytes one matvec reads (for bandwidth figures).
 uint64_t matvec_weight_bytes(const DeviceMatrix& w);

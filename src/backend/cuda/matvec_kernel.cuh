@@ -1,44 +1,97 @@
 // The matvec kernel template (see matvec.h for the contract). Included only by the
 // matvec_*.cu files, each of which instantiates it for its weight types.
 //
-// Geometry: a block of 128 threads owns RW consecutive weight rows. Its threads walk the units
-// of those rows (see formats.cuh) in lock step: thread t takes units t, t + 128, ..., so a
-// warp's 16-byte loads of one row are 512 contiguous bytes. Each thread keeps the next unit's
-// loads in flight while it decodes the current one, multiplies the decoded run with the
-// matching 4..16 activations of each of the B activation rows, and keeps RW × B fp32 partial
-// sums. A warp shuffle and a pass through shared memory reduce them at the end.
+// Geometry: a CTA is 4 warps; a warp owns RW consecutive weight rows of one part and walks their
+// items (dot_formats.cuh) with its lanes in lock step: lane l takes items l, l + 32, ..., U items
+// per step, so a warp's loads of one row are contiguous. Every load of a step is issued before
+// any product of that step (U × RW independent 16-byte loads per lane in flight), and each
+// activation item is loaded once per step and used for all RW rows, which keeps L1 traffic for
+// the activations below that of the weight stream. Partial sums (RW × B per lane) are reduced
+// across the warp by a transposing butterfly: 31 shuffles for 32 sums instead of 160.
 //
-// The RW rows of a block share every activation load, which keeps L1 traffic for the fp32
-// activations (up to 8 bytes per weight byte for 4-bit types) below the weight stream's cost.
+// No shared memory and no CTA-wide barrier: warps past the last row simply return. The
+// parameter is __grid_constant__ so that picking a part by index reads it in place instead of
+// copying the whole struct to local memory.
 #pragma once
 
 #include <algorithm>
 
 #include "backend/cuda/check.h"
-#include "backend/cuda/formats.cuh"
+#include "backend/cuda/dot_formats.cuh"
 #include "backend/cuda/matvec_launch.h"
 
 namespace llamaserve::cuda {
 
-inline constexpr int kMatvecThreads = 128;
+inline constexpr int kMatvecWarps = 4;
+inline constexpr int kMatvecThreads = 32 * kMatvecWarps;
 
-// Rows per block: more rows share the activation loads; fewer keep registers in check when
-// there are many activation rows.
+// Weight rows per warp: more rows share each activation load (B of them per item); fewer keep
+// the RW × B sums and the loaded items in registers.
 template <int B>
-inline constexpr int kMatvecRowsPerBlock = B <= 4 ? 4 : 2;
+inline constexpr int kMatvecRowsPerWarp = B <= 4 ? 2 : 4;
 
-template <TensorType T, int B, int RW>
-__global__ void __launch_bounds__(kMatvecThreads) matvec_kernel(const MatvecArgs a) {
-  using F = Format<T>;
-  constexpr int kElems = F::kRunLen * F::kRuns;
-  const int units = static_cast<int>(a.w.cols / kElems);
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * RW;
+// Items per lane and step: about 192 bytes of loaded registers (RW rows × U items) per lane.
+template <TensorType T, int RW>
+inline constexpr int kMatvecUnroll =
+    std::max<int>(1, 192 / (RW * static_cast<int>(sizeof(typename DotFormat<T>::Raw))));
 
-  // The last block may own fewer than RW rows: it reads the last row again and drops it.
+__host__ __device__ constexpr int next_pow2_int(int n) {
+  return n <= 1 ? 1 : 2 * next_pow2_int((n + 1) / 2);
+}
+
+// Sums P values across the warp (P a power of two <= 32); lane L returns the total of value
+// L >> (5 - log2 P). Each halving step trades half of the values with the partner lane, so
+// every lane ends with one value summed over the lanes that differ in the traded bits; the
+// remaining low lane bits are summed with plain shuffles.
+template <int P>
+__device__ __forceinline__ float warp_transpose_sum(float (&v)[P], int lane) {
+  int offset = 16;
+#pragma unroll
+  for (int n = P; n > 1; n /= 2, offset /= 2) {
+    const bool upper = (lane & offset) != 0;
+#pragma unroll
+    for (int i = 0; i < n / 2; ++i) {
+      const float send = upper ? v[i] : v[i + n / 2];
+      const float keep = upper ? v[i + n / 2] : v[i];
+      v[i] = keep + __shfl_xor_sync(0xffffffffu, send, offset);
+    }
+  }
+  float s = v[0];
+#pragma unroll
+  for (; offset > 0; offset /= 2) s += __shfl_xor_sync(0xffffffffu, s, offset);
+  return s;
+}
+
+template <TensorType T>
+__device__ __forceinline__ auto activation_row(const MatvecLaunch& a, int b) {
+  if constexpr (DotFormat<T>::kQ8) {
+    return q8_row(a.xq, b);
+  } else {
+    return a.x + b * a.x_stride;
+  }
+}
+
+template <TensorType T, int B, int RW, int U>
+__global__ void __launch_bounds__(kMatvecThreads)
+    matvec_kernel(const __grid_constant__ MatvecLaunch a) {
+  using F = DotFormat<T>;
+  const int lane = threadIdx.x & 31;
+  int p = 0;
+#pragma unroll
+  for (int i = 1; i < kMaxMatvecParts; ++i) {
+    if (i < a.n_parts && static_cast<int32_t>(blockIdx.x) >= a.parts[i].first_cta) p = i;
+  }
+  const MatvecPart& part = a.parts[p];
+  const DeviceMatrix& w = part.w;
+  const int64_t row0 =
+      (static_cast<int64_t>(blockIdx.x - part.first_cta) * kMatvecWarps + (threadIdx.x >> 5)) * RW;
+  if (row0 >= w.rows) return;
+  // The last warp may own fewer than RW rows: it reads the last row again and drops it.
   int64_t rows[RW];
 #pragma unroll
-  for (int r = 0; r < RW; ++r) rows[r] = min(row0 + r, a.w.rows - 1);
+  for (int r = 0; r < RW; ++r) rows[r] = min(row0 + r, w.rows - 1);
 
+  const int n_items = static_cast<int>(w.cols / F::kItemElems);
   float acc[RW][B];
 #pragma unroll
   for (int r = 0; r < RW; ++r) {
@@ -46,121 +99,100 @@ __global__ void __launch_bounds__(kMatvecThreads) matvec_kernel(const MatvecArgs
     for (int b = 0; b < B; ++b) acc[r][b] = 0.0f;
   }
 
-  int u = threadIdx.x;
-  typename F::Raw cur[RW];
-  if (u < units) {
+  for (int first = lane; first < n_items; first += 32 * U) {
+    typename F::Raw raw[U][RW];
 #pragma unroll
-    for (int r = 0; r < RW; ++r) cur[r] = F::load(a.w, rows[r], u);
-  }
-  for (; u < units; u += kMatvecThreads) {
-    const int next_u = u + kMatvecThreads;
-    typename F::Raw next[RW];
-    if (next_u < units) {
+    for (int u = 0; u < U; ++u) {
+      const int item = first + 32 * u;
+      if (item < n_items) {
 #pragma unroll
-      for (int r = 0; r < RW; ++r) next[r] = F::load(a.w, rows[r], next_u);
-    }
-#pragma unroll
-    for (int k = 0; k < F::kRuns; ++k) {
-      float w[RW][F::kRunLen];
-      float scale[RW];
-#pragma unroll
-      for (int r = 0; r < RW; ++r) {
-        float min = 0.0f;
-        scale[r] = 1.0f;
-        F::decode(cur[r], u, k, w[r], scale[r], min);
-        // With a min the run is dequantized once for all activation rows; without one the
-        // scale is applied to the run's sum instead of to every element.
-        if constexpr (F::kHasMin) dequantize_run<F>(w[r], scale[r], min);
-      }
-      const int base = F::run_base(u, k);
-#pragma unroll
-      for (int b = 0; b < B; ++b) {
-        const float4* xp = reinterpret_cast<const float4*>(a.x + b * a.x_stride + base);
-        float xv[F::kRunLen];
-#pragma unroll
-        for (int i = 0; i < F::kRunLen / 4; ++i) {
-          const float4 v = __ldg(xp + i);
-          xv[4 * i] = v.x;
-          xv[4 * i + 1] = v.y;
-          xv[4 * i + 2] = v.z;
-          xv[4 * i + 3] = v.w;
-        }
-#pragma unroll
-        for (int r = 0; r < RW; ++r) {
-          float s = 0.0f;
-#pragma unroll
-          for (int i = 0; i < F::kRunLen; ++i) s = fmaf(w[r][i], xv[i], s);
-          if constexpr (F::kHasScale && !F::kHasMin) {
-            acc[r][b] = fmaf(scale[r], s, acc[r][b]);
-          } else {
-            acc[r][b] += s;
-          }
-        }
+        for (int r = 0; r < RW; ++r) raw[u][r] = F::load(w, rows[r], item);
       }
     }
 #pragma unroll
-    for (int r = 0; r < RW; ++r) cur[r] = next[r];
+    for (int u = 0; u < U; ++u) {
+      const int item = first + 32 * u;
+      if (item < n_items) {
+        typename F::Decoded dec[RW];
+#pragma unroll
+        for (int r = 0; r < RW; ++r) dec[r] = F::decode(raw[u][r], item);
+#pragma unroll
+        for (int b = 0; b < B; ++b) {
+          const typename F::Act x = F::load_act(activation_row<T>(a, b), item);
+#pragma unroll
+          for (int r = 0; r < RW; ++r) acc[r][b] += F::dot(dec[r], x);
+        }
+      }
+    }
   }
 
-  constexpr int kWarps = kMatvecThreads / 32;
-  __shared__ float partial[kWarps][RW * B];
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
+  constexpr int kValues = RW * B;
+  constexpr int kPadded = next_pow2_int(kValues);
+  static_assert(kPadded <= 32);
+  float v[kPadded];
 #pragma unroll
-  for (int r = 0; r < RW; ++r) {
-#pragma unroll
-    for (int b = 0; b < B; ++b) {
-      float v = acc[r][b];
-#pragma unroll
-      for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-      if (lane == 0) partial[warp][r * B + b] = v;
-    }
-  }
-  __syncthreads();
-  if (threadIdx.x < RW * B) {
-    const int r = threadIdx.x / B;
-    const int b = threadIdx.x % B;
+  for (int i = 0; i < kPadded; ++i) v[i] = i < kValues ? acc[i / B][i % B] : 0.0f;
+  const float sum = warp_transpose_sum<kPadded>(v, lane);
+  constexpr int kLanesPerValue = 32 / kPadded;
+  const int index = lane / kLanesPerValue;
+  if (lane % kLanesPerValue == 0 && index < kValues) {
+    const int r = index / B, b = index % B;
     const int64_t row = row0 + r;
-    if (row < a.w.rows) {
-      float sum = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kWarps; ++i) sum += partial[i][threadIdx.x];
-      if (a.bias != nullptr) sum += a.bias[row];
-      float* out = a.y + b * a.y_stride + row;
-      *out = a.accumulate ? *out + sum : sum;
+    if (row < w.rows) {
+      float out = sum;
+      if (part.bias != nullptr) out += part.bias[row];
+      float* y = part.y + b * part.y_stride + row;
+      *y = a.accumulate ? *y + out : out;
     }
   }
 }
 
 template <TensorType T, int B>
-Status launch_matvec_rows(const MatvecArgs& a, cudaStream_t stream) {
-  constexpr int kRows = kMatvecRowsPerBlock<B>;
-  const int64_t blocks = (a.w.rows + kRows - 1) / kRows;
-  LS_CUDA_REQUIRE(blocks <= 0x7fffffff);
-  matvec_kernel<T, B, kRows><<<static_cast<unsigned>(blocks), kMatvecThreads, 0, stream>>>(a);
+Status launch_matvec_rows(const MatvecLaunch& a, cudaStream_t stream) {
+  constexpr int kRows = kMatvecRowsPerWarp<B>;
+  constexpr int kUnroll = kMatvecUnroll<T, kRows>;
+  constexpr int kRowsPerCta = kRows * kMatvecWarps;
+  MatvecLaunch launch = a;
+  int64_t ctas = 0;
+  for (int i = 0; i < a.n_parts; ++i) {
+    launch.parts[i].first_cta = static_cast<int32_t>(ctas);
+    ctas += (a.parts[i].w.rows + kRowsPerCta - 1) / kRowsPerCta;
+    LS_CUDA_REQUIRE(ctas <= 0x7fffffff);
+  }
+  matvec_kernel<T, B, kRows, kUnroll>
+      <<<static_cast<unsigned>(ctas), kMatvecThreads, 0, stream>>>(launch);
   LS_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }
 
 // Runs activation rows in groups of kMaxMatvecRows, each group with the kernel of its size.
 template <TensorType T>
-Status launch_matvec(const MatvecArgs& args, cudaStream_t stream) {
-  LS_CUDA_REQUIRE(args.w.type == T);
-  LS_CUDA_REQUIRE(args.w.cols % kUnitElems<T> == 0);
-  for (int32_t first = 0; first < args.n_rows; first += kMaxMatvecRows) {
-    MatvecArgs part = args;
-    part.x = args.x + first * args.x_stride;
-    part.y = args.y + first * args.y_stride;
-    part.n_rows = std::min(kMaxMatvecRows, args.n_rows - first);
-    switch (part.n_rows) {
-      case 1: LS_RETURN_IF_ERROR((launch_matvec_rows<T, 1>(part, stream))); break;
-      case 2: LS_RETURN_IF_ERROR((launch_matvec_rows<T, 2>(part, stream))); break;
-      case 3: LS_RETURN_IF_ERROR((launch_matvec_rows<T, 3>(part, stream))); break;
-      case 4: LS_RETURN_IF_ERROR((launch_matvec_rows<T, 4>(part, stream))); break;
-      case 5: LS_RETURN_IF_ERROR((launch_matvec_rows<T, 5>(part, stream))); break;
-      case 6: LS_RETURN_IF_ERROR((launch_matvec_rows<T, 6>(part, stream))); break;
-      case 7: LS_RETURN_IF_ERROR((launch_matvec_rows<T, 7>(part, stream))); break;
-      default: LS_RETURN_IF_ERROR((launch_matvec_rows<T, 8>(part, stream))); break;
+Status launch_matvec(const MatvecLaunch& launch, cudaStream_t stream) {
+  for (int i = 0; i < launch.n_parts; ++i) {
+    LS_CUDA_REQUIRE(launch.parts[i].w.type == T &&
+                    launch.parts[i].w.cols % DotFormat<T>::kItemElems == 0);
+  }
+  for (int32_t first = 0; first < launch.n_rows; first += kMaxMatvecRows) {
+    MatvecLaunch group = launch;
+    if constexpr (DotFormat<T>::kQ8) {
+      group.xq.qs = launch.xq.qs + first * launch.xq.qs_stride;
+      group.xq.ds = launch.xq.ds + first * launch.xq.ds_stride;
+    } else {
+      group.x = launch.x + first * launch.x_stride;
+    }
+    for (int i = 0; i < launch.n_parts; ++i) {
+      group.parts[i].y = launch.parts[i].y + first * launch.parts[i].y_stride;
+    }
+    group.n_rows = std::min(kMaxMatvecRows, launch.n_rows - first);
+    switch (group.n_rows) {
+      case 1: LS_RETURN_IF_ERROR((launch_matvec_rows<T, 1>(group, stream))); break;
+      case 2: LS_RETURN_IF_ERROR((launch_matvec_rows<T, 2>(group, stream))); break;
+      case 3: LS_RETURN_IF_ERROR((launch_matvec_rows<T, 3>(group, stream))); break;
+      case 4: LS_RETURN_IF_ERROR((launch_matvec_rows<T, 4>(group, stream))); break;
+      case 5: LS_RETURN_IF_ERROR((launch_matvec_rows<T, 5>(group, stream))); break;
+      case 6: LS_RETURN_IF_ERROR((launch_matvec_rows<T, 6>(group, stream))); break;
+      case 7: LS_RETURN_IF_ERROR((launch_matvec_rows<T, 7>(group, stream))); break;
+      default: LS_RETURN_IF_ERROR((launch_matvec_rows<T, 8>(group, stream))); break;
     }
   }
   return Status::ok();

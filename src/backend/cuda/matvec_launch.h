@@ -8,8 +8,29 @@
 
 namespace llamaserve::cuda {
 
-// PRECONDITION: args passed the checks of matvec() and args.w.type == T.
+// One matrix of a launch. Its row blocks are the kernel's CTAs [first_cta, next part's).
+struct MatvecPart {
+  DeviceMatrix w;
+  float* y = nullptr;
+  int64_t y_stride = 0;
+  const float* bias = nullptr;
+  int32_t first_cta = 0;
+};
+
+// The kernel parameter: up to kMaxMatvecParts matrices of one type and width sharing the
+// activations.
+struct MatvecLaunch {
+  MatvecPart parts[kMaxMatvecParts];
+  int32_t n_parts = 0;
+  const float* x = nullptr;
+  int64_t x_stride = 0;
+  Q8Rows xq;
+  int32_t n_rows = 0;
+  bool accumulate = false;
+};
+
+// PRECONDITION: the parts passed the checks of matvec_parts() and have type T.
 template <TensorType T>
-Status launch_matvec(const MatvecArgs& args, cudaStream_t stream);
+Status launch_matvec(const MatvecLaunch& launch, cudaStream_t stream);
 
 }  // namespace llamaserve::cuda

@@ -1,3 +1,4 @@
+#include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/check.h"
 #include "backend/cuda/norm.h"
 
@@ -38,7 +39,19 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const RmsNormArgs
   const float total = block_sum(sum_sq, shared);
   const float inv_rms = rsqrtf(total / static_cast<float>(a.n) + a.eps);
   float* y = a.y + row * a.y_stride;
-  for (int64_t c = threadIdx.x; c < a.n; c += kNormThreads) y[c] = x[c] * inv_rms * a.weight[c];
+  if (a.yq.qs == nullptr) {
+    for (int64_t c = threadIdx.x; c < a.n; c += kNormThreads) y[c] = x[c] * inv_rms * a.weight[c];
+    return;
+  }
+  // Warp w handles elements [32 (w + 8k), 32 (w + 8k) + 32): whole blocks, since n % 32 == 0.
+  const int lane = threadIdx.x & 31;
+  int8_t* yq = a.yq.qs + row * a.yq.qs_stride;
+  float4* ds = a.yq.ds + row * a.yq.ds_stride;
+  for (int64_t c = threadIdx.x; c < a.n; c += kNormThreads) {
+    const float v = x[c] * inv_rms * a.weight[c];
+    y[c] = v;
+    quantize_q8_warp(v, lane, yq + (c - lane), ds + c / kQ8Block);
+  }
 }
 
 }  // namespace
@@ -49,6 +62,8 @@ Status rmsnorm(const RmsNormArgs& a, cudaStream_t stream) {
   LS_CUDA_REQUIRE(a.residual == nullptr || a.row_ids == nullptr);
   LS_CUDA_REQUIRE(a.residual == nullptr || a.y != a.x);
   LS_CUDA_REQUIRE(a.n_rows <= 0x7fffffff);
+  LS_CUDA_REQUIRE(a.yq.qs == nullptr || (a.n % kQ8Block == 0 && a.yq.ds != nullptr &&
+                                         a.yq.qs_stride % 16 == 0 && a.yq.qs_stride >= a.n));
   if (a.n_rows == 0) return Status::ok();
   rmsnorm_kernel<<<static_cast<unsigned>(a.n_rows), kNormThreads, 0, stream>>>(a);
   LS_CUDA_CHECK_LAUNCH();

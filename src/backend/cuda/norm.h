@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "backend/cuda/act_quant.h"
 #include "core/status.h"
 
 namespace llamaserve::cuda {
@@ -22,6 +23,9 @@ struct RmsNormArgs {
   const float* weight = nullptr;  // (n)
   float* y = nullptr;             // may alias x only when residual is null
   int64_t y_stride = 0;
+  // When set (yq.qs not null), y's rows are also written as 8-bit blocks (act_quant.h), the
+  // input of the integer matvec. PRECONDITION then: n % 32 == 0.
+  Q8Rows yq;
   int64_t n_rows = 0;
   int64_t n = 0;
   float eps = 1e-5f;
