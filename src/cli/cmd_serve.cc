@@ -23,7 +23,7 @@
 #include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "model/weights.h"
-#include "parallel/cpu_executor.h"
+#include "parallel/executor_factory.h"
 #include "server/http_server.h"
 #include "server/options.h"
 #include "tokenizer/chat_template.h"
@@ -107,13 +107,15 @@ Result<std::shared_ptr<server::ServedModel>> load_served_model(const ServerOptio
   const int64_t context = options.ctx_size > 0
                               ? options.ctx_size
                               : std::min<int64_t>(n_ctx_train > 0 ? n_ctx_train : 4096, 8192);
-  CpuExecutorOptions executor_options;
+  ExecutorOptions executor_options;
+  executor_options.device = options.device;
+  executor_options.gpu_memory_utilization = options.gpu_memory_utilization;
   executor_options.threads = options.threads;
   executor_options.kv_capacity_tokens =
       options.kv_cache_tokens > 0 ? options.kv_cache_tokens : context * options.max_running;
-  if (options.max_batch_tokens > 0) executor_options.max_batch_tokens = options.max_batch_tokens;
-  LS_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor,
-                      create_cpu_executor(model, executor_options));
+  executor_options.max_batch_tokens = options.max_batch_tokens;
+  executor_options.max_context_tokens = context;
+  LS_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor, create_executor(model, executor_options));
 
   EngineConfig engine_config;
   engine_config.max_running = options.max_running;

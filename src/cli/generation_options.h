@@ -24,6 +24,8 @@ struct GenerationOptions {
   float repeat_penalty = 1.0f;
   std::optional<uint64_t> seed;
   int threads = 0;
+  std::string device = "cpu";
+  double gpu_memory_utilization = 0.90;
   int64_t context_tokens = 0;
   bool ignore_eos = false;
   bool verbose = false;
@@ -46,6 +48,11 @@ inline void add_generation_options(CLI::App& sub, GenerationOptions& o) {
       ->capture_default_str();
   sub.add_option("--seed", o.seed, "sampling seed (default: random)");
   sub.add_option("-t,--threads", o.threads, "CPU threads (0 = all cores)")->capture_default_str();
+  sub.add_option("--device,--devices", o.device, "cpu, cuda:N, or a CUDA device index N")
+      ->capture_default_str();
+  sub.add_option("--gpu-memory-utilization", o.gpu_memory_utilization,
+                 "fraction of the GPU's memory to use (CUDA devices)")
+      ->capture_default_str();
   sub.add_option("-c,--ctx-size", o.context_tokens,
                  "context length in tokens (0 = min(model, 4096))")
       ->capture_default_str();
@@ -57,6 +64,8 @@ inline CpuEngineOptions engine_options(const GenerationOptions& o) {
   CpuEngineOptions options;
   options.model_path = o.model_path;
   options.threads = o.threads;
+  options.device = o.device;
+  options.gpu_memory_utilization = o.gpu_memory_utilization;
   options.context_tokens = o.context_tokens;
   options.engine.max_running = 1;
   return options;

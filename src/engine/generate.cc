@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "model/weights.h"
-#include "parallel/cpu_executor.h"
+#include "parallel/executor_factory.h"
 #include "tokenizer/tokenizer.h"
 
 namespace llamaserve {
@@ -23,12 +23,15 @@ Result<CpuEngine> open_cpu_engine(const CpuEngineOptions& options) {
   const int64_t context = options.context_tokens > 0
                               ? options.context_tokens
                               : std::min<int64_t>(n_ctx_train > 0 ? n_ctx_train : 4096, 4096);
-  CpuExecutorOptions executor_options;
+  ExecutorOptions executor_options;
+  executor_options.device = options.device;
+  executor_options.gpu_memory_utilization = options.gpu_memory_utilization;
   executor_options.threads = options.threads;
   executor_options.kv_capacity_tokens = context * options.kv_sequences;
   executor_options.max_batch_tokens = options.engine.max_batch_tokens;
+  executor_options.max_context_tokens = context;
   LS_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor,
-                      create_cpu_executor(out.model, executor_options));
+                      create_executor(out.model, executor_options));
 
   EngineConfig engine_config = options.engine;
   engine_config.max_context = static_cast<int32_t>(std::min<int64_t>(context, INT32_MAX));

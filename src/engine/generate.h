@@ -21,7 +21,10 @@ class Tokenizer;
 
 struct CpuEngineOptions {
   std::string model_path;
-  int threads = 0;  // 0 = all online cores
+  // "cpu", "cuda:N" or a device index (parallel/executor_factory.h).
+  std::string device = "cpu";
+  double gpu_memory_utilization = 0.90;  // CUDA devices: fraction of the device to use
+  int threads = 0;                       // 0 = all online cores
   // Tokens per sequence; 0 = min(n_ctx_train, 4096). The KV cache holds
   // context_tokens * kv_sequences tokens.
   int64_t context_tokens = 0;
@@ -35,8 +38,8 @@ struct CpuEngine {
   std::unique_ptr<Engine> engine;
 };
 
-// Loads the model and its tokenizer, builds the CPU executor and starts the engine. Errors
-// name the file and what was wrong with it.
+// Loads the model and its tokenizer, builds the executor for options.device (the CPU by
+// default) and starts the engine. Errors name the file and what was wrong with it.
 Result<CpuEngine> open_cpu_engine(const CpuEngineOptions& options);
 
 struct Completion {

@@ -14,6 +14,13 @@ void add_server_options(CLI::App& app, ServerOptions& o) {
   app.add_option("--threads", o.threads, "CPU threads for the model (0 = all cores)")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
+  app.add_option("--device,--devices", o.device, "cpu, cuda:N, or a CUDA device index N")
+      ->envname("LLAMASERVE_DEVICES")
+      ->capture_default_str();
+  app.add_option("--gpu-memory-utilization", o.gpu_memory_utilization,
+                 "Fraction of the GPU's memory this server may use (CUDA devices)")
+      ->check(CLI::Range(0.01, 1.0))
+      ->capture_default_str();
   app.add_option(
          "--ctx-size", o.ctx_size,
          "Tokens per sequence, prompt plus output (0 = the model's training context, at most 8192)")

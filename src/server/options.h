@@ -16,8 +16,10 @@ namespace llamaserve::server {
 struct ServerOptions {
   // Model and executor.
   std::string model_path;
-  std::string model_name;    // the id clients send as "model"; default: file name sans .gguf
-  int threads = 0;           // CPU executor threads; 0 = every online core
+  std::string model_name;      // the id clients send as "model"; default: file name sans .gguf
+  int threads = 0;             // CPU executor threads; 0 = every online core
+  std::string device = "cpu";  // cpu | cuda:N | N (parallel/executor_factory.h)
+  double gpu_memory_utilization = 0.90;  // CUDA: fraction of the device's memory to use
   int ctx_size = 0;          // tokens per sequence (prompt + output); 0 = training context, <= 8192
   int kv_cache_tokens = 0;   // KV cache capacity over all sequences; 0 = ctx_size * max_running
   int max_batch_tokens = 0;  // tokens per engine step (chunked prefill budget); 0 = engine default

@@ -1,0 +1,57 @@
+// One place that turns a device choice ("cpu", "cuda:0", or the index list of --devices) into
+// an Executor, so that run, chat, serve and bench take the same --device values and give the
+// same errors. CUDA devices exist only in builds configured with LLAMASERVE_CUDA=ON.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+#include "model/weights.h"
+#include "parallel/executor.h"
+
+namespace llamaserve {
+
+struct DeviceChoice {
+  enum class Kind { kCpu, kCuda };
+  Kind kind = Kind::kCpu;
+  int index = 0;             // CUDA device ordinal
+  std::string name() const;  // "cpu" or "cuda:N"
+};
+
+// Accepts "cpu", "cuda" (= cuda:0), "cuda:N" and "N" (a device index, as --devices 0 gives).
+// Several devices ("0,1") are refused: one executor runs on one device.
+Result<DeviceChoice> parse_device(std::string_view text);
+
+// True when this build can run models on CUDA devices.
+bool cuda_build();
+
+// What every executor needs, in the units callers think in. Zero means the executor's
+// default for the field.
+struct ExecutorOptions {
+  std::string device = "cpu";  // see parse_device
+  int threads = 0;             // CPU threads; 0 = all online cores
+  // KV capacity in tokens over all sequences. CPU: 0 = four sequences of min(n_ctx, 8192);
+  // CUDA: 0 = everything the memory budget leaves.
+  int64_t kv_capacity_tokens = 0;
+  int32_t kv_block_size = 16;
+  int32_t max_batch_tokens = 0;    // rows per forward pass; 0 = the executor's default
+  int64_t max_context_tokens = 0;  // CUDA: longest sequence (block table width); 0 = n_ctx_train
+  int32_t max_seqs = 0;            // CUDA: sequences per pass; 0 = its default (256)
+  double gpu_memory_utilization = 0.90;  // CUDA: fraction of the device this instance may use
+};
+
+// Builds the executor for options.device. Errors: kInvalidArgument for a malformed device or
+// option, kUnsupported for a CUDA device in a CPU-only build, and whatever the executor's
+// creation returns (kResourceExhausted when the model does not fit, ...).
+Result<std::unique_ptr<Executor>> create_executor(std::shared_ptr<const LoadedModel> model,
+                                                  const ExecutorOptions& options);
+
+// The memory bandwidth a benchmark on `device` compares against, in bytes (read + written)
+// per second: CUDA, a device-to-device copy of `bytes` (median of `reps`, timed with events);
+// CPU, memcpy between two host buffers of `bytes`.
+Result<double> measure_copy_bandwidth(const DeviceChoice& device, uint64_t bytes, int reps);
+
+}  // namespace llamaserve
