@@ -13,14 +13,15 @@ endif()
 add_compile_definitions($<$<COMPILE_LANGUAGE:CUDA>:FMT_USE_CONSTEXPR=1>)
 
 # Executables that run on the GPU machine, which has the NVIDIA driver and cuBLAS but maybe not
-# this machine's C++ runtime or fmt/spdlog: libstdc++/libgcc are linked statically (the CUDA
-# runtime is already static), and the fmt and spdlog shared libraries are copied into
+# this machine's C++ runtime or other libraries: libstdc++/libgcc are linked statically (the
+# CUDA runtime is already static), and every other shared library they need (fmt, spdlog, and
+# for the llamaserve binary cpp-httplib, OpenSSL, zlib, ...) is copied into
 # <build>/runtime-libs, which scripts/device_run.sh puts on LD_LIBRARY_PATH.
+set(LLAMASERVE_COPY_RUNTIME_LIBS ${CMAKE_CURRENT_LIST_DIR}/copy_runtime_libs.cmake)
 function(llamaserve_gpu_executable target)
   target_link_options(${target} PRIVATE -static-libstdc++ -static-libgcc)
   add_custom_command(TARGET ${target} POST_BUILD
-    COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/runtime-libs
-    COMMAND ${CMAKE_COMMAND} -E copy_if_different $<TARGET_SONAME_FILE:fmt::fmt>
-            $<TARGET_SONAME_FILE:spdlog::spdlog> ${CMAKE_BINARY_DIR}/runtime-libs/
+    COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:${target}>
+            -DDEST=${CMAKE_BINARY_DIR}/runtime-libs -P ${LLAMASERVE_COPY_RUNTIME_LIBS}
     VERBATIM)
 endfunction()
