@@ -1,20 +1,32 @@
 #!/usr/bin/env bash
-# Runs the GPU tests and the CUDA kernel micro-benchmark on the GPU machine, from the repo
-# root, with a build directory carried from the build machine (default build/cuda; override
-# with BUILD_DIR). Everything goes under $OUT: one <step>.log per step (also echoed), gtest XML,
-# the benchmark CSV, and summary.txt. Exit status 0 only if every step passed.
+# Runs the GPU tests, the CUDA kernel micro-benchmark and the 7B-shape model benchmark on the GPU
+# machine, from the repo root, with a build directory carried from the build machine (default
+# build/cuda; override with BUILD_DIR). Exit status 0 only if every step passed.
 #
 # Usage: OUT=/path scripts/device_run.sh [STEP...]
-#   steps: env tests bench (the default, in that order), sanitize (memcheck of the kernel tests)
-# The build machine needs only these paths of the build dir: tests/gpu, bench/cuda_kernels,
-# runtime-libs (fmt/spdlog; the binaries link the CUDA runtime and libstdc++ statically and
-# use the machine's driver and cuBLAS).
+#   steps: env tests bench (the default, in that order), bench7b, sanitize
+#   bench7b: writes LLaMA-2-7B-shaped models with random weights (llamaserve synth) to
+#     BENCH7B_DIR (default /tmp; reused when present) for each of BENCH7B_TYPES (default
+#     "q4_k_m q8_0 f16") and runs `llamaserve bench` on cuda:0 with BENCH7B_ARGS (default
+#     -p 512 -n 128 -b 1,16,64,256 --reps 3).
+#
+# The device hands back at most 8 files, so $OUT ends up holding only:
+#   summary.txt      one line per step (and the failed tests)
+#   kernels.md       the matvec / GEMM micro-benchmark table
+#   bench-7b.json    {"<type>": <llamaserve bench --json output>, ...}
+#   bench-7b.md      the same as markdown tables
+#   logs.tar.gz      every step's log, gtest XML, the kernel benchmark CSV
+# The build dir needs: tests/gpu, bench/cuda_kernels, src/cli/llamaserve, runtime-libs (shared
+# libraries the binaries need beyond the driver and cuBLAS) and fixtures (the LLaMA 2 vocabulary
+# that synth copies).
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 : "${OUT:?set OUT to the directory for logs and results}"
 mkdir -p "$OUT"
+logs="$OUT/logs"
+mkdir -p "$logs"
 build=${BUILD_DIR:-build/cuda}
 # Tests fail instead of skipping when they find no device, and find fixtures in this copy of
 # the tree (not at the build machine's path).
@@ -28,13 +40,13 @@ summary="$OUT/summary.txt"
 : >"$summary"
 failures=0
 
-# step NAME TIMEOUT_S COMMAND...: runs COMMAND with a time limit, output to $OUT/NAME.log.
+# step NAME TIMEOUT_S COMMAND...: runs COMMAND with a time limit, output to $logs/NAME.log.
 step() {
   local name=$1 limit=$2
   shift 2
-  echo "=== $name: $*" | tee "$OUT/$name.log"
+  echo "=== $name: $*" | tee "$logs/$name.log"
   local start=$SECONDS
-  timeout --signal=TERM --kill-after=10 "$limit" "$@" 2>&1 | tee -a "$OUT/$name.log"
+  timeout --signal=TERM --kill-after=10 "$limit" "$@" 2>&1 | tee -a "$logs/$name.log"
   local rc=${PIPESTATUS[0]}
   local took=$((SECONDS - start))
   local verdict=PASS
@@ -45,28 +57,65 @@ step() {
   fi
   [[ $verdict != PASS ]] && failures=$((failures + 1))
   printf '%-44s %-28s %5d s\n' "$name" "$verdict" "$took" | tee -a "$summary"
+  return "$rc"
+}
+
+note() {  # note NAME VERDICT: a summary line for a step that did not run
+  printf '%-44s %-28s\n' "$1" "$2" | tee -a "$summary"
 }
 
 need_binary() {  # need_binary NAME PATH: records a failed step when the binary is missing
   if [[ ! -x $2 ]]; then
-    printf '%-44s %-28s\n' "$1" "FAIL (missing $2)" | tee -a "$summary"
+    note "$1" "FAIL (missing $2)"
     failures=$((failures + 1))
     return 1
   fi
   local missing
   missing=$(ldd "$2" 2>/dev/null | grep "not found")
   if [[ -n $missing ]]; then
-    echo "$2 has unresolved libraries:" | tee -a "$OUT/$1.log"
-    echo "$missing" | tee -a "$OUT/$1.log"
+    echo "$2 has unresolved libraries:" | tee -a "$logs/$1.log"
+    echo "$missing" | tee -a "$logs/$1.log"
   fi
   return 0
+}
+
+bench7b() {
+  local bin="$build/src/cli/llamaserve"
+  need_binary llamaserve "$bin" || return
+  if ! "$bin" synth --help >/dev/null 2>&1; then
+    note bench7b "SKIP (this llamaserve has no synth command)"
+    return
+  fi
+  local dir=${BENCH7B_DIR:-/tmp}
+  local vocab=()
+  [[ -f $build/fixtures/vocab-llama2-spm.gguf ]] && vocab=(--vocab "$build/fixtures/vocab-llama2-spm.gguf")
+  local args
+  read -r -a args <<<"${BENCH7B_ARGS:--p 512 -n 128 -b 1,16,64,256 --reps 3}"
+  local json="$OUT/bench-7b.json" md="$OUT/bench-7b.md" first=1
+  echo "{" >"$json"
+  : >"$md"
+  for type in ${BENCH7B_TYPES:-q4_k_m q8_0 f16}; do
+    local model="$dir/llama2-7b-$type.gguf"
+    if [[ ! -s $model ]]; then
+      step "synth-7b-$type" 900 "$bin" synth --shape llama2-7b --type "$type" -o "$model" \
+        --progress lines "${vocab[@]}" || continue
+    fi
+    step "bench-7b-$type" 600 "$bin" bench -m "$model" --device cuda:0 "${args[@]}" \
+      --json-file "$logs/bench-7b-$type.json" --markdown-file "$logs/bench-7b-$type.md" || continue
+    [[ $first -eq 1 ]] || echo "," >>"$json"
+    first=0
+    printf '"%s": ' "$type" >>"$json"
+    cat "$logs/bench-7b-$type.json" >>"$json"
+    { echo "## LLaMA-2-7B shape, $type"; echo; cat "$logs/bench-7b-$type.md"; echo; } >>"$md"
+  done
+  echo "}" >>"$json"
 }
 
 for s in "${steps[@]}"; do
   case $s in
     env)
       step env 60 bash -c 'nvidia-smi || true; nvidia-smi -q -d CLOCK,MEMORY 2>/dev/null | head -60 || true;
-        echo; uname -a; echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"'
+        echo; uname -a; df -h /tmp; echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"'
       ;;
     tests)
       # Every GPU test binary the build produced, one process per test suite, so that a device
@@ -79,22 +128,22 @@ for s in "${steps[@]}"; do
         need_binary "$name" "$bin" || continue
         suites=$("$bin" --gtest_list_tests 2>/dev/null | grep -E '^[A-Za-z][^ ]*\.( |$)' | sed 's/\..*//' | sort -u)
         if [[ -z $suites ]]; then
-          printf '%-44s %-28s\n' "$name" "FAIL (cannot list tests)" | tee -a "$summary"
+          note "$name" "FAIL (cannot list tests)"
           failures=$((failures + 1))
           continue
         fi
         for suite in $suites; do
           tag="$name.${suite//\//_}"
           step "$tag" 300 "$bin" --gtest_color=no --gtest_filter="$suite.*" \
-            --gtest_output="xml:$OUT/$tag.xml"
-          { grep -E '^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$OUT/$tag.log"
-            grep -E '^\[ +FAILED +\] [A-Za-z]' "$OUT/$tag.log" |
+            --gtest_output="xml:$logs/$tag.xml"
+          { grep -E '^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$logs/$tag.log"
+            grep -E '^\[ +FAILED +\] [A-Za-z]' "$logs/$tag.log" |
               sed -E 's/,? where .*//; s/ \([0-9]+ ms\)$//' | sort -u | head -40; } |
             sed "s/^/    /" | tee -a "$summary"
         done
       done
       if [[ $found -eq 0 ]]; then
-        printf '%-44s %-28s\n' tests "FAIL (no $build/tests/gpu/*_test)" | tee -a "$summary"
+        note tests "FAIL (no $build/tests/gpu/*_test)"
         failures=$((failures + 1))
       fi
       ;;
@@ -104,19 +153,21 @@ for s in "${steps[@]}"; do
       sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
       bin="$build/tests/gpu/cuda_kernels_test"
       if [[ ! -x $sanitizer ]]; then
-        printf '%-44s %-28s\n' sanitize "SKIP (no compute-sanitizer)" | tee -a "$summary"
+        note sanitize "SKIP (no compute-sanitizer)"
       elif need_binary sanitize "$bin"; then
         step sanitize 540 "$sanitizer" --tool memcheck --error-exitcode 3 "$bin" --gtest_color=no \
-          --gtest_filter='*Attention*:*RmsNorm*:*Rope*:*Elementwise*:*DequantTest*:*MatvecTest.Accumulates*:*Sampling*Greedy*'
+          --gtest_filter='*Attention*:*RmsNorm*:*Rope*:*Elementwise*:*DequantTest*:*MatvecTest.Accumulates*:*MatvecTest.Parts*:*Sampling*Greedy*'
       fi
       ;;
     bench)
       bin="$build/bench/cuda_kernels/cuda_kernels_bench"
       need_binary cuda_kernels_bench "$bin" &&
-        step cuda_kernels_bench 300 "$bin" --csv "$OUT/cuda_kernels_bench.csv"
+        step cuda_kernels_bench 300 "$bin" --csv "$logs/cuda_kernels_bench.csv" \
+          --markdown "$OUT/kernels.md"
       ;;
+    bench7b) bench7b ;;
     *)
-      echo "unknown step '$s' (steps: env tests bench sanitize)" | tee -a "$summary"
+      note "$s" "FAIL (unknown step; steps: env tests bench bench7b sanitize)"
       failures=$((failures + 1))
       ;;
   esac
@@ -125,4 +176,6 @@ done
 echo "=== summary ($failures failed)"
 cat "$summary"
 echo "failed steps: $failures" >>"$summary"
+# Everything but the summary and the result tables travels back as one archive.
+tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$logs"
 [[ $failures -eq 0 ]]
