@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <random>
+#include <set>
 
 #include "server/openapi.h"
 #include "server/request_parser.h"
@@ -36,6 +37,35 @@ bool constant_time_equal(std::string_view a, std::string_view b) {
   unsigned char difference = 0;
   for (size_t i = 0; i < a.size(); ++i) difference |= static_cast<unsigned char>(a[i] ^ b[i]);
   return difference == 0;
+}
+
+// cpp-httplib 0.11 reads a request body only for POST, PUT, PATCH, DELETE and PRI. A body
+// sent with any other method stays on the connection, where it would be parsed as the start
+// of the next request.
+bool body_left_unread(const httplib::Request& req) {
+  static const std::set<std::string, std::less<>> kBodyMethods = {"POST", "PUT", "PATCH", "DELETE",
+                                                                  "PRI"};
+  if (kBodyMethods.contains(req.method)) return false;
+  const std::string length = req.get_header_value("Content-Length");
+  return (!length.empty() && length != "0") ||
+         req.get_header_value("Transfer-Encoding").find("chunked") != std::string::npos;
+}
+
+// Makes httplib close the connection once this response is written. Version 0.11 has no API
+// for it (a "Connection: close" response header alone does not do it), but it closes a
+// connection whose content provider reports failure, so the body is moved into a provider
+// that writes all of it and then reports failure.
+void close_connection_after(httplib::Response& res) {
+  auto body = std::make_shared<std::string>(std::move(res.body));
+  res.body.clear();
+  const std::string content_type = res.get_header_value("Content-Type");
+  res.headers.erase("Content-Type");
+  res.set_header("Connection", "close");
+  res.set_content_provider(body->size(), content_type,
+                           [body](size_t offset, size_t length, httplib::DataSink& sink) {
+                             sink.write(body->data() + offset, length);
+                             return false;
+                           });
 }
 
 // Probes are polled constantly; their requests log at debug level.
@@ -229,9 +259,10 @@ void HttpServer::dispatch(const Route& route, const httplib::Request& req, httpl
     }
     if (draining_ && !route.served_while_draining) {
       send_error(res, unavailable("the server is shutting down", "draining", 0));
-      res.set_header("Connection", "close");
+      close_connection_after(res);  // so that keep-alive clients reconnect elsewhere
     } else {
       deferred = handle_route(route, req, res, record);
+      if (!deferred && body_left_unread(req)) close_connection_after(res);
     }
   } catch (const std::exception& e) {
     spdlog::error("http: {} {} (request {}) failed: {}", req.method, req.path, record.id, e.what());
@@ -279,46 +310,56 @@ bool HttpServer::handle_route(const Route& route, const httplib::Request& req,
 
 void HttpServer::handle_error_response(const httplib::Request& req, httplib::Response& res) {
   if (!res.body.empty()) return;  // a handler already wrote an OpenAI-style error
+  // cpp-httplib parses only the methods it knows; for others (QUERY, ...) it leaves `path`
+  // empty, so the path is taken from the request target.
+  const std::string path = req.path.empty() ? req.target.substr(0, req.target.find('?')) : req.path;
+  static const std::set<std::string, std::less<>> kParsedMethods = {
+      "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH", "PRI"};
+  // 404 from httplib: no handler for this method and path. 400 for TRACE and CONNECT (no
+  // handler tables at all) and for methods it does not know: also "no handler" when the
+  // request line itself was well formed.
+  const bool unhandled_method =
+      req.method == "TRACE" || req.method == "CONNECT" ||
+      (!req.method.empty() && !req.target.empty() && !kParsedMethods.contains(req.method));
+  const int httplib_status = res.status;
+  const bool no_handler = res.status == 404 || (res.status == 400 && unhandled_method);
+  const Route* route = route_for_path(path);
   ApiError error;
-  // cpp-httplib answers 404 for a method it has handlers for but none on this path, and 400
-  // for TRACE and CONNECT, which it has no handlers for at all.
-  const bool no_handler = res.status == 404 ||
-                          (res.status == 400 && (req.method == "TRACE" || req.method == "CONNECT"));
-  const int status = no_handler ? 404 : res.status;
-  if (status == 404 && path_has_route(req.path)) {
+  if (no_handler && route != nullptr) {
     std::string allowed;
-    for (const Route& route : route_table()) {
-      if (find_route(route.method, req.path) == &route) {
+    for (const Route& candidate : route_table()) {
+      if (find_route(candidate.method, path) == &candidate) {
         allowed += allowed.empty() ? "" : ", ";
-        allowed += route.method;
+        allowed += candidate.method;
       }
     }
-    error = method_not_allowed(
-        fmt::format("{} does not accept {}; use {}", req.path, req.method, allowed));
+    error =
+        method_not_allowed(fmt::format("{} does not accept {}; use {}", path, req.method, allowed));
     res.set_header("Allow", allowed);
-  } else if (status == 404) {
-    error = not_found(fmt::format("no route {} {}; see GET /openapi.json", req.method, req.path),
+  } else if (no_handler) {
+    error = not_found(fmt::format("no route {} {}; see GET /openapi.json", req.method, path),
                       "route_not_found");
-  } else if (status == 413) {
+  } else if (res.status == 413) {
     error = payload_too_large(fmt::format(
         "the request body is larger than this server accepts ({} bytes, --max-body-bytes)",
         options_.max_body_bytes));
-  } else if (status >= 500) {
-    error = internal_error(fmt::format("HTTP {}", status));
-    error.http_status = status;
+  } else if (res.status >= 500) {
+    error = internal_error(fmt::format("HTTP {}", res.status));
+    error.http_status = res.status;
   } else {
-    error = invalid_request(fmt::format("malformed HTTP request (status {})", status),
+    error = invalid_request(fmt::format("malformed HTTP request (status {})", res.status),
                             "invalid_http_request");
-    error.http_status = status;
+    error.http_status = res.status;
   }
   send_error(res, error);
+  if (httplib_status == 400 || httplib_status == 413 || body_left_unread(req)) {
+    // httplib gave up on the request, or left its body unread: what follows on the
+    // connection is not the start of a request.
+    close_connection_after(res);
+  }
 
   RequestRecord record;
   record.id = new_request_id("req-");
-  const Route* route = nullptr;
-  for (const Route& candidate : route_table()) {
-    if (find_route(candidate.method, req.path) == &candidate) route = &candidate;
-  }
   record.endpoint = route != nullptr ? std::string(route->path) : "other";
   record.status = res.status;
   record.error = error.message;

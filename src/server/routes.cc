@@ -44,11 +44,11 @@ const Route* find_route(std::string_view method, std::string_view path) {
   return nullptr;
 }
 
-bool path_has_route(std::string_view path) {
+const Route* route_for_path(std::string_view path) {
   for (const Route& route : kRoutes) {
-    if (pattern_matches(route, path)) return true;
+    if (pattern_matches(route, path)) return &route;
   }
-  return false;
+  return nullptr;
 }
 
 }  // namespace llamaserve::server

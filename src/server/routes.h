@@ -33,9 +33,11 @@ struct Route {
 
 std::span<const Route> route_table();
 
-// The route whose pattern matches `path` with any method, or nullptr. Used for metrics
-// labels (unknown paths share one label) and to tell 405 from 404.
+// The route for `method` and `path`, or nullptr.
 const Route* find_route(std::string_view method, std::string_view path);
-bool path_has_route(std::string_view path);
+// The first route whose pattern matches `path` with any method, or nullptr. Used for metrics
+// labels (unknown paths share one label) and to tell 405 from 404.
+const Route* route_for_path(std::string_view path);
+inline bool path_has_route(std::string_view path) { return route_for_path(path) != nullptr; }
 
 }  // namespace llamaserve::server

@@ -6,6 +6,11 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -107,6 +112,15 @@ TEST_F(HttpServerTest, UnknownRouteWrongMethodAndModel) {
   ASSERT_TRUE(traced);
   EXPECT_EQ(traced->status, 405);
   EXPECT_EQ(traced->get_header_value("Allow"), "GET");
+  httplib::Request query;
+  query.method = "QUERY";  // a method cpp-httplib does not parse
+  query.path = "/v1/completions?x=1";
+  auto queried = client_->send(query);
+  ASSERT_TRUE(queried);
+  EXPECT_EQ(queried->status, 405);
+  EXPECT_EQ(queried->get_header_value("Allow"), "POST");
+  query.path = "/nowhere";
+  EXPECT_EQ(client_->send(query)->status, 404);
   auto model = client_->Get("/v1/models/tiny");
   EXPECT_EQ(model->status, 200);
   auto other_model = client_->Get("/v1/models/gpt-4");
@@ -123,6 +137,78 @@ TEST_F(HttpServerTest, OversizedBodyIs413AndTheServerKeepsServing) {
   EXPECT_EQ(big->status, 413);
   EXPECT_EQ(error_of(big)["code"], "request_too_large");
   EXPECT_EQ(client_->Get("/health")->status, 200);
+}
+
+// A raw connection to the server, to see what happens to the bytes that follow a request.
+class RawConnection {
+ public:
+  explicit RawConnection(int port) : fd_(socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+    timeval timeout{0, 300000};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  }
+  ~RawConnection() { close(fd_); }
+
+  void send_text(const std::string& text) { send(fd_, text.data(), text.size(), MSG_NOSIGNAL); }
+
+  // What arrives within 300 ms of silence; sets closed() when the server closed.
+  std::string receive() {
+    std::string received;
+    char buffer[4096];
+    ssize_t n;
+    while ((n = recv(fd_, buffer, sizeof(buffer), 0)) > 0) received.append(buffer, n);
+    closed_ = n == 0;
+    return received;
+  }
+  bool closed() const { return closed_; }
+
+ private:
+  int fd_;
+  bool closed_ = false;
+};
+
+TEST_F(HttpServerTest, UnreadBodiesCloseTheConnection) {
+  start({});
+  const std::string body = "{\"tokens\": []}";
+  const std::string next = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+  // A GET with a body: httplib does not read it, so the server answers and closes instead
+  // of parsing the body as the next request.
+  {
+    RawConnection connection(server_->port());
+    connection.send_text("GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 14\r\n\r\n");
+    std::string received = connection.receive();
+    EXPECT_EQ(received.rfind("HTTP/1.1 200", 0), 0u) << received;
+    EXPECT_NE(received.find("Connection: close"), std::string::npos) << received;
+    connection.send_text(body + next);
+    EXPECT_EQ(connection.receive(), "");
+    EXPECT_TRUE(connection.closed());
+  }
+  // The same for a method httplib does not parse.
+  {
+    RawConnection connection(server_->port());
+    connection.send_text("QUERY /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 14\r\n\r\n");
+    std::string received = connection.receive();
+    EXPECT_EQ(received.rfind("HTTP/1.1 405", 0), 0u) << received;
+    connection.send_text(body + next);
+    EXPECT_EQ(connection.receive(), "");
+    EXPECT_TRUE(connection.closed());
+  }
+  // A POST body is read, so the connection stays usable.
+  {
+    RawConnection connection(server_->port());
+    connection.send_text("POST /detokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 14\r\n\r\n" +
+                         body);
+    std::string received = connection.receive();
+    EXPECT_EQ(received.rfind("HTTP/1.1 503", 0), 0u) << received;  // no model loaded
+    connection.send_text(next);
+    received = connection.receive();
+    EXPECT_EQ(received.rfind("HTTP/1.1 200", 0), 0u) << received;
+    EXPECT_FALSE(connection.closed());
+  }
 }
 
 TEST_F(HttpServerTest, DrainingRefusesNewRequests) {
