@@ -309,7 +309,9 @@ bool HttpServer::handle_route(const Route& route, const httplib::Request& req,
 }
 
 void HttpServer::handle_error_response(const httplib::Request& req, httplib::Response& res) {
-  if (!res.body.empty()) return;  // a handler already wrote an OpenAI-style error
+  // Responses built by dispatch() carry X-Request-Id (their body may already have moved into
+  // a content provider); only httplib's own errors arrive here without one.
+  if (res.has_header("X-Request-Id") || !res.body.empty()) return;
   // cpp-httplib parses only the methods it knows; for others (QUERY, ...) it leaves `path`
   // empty, so the path is taken from the request target.
   const std::string path = req.path.empty() ? req.target.substr(0, req.target.find('?')) : req.path;
@@ -360,6 +362,7 @@ void HttpServer::handle_error_response(const httplib::Request& req, httplib::Res
 
   RequestRecord record;
   record.id = new_request_id("req-");
+  res.set_header("X-Request-Id", record.id);
   record.endpoint = route != nullptr ? std::string(route->path) : "other";
   record.status = res.status;
   record.error = error.message;

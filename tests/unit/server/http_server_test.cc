@@ -183,9 +183,18 @@ TEST_F(HttpServerTest, UnreadBodiesCloseTheConnection) {
     std::string received = connection.receive();
     EXPECT_EQ(received.rfind("HTTP/1.1 200", 0), 0u) << received;
     EXPECT_NE(received.find("Connection: close"), std::string::npos) << received;
+    EXPECT_NE(received.find("{\"status\":\"ok\"}"), std::string::npos) << received;
     connection.send_text(body + next);
     EXPECT_EQ(connection.receive(), "");
     EXPECT_TRUE(connection.closed());
+  }
+  // An error answer to a GET with a body keeps its own error body.
+  {
+    RawConnection connection(server_->port());
+    connection.send_text("GET /v1/models/x HTTP/1.1\r\nHost: x\r\nContent-Length: 14\r\n\r\n");
+    std::string received = connection.receive();
+    EXPECT_EQ(received.rfind("HTTP/1.1 404", 0), 0u) << received;
+    EXPECT_NE(received.find("model_not_found"), std::string::npos) << received;
   }
   // The same for a method httplib does not parse.
   {
@@ -220,6 +229,8 @@ TEST_F(HttpServerTest, DrainingRefusesNewRequests) {
   EXPECT_EQ(error_of(ready)["code"], "draining");
   auto models = client_->Get("/v1/models");
   EXPECT_EQ(models->status, 503);
+  EXPECT_EQ(error_of(models)["code"], "draining");
+  EXPECT_EQ(models->get_header_value("Connection"), "close");
   EXPECT_EQ(client_->Get("/metrics")->status, 200);
   EXPECT_TRUE(server_->wait_until_idle(std::chrono::milliseconds(10)));
 }
