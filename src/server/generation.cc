@@ -176,8 +176,6 @@ class GenerationSession {
     }
   }
 
-  RequestRecord& record() { return record_; }
-
  private:
   bool write(httplib::DataSink& sink, const std::string& bytes) {
     if (bytes.empty()) return true;
@@ -385,10 +383,15 @@ bool HttpServer::handle_generation(const Route& route, const httplib::Request& r
     default: format = make_simple_chat_format(std::move(identity)); break;
   }
   // From here on the session owns the record and finishes it when it is destroyed.
-  auto session = std::make_shared<GenerationSession>(
-      *this, std::move(handle).value(),
-      ConnectionWatch(req.remote_addr, req.remote_port, req.local_port), std::move(format),
-      std::move(record));
+  ConnectionWatch watch(req.remote_addr, req.remote_port, req.local_port);
+  if (!watch.found()) {
+    spdlog::debug(
+        "request {}: connection socket not found; a disconnect is noticed only when "
+        "a write fails",
+        record.id);
+  }
+  auto session = std::make_shared<GenerationSession>(*this, std::move(handle).value(), watch,
+                                                     std::move(format), std::move(record));
   if (!session->wait_first_event()) {
     send_client_closed(res);
     return true;

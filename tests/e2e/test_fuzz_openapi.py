@@ -40,7 +40,7 @@ def test_schemathesis_against_openapi(make_server, tmp_path):
     auth = {"Authorization": "Bearer fuzz-key"}
     server.wait_ready(headers=auth)
     command = [*schemathesis_command(), "run", f"{server.url}/openapi.json",
-               "--checks", CHECKS, "--max-examples", "12", "--workers", "1", "--seed", "20241129",
+               "--checks", CHECKS, "--max-examples", "8", "--workers", "1", "--seed", "20241129",
                "--request-timeout", "60", "--generation-database", "none", "--no-color",
                "--header", "Authorization: Bearer fuzz-key",
                "--report", "junit", "--report-junit-path", str(tmp_path / "schemathesis.xml")]
@@ -56,4 +56,4 @@ def test_schemathesis_against_openapi(make_server, tmp_path):
                      if name == "llamaserve_requests_total" and dict(labels)["status"].startswith("5")
                      and dict(labels)["status"] != "503"}
     assert not server_errors
-    assert metrics.total("llamaserve_requests_total") > 300
+    assert metrics.total("llamaserve_requests_total") > 200
