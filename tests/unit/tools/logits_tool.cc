@@ -3,8 +3,9 @@
 // numpy llama2.c forward pass).
 //
 //   logits_tool [--reference] MODEL.gguf OUT.f32 TOKEN...
-// Runs one prefill of the tokens on the CPU executor and writes float32 little-endian logits
-// of every position, [n_tokens][n_vocab]. --reference uses the plain reference kernels.
+// Runs one prefill of the tokens on the CPU executor (F32 KV cache) and writes float32
+// little-endian logits of every position, [n_tokens][n_vocab]. --reference uses the plain
+// reference kernels.
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -51,6 +52,9 @@ int main(int argc, char** argv) {
   options.kv_block_size = kBlockSize;
   options.kv_capacity_tokens = static_cast<int64_t>(n_blocks + 1) * kBlockSize;
   options.reference_kernels = reference;
+  // An F32 cache: comparisons with other implementations should see the weights' precision,
+  // not the cache's.
+  options.kv_type = TensorType::F32;
   auto executor = create_cpu_executor(*model, options);
   if (!executor.is_ok()) return fail(executor.status().to_string());
 
