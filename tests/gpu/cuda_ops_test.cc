@@ -154,6 +154,52 @@ TEST_P(RopeTest, MatchesCpuRope) {
   }
   expect_all_near(q_dev.download(), q, 1e-5, 1e-6, "q");
   expect_all_near(k_dev.download(), k, 1e-5, 1e-6, "k");
+
+  // rope_write_kv: the same Q and K, and K and V in the cache as write_kv leaves them.
+  const std::vector<float> v = random_floats(rows * k_stride, 13);
+  const std::vector<int32_t> seq_index = {0, 0, 1, 1, 1, 0};
+  const int32_t block_size = 4, blocks_per_seq = 131072 / block_size + 1;
+  // Every row in its own block (sequence 0: positions 0, 1, 131071; 1: 17, 4095, 100000).
+  std::vector<int32_t> tables(2 * blocks_per_seq, 6);
+  tables[0] = 0;
+  tables[131071 / block_size] = 1;
+  tables[blocks_per_seq + 17 / block_size] = 2;
+  tables[blocks_per_seq + 4095 / block_size] = 3;
+  tables[blocks_per_seq + 100000 / block_size] = 4;
+  DeviceArray<float> q2(random_floats(rows * q_stride, 11)), k2(random_floats(rows * k_stride, 12));
+  DeviceArray<float> v_dev(v);
+  DeviceArray<int32_t> seq_dev(seq_index), table_dev(tables);
+  DeviceArray<uint16_t> k_two(7 * block_size * k_stride), v_two(7 * block_size * k_stride);
+  DeviceArray<uint16_t> k_one(7 * block_size * k_stride), v_one(7 * block_size * k_stride);
+  for (auto* cache : {&k_two, &v_two, &k_one, &v_one}) cache->poison();
+  KvWriteArgs w;
+  w.k = k2.get();
+  w.k_stride = k_stride;
+  w.v = v_dev.get();
+  w.v_stride = k_stride;
+  w.positions = pos_dev.get();
+  w.seq_index = seq_dev.get();
+  w.block_tables = table_dev.get();
+  w.blocks_per_seq = blocks_per_seq;
+  w.block_size = block_size;
+  w.n_rows = rows;
+  w.kv_dim = k_stride;
+  a.q = q2.get();
+  a.k = k2.get();
+  ASSERT_OK(rope(a, nullptr));
+  w.k_cache = k_two.get();
+  w.v_cache = v_two.get();
+  ASSERT_OK(write_kv(w, nullptr));
+  const std::vector<float> q_two = q2.download(), k_two_rows = k2.download();
+  q2.upload(random_floats(rows * q_stride, 11));
+  k2.upload(random_floats(rows * k_stride, 12));
+  w.k_cache = k_one.get();
+  w.v_cache = v_one.get();
+  ASSERT_OK(rope_write_kv(a, w, nullptr));
+  EXPECT_EQ(q2.download(), q_two);
+  EXPECT_EQ(k2.download(), k_two_rows);
+  EXPECT_EQ(k_one.download(), k_two.download());
+  EXPECT_EQ(v_one.download(), v_two.download());
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -393,9 +439,15 @@ TEST_P(AttentionTest, MatchesReference) {
   a.n_splits = c.n_splits;
   a.partial = partial.get();
   a.n_batch_rows = rows;
+  // The output also as 8-bit blocks (for the output projection's integer matvec).
+  DeviceArray<uint8_t> out_q8(q8_rows_bytes(rows, q_dim));
+  out_q8.poison();
+  a.out_q = q8_rows_view(out_q8.get(), rows, q_dim);
   ASSERT_OK(configure_attention_kernels());
   ASSERT_OK(attention(a, nullptr));
   ASSERT_CUDA(cudaDeviceSynchronize());
+  EXPECT_EQ(count_q8_mismatches(out_dev.download(), out_stride, rows, q_dim, out_q8, a.out_q), 0)
+      << "8-bit output";
 
   // The cache after write_kv: history plus the batch's rows at their slots.
   auto slot = [&](int seq, int pos) {

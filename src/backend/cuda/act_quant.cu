@@ -3,6 +3,7 @@
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/check.h"
 #include "backend/cuda/device_matrix.h"
+#include "backend/cuda/launch.cuh"
 
 namespace llamaserve::cuda {
 namespace {
@@ -14,6 +15,8 @@ constexpr int kBlocksPerCta = kThreads / 32;  // one warp per 32-element block
 __global__ void __launch_bounds__(kThreads)
     quantize_q8_kernel(const float* __restrict__ x, int64_t x_stride, int64_t n_rows,
                        int64_t n_blocks, Q8Rows out) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int lane = threadIdx.x & 31;
   const int64_t block = static_cast<int64_t>(blockIdx.x) * kBlocksPerCta + (threadIdx.x >> 5);
   if (block >= n_blocks) return;  // whole warps
@@ -57,8 +60,8 @@ Status quantize_q8(const float* x, int64_t x_stride, int64_t n_rows, int64_t n, 
   LS_CUDA_REQUIRE(grid_x <= 0x7fffffff);
   const dim3 grid(static_cast<unsigned>(grid_x),
                   static_cast<unsigned>(std::min<int64_t>(n_rows, 65535)));
-  quantize_q8_kernel<<<grid, kThreads, 0, stream>>>(x, x_stride, n_rows, n_blocks, out);
-  LS_CUDA_CHECK_LAUNCH();
+  LS_CUDA_CHECK(launch_kernel(quantize_q8_kernel, grid, kThreads, 0, stream, x, x_stride, n_rows,
+                              n_blocks, out));
   return Status::ok();
 }
 

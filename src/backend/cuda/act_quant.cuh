@@ -45,6 +45,27 @@ __device__ __forceinline__ void quantize_q8_warp(float v, int lane, int8_t* q, f
   const int other_half = __shfl_xor_sync(0xffffffffu, sum, 16);
   if (lane == 0) *ds = q8_block_sums(d, sum, other_half);
 }
+
+// Sixteen lanes quantize one block, two consecutive elements each: lane l of each half-warp
+// holds elements 2 (l % 16) and 2 (l % 16) + 1 of its half-warp's block (q, ds).
+// PRECONDITION: all 32 lanes of the warp call it together.
+__device__ __forceinline__ void quantize_q8_pairs(float2 v, int lane, int8_t* q, float4* ds) {
+  float amax = fmaxf(fabsf(v.x), fabsf(v.y));
+#pragma unroll
+  for (int offset = 8; offset > 0; offset >>= 1)
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+  const float d = q8_scale(amax);
+  const float inv = q8_inverse(d);
+  const int c0 = q8_code(v.x, inv), c1 = q8_code(v.y, inv);
+  const int l = lane & 15;
+  *reinterpret_cast<char2*>(q + 2 * l) =
+      make_char2(static_cast<signed char>(c0), static_cast<signed char>(c1));
+  int sum = c0 + c1;  // over the lane's eight lanes (16 elements) after offsets 1..4
+#pragma unroll
+  for (int offset = 1; offset < 8; offset <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  const int other_half = __shfl_xor_sync(0xffffffffu, sum, 8);
+  if (l == 0) *ds = q8_block_sums(d, sum, other_half);
+}
 #endif
 
 }  // namespace llamaserve::cuda

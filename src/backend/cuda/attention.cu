@@ -4,8 +4,10 @@
 #include <cuda_fp16.h>
 #include <cuda_pipeline.h>
 
+#include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/attention.h"
 #include "backend/cuda/check.h"
+#include "backend/cuda/launch.cuh"
 
 namespace llamaserve::cuda {
 namespace {
@@ -45,6 +47,8 @@ __device__ __forceinline__ void half8_to_float(const uint4& v, float (&f)[8]) {
 //      group, V read from shared memory.
 template <int D>
 __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs a) {
+  pdl_launch_dependents();
+  pdl_wait();
   constexpr int kPairs = D / 2;
   constexpr int kGroups = kThreads / kPairs;  // 4 for D = 64, 2 for D = 128
   constexpr int kMaxPerThread = kMaxAttentionQueries / kGroups;
@@ -224,8 +228,14 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
     const int head = kv_head * group_size + qi % group_size;
     if (a.n_splits == 1) {
       const float inv_l = 1.0f / l_s[qi];
-      *reinterpret_cast<float2*>(a.out + row * a.out_stride + head * D + 2 * pair) =
-          make_float2(acc[i][0] * inv_l, acc[i][1] * inv_l);
+      const float2 o = make_float2(acc[i][0] * inv_l, acc[i][1] * inv_l);
+      *reinterpret_cast<float2*>(a.out + row * a.out_stride + head * D + 2 * pair) = o;
+      // Half-warp h of a warp holds pairs [16 h', 16 h' + 16) of the head: one block.
+      if (a.out_q.qs != nullptr) {
+        quantize_q8_pairs(o, tid & 31,
+                          a.out_q.qs + row * a.out_q.qs_stride + head * D + 32 * (pair / 16),
+                          a.out_q.ds + row * a.out_q.ds_stride + (head * D) / kQ8Block + pair / 16);
+      }
     } else {
       const int64_t part = (row * a.n_head + head) * a.n_splits + split;
       *reinterpret_cast<float2*>(a.partial + part * D + 2 * pair) =
@@ -241,6 +251,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
 // Combines the splits of one (row, head): out = Σ e^(m_p - M) acc_p / Σ e^(m_p - M) l_p.
 template <int D>
 __global__ void __launch_bounds__(D) attention_reduce_kernel(const AttentionArgs a) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t row = blockIdx.x;
   const int head = blockIdx.y;
   const int d = threadIdx.x;
@@ -257,10 +269,18 @@ __global__ void __launch_bounds__(D) attention_reduce_kernel(const AttentionArgs
     num = fmaf(w, a.partial[(first + p) * D + d], num);
     den = fmaf(w, ml[2 * p + 1], den);
   }
-  a.out[row * a.out_stride + head * D + d] = num / den;
+  const float o = num / den;
+  a.out[row * a.out_stride + head * D + d] = o;
+  // Warp w holds dims [32 w, 32 w + 32) of the head: one block.
+  if (a.out_q.qs != nullptr) {
+    quantize_q8_warp(o, d & 31, a.out_q.qs + row * a.out_q.qs_stride + head * D + (d & ~31),
+                     a.out_q.ds + row * a.out_q.ds_stride + (head * D + d) / kQ8Block);
+  }
 }
 
 __global__ void write_kv_kernel(const KvWriteArgs a) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= a.n_rows * a.kv_dim) return;
   const int64_t row = i / a.kv_dim;
@@ -279,12 +299,11 @@ Status launch_attention(const AttentionArgs& a, cudaStream_t stream) {
   const int64_t smem = SmemLayout::bytes(nq8, D);
   const dim3 grid(static_cast<unsigned>(a.n_tiles), static_cast<unsigned>(a.n_head_kv),
                   static_cast<unsigned>(a.n_splits));
-  attention_kernel<D><<<grid, kThreads, smem, stream>>>(a);
-  LS_CUDA_CHECK_LAUNCH();
+  LS_CUDA_CHECK(
+      launch_kernel(attention_kernel<D>, grid, kThreads, static_cast<size_t>(smem), stream, a));
   if (a.n_splits > 1) {
     const dim3 reduce_grid(static_cast<unsigned>(a.n_batch_rows), static_cast<unsigned>(a.n_head));
-    attention_reduce_kernel<D><<<reduce_grid, D, 0, stream>>>(a);
-    LS_CUDA_CHECK_LAUNCH();
+    LS_CUDA_CHECK(launch_kernel(attention_reduce_kernel<D>, reduce_grid, D, 0, stream, a));
   }
   return Status::ok();
 }
@@ -310,8 +329,8 @@ Status write_kv(const KvWriteArgs& a, cudaStream_t stream) {
   constexpr int kWriteThreads = 256;
   const int64_t blocks = (a.n_rows * a.kv_dim + kWriteThreads - 1) / kWriteThreads;
   LS_CUDA_REQUIRE(blocks <= 0x7fffffff);
-  write_kv_kernel<<<static_cast<unsigned>(blocks), kWriteThreads, 0, stream>>>(a);
-  LS_CUDA_CHECK_LAUNCH();
+  LS_CUDA_CHECK(
+      launch_kernel(write_kv_kernel, static_cast<unsigned>(blocks), kWriteThreads, 0, stream, a));
   return Status::ok();
 }
 
@@ -334,6 +353,9 @@ Status attention(const AttentionArgs& a, cudaStream_t stream) {
   LS_CUDA_REQUIRE(a.q_stride % 4 == 0 && a.out_stride % 2 == 0);
   LS_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.q) % 16 == 0 &&
                   reinterpret_cast<uintptr_t>(a.out) % 8 == 0);
+  LS_CUDA_REQUIRE(a.out_q.qs == nullptr ||
+                  (a.out_q.ds != nullptr && a.out_q.qs_stride % 16 == 0 &&
+                   a.out_q.qs_stride >= static_cast<int64_t>(a.n_head) * a.head_dim));
   if (a.n_tiles == 0) return Status::ok();
   switch (a.head_dim) {
     case 64: return launch_attention<64>(a, stream);

@@ -16,6 +16,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "backend/cuda/act_quant.h"
 #include "core/status.h"
 
 namespace llamaserve::cuda {
@@ -67,6 +68,9 @@ struct AttentionArgs {
   float scale = 0.0f;    // softmax scale, usually 1 / sqrt(head_dim)
   float* out = nullptr;  // row r: n_head heads at out + r * out_stride
   int64_t out_stride = 0;
+  // When set (out_q.qs not null), out's rows are also written as 8-bit blocks (act_quant.h):
+  // the input of an integer matvec of the output projection.
+  Q8Rows out_q;
   // Flash decoding. With n_splits > 1 the partials go to `partial` (see attention_workspace
   // _floats) and a reduce kernel writes `out`.
   int32_t n_splits = 1;

@@ -120,7 +120,6 @@ Status CudaBackend::run_layer(const DeviceBatch& b, int32_t layer, const CudaKvC
   rope_args.head_dim = static_cast<int32_t>(c.head_dim);
   rope_args.rope_dim = static_cast<int32_t>(c.rope_dim);
   rope_args.ordering = c.rope_ordering;
-  LS_RETURN_IF_ERROR(rope(rope_args, stream));
 
   KvWriteArgs write;
   write.k = act.k;
@@ -136,7 +135,7 @@ Status CudaBackend::run_layer(const DeviceBatch& b, int32_t layer, const CudaKvC
   write.block_size = kv.block_size;
   write.n_rows = n;
   write.kv_dim = c.kv_dim();
-  LS_RETURN_IF_ERROR(write_kv(write, stream));
+  LS_RETURN_IF_ERROR(rope_write_kv(rope_args, write, stream));
 
   AttentionArgs at;
   at.q = act.q;
@@ -160,9 +159,11 @@ Status CudaBackend::run_layer(const DeviceBatch& b, int32_t layer, const CudaKvC
   at.n_splits = n_splits;
   at.partial = act.attention_partial;
   at.n_batch_rows = n;
+  const bool wo_q8 = wants_q8(n, {&w.wo});
+  at.out_q = wo_q8 ? act.q8 : Q8Rows{};
   LS_RETURN_IF_ERROR(attention(at, stream));
   LS_RETURN_IF_ERROR(project({{&w.wo, act.hidden, act.embd_stride, nullptr, true}}, act.attn,
-                             act.q_stride, n, false, act, stream));
+                             act.q_stride, n, wo_q8, act, stream));
 
   // Feed-forward block: hidden += w_down · (silu(w_gate · x) * (w_up · x)), x = norm(hidden)
   norm.weight = w.ffn_norm;

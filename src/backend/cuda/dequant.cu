@@ -1,6 +1,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/dequant.h"
 #include "backend/cuda/formats.cuh"
+#include "backend/cuda/launch.cuh"
 
 namespace llamaserve::cuda {
 namespace {
@@ -45,6 +46,8 @@ __device__ __forceinline__ void store_run(Out* dst, const float (&v)[N]) {
 template <TensorType T, typename Out>
 __global__ void __launch_bounds__(kDequantThreads)
     dequantize_rows_kernel(const DequantArgs a, int units_per_row) {
+  pdl_launch_dependents();
+  pdl_wait();
   using F = Format<T>;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kDequantThreads + threadIdx.x;
   if (i >= a.n_rows * units_per_row) return;
@@ -70,9 +73,8 @@ Status launch(const DequantArgs& a, cudaStream_t stream) {
   const int units = static_cast<int>(a.w.cols / kUnitElems<T>);
   const int64_t blocks = (a.n_rows * units + kDequantThreads - 1) / kDequantThreads;
   LS_CUDA_REQUIRE(blocks <= 0x7fffffff);
-  dequantize_rows_kernel<T, Out>
-      <<<static_cast<unsigned>(blocks), kDequantThreads, 0, stream>>>(a, units);
-  LS_CUDA_CHECK_LAUNCH();
+  LS_CUDA_CHECK(launch_kernel(dequantize_rows_kernel<T, Out>, static_cast<unsigned>(blocks),
+                              kDequantThreads, 0, stream, a, units));
   return Status::ok();
 }
 

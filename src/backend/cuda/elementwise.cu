@@ -6,6 +6,7 @@
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/check.h"
 #include "backend/cuda/elementwise.h"
+#include "backend/cuda/launch.cuh"
 
 namespace llamaserve::cuda {
 namespace {
@@ -25,6 +26,8 @@ struct Grid2d {
 
 template <class Op>
 __global__ void rows_kernel(int64_t n_rows, int64_t n, Op op) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (c >= n) return;
   for (int64_t r = blockIdx.y; r < n_rows; r += gridDim.y) op(r, c);
@@ -36,8 +39,7 @@ Status launch_rows(int64_t n_rows, int64_t n, Op op, cudaStream_t stream) {
   if (n_rows == 0 || n == 0) return Status::ok();
   LS_CUDA_REQUIRE((n + kThreads - 1) / kThreads <= 0x7fffffff);
   const Grid2d g = Grid2d::make(n_rows, n);
-  rows_kernel<<<g.grid, kThreads, 0, stream>>>(n_rows, n, op);
-  LS_CUDA_CHECK_LAUNCH();
+  LS_CUDA_CHECK(launch_kernel(rows_kernel<Op>, g.grid, kThreads, 0, stream, n_rows, n, op));
   return Status::ok();
 }
 
@@ -79,6 +81,8 @@ struct SiluMul {
 // silu_mul with 8-bit output: the columns of a CTA are whole blocks, one per warp.
 __global__ void __launch_bounds__(kThreads)
     silu_mul_q8_kernel(SiluMul op, int64_t n_rows, int64_t n, Q8Rows out_q) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (c >= n) return;  // whole warps, since n % 32 == 0
   const int lane = threadIdx.x & 31;
@@ -141,8 +145,8 @@ Status silu_mul(const float* gate, int64_t gate_stride, const float* up, int64_t
                   out_q.qs_stride >= n && n_rows >= 0);
   if (n_rows == 0 || n == 0) return Status::ok();
   const Grid2d g = Grid2d::make(n_rows, n);
-  silu_mul_q8_kernel<<<g.grid, kThreads, 0, stream>>>(op, n_rows, n, out_q);
-  LS_CUDA_CHECK_LAUNCH();
+  LS_CUDA_CHECK(
+      launch_kernel(silu_mul_q8_kernel, g.grid, kThreads, 0, stream, op, n_rows, n, out_q));
   return Status::ok();
 }
 

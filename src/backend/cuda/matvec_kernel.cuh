@@ -9,6 +9,9 @@
 // the activations below that of the weight stream. Partial sums (RW × B per lane) are reduced
 // across the warp by a transposing butterfly: 31 shuffles for 32 sums instead of 160.
 //
+// Launched with programmatic dependent launch: the first step's weight loads are issued before
+// the wait for the kernel that produced the activations (launch.cuh).
+//
 // No shared memory and no CTA-wide barrier: warps past the last row simply return. The
 // parameter is __grid_constant__ so that picking a part by index reads it in place instead of
 // copying the whole struct to local memory.
@@ -18,6 +21,7 @@
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/dot_formats.cuh"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/matvec_launch.h"
 
 namespace llamaserve::cuda {
@@ -26,9 +30,11 @@ inline constexpr int kMatvecWarps = 4;
 inline constexpr int kMatvecThreads = 32 * kMatvecWarps;
 
 // Weight rows per warp: more rows share each activation load (B of them per item); fewer keep
-// the RW × B sums and the loaded items in registers.
-template <int B>
-inline constexpr int kMatvecRowsPerWarp = B <= 4 ? 2 : 4;
+// the RW × B sums and the decoded items in registers (the K-quants' decoded items are 80 bytes:
+// four rows of them with eight activation rows would take every register).
+template <TensorType T, int B>
+inline constexpr int kMatvecRowsPerWarp = B <= 4 || sizeof(typename DotFormat<T>::Decoded) > 48 ? 2
+                                                                                                : 4;
 
 // Items per lane and step: about 192 bytes of loaded registers (RW rows × U items) per lane.
 template <TensorType T, int RW>
@@ -75,6 +81,7 @@ template <TensorType T, int B, int RW, int U>
 __global__ void __launch_bounds__(kMatvecThreads)
     matvec_kernel(const __grid_constant__ MatvecLaunch a) {
   using F = DotFormat<T>;
+  pdl_launch_dependents();
   const int lane = threadIdx.x & 31;
   int p = 0;
 #pragma unroll
@@ -85,7 +92,10 @@ __global__ void __launch_bounds__(kMatvecThreads)
   const DeviceMatrix& w = part.w;
   const int64_t row0 =
       (static_cast<int64_t>(blockIdx.x - part.first_cta) * kMatvecWarps + (threadIdx.x >> 5)) * RW;
-  if (row0 >= w.rows) return;
+  if (row0 >= w.rows) {
+    pdl_wait();  // (nothing to touch; kept so that every thread waits, see launch.cuh)
+    return;
+  }
   // The last warp may own fewer than RW rows: it reads the last row again and drops it.
   int64_t rows[RW];
 #pragma unroll
@@ -99,8 +109,8 @@ __global__ void __launch_bounds__(kMatvecThreads)
     for (int b = 0; b < B; ++b) acc[r][b] = 0.0f;
   }
 
-  for (int first = lane; first < n_items; first += 32 * U) {
-    typename F::Raw raw[U][RW];
+  typename F::Raw raw[U][RW];
+  auto load_step = [&](int first) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int item = first + 32 * u;
@@ -109,6 +119,13 @@ __global__ void __launch_bounds__(kMatvecThreads)
         for (int r = 0; r < RW; ++r) raw[u][r] = F::load(w, rows[r], item);
       }
     }
+  };
+  // The weights are constant, so the first step's loads go out before the wait for the kernel
+  // that writes the activations (programmatic dependent launch, launch.cuh).
+  load_step(lane);
+  pdl_wait();
+  for (int first = lane; first < n_items; first += 32 * U) {
+    if (first != lane) load_step(first);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int item = first + 32 * u;
@@ -149,7 +166,7 @@ __global__ void __launch_bounds__(kMatvecThreads)
 
 template <TensorType T, int B>
 Status launch_matvec_rows(const MatvecLaunch& a, cudaStream_t stream) {
-  constexpr int kRows = kMatvecRowsPerWarp<B>;
+  constexpr int kRows = kMatvecRowsPerWarp<T, B>;
   constexpr int kUnroll = kMatvecUnroll<T, kRows>;
   constexpr int kRowsPerCta = kRows * kMatvecWarps;
   MatvecLaunch launch = a;
@@ -159,9 +176,8 @@ Status launch_matvec_rows(const MatvecLaunch& a, cudaStream_t stream) {
     ctas += (a.parts[i].w.rows + kRowsPerCta - 1) / kRowsPerCta;
     LS_CUDA_REQUIRE(ctas <= 0x7fffffff);
   }
-  matvec_kernel<T, B, kRows, kUnroll>
-      <<<static_cast<unsigned>(ctas), kMatvecThreads, 0, stream>>>(launch);
-  LS_CUDA_CHECK_LAUNCH();
+  LS_CUDA_CHECK(launch_kernel(matvec_kernel<T, B, kRows, kUnroll>, static_cast<unsigned>(ctas),
+                              kMatvecThreads, 0, stream, launch));
   return Status::ok();
 }
 

@@ -1,5 +1,6 @@
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/check.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/norm.h"
 
 namespace llamaserve::cuda {
@@ -22,6 +23,8 @@ __device__ float block_sum(float v, float* shared) {
 // One block per row. The row is read twice (sum of squares, then the scaled write); the second
 // read hits L1/L2.
 __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const RmsNormArgs a) {
+  pdl_launch_dependents();
+  pdl_wait();
   __shared__ float shared[kNormThreads / 32];
   const int64_t row = blockIdx.x;
   const int64_t in_row = a.row_ids != nullptr ? a.row_ids[row] : row;
@@ -65,8 +68,8 @@ Status rmsnorm(const RmsNormArgs& a, cudaStream_t stream) {
   LS_CUDA_REQUIRE(a.yq.qs == nullptr || (a.n % kQ8Block == 0 && a.yq.ds != nullptr &&
                                          a.yq.qs_stride % 16 == 0 && a.yq.qs_stride >= a.n));
   if (a.n_rows == 0) return Status::ok();
-  rmsnorm_kernel<<<static_cast<unsigned>(a.n_rows), kNormThreads, 0, stream>>>(a);
-  LS_CUDA_CHECK_LAUNCH();
+  LS_CUDA_CHECK(
+      launch_kernel(rmsnorm_kernel, static_cast<unsigned>(a.n_rows), kNormThreads, 0, stream, a));
   return Status::ok();
 }
 
