@@ -1,0 +1,121 @@
+// create_executor and the --device values every command shares: parsing, the CPU executor it
+// builds from the common options, and the errors for CUDA devices a build or a machine cannot
+// use.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "parallel/executor_factory.h"
+
+namespace llamaserve {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(ParseDevice, AcceptsCpuCudaAndIndices) {
+  struct Case {
+    const char* text;
+    DeviceChoice::Kind kind;
+    int index;
+  };
+  for (const Case& c :
+       {Case{"cpu", DeviceChoice::Kind::kCpu, 0}, Case{"cuda", DeviceChoice::Kind::kCuda, 0},
+        Case{"cuda:0", DeviceChoice::Kind::kCuda, 0}, Case{"cuda:3", DeviceChoice::Kind::kCuda, 3},
+        Case{"1", DeviceChoice::Kind::kCuda, 1}}) {
+    const Result<DeviceChoice> d = parse_device(c.text);
+    ASSERT_TRUE(d.is_ok()) << c.text << ": " << d.status().to_string();
+    EXPECT_EQ(d->kind, c.kind) << c.text;
+    EXPECT_EQ(d->index, c.index) << c.text;
+  }
+  EXPECT_EQ(parse_device("cuda:2")->name(), "cuda:2");
+  EXPECT_EQ(parse_device("cpu")->name(), "cpu");
+}
+
+TEST(ParseDevice, RefusesMalformedAndSeveralDevices) {
+  for (const char* text : {"", "gpu", "cuda:", "cuda:x", "cuda:-1", "-1", "1x", "CPU", "cuda0"}) {
+    const Result<DeviceChoice> d = parse_device(text);
+    ASSERT_FALSE(d.is_ok()) << "'" << text << "'";
+    EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument) << text;
+    EXPECT_NE(d.status().message().find("expected cpu, cuda, cuda:N"), std::string::npos)
+        << d.status().message();
+  }
+  const Result<DeviceChoice> several = parse_device("0,1");
+  ASSERT_FALSE(several.is_ok());
+  EXPECT_EQ(several.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(several.status().message().find("one device"), std::string::npos);
+}
+
+std::shared_ptr<const LoadedModel> tiny_model() {
+  const fs::path path =
+      fs::path(LLAMASERVE_SOURCE_DIR) / "tests" / "fixtures" / "reference" / "tiny-llama-f16.gguf";
+  auto model = load_model(path.string());
+  EXPECT_TRUE(model.is_ok()) << model.status().to_string();
+  return model.is_ok() ? *model : nullptr;
+}
+
+TEST(CreateExecutor, BuildsTheCpuExecutorFromTheCommonOptions) {
+  auto model = tiny_model();
+  ASSERT_NE(model, nullptr);
+  ExecutorOptions o;
+  o.threads = 1;
+  o.kv_capacity_tokens = 100;  // 7 blocks of 16
+  o.kv_block_size = 16;
+  o.max_batch_tokens = 64;
+  auto executor = create_executor(model, o);
+  ASSERT_TRUE(executor.is_ok()) << executor.status().to_string();
+  EXPECT_EQ((*executor)->kv_info().n_blocks, 7);
+  EXPECT_EQ((*executor)->kv_info().block_size, 16);
+  EXPECT_NE((*executor)->describe().find("cpu, 1 threads"), std::string::npos)
+      << (*executor)->describe();
+  EXPECT_NE((*executor)->describe().find("max 64 tokens"), std::string::npos);
+
+  // The executor runs: one token, its logits.
+  Batch b;
+  b.tokens = {1};
+  b.positions = {0};
+  b.seq_index = {0};
+  b.blocks_per_seq = 1;
+  b.block_tables = {0};
+  b.seq_lengths = {1};
+  b.logit_rows = {0};
+  std::vector<float> logits(static_cast<size_t>(model->config.n_vocab));
+  EXPECT_TRUE((*executor)->forward(b, logits).is_ok());
+
+  o.device = "tpu";
+  EXPECT_EQ(create_executor(model, o).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(CreateExecutor, CudaDevicesNeedACudaBuildAndADevice) {
+  auto model = tiny_model();
+  ASSERT_NE(model, nullptr);
+  ExecutorOptions o;
+  o.device = "cuda:0";
+  o.kv_capacity_tokens = 64;
+  const auto executor = create_executor(model, o);
+  if (!cuda_build()) {
+    ASSERT_FALSE(executor.is_ok());
+    EXPECT_EQ(executor.status().code(), StatusCode::kUnsupported);
+    EXPECT_NE(executor.status().message().find("-DLLAMASERVE_CUDA=ON"), std::string::npos)
+        << executor.status().message();
+    return;
+  }
+  // A CUDA build: either a device exists and the executor was made, or a clear error.
+  if (!executor.is_ok()) {
+    EXPECT_FALSE(executor.status().message().empty());
+  } else {
+    EXPECT_NE((*executor)->describe().find("cuda:0"), std::string::npos);
+  }
+  o.device = "cuda:4096";
+  EXPECT_FALSE(create_executor(model, o).is_ok());
+}
+
+TEST(MeasureCopyBandwidth, CpuCopiesAndRefusesNothing) {
+  const Result<double> bps = measure_copy_bandwidth(DeviceChoice{}, 1 << 20, 3);
+  ASSERT_TRUE(bps.is_ok()) << bps.status().to_string();
+  EXPECT_GT(*bps, 1e8);  // any machine copies more than 100 MB/s
+  EXPECT_FALSE(measure_copy_bandwidth(DeviceChoice{}, 0, 3).is_ok());
+  EXPECT_FALSE(measure_copy_bandwidth(DeviceChoice{}, 1 << 20, 0).is_ok());
+}
+
+}  // namespace
+}  // namespace llamaserve
