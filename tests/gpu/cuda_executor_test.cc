@@ -296,10 +296,11 @@ TEST_P(CpuParityTest, BatchedInterleavedMixedAndOversizedBatches) {
   auto cpu = make_cpu_reference(model);
   // Matvec for any row count: fp32 activations for float weights, as close to the CPU's
   // reference kernels as summation order allows; 8-bit activation blocks for quantized ones
-  // (see the tolerances of ReferenceTest).
+  // (see the tolerances of ReferenceTest; random prompts here, so with more room: a layout or
+  // indexing mistake is O(1)).
   CudaExecutorOptions matvec_only = small_options();
   matvec_only.gemm_min_rows = kMatvecOnly;
-  const double matvec_tolerance = uses_q8_matvec(*model) ? 3e-2 : 1e-3;
+  const double matvec_tolerance = uses_q8_matvec(*model) ? 5e-2 : 1e-3;
   auto gpu = make_cuda(model, matvec_only);
   CudaExecutorOptions tiny_pieces = small_options();
   tiny_pieces.max_batch_tokens = 7;  // every batch below runs in pieces
