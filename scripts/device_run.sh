@@ -8,7 +8,10 @@
 #   bench7b: writes LLaMA-2-7B-shaped models with random weights (llamaserve synth) to
 #     BENCH7B_DIR (default /tmp; reused when present) for each of BENCH7B_TYPES (default
 #     "q4_k_m q8_0 f16") and runs `llamaserve bench` on cuda:0 with BENCH7B_ARGS (default
-#     -p 512 -n 128 -b 1,16,64,256 --reps 3).
+#     -p 512 -n 128 -b 1,16,64,256 --reps 3). One device call runs at most 10 minutes: give
+#     one type per call (a warm machine keeps BENCH7B_DIR between calls), e.g.
+#     BENCH7B_TYPES=q4_k_m scripts/device_run.sh bench7b; LLAMASERVE_CUDA_PDL=0 compares
+#     against plain launches.
 #
 # The device hands back at most 8 files, so $OUT ends up holding only:
 #   summary.txt      one line per step (and the failed tests)
@@ -97,10 +100,10 @@ bench7b() {
   for type in ${BENCH7B_TYPES:-q4_k_m q8_0 f16}; do
     local model="$dir/llama2-7b-$type.gguf"
     if [[ ! -s $model ]]; then
-      step "synth-7b-$type" 900 "$bin" synth --shape llama2-7b --type "$type" -o "$model" \
+      step "synth-7b-$type" 420 "$bin" synth --shape llama2-7b --type "$type" -o "$model" \
         --progress lines "${vocab[@]}" || continue
     fi
-    step "bench-7b-$type" 600 "$bin" bench -m "$model" --device cuda:0 "${args[@]}" \
+    step "bench-7b-$type" 420 "$bin" bench -m "$model" --device "${BENCH7B_DEVICE:-cuda:0}" "${args[@]}" \
       --json-file "$logs/bench-7b-$type.json" --markdown-file "$logs/bench-7b-$type.md" || continue
     [[ $first -eq 1 ]] || echo "," >>"$json"
     first=0
