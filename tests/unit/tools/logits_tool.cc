@@ -1,11 +1,13 @@
 // Test helper: the logits our engine computes for a token sequence, for comparison with
 // another implementation (tests/py/test_convert.py compares against transformers and a
-// numpy llama2.c forward pass).
+// numpy llama2.c forward pass), and exact greedy continuations (tests/py/test_quantize.py).
 //
-//   logits_tool [--reference] MODEL.gguf OUT.f32 TOKEN...
+//   logits_tool [--reference] [--generate N] MODEL.gguf OUT.f32 TOKEN...
 // Runs one prefill of the tokens on the CPU executor (F32 KV cache) and writes float32
 // little-endian logits of every position, [n_tokens][n_vocab]. --reference uses the plain
-// reference kernels.
+// reference kernels. --generate N then decodes N greedy tokens one step at a time and prints
+// their ids on stdout, space-separated.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -21,22 +23,51 @@ int fail(const std::string& message) {
   return 1;
 }
 
+constexpr int32_t kBlockSize = 16;
+
+// One sequence whose KV blocks are 0, 1, 2, ...: rows `tokens` at positions from `first`.
+llamaserve::Batch make_batch(const std::vector<int32_t>& tokens, int32_t first, bool all_logits) {
+  llamaserve::Batch batch;
+  batch.tokens = tokens;
+  const auto n = static_cast<int32_t>(tokens.size());
+  for (int32_t i = 0; i < n; ++i) {
+    batch.positions.push_back(first + i);
+    batch.seq_index.push_back(0);
+    if (all_logits || i == n - 1) batch.logit_rows.push_back(i);
+  }
+  const int32_t length = first + n;
+  batch.blocks_per_seq = (length + kBlockSize - 1) / kBlockSize;
+  for (int32_t b = 0; b < batch.blocks_per_seq; ++b) batch.block_tables.push_back(b);
+  batch.seq_lengths = {length};
+  return batch;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace llamaserve;
   int arg = 1;
   bool reference = false;
-  if (arg < argc && std::string(argv[arg]) == "--reference") {
-    reference = true;
-    ++arg;
+  int32_t n_generate = 0;
+  while (arg < argc && std::string(argv[arg]).starts_with("--")) {
+    const std::string flag = argv[arg++];
+    if (flag == "--reference") {
+      reference = true;
+    } else if (flag == "--generate" && arg < argc) {
+      n_generate = static_cast<int32_t>(std::strtol(argv[arg++], nullptr, 10));
+    } else {
+      return fail("unknown option " + flag);
+    }
   }
-  if (argc - arg < 3) return fail("usage: logits_tool [--reference] MODEL.gguf OUT.f32 TOKEN...");
+  if (argc - arg < 3 || n_generate < 0) {
+    return fail("usage: logits_tool [--reference] [--generate N] MODEL.gguf OUT.f32 TOKEN...");
+  }
   const std::string model_path = argv[arg++];
   const std::string out_path = argv[arg++];
   std::vector<int32_t> tokens;
-  for (; arg < argc; ++arg)
+  for (; arg < argc; ++arg) {
     tokens.push_back(static_cast<int32_t>(std::strtol(argv[arg], nullptr, 10)));
+  }
 
   auto model = load_model(model_path);
   if (!model.is_ok()) return fail(model.status().to_string());
@@ -44,13 +75,11 @@ int main(int argc, char** argv) {
   for (int32_t t : tokens) {
     if (t < 0 || t >= n_vocab) return fail("token id " + std::to_string(t) + " out of range");
   }
-  constexpr int32_t kBlockSize = 16;
   const auto n = static_cast<int32_t>(tokens.size());
-  const int32_t n_blocks = (n + kBlockSize - 1) / kBlockSize;
   CpuExecutorOptions options;
   options.threads = 2;
   options.kv_block_size = kBlockSize;
-  options.kv_capacity_tokens = static_cast<int64_t>(n_blocks + 1) * kBlockSize;
+  options.kv_capacity_tokens = (n + n_generate + 2 * kBlockSize) / kBlockSize * kBlockSize;
   options.reference_kernels = reference;
   // An F32 cache: comparisons with other implementations should see the weights' precision,
   // not the cache's.
@@ -58,21 +87,22 @@ int main(int argc, char** argv) {
   auto executor = create_cpu_executor(*model, options);
   if (!executor.is_ok()) return fail(executor.status().to_string());
 
-  Batch batch;
-  batch.tokens = tokens;
-  for (int32_t i = 0; i < n; ++i) {
-    batch.positions.push_back(i);
-    batch.seq_index.push_back(0);
-    batch.logit_rows.push_back(i);
-  }
-  batch.blocks_per_seq = n_blocks;
-  for (int32_t b = 0; b < n_blocks; ++b) batch.block_tables.push_back(b);
-  batch.seq_lengths = {n};
   std::vector<float> logits(static_cast<size_t>(n) * n_vocab);
-  const Status status = (*executor)->forward(batch, logits);
+  Status status = (*executor)->forward(make_batch(tokens, 0, true), logits);
   if (!status.is_ok()) return fail(status.to_string());
   std::ofstream out(out_path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(logits.data()),
             static_cast<std::streamsize>(logits.size() * sizeof(float)));
-  return out ? 0 : fail("cannot write " + out_path);
+  if (!out) return fail("cannot write " + out_path);
+
+  std::vector<float> last(logits.end() - n_vocab, logits.end());
+  for (int32_t step = 0; step < n_generate; ++step) {
+    const auto next =
+        static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
+    std::printf("%s%d", step == 0 ? "" : " ", next);
+    status = (*executor)->forward(make_batch({next}, n + step, false), last);
+    if (!status.is_ok()) return fail(status.to_string());
+  }
+  if (n_generate > 0) std::printf("\n");
+  return 0;
 }
