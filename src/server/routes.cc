@@ -1,9 +1,7 @@
 #include "server/routes.h"
 
 #include <array>
-#include <regex>
 #include <string>
-#include <vector>
 
 namespace llamaserve::server {
 namespace {
@@ -23,14 +21,29 @@ constexpr std::array kRoutes = {
     Route{RouteId::kDetokenize, "POST", "/detokenize", "/detokenize", true, false},
 };
 
+// Matches `path` against an OpenAPI-style route path segment by segment; a "{name}"
+// segment matches any one non-empty segment. (Not std::regex: GCC 12 reports a
+// maybe-uninitialized warning inside it in sanitizer builds.)
+bool path_matches(std::string_view route_path, std::string_view path) {
+  while (!route_path.empty() && !path.empty()) {
+    const size_t route_end = route_path.find('/', 1);
+    const size_t path_end = path.find('/', 1);
+    const std::string_view route_segment = route_path.substr(0, route_end);
+    const std::string_view path_segment = path.substr(0, path_end);
+    const bool parameter =
+        route_segment.size() > 3 && route_segment[1] == '{' && route_segment.back() == '}';
+    if (parameter ? path_segment.size() < 2 || path_segment[0] != '/'
+                  : route_segment != path_segment) {
+      return false;
+    }
+    route_path.remove_prefix(route_segment.size());
+    path.remove_prefix(path_segment.size());
+  }
+  return route_path.empty() && path.empty();
+}
+
 bool pattern_matches(const Route& route, std::string_view path) {
-  static const std::vector<std::regex> compiled = [] {
-    std::vector<std::regex> out;
-    for (const Route& r : kRoutes) out.emplace_back(std::string(r.pattern));
-    return out;
-  }();
-  const auto index = static_cast<size_t>(&route - kRoutes.data());
-  return std::regex_match(path.begin(), path.end(), compiled[index]);
+  return path_matches(route.path, path);
 }
 
 }  // namespace

@@ -106,6 +106,11 @@ TEST(Routes, FindByMethodAndPath) {
   ASSERT_NE(model, nullptr);
   EXPECT_EQ(model->id, RouteId::kModel);
   EXPECT_EQ(find_route("GET", "/v1/models/a/b"), nullptr);
+  EXPECT_EQ(find_route("GET", "/v1/models/"), nullptr);
+  EXPECT_EQ(find_route("GET", "/health/"), nullptr);
+  EXPECT_EQ(find_route("GET", "health"), nullptr);
+  EXPECT_EQ(find_route("GET", ""), nullptr);
+  EXPECT_EQ(route_for_path("/v1/models")->id, RouteId::kModels);
   EXPECT_FALSE(path_has_route("/v1/nothing"));
   const Route* health = find_route("GET", "/health");
   ASSERT_NE(health, nullptr);
