@@ -13,6 +13,7 @@
 #include "backend/cuda/attention.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/launch.h"
 #include "backend/cuda/memory_plan.h"
 #include "parallel/batch_validation.h"
 
@@ -57,9 +58,11 @@ class CudaExecutor final : public Executor {
     return {plan_.kv_blocks, options_.kv_block_size, plan_.kv_bytes_per_block};
   }
   std::string describe() const override {
-    return fmt::format("cuda:{} ({}), {}, max {} tokens per pass, CUDA graphs {}", options_.device,
-                       device_name_, plan_.describe(options_.kv_block_size),
-                       options_.max_batch_tokens, options_.cuda_graphs ? "on" : "off");
+    return fmt::format(
+        "cuda:{} ({}), {}, max {} tokens per pass, CUDA graphs {}, programmatic launch {}",
+        options_.device, device_name_, plan_.describe(options_.kv_block_size),
+        options_.max_batch_tokens, options_.cuda_graphs ? "on" : "off",
+        cuda::programmatic_launch_enabled() ? "on" : "off");
   }
 
   Status forward(const Batch& batch, std::span<float> logits) override;
