@@ -129,20 +129,20 @@ void print_text(const PlanInput& in, const PlanReport& r, const WeightBytes& w) 
   fmt::print("  {} layers, n_embd {}, {} heads / {} KV heads of {}, n_ff {}, vocab {}{}\n",
              c.n_layer, c.n_embd, c.n_head, c.n_head_kv, c.head_dim, c.n_ff, c.n_vocab,
              c.tied_output ? ", tied embeddings" : "");
-  fmt::print("  weights {} (layers {} + token_embd {} + output {})\n", format_gib(w.total()),
-             format_gib(w.total() - w.token_embd - w.output - w.output_norm - w.other),
-             format_gib(w.token_embd), format_gib(w.output));
+  fmt::print("  weights {} (layers {} + token_embd {} + output {})\n", format_size(w.total()),
+             format_size(w.total() - w.token_embd - w.output - w.output_norm - w.other),
+             format_size(w.token_embd), format_size(w.output));
   const uint64_t elem_row = row_bytes(q.kv_type, static_cast<size_t>(c.kv_dim()));
   fmt::print("KV cache ({}): 2 (K,V) x {} layers x {} B ({} KV heads x {} dims) = {} B per token\n",
              type_name(q.kv_type), c.n_layer, elem_row, c.n_head_kv, c.head_dim,
              r.kv_bytes_per_token);
   fmt::print("  per sequence: {} tokens ({} rounded up to blocks of {}) x {} B = {}\n",
              r.tokens_per_sequence, q.n_ctx, q.kv_block_size, r.kv_bytes_per_token,
-             format_gib(r.kv_bytes_per_sequence));
+             format_size(r.kv_bytes_per_sequence));
   fmt::print("  all {} sequences: {}\n", q.concurrency,
-             format_gib(r.kv_bytes_per_sequence * static_cast<uint64_t>(q.concurrency)));
+             format_size(r.kv_bytes_per_sequence * static_cast<uint64_t>(q.concurrency)));
   fmt::print("request: context {} x {} sequences on {} GPU(s) of {} at {:.0f}% utilization\n\n",
-             q.n_ctx, q.concurrency, q.gpus, format_gib(q.gpu_memory_bytes),
+             q.n_ctx, q.concurrency, q.gpus, format_size(q.gpu_memory_bytes),
              100.0 * q.gpu_memory_utilization);
 
   fmt::print("{:>3} {:>3} {:>4}  {:>12} {:>11} {:>12} {:>14} {:>12} {:>9}  {}\n", "tp", "pp", "rep",
@@ -156,7 +156,7 @@ void print_text(const PlanInput& in, const PlanReport& r, const WeightBytes& w) 
       continue;
     }
     fmt::print("{:>3} {:>3} {:>4}  {:>12} {:>11} {:>12} {:>14} {:>12} {:>9}  {}{}\n", l.tp, l.pp,
-               l.replicas, format_gib(l.weights_per_gpu), format_gib(l.activations_per_gpu),
+               l.replicas, format_size(l.weights_per_gpu), format_size(l.activations_per_gpu),
                l.kv_bytes_per_token_per_gpu, l.kv_tokens_per_replica, l.kv_tokens_needed,
                l.max_concurrency, l.fits ? "yes" : "no",
                r.recommended == i ? "  <- recommended" : "");
@@ -172,7 +172,7 @@ void print_text(const PlanInput& in, const PlanReport& r, const WeightBytes& w) 
         "\nno layout fits: use more or larger GPUs, a shorter context, fewer concurrent "
         "sequences, --kv-type q8_0, or a smaller weight type\n");
   }
-  fmt::print("\narithmetic (GiB = 2^30 bytes):\n");
+  fmt::print("\narithmetic (KiB, MiB, GiB = 2^10, 2^20, 2^30 bytes):\n");
   for (const LayoutPlan& l : r.layouts) {
     if (!l.impossible_reason.empty()) continue;
     fmt::print("tp {} x pp {} x {} replicas:\n", l.tp, l.pp, l.replicas);

@@ -76,14 +76,14 @@ StageWeights stage_weights(const WeightBytes& w, const Stage& stage, int s, int 
 
 std::string describe_weights(const StageWeights& sw, const Stage& stage, int tp) {
   std::string text = fmt::format("layers {}..{}: matrices {} / tp {} + norms {}", stage.first_layer,
-                                 stage.first_layer + stage.n_layers - 1, format_gib(sw.split), tp,
-                                 format_gib(sw.replicated));
-  if (sw.embd) text += fmt::format(" + token_embd {}", format_gib(sw.embd));
-  if (sw.head) text += fmt::format(" + output {} / tp {}", format_gib(sw.head), tp);
-  if (sw.head_tied) text += fmt::format(" + tied head (token_embd) {}", format_gib(sw.head_tied));
-  if (sw.output_norm) text += fmt::format(" + output_norm {}", format_gib(sw.output_norm));
-  if (sw.other) text += fmt::format(" + other {}", format_gib(sw.other));
-  return text + fmt::format(" = {}", format_gib(sw.per_gpu(tp)));
+                                 stage.first_layer + stage.n_layers - 1, format_size(sw.split), tp,
+                                 format_size(sw.replicated));
+  if (sw.embd) text += fmt::format(" + token_embd {}", format_size(sw.embd));
+  if (sw.head) text += fmt::format(" + output {} / tp {}", format_size(sw.head), tp);
+  if (sw.head_tied) text += fmt::format(" + tied head (token_embd) {}", format_size(sw.head_tied));
+  if (sw.output_norm) text += fmt::format(" + output_norm {}", format_size(sw.output_norm));
+  if (sw.other) text += fmt::format(" + other {}", format_size(sw.other));
+  return text + fmt::format(" = {}", format_size(sw.per_gpu(tp)));
 }
 
 // Float activations of one pass of T rows on a rank holding 1/tp of the heads and FFN
@@ -170,16 +170,16 @@ LayoutPlan plan_layout(const PlanRequest& req, const PlanReport& report, int tp,
       "activations/GPU: 4 B x ({} rows x (2x{} + 2x{}/{} + 2x{}/{} + 2x{}/{}) + {} logit rows x "
       "({} + {}/{})) = {}",
       req.max_batch_tokens, c.n_embd, c.q_dim(), tp, c.kv_dim(), tp, c.n_ff, tp, logit_rows,
-      c.n_embd, c.n_vocab, tp, format_gib(p.activations_per_gpu)));
-  steps.push_back(fmt::format("budget/GPU: {} x {:.2f} = {}", format_gib(req.gpu_memory_bytes),
-                              req.gpu_memory_utilization, format_gib(p.budget_per_gpu)));
+      c.n_embd, c.n_vocab, tp, format_size(p.activations_per_gpu)));
+  steps.push_back(fmt::format("budget/GPU: {} x {:.2f} = {}", format_size(req.gpu_memory_bytes),
+                              req.gpu_memory_utilization, format_size(p.budget_per_gpu)));
   steps.push_back(fmt::format(
-      "free for KV: {} - {} - {} - workspace {} = {}", format_gib(p.budget_per_gpu),
-      format_gib(p.weights_per_gpu), format_gib(p.activations_per_gpu),
-      format_gib(req.workspace_bytes),
+      "free for KV: {} - {} - {} - workspace {} = {}", format_size(p.budget_per_gpu),
+      format_size(p.weights_per_gpu), format_size(p.activations_per_gpu),
+      format_size(req.workspace_bytes),
       p.free_kv_bytes_per_gpu < 0
-          ? fmt::format("-{}", format_gib(static_cast<uint64_t>(-p.free_kv_bytes_per_gpu)))
-          : format_gib(static_cast<uint64_t>(p.free_kv_bytes_per_gpu))));
+          ? fmt::format("-{}", format_size(static_cast<uint64_t>(-p.free_kv_bytes_per_gpu)))
+          : format_size(static_cast<uint64_t>(p.free_kv_bytes_per_gpu))));
   steps.push_back(fmt::format(
       "KV/token/GPU: 2 (K,V) x {} layers x {} B ({}/{} values of {}) = {} B", st.n_layers, kv_row,
       c.kv_dim(), tp, type_name(req.kv_type), p.kv_bytes_per_token_per_gpu));
@@ -213,8 +213,12 @@ uint64_t WeightBytes::total() const {
   return sum;
 }
 
-std::string format_gib(uint64_t bytes) {
-  return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / double(1ull << 30));
+std::string format_size(uint64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (bytes >= (1ull << 30)) return fmt::format("{:.2f} GiB", b / double(1ull << 30));
+  if (bytes >= (1ull << 20)) return fmt::format("{:.2f} MiB", b / double(1ull << 20));
+  if (bytes >= (1ull << 10)) return fmt::format("{:.2f} KiB", b / double(1ull << 10));
+  return fmt::format("{} B", bytes);
 }
 
 Result<WeightBytes> group_weight_bytes(std::span<const NamedTensorBytes> tensors,

@@ -107,7 +107,8 @@ Result<PlanReport> make_plan(const PlanRequest& request);
 // and a bare G/T means GiB/TiB.
 Result<uint64_t> parse_byte_size(std::string_view text);
 
-// "13.48 GiB" style, for the explanations.
-std::string format_gib(uint64_t bytes);
+// "13.48 GiB", "3.25 MiB" or "512 B": two decimals of the largest unit that is at least 1,
+// for the explanations.
+std::string format_size(uint64_t bytes);
 
 }  // namespace llamaserve
