@@ -25,6 +25,7 @@
 #include "backend/cuda/bandwidth.h"
 #include "backend/cuda/device_matrix.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/launch.h"
 #include "backend/cuda/matvec.h"
 
 namespace llamaserve::cuda {
@@ -62,7 +63,7 @@ double median(std::vector<double> v) {
 
 // Median seconds per launch of `launch(i)` (i = launch index, for rotating buffers).
 template <class Launch>
-double time_launches(Launch launch, int groups, int per_group) {
+double time_launches(Launch launch, int groups, int per_group, cudaStream_t stream) {
   cudaEvent_t start, stop;
   BENCH_CHECK(cudaEventCreate(&start));
   BENCH_CHECK(cudaEventCreate(&stop));
@@ -70,9 +71,9 @@ double time_launches(Launch launch, int groups, int per_group) {
   std::vector<double> seconds;
   int index = 0;
   for (int g = 0; g < groups; ++g) {
-    BENCH_CHECK(cudaEventRecord(start));
+    BENCH_CHECK(cudaEventRecord(start, stream));
     for (int i = 0; i < per_group; ++i) launch(index++);
-    BENCH_CHECK(cudaEventRecord(stop));
+    BENCH_CHECK(cudaEventRecord(stop, stream));
     BENCH_CHECK(cudaEventSynchronize(stop));
     float ms = 0;
     BENCH_CHECK(cudaEventElapsedTime(&ms, start, stop));
@@ -146,11 +147,17 @@ int run(const Options& options) {
   std::printf("device: %s, %d SMs, %.1f GiB, L2 %.1f MiB\n", prop.name, prop.multiProcessorCount,
               prop.totalGlobalMem / 1073741824.0, prop.l2CacheSize / 1048576.0);
   const double copy = copy_bandwidth();
+  // Launches go to a created stream, as in the executor: consecutive kernels overlap through
+  // programmatic dependent launch unless LLAMASERVE_CUDA_PDL=0.
+  cudaStream_t stream = nullptr;
+  BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const std::string intro = fmt::format(
       "{}, {} SMs; device-to-device copy {:.1f} GB/s (read + write, 4 GiB); weights rotate "
-      "through {:.0f} MiB; median of groups of launches",
+      "through {:.0f} MiB; median of groups of launches on one stream, programmatic dependent "
+      "launch {}",
       prop.name, prop.multiProcessorCount, copy / 1e9,
-      std::max<size_t>(4ull * prop.l2CacheSize, 256ull << 20) / 1048576.0);
+      std::max<size_t>(4ull * prop.l2CacheSize, 256ull << 20) / 1048576.0,
+      programmatic_launch_enabled() ? "on" : "off");
   std::printf("%s\n\n", intro.c_str());
   FILE* csv = options.csv.empty() ? nullptr : std::fopen(options.csv.c_str(), "w");
   if (csv != nullptr)
@@ -176,7 +183,7 @@ int run(const Options& options) {
   void* q8_storage = nullptr;
   BENCH_CHECK(cudaMalloc(&q8_storage, q8_rows_bytes(kMaxAct, kMaxCols)));
   const Q8Rows xq = q8_rows_view(q8_storage, kMaxAct, kMaxCols);
-  BENCH_OK(quantize_q8(x, kMaxCols, kMaxAct, kMaxCols, xq, nullptr));
+  BENCH_OK(quantize_q8(x, kMaxCols, kMaxAct, kMaxCols, xq, stream));
   auto args_for = [&](const DeviceMatrix& w, int n_act, float* out) {
     MatvecArgs a;
     a.w = w;
@@ -208,8 +215,8 @@ int run(const Options& options) {
           fmt::format("| {} | {} x {} | {:.1f} |", type_name(type), rows, cols, bytes / 1e6);
       for (int b : act_rows) {
         const double s = time_launches(
-            [&](int i) { BENCH_OK(matvec(args_for(w.views[i % w.views.size()], b, y), nullptr)); },
-            groups, per_group);
+            [&](int i) { BENCH_OK(matvec(args_for(w.views[i % w.views.size()], b, y), stream)); },
+            groups, per_group, stream);
         const double pct = 100.0 * bytes / s / copy;
         line += fmt::format(" {:.2f} | {:.1f}% |", s * 1e6, pct);
         if (csv != nullptr) {
@@ -247,12 +254,12 @@ int run(const Options& options) {
         return parts;
       };
       const double fused = time_launches(
-          [&](int i) { BENCH_OK(matvec_parts(parts_at(i), nullptr)); }, groups, per_group);
+          [&](int i) { BENCH_OK(matvec_parts(parts_at(i), stream)); }, groups, per_group, stream);
       const double separate = time_launches(
           [&](int i) {
-            for (const MatvecArgs& a : parts_at(i)) BENCH_OK(matvec(a, nullptr));
+            for (const MatvecArgs& a : parts_at(i)) BENCH_OK(matvec(a, stream));
           },
-          groups, per_group);
+          groups, per_group, stream);
       const std::string line =
           fmt::format("| {} | {} | {:.1f} | {:.2f} | {:.1f}% | {:.2f} | {:.1f}% |", type_name(type),
                       label, bytes / 1e6, fused * 1e6, 100.0 * bytes / fused / copy, separate * 1e6,
@@ -267,8 +274,8 @@ int run(const Options& options) {
   for (int64_t cols : {int64_t{4096}, int64_t{11008}}) {
     for (int rows : {1, 8}) {
       const double s =
-          time_launches([&](int) { BENCH_OK(quantize_q8(x, kMaxCols, rows, cols, xq, nullptr)); },
-                        groups, per_group);
+          time_launches([&](int) { BENCH_OK(quantize_q8(x, kMaxCols, rows, cols, xq, stream)); },
+                        groups, per_group, stream);
       const std::string line = fmt::format("| | {} x {} | {:.2f} |", rows, cols, s * 1e6);
       std::printf("%s\n", line.c_str());
       table += line + "\n";
@@ -309,9 +316,9 @@ int run(const Options& options) {
               g.n_rows = n;
               g.y = gy;
               g.y_stride = rows;
-              BENCH_OK(gemm(handle, g, ws, nullptr));
+              BENCH_OK(gemm(handle, g, ws, stream));
             },
-            options.quick ? 3 : 7, 5);
+            options.quick ? 3 : 7, 5, stream);
         const double tflops = 2.0 * rows * cols * n / s / 1e12;
         const std::string line = fmt::format("| {} | {} x {} | {} | {:.2f} | {:.1f} |",
                                              type_name(type), rows, cols, n, s * 1e6, tflops);
@@ -326,6 +333,7 @@ int run(const Options& options) {
     }
   }
   cublasDestroy(handle);
+  BENCH_CHECK(cudaStreamDestroy(stream));
   BENCH_CHECK(cudaFree(x));
   BENCH_CHECK(cudaFree(y));
   BENCH_CHECK(cudaFree(gx));

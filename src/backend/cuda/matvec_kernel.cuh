@@ -1,20 +1,25 @@
 // The matvec kernel template (see matvec.h for the contract). Included only by the
 // matvec_*.cu files, each of which instantiates it for its weight types.
 //
-// Geometry: a CTA is 4 warps; a warp owns RW consecutive weight rows of one part and walks their
-// items (dot_formats.cuh) with its lanes in lock step: lane l takes items l, l + 32, ..., U items
-// per step, so a warp's loads of one row are contiguous. Every load of a step is issued before
-// any product of that step (U × RW independent 16-byte loads per lane in flight), and each
-// activation item is loaded once per step and used for all RW rows, which keeps L1 traffic for
-// the activations below that of the weight stream. Partial sums (RW × B per lane) are reduced
-// across the warp by a transposing butterfly: 31 shuffles for 32 sums instead of 160.
+// Geometry: a warp computes groups of RW consecutive weight rows of one part. It walks a group's
+// items (dot_formats.cuh) in steps, its lanes in lock step: lane l takes items l, l + 32, ...,
+// U items per step, so a warp's loads of one row are contiguous, and each activation item is
+// loaded once per step and used for all RW rows (keeping L1 traffic for the activations below
+// that of the weight stream). Partial sums (RW × B per lane) are reduced across the warp by a
+// transposing butterfly: 31 shuffles for 32 sums instead of 160.
+//
+// Streaming: the warps are persistent. The grid holds at most as many warps as the GPU keeps
+// resident, each taking groups w, w + W, w + 2W, ... with every warp given the same number of
+// groups (up to one), so no second, partly filled wave of CTAs leaves the memory system idle at
+// the end. A warp issues the loads of its next step (within the group or of its next group)
+// before it computes the current one, so its loads stay in flight while it computes.
 //
 // Launched with programmatic dependent launch: the first step's weight loads are issued before
 // the wait for the kernel that produced the activations (launch.cuh).
 //
-// No shared memory and no CTA-wide barrier: warps past the last row simply return. The
-// parameter is __grid_constant__ so that picking a part by index reads it in place instead of
-// copying the whole struct to local memory.
+// No shared memory and no CTA-wide barrier: warps without a group simply return. The parameter
+// is __grid_constant__ so that picking a part by index reads it in place instead of copying the
+// whole struct to local memory.
 #pragma once
 
 #include <algorithm>
@@ -36,10 +41,11 @@ template <TensorType T, int B>
 inline constexpr int kMatvecRowsPerWarp = B <= 4 || sizeof(typename DotFormat<T>::Decoded) > 48 ? 2
                                                                                                 : 4;
 
-// Items per lane and step: about 192 bytes of loaded registers (RW rows × U items) per lane.
+// Items per lane and step: about 96 bytes of loaded registers (RW rows × U items) per lane and
+// buffer; a warp holds two buffers (the step it computes and the next one in flight).
 template <TensorType T, int RW>
 inline constexpr int kMatvecUnroll =
-    std::max<int>(1, 192 / (RW * static_cast<int>(sizeof(typename DotFormat<T>::Raw))));
+    std::max<int>(1, 96 / (RW * static_cast<int>(sizeof(typename DotFormat<T>::Raw))));
 
 __host__ __device__ constexpr int next_pow2_int(int n) {
   return n <= 1 ? 1 : 2 * next_pow2_int((n + 1) / 2);
@@ -77,58 +83,84 @@ __device__ __forceinline__ auto activation_row(const MatvecLaunch& a, int b) {
   }
 }
 
+// Where a warp is: a group of rows (its part and first row) and a step of the items.
+struct MatvecCursor {
+  int64_t group;
+  int part;
+  int64_t row0;
+  int step;
+};
+
+__device__ __forceinline__ void locate_group(const MatvecLaunch& a, int rows_per_group,
+                                             MatvecCursor& c) {
+  int p = 0;
+#pragma unroll
+  for (int i = 1; i < kMaxMatvecParts; ++i) {
+    if (i < a.n_parts && c.group >= a.parts[i].first_group) p = i;
+  }
+  c.part = p;
+  c.row0 = (c.group - a.parts[p].first_group) * rows_per_group;
+}
+
 template <TensorType T, int B, int RW, int U>
 __global__ void __launch_bounds__(kMatvecThreads)
     matvec_kernel(const __grid_constant__ MatvecLaunch a) {
   using F = DotFormat<T>;
+  using Raw = typename F::Raw;
   pdl_launch_dependents();
   const int lane = threadIdx.x & 31;
-  int p = 0;
-#pragma unroll
-  for (int i = 1; i < kMaxMatvecParts; ++i) {
-    if (i < a.n_parts && static_cast<int32_t>(blockIdx.x) >= a.parts[i].first_cta) p = i;
-  }
-  const MatvecPart& part = a.parts[p];
-  const DeviceMatrix& w = part.w;
-  const int64_t row0 =
-      (static_cast<int64_t>(blockIdx.x - part.first_cta) * kMatvecWarps + (threadIdx.x >> 5)) * RW;
-  if (row0 >= w.rows) {
+  const int64_t n_warps = static_cast<int64_t>(gridDim.x) * kMatvecWarps;
+  MatvecCursor cur{static_cast<int64_t>(blockIdx.x) * kMatvecWarps + (threadIdx.x >> 5), 0, 0, 0};
+  if (cur.group >= a.n_groups) {
     pdl_wait();  // (nothing to touch; kept so that every thread waits, see launch.cuh)
     return;
   }
-  // The last warp may own fewer than RW rows: it reads the last row again and drops it.
-  int64_t rows[RW];
-#pragma unroll
-  for (int r = 0; r < RW; ++r) rows[r] = min(row0 + r, w.rows - 1);
+  locate_group(a, RW, cur);
+  // Every part has the same columns (checked by the launcher).
+  const int n_items = static_cast<int>(a.parts[0].w.cols / F::kItemElems);
+  const int n_steps = (n_items + 32 * U - 1) / (32 * U);
 
-  const int n_items = static_cast<int>(w.cols / F::kItemElems);
+  // The loads of step c.step of group c (the last group's rows repeat its last row: a group
+  // at the end of a part may have fewer than RW rows; their results are dropped).
+  auto load_step = [&](const MatvecCursor& c, Raw(&raw)[U][RW]) {
+    const DeviceMatrix& w = a.parts[c.part].w;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int item = (c.step * U + u) * 32 + lane;
+      if (item < n_items) {
+#pragma unroll
+        for (int r = 0; r < RW; ++r) raw[u][r] = F::load(w, min(c.row0 + r, w.rows - 1), item);
+      }
+    }
+  };
+
   float acc[RW][B];
 #pragma unroll
   for (int r = 0; r < RW; ++r) {
 #pragma unroll
     for (int b = 0; b < B; ++b) acc[r][b] = 0.0f;
   }
-
-  typename F::Raw raw[U][RW];
-  auto load_step = [&](int first) {
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int item = first + 32 * u;
-      if (item < n_items) {
-#pragma unroll
-        for (int r = 0; r < RW; ++r) raw[u][r] = F::load(w, rows[r], item);
-      }
-    }
-  };
+  Raw raw[U][RW];
   // The weights are constant, so the first step's loads go out before the wait for the kernel
   // that writes the activations (programmatic dependent launch, launch.cuh).
-  load_step(lane);
+  load_step(cur, raw);
   pdl_wait();
-  for (int first = lane; first < n_items; first += 32 * U) {
-    if (first != lane) load_step(first);
+  while (true) {
+    MatvecCursor next = cur;
+    if (++next.step == n_steps) {
+      next.step = 0;
+      next.group += n_warps;
+    }
+    const bool has_next = next.group < a.n_groups;
+    Raw next_raw[U][RW];
+    if (has_next) {
+      if (next.group != cur.group) locate_group(a, RW, next);
+      load_step(next, next_raw);
+    }
+
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int item = first + 32 * u;
+      const int item = (cur.step * U + u) * 32 + lane;
       if (item < n_items) {
         typename F::Decoded dec[RW];
 #pragma unroll
@@ -141,43 +173,80 @@ __global__ void __launch_bounds__(kMatvecThreads)
         }
       }
     }
-  }
 
-  constexpr int kValues = RW * B;
-  constexpr int kPadded = next_pow2_int(kValues);
-  static_assert(kPadded <= 32);
-  float v[kPadded];
+    if (cur.step == n_steps - 1) {
+      constexpr int kValues = RW * B;
+      constexpr int kPadded = next_pow2_int(kValues);
+      static_assert(kPadded <= 32);
+      float v[kPadded];
 #pragma unroll
-  for (int i = 0; i < kPadded; ++i) v[i] = i < kValues ? acc[i / B][i % B] : 0.0f;
-  const float sum = warp_transpose_sum<kPadded>(v, lane);
-  constexpr int kLanesPerValue = 32 / kPadded;
-  const int index = lane / kLanesPerValue;
-  if (lane % kLanesPerValue == 0 && index < kValues) {
-    const int r = index / B, b = index % B;
-    const int64_t row = row0 + r;
-    if (row < w.rows) {
-      float out = sum;
-      if (part.bias != nullptr) out += part.bias[row];
-      float* y = part.y + b * part.y_stride + row;
-      *y = a.accumulate ? *y + out : out;
+      for (int i = 0; i < kPadded; ++i) v[i] = i < kValues ? acc[i / B][i % B] : 0.0f;
+      const float sum = warp_transpose_sum<kPadded>(v, lane);
+      constexpr int kLanesPerValue = 32 / kPadded;
+      const int index = lane / kLanesPerValue;
+      const MatvecPart& part = a.parts[cur.part];
+      if (lane % kLanesPerValue == 0 && index < kValues) {
+        const int r = index / B, b = index % B;
+        const int64_t row = cur.row0 + r;
+        if (row < part.w.rows) {
+          float out = sum;
+          if (part.bias != nullptr) out += part.bias[row];
+          float* y = part.y + b * part.y_stride + row;
+          *y = a.accumulate ? *y + out : out;
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < RW; ++r) {
+#pragma unroll
+        for (int b = 0; b < B; ++b) acc[r][b] = 0.0f;
+      }
+    }
+    if (!has_next) break;
+    cur = next;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+#pragma unroll
+      for (int r = 0; r < RW; ++r) raw[u][r] = next_raw[u][r];
     }
   }
+}
+
+// CTAs of `kernel` one SM keeps resident (at least 1).
+template <class Kernel>
+int ctas_per_sm(Kernel kernel) {
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kMatvecThreads, 0) != cudaSuccess) {
+    n = 1;
+  }
+  return std::max(n, 1);
 }
 
 template <TensorType T, int B>
 Status launch_matvec_rows(const MatvecLaunch& a, cudaStream_t stream) {
   constexpr int kRows = kMatvecRowsPerWarp<T, B>;
   constexpr int kUnroll = kMatvecUnroll<T, kRows>;
-  constexpr int kRowsPerCta = kRows * kMatvecWarps;
+  const auto kernel = matvec_kernel<T, B, kRows, kUnroll>;
   MatvecLaunch launch = a;
-  int64_t ctas = 0;
+  launch.n_groups = 0;
   for (int i = 0; i < a.n_parts; ++i) {
-    launch.parts[i].first_cta = static_cast<int32_t>(ctas);
-    ctas += (a.parts[i].w.rows + kRowsPerCta - 1) / kRowsPerCta;
-    LS_CUDA_REQUIRE(ctas <= 0x7fffffff);
+    launch.parts[i].first_group = launch.n_groups;
+    launch.n_groups += (a.parts[i].w.rows + kRows - 1) / kRows;
   }
-  LS_CUDA_CHECK(launch_kernel(matvec_kernel<T, B, kRows, kUnroll>, static_cast<unsigned>(ctas),
-                              kMatvecThreads, 0, stream, launch));
+  // Every warp gets the same number of groups (the last ones one fewer): as many warps as are
+  // resident, or fewer when the groups do not divide evenly among them. Occupancy depends on
+  // the kernel and the architecture only (the machines here have one kind of GPU), so it is
+  // asked once per kernel; the SM count on every launch.
+  static const int kCtasPerSm = ctas_per_sm(kernel);
+  int device = 0, sms = 0;
+  LS_CUDA_CHECK(cudaGetDevice(&device));
+  LS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int64_t resident = static_cast<int64_t>(std::max(sms, 1)) * kCtasPerSm * kMatvecWarps;
+  const int64_t per_warp = (launch.n_groups + resident - 1) / resident;
+  const int64_t warps = (launch.n_groups + per_warp - 1) / per_warp;
+  const int64_t ctas = (warps + kMatvecWarps - 1) / kMatvecWarps;
+  LS_CUDA_REQUIRE(ctas <= 0x7fffffff);
+  LS_CUDA_CHECK(
+      launch_kernel(kernel, static_cast<unsigned>(ctas), kMatvecThreads, 0, stream, launch));
   return Status::ok();
 }
 
@@ -186,6 +255,7 @@ template <TensorType T>
 Status launch_matvec(const MatvecLaunch& launch, cudaStream_t stream) {
   for (int i = 0; i < launch.n_parts; ++i) {
     LS_CUDA_REQUIRE(launch.parts[i].w.type == T &&
+                    launch.parts[i].w.cols == launch.parts[0].w.cols &&
                     launch.parts[i].w.cols % DotFormat<T>::kItemElems == 0);
   }
   for (int32_t first = 0; first < launch.n_rows; first += kMaxMatvecRows) {

@@ -8,13 +8,14 @@
 
 namespace llamaserve::cuda {
 
-// One matrix of a launch. Its row blocks are the kernel's CTAs [first_cta, next part's).
+// One matrix of a launch. Its groups of rows (RW consecutive rows each) are the launch's groups
+// [first_group, next part's first_group).
 struct MatvecPart {
   DeviceMatrix w;
   float* y = nullptr;
   int64_t y_stride = 0;
   const float* bias = nullptr;
-  int32_t first_cta = 0;
+  int64_t first_group = 0;
 };
 
 // The kernel parameter: up to kMaxMatvecParts matrices of one type and width sharing the
@@ -27,6 +28,7 @@ struct MatvecLaunch {
   Q8Rows xq;
   int32_t n_rows = 0;
   bool accumulate = false;
+  int64_t n_groups = 0;  // row groups of all parts (set by the launcher)
 };
 
 // PRECONDITION: the parts passed the checks of matvec_parts() and have type T.
