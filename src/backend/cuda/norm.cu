@@ -6,7 +6,10 @@
 namespace llamaserve::cuda {
 namespace {
 
-constexpr int kNormThreads = 256;
+// Decode steps normalize one row per launch: many threads and unrolled loops keep the loads of
+// a row in flight together, so the kernel costs about one memory round trip, not one per
+// element a thread handles.
+constexpr int kNormThreads = 1024;
 
 __device__ float block_sum(float v, float* shared) {
 #pragma unroll
@@ -31,6 +34,7 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const RmsNormArgs
   float* x = const_cast<float*>(a.x) + in_row * a.x_stride;
   const float* residual = a.residual != nullptr ? a.residual + row * a.residual_stride : nullptr;
   float sum_sq = 0.0f;
+#pragma unroll 4
   for (int64_t c = threadIdx.x; c < a.n; c += kNormThreads) {
     float v = x[c];
     if (residual != nullptr) {
@@ -43,13 +47,15 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const RmsNormArgs
   const float inv_rms = rsqrtf(total / static_cast<float>(a.n) + a.eps);
   float* y = a.y + row * a.y_stride;
   if (a.yq.qs == nullptr) {
+#pragma unroll 4
     for (int64_t c = threadIdx.x; c < a.n; c += kNormThreads) y[c] = x[c] * inv_rms * a.weight[c];
     return;
   }
-  // Warp w handles elements [32 (w + 8k), 32 (w + 8k) + 32): whole blocks, since n % 32 == 0.
+  // Warp w handles elements [32 (w + 32k), 32 (w + 32k) + 32): whole blocks, since n % 32 == 0.
   const int lane = threadIdx.x & 31;
   int8_t* yq = a.yq.qs + row * a.yq.qs_stride;
   float4* ds = a.yq.ds + row * a.yq.ds_stride;
+#pragma unroll 4
   for (int64_t c = threadIdx.x; c < a.n; c += kNormThreads) {
     const float v = x[c] * inv_rms * a.weight[c];
     y[c] = v;

@@ -1,5 +1,7 @@
 #include <cuda_fp16.h>
 
+#include <algorithm>
+
 #include "backend/cuda/check.h"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/rope.h"
@@ -55,43 +57,47 @@ __global__ void __launch_bounds__(kRopeThreads) rope_kernel(const RopeArgs a) {
   for (int h = 0; h < a.n_head_kv; ++h, k += a.head_dim) rotate(k, dims.partner, c, s);
 }
 
-// One thread per (row, pair of dims) over the whole head: pairs below rope_dim / 2 rotate as
-// rope_kernel does; the dims past rope_dim, two per thread, only travel to the cache.
+// One thread per (row, head, pair of dims of the head), heads up to max(n_head, n_head_kv), so
+// that every thread does one rotation and one cache store (a decode row has thousands of them;
+// a thread per pair looping over the heads would wait for one load after another). Pairs below
+// rope_dim / 2 rotate as rope_kernel does; the dims past rope_dim, two per thread, only travel
+// to the cache.
 __global__ void __launch_bounds__(kRopeThreads)
     rope_write_kv_kernel(const RopeArgs a, const KvWriteArgs w) {
   pdl_launch_dependents();
   pdl_wait();
   const int half = a.head_dim / 2;
   const int n_pairs = a.rope_dim / 2;
+  const int heads = max(a.n_head, a.n_head_kv);
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kRopeThreads + threadIdx.x;
-  if (i >= a.n_rows * half) return;
-  const int64_t row = i / half;
+  if (i >= a.n_rows * heads * half) return;
   const int j = static_cast<int>(i % half);
+  const int h = static_cast<int>((i / half) % heads);
+  const int64_t row = i / (static_cast<int64_t>(half) * heads);
   const bool rotated = j < n_pairs;
   float c = 1.0f, s = 0.0f;
   PairDims dims{a.rope_dim + 2 * (j - n_pairs), 1};
   if (rotated) {
     rope_cos_sin(a.positions[row], a.inv_freq[j], c, s);
     dims = pair_dims(a, j);
-    float* q = a.q + row * a.q_stride + dims.first;
-    for (int h = 0; h < a.n_head; ++h, q += a.head_dim) rotate(q, dims.partner, c, s);
+    if (h < a.n_head)
+      rotate(a.q + row * a.q_stride + h * a.head_dim + dims.first, dims.partner, c, s);
   }
+  if (h >= a.n_head_kv) return;
   const int pos = w.positions[row];
   const int64_t block = w.block_tables[static_cast<int64_t>(w.seq_index[row]) * w.blocks_per_seq +
                                        pos / w.block_size];
-  const int64_t slot = (block * w.block_size + pos % w.block_size) * w.kv_dim;
-  auto* k_cache = static_cast<__half*>(w.k_cache) + slot + dims.first;
-  auto* v_cache = static_cast<__half*>(w.v_cache) + slot + dims.first;
-  float* k = a.k + row * a.k_stride + dims.first;
-  const float* v = w.v + row * w.v_stride + dims.first;
-  for (int h = 0; h < a.n_head_kv; ++h) {
-    const int64_t o = static_cast<int64_t>(h) * a.head_dim;
-    if (rotated) rotate(k + o, dims.partner, c, s);
-    k_cache[o] = __float2half_rn(k[o]);
-    k_cache[o + dims.partner] = __float2half_rn(k[o + dims.partner]);
-    v_cache[o] = __float2half_rn(v[o]);
-    v_cache[o + dims.partner] = __float2half_rn(v[o + dims.partner]);
-  }
+  const int64_t o = (block * w.block_size + pos % w.block_size) * w.kv_dim +
+                    static_cast<int64_t>(h) * a.head_dim + dims.first;
+  float* k = a.k + row * a.k_stride + static_cast<int64_t>(h) * a.head_dim + dims.first;
+  const float* v = w.v + row * w.v_stride + static_cast<int64_t>(h) * a.head_dim + dims.first;
+  if (rotated) rotate(k, dims.partner, c, s);
+  auto* k_cache = static_cast<__half*>(w.k_cache) + o;
+  auto* v_cache = static_cast<__half*>(w.v_cache) + o;
+  k_cache[0] = __float2half_rn(k[0]);
+  k_cache[dims.partner] = __float2half_rn(k[dims.partner]);
+  v_cache[0] = __float2half_rn(v[0]);
+  v_cache[dims.partner] = __float2half_rn(v[dims.partner]);
 }
 
 Status check_rope(const RopeArgs& a) {
@@ -127,7 +133,7 @@ Status rope_write_kv(const RopeArgs& a, const KvWriteArgs& w, cudaStream_t strea
                   w.block_tables != nullptr);
   LS_CUDA_REQUIRE(w.block_size > 0 && w.blocks_per_seq > 0);
   if (a.n_rows == 0) return Status::ok();
-  const int64_t threads = a.n_rows * (a.head_dim / 2);
+  const int64_t threads = a.n_rows * (a.head_dim / 2) * std::max<int64_t>(a.n_head, a.n_head_kv);
   const int64_t blocks = (threads + kRopeThreads - 1) / kRopeThreads;
   LS_CUDA_REQUIRE(blocks <= 0x7fffffff);
   LS_CUDA_CHECK(launch_kernel(rope_write_kv_kernel, static_cast<unsigned>(blocks), kRopeThreads, 0,
