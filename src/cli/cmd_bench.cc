@@ -76,13 +76,17 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Sequences of the benchmark: sequence s owns blocks [s * blocks_per_seq, (s + 1) * ...).
+// Sequences of the benchmark: sequence 0 (the prompt and batch-1 decode cases) owns blocks
+// [0, first_seq_blocks), sequence s > 0 the next other_seq_blocks blocks each.
 class BenchRunner {
  public:
-  BenchRunner(Executor& executor, int32_t blocks_per_seq, int32_t max_batch_tokens)
+  BenchRunner(Executor& executor, int32_t first_seq_blocks, int32_t other_seq_blocks,
+              int32_t max_batch_tokens)
       : executor_(executor),
         block_size_(executor.kv_info().block_size),
-        blocks_per_seq_(blocks_per_seq),
+        blocks_per_seq_(std::max(first_seq_blocks, other_seq_blocks)),
+        first_seq_blocks_(first_seq_blocks),
+        other_seq_blocks_(other_seq_blocks),
         max_batch_tokens_(max_batch_tokens),
         n_vocab_(executor.config().n_vocab),
         rng_(1234) {}
@@ -133,9 +137,10 @@ class BenchRunner {
     batch_.clear();
     batch_.blocks_per_seq = blocks_per_seq_;
     for (int32_t seq : seqs) {
+      const int32_t first_block = seq == 0 ? 0 : first_seq_blocks_ + (seq - 1) * other_seq_blocks_;
       for (int32_t i = 0; i < blocks_per_seq_; ++i) {
         const bool used = i * block_size_ < length;
-        batch_.block_tables.push_back(used ? seq * blocks_per_seq_ + i : -1);
+        batch_.block_tables.push_back(used ? first_block + i : -1);
       }
       batch_.seq_lengths.push_back(length);
     }
@@ -152,7 +157,9 @@ class BenchRunner {
 
   Executor& executor_;
   int32_t block_size_;
-  int32_t blocks_per_seq_;
+  int32_t blocks_per_seq_;  // table width
+  int32_t first_seq_blocks_;
+  int32_t other_seq_blocks_;
   int32_t max_batch_tokens_;
   int64_t n_vocab_;
   std::mt19937_64 rng_;
@@ -303,25 +310,27 @@ Status run_bench(const BenchOptions& o) {
 
   LS_ASSIGN_OR_RETURN(std::shared_ptr<const LoadedModel> model, load_model(o.model_path));
   const int32_t max_b = *std::max_element(o.batches.begin(), o.batches.end());
-  const int32_t longest =
-      std::max({o.prompt_tokens, o.decode_tokens, o.batch_prompt_tokens + o.decode_tokens});
+  // Sequence 0 runs every case; the others only the batch cases.
   constexpr int32_t kBlockSize = 16;
-  const int32_t blocks_per_seq = (longest + kBlockSize - 1) / kBlockSize;
-  const int32_t n_seqs = std::max(1, max_b);
+  auto blocks_for = [](int32_t tokens) { return (tokens + kBlockSize - 1) / kBlockSize; };
+  const int32_t other_seq_blocks = blocks_for(o.batch_prompt_tokens + o.decode_tokens);
+  const int32_t first_seq_blocks =
+      std::max({blocks_for(o.prompt_tokens), blocks_for(o.decode_tokens), other_seq_blocks});
   ExecutorOptions eo;
   eo.device = o.device;
   eo.threads = o.threads;
   eo.gpu_memory_utilization = o.gpu_memory_utilization;
   eo.kv_block_size = kBlockSize;
-  eo.kv_capacity_tokens = static_cast<int64_t>(n_seqs) * blocks_per_seq * kBlockSize;
+  eo.kv_capacity_tokens =
+      (first_seq_blocks + static_cast<int64_t>(max_b - 1) * other_seq_blocks) * kBlockSize;
   eo.max_batch_tokens = std::max({512, o.prompt_tokens, max_b});
   eo.max_seqs = std::max(256, max_b) + 1;  // the CUDA executor pads decode batches with one more
-  eo.max_context_tokens = static_cast<int64_t>(blocks_per_seq) * kBlockSize;
+  eo.max_context_tokens = static_cast<int64_t>(first_seq_blocks) * kBlockSize;
   LS_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor, create_executor(model, eo));
   const KvCacheInfo kv = executor->kv_info();
   const double kv_bytes_per_token = static_cast<double>(kv.bytes_per_block) / kv.block_size;
   const ModelTraffic traffic = model_traffic(*model);
-  BenchRunner runner(*executor, blocks_per_seq, eo.max_batch_tokens);
+  BenchRunner runner(*executor, first_seq_blocks, other_seq_blocks, eo.max_batch_tokens);
 
   std::vector<CaseResult> results;
   {
