@@ -71,11 +71,14 @@ def chat_stream(client, rng, tally, cancel_after=None):
         raise AssertionError("stream ended without [DONE]")
 
 
-def completion_with_disconnect(client, rng, tally):
+def completion_maybe_abandoned(client, rng, tally):
     tally.send("/v1/completions")
+    # Half of them the client gives up on after a random short wait.
+    read_timeout_s = rng.uniform(0.05, 1.0) if rng.random() < 0.5 else 60.0
     try:
-        r = client.post("/v1/completions", json={"prompt": "1, 2, 3,", "max_tokens": 24, "ignore_eos": True},
-                        timeout=httpx.Timeout(30, read=rng.uniform(0.05, 4.0)))
+        r = client.post("/v1/completions", json={"prompt": "1, 2, 3,", "max_tokens": rng.randint(1, 16),
+                                                 "ignore_eos": True},
+                        timeout=httpx.Timeout(30, read=read_timeout_s))
         tally.saw("/v1/completions", r.status_code)
     except httpx.ReadTimeout:
         pass  # the client hung up; the server counts it as 499
@@ -115,7 +118,7 @@ ACTIONS = [
     (chat_non_stream, 3),
     (chat_stream, 3),
     (lambda c, r, t: chat_stream(c, r, t, cancel_after=r.randint(1, 4)), 3),
-    (completion_with_disconnect, 2),
+    (completion_maybe_abandoned, 2),
     (simple_chat, 2),
     (tokenize, 1),
     (bad_request, 1),
