@@ -211,10 +211,15 @@ Result<SafetensorsCheckpoint> SafetensorsCheckpoint::open_dir(const std::string&
     }
     if (ec) return make_error(StatusCode::kNotFound, "cannot list '{}': {}", dir, ec.message());
     if (shard_names.size() != 1) {
+      const bool pickle = fs::exists(root / "pytorch_model.bin", ec) ||
+                          fs::exists(root / "pytorch_model.bin.index.json", ec);
       return make_error(StatusCode::kNotFound,
                         "'{}' has {} *.safetensors files and no model.safetensors.index.json "
-                        "(expected model.safetensors, or shards with an index)",
-                        dir, shard_names.size());
+                        "(expected model.safetensors, or shards with an index){}",
+                        dir, shard_names.size(),
+                        pickle ? "; PyTorch pickle checkpoints (pytorch_model.bin) are not read: "
+                                 "save the model with safe_serialization=True"
+                               : "");
     }
   }
 

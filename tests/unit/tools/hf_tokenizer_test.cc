@@ -3,6 +3,9 @@
 // malformed JSON that must give errors rather than exceptions.
 #include <gtest/gtest.h>
 
+#include <random>
+
+#include "model/importers/hf_config.h"
 #include "model/importers/hf_tokenizer.h"
 #include "tools_test_util.h"
 
@@ -131,6 +134,35 @@ TEST(HfTokenizerTest, RefusesMalformedTokenizerJson) {
   json bad_regex = toy_tokenizer(json::array({"a b"}), pre);
   bad_regex["pre_tokenizer"] = {{"type", 7}};
   EXPECT_FALSE(tokenizer_from_hf_json(bad_regex.dump()).is_ok());
+}
+
+// Random edits of valid JSON documents: every parser returns a value or an error; none lets
+// an exception escape (which would abort the converter).
+TEST(HfTokenizerTest, CorruptedJsonNeverThrows) {
+  const std::string tokenizer = toy_tokenizer(json::array({"a b"}), byte_level(true)).dump();
+  const std::string config =
+      R"({"bos_token": {"content": "a"}, "eos_token": "b", "chat_template": [{"name": "default", "template": "x"}], "add_bos_token": true})";
+  const std::string model_config =
+      R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 10, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}})";
+  const char kAlphabet[] = "{}[]\":,0123456789-.eEtrufalsn \\x";
+  const auto parse_all = [](const std::string& text) {
+    TokenizerData data;
+    data.tokens = {"a", "b"};
+    (void)tokenizer_from_hf_json(text);
+    (void)apply_tokenizer_config(text, data);
+    (void)parse_hf_config(text);
+  };
+  std::mt19937 rng(7);
+  for (int iteration = 0; iteration < 600; ++iteration) {
+    for (const std::string* source : {&tokenizer, &config, &model_config}) {
+      std::string text = *source;
+      const int edits = 1 + static_cast<int>(rng() % 3);
+      for (int e = 0; e < edits; ++e) {
+        text[rng() % text.size()] = kAlphabet[rng() % (sizeof(kAlphabet) - 1)];
+      }
+      EXPECT_NO_THROW(parse_all(text));
+    }
+  }
 }
 
 TEST(HfTokenizerTest, HolesInTheVocabularyBecomeUnusedPads) {

@@ -2,6 +2,8 @@
 // made from it, hand-encoded messages for the protobuf corners, and broken inputs.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "gguf/gguf.h"
 #include "model/importers/hf_tokenizer.h"
 #include "model/importers/sentencepiece_model.h"
@@ -121,6 +123,26 @@ TEST(SentencePieceModelTest, HandEncodedMessage) {
       EXPECT_LE(partial->pieces.size(), 3u);
     }
   }
+}
+
+// Random byte flips in the real model: a clean parse or an error, never a crash or a read
+// past the buffer (the sanitizer builds check the latter).
+TEST(SentencePieceModelTest, CorruptedModelsNeverCrash) {
+  const std::vector<uint8_t> model = read_bytes(kSharedFixtures / "llama2-tokenizer.model");
+  ASSERT_FALSE(model.empty());
+  std::mt19937 rng(99);
+  int refused = 0;
+  for (int iteration = 0; iteration < 100; ++iteration) {
+    // A copy of exactly the (possibly cut) size, so any overread leaves the allocation.
+    std::vector<uint8_t> bytes(
+        model.begin(),
+        model.begin() + static_cast<ptrdiff_t>(rng() % 2 ? model.size() : rng() % model.size()));
+    for (int f = 0; f < 8 && !bytes.empty(); ++f)
+      bytes[rng() % bytes.size()] = static_cast<uint8_t>(rng());
+    auto parsed = parse_sentencepiece_model(bytes.data(), bytes.size());
+    refused += parsed.is_ok() ? 0 : 1;
+  }
+  EXPECT_GT(refused, 0);
 }
 
 TEST(SentencePieceModelTest, RefusesBrokenAndUnsupportedModels) {

@@ -67,7 +67,7 @@ struct StTensor {
 
 inline std::vector<uint8_t> f32_bytes(const std::vector<float>& values) {
   std::vector<uint8_t> bytes(values.size() * 4);
-  std::memcpy(bytes.data(), values.data(), bytes.size());
+  if (!values.empty()) std::memcpy(bytes.data(), values.data(), bytes.size());
   return bytes;
 }
 
