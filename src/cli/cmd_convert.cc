@@ -72,7 +72,7 @@ std::function<int()> setup_convert(CLI::App& sub) {
   sub.add_option("--from", o->from, "input format: hf or llama2c")->capture_default_str();
   sub.add_option("--tokenizer", o->tokenizer_path, "llama2.c tokenizer.bin (--from llama2c)");
   sub.add_option("--type", o->convert.type,
-                 "tensor type: f16, bf16, f32, q8_0 (or " + file_type_names() + ")")
+                 "tensor type: " + file_type_names() + " (quantized types use quantize's mix)")
       ->capture_default_str();
   sub.add_option("--name", o->convert.name, "general.name (default: the input's name)");
   sub.add_option("-t,--threads", o->convert.threads, "threads (0 = all cores)")
