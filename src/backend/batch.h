@@ -28,7 +28,9 @@ struct Batch {
 
   int32_t n_tokens() const { return static_cast<int32_t>(tokens.size()); }
   int32_t n_seqs() const { return static_cast<int32_t>(seq_lengths.size()); }
-  const int32_t* block_table(int32_t seq) const { return block_tables.data() + static_cast<size_t>(seq) * blocks_per_seq; }
+  const int32_t* block_table(int32_t seq) const {
+    return block_tables.data() + static_cast<size_t>(seq) * blocks_per_seq;
+  }
 
   void clear() {
     tokens.clear();

@@ -99,7 +99,8 @@ void ThreadPool::parallel_for(size_t n, size_t grain,
 }
 
 void ThreadPool::worker_loop(int thread_index) {
-  uint32_t seen = 0;  // the generation at construction; a late-starting worker still runs the first task
+  uint32_t seen =
+      0;  // the generation at construction; a late-starting worker still runs the first task
   while (true) {
     uint32_t now = generation_.load(std::memory_order_acquire);
     for (int spin = 0; now == seen && spin < kSpinIterations; ++spin) {

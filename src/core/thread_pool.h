@@ -6,9 +6,9 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <mutex>
 #include <cstddef>
 #include <functional>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -30,7 +30,8 @@ class ThreadPool {
 
   // Splits [0, n) into contiguous chunks, at least `grain` long, and calls fn(begin, end)
   // for each across the pool.
-  void parallel_for(size_t n, size_t grain, const std::function<void(size_t begin, size_t end)>& fn);
+  void parallel_for(size_t n, size_t grain,
+                    const std::function<void(size_t begin, size_t end)>& fn);
 
   // Threads to use when the user asks for "all": the number of online cores.
   static int default_threads();

@@ -96,9 +96,10 @@ TEST(GgufTokenizer, SmolLM2) {
 TEST(GgufTokenizer, SmolLM2BytesWithoutTokenNeverBecomeControlTokens) {
   if (!std::filesystem::exists(kSmolLm2)) GTEST_SKIP() << "model file absent: " << kSmolLm2;
   const Tokenizer tok = load(kSmolLm2);
-  const Ids ids = tok.encode("a\x04"
-                             "b",
-                             false, false);
+  const Ids ids = tok.encode(
+      "a\x04"
+      "b",
+      false, false);
   ASSERT_FALSE(ids.empty());
   for (const int32_t id : ids) EXPECT_FALSE(tok.is_special(id)) << "id " << id;
   EXPECT_EQ(tok.decode(ids, false), "ab");
