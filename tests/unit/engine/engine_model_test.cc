@@ -163,8 +163,23 @@ TEST_F(EngineModelTest, PreemptionWithATinyCacheKeepsGreedyTokens) {
   auto tiny = make_engine(64);
   ASSERT_NE(tiny, nullptr);
   EXPECT_EQ(tiny->stats().kv_blocks_total * 16, 64);
+  // A 60-token prompt holds the whole cache while the five requests are submitted, so that
+  // they enter the waiting queue together, whatever the speed of the build: four are admitted
+  // at once and must preempt one another as they grow past their first block.
+  std::string long_prompt;
+  for (int i = 0; i < 60; ++i) long_prompt += " a";
+  GenerationRequest blocker = greedy(long_prompt, 1);
+  ASSERT_GE(blocker.prompt_tokens.size(), 49u);
+  ASSERT_LE(blocker.prompt_tokens.size(), 63u);
+  auto blocker_handle = tiny->submit(blocker);
+  ASSERT_TRUE(blocker_handle.is_ok()) << blocker_handle.status().to_string();
   EXPECT_EQ(generate_all(*tiny, requests, /*together=*/true), alone);
-  expect_all_blocks_free(*tiny, requests.size());
+  while (auto event = blocker_handle->next(120s)) {
+    if (event->kind == GenerationEvent::Kind::kFinish) {
+      EXPECT_EQ(event->finish_reason, FinishReason::kLength) << event->error.to_string();
+    }
+  }
+  expect_all_blocks_free(*tiny, requests.size() + 1);
   EXPECT_GT(tiny->stats().preemptions_total, 0u);
 }
 
