@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 namespace llamaserve {
 namespace {
@@ -12,6 +13,8 @@ namespace {
 constexpr auto kRedrawInterval = std::chrono::milliseconds(100);
 constexpr int kBarWidth = 30;
 constexpr size_t kMaxDetailChars = 40;
+// Log style: quarter lines only once the job has taken this long.
+constexpr auto kLogStepsAfter = std::chrono::seconds(1);
 
 ProgressStyle resolve_style(ProgressStyle style, FILE* out) {
   if (style != ProgressStyle::kAuto) return style;
@@ -76,8 +79,18 @@ void Progress::set_detail(std::string_view detail) {
 void Progress::add(uint64_t n_units, std::string_view detail) {
   if (style_ == ProgressStyle::kSilent) return;
   std::lock_guard<std::mutex> lock(mutex_);
+  advance_locked(done_ + std::min(n_units, total_ - done_), detail);  // done_ <= total_
+}
+
+void Progress::update(uint64_t done_units, std::string_view detail) {
+  if (style_ == ProgressStyle::kSilent) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  advance_locked(std::max(done_, done_units), detail);
+}
+
+void Progress::advance_locked(uint64_t done_units, std::string_view detail) {
   if (finished_) return;
-  done_ = std::min(total_, done_ + n_units);
+  done_ = std::min(total_, done_units);
   if (!detail.empty()) detail_.assign(detail.substr(0, kMaxDetailChars));
   if (style_ == ProgressStyle::kBar) {
     const auto now = std::chrono::steady_clock::now();
@@ -89,13 +102,19 @@ void Progress::add(uint64_t n_units, std::string_view detail) {
     std::fflush(out_);
     return;
   }
-  // Lines: one per 10% step crossed (several steps at once print one line).
-  const int decile = total_ == 0 ? 10 : static_cast<int>(done_ * 10 / total_);
-  if (decile > last_decile_ && decile < 10) {
-    last_decile_ = decile;
-    fmt::print(out_, "{}\n", render_locked(false));
-    std::fflush(out_);
+  // Lines: one per step crossed (several steps at once print one line).
+  const int steps = style_ == ProgressStyle::kLog ? 4 : 10;
+  const int step = total_ == 0 ? steps : static_cast<int>(done_ * steps / total_);
+  if (step <= last_step_ || step >= steps) return;
+  last_step_ = step;
+  if (style_ == ProgressStyle::kLog) {
+    if (std::chrono::steady_clock::now() - start_ >= kLogStepsAfter) {
+      spdlog::info("{}", render_locked(false));
+    }
+    return;
   }
+  fmt::print(out_, "{}\n", render_locked(false));
+  std::fflush(out_);
 }
 
 void Progress::finish() {
@@ -107,6 +126,9 @@ void Progress::finish() {
   finished_ = true;
   if (style_ == ProgressStyle::kBar) {
     fmt::print(out_, "\r{}\x1b[K\n", render_locked(true));
+  } else if (style_ == ProgressStyle::kLog) {
+    spdlog::info("{}", render_locked(true));
+    return;
   } else {
     fmt::print(out_, "{}\n", render_locked(true));
   }

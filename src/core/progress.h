@@ -1,6 +1,7 @@
 // Progress of a long job (convert, quantize, synth, model loading) reported on a stream:
 // on a terminal a bar redrawn in place at most ten times a second, otherwise plain lines at
-// every tenth of the work, so that logs of a batch job stay short and readable.
+// every tenth of the work (or a few info log lines), so that logs of a batch job stay short and
+// readable.
 #pragma once
 
 #include <chrono>
@@ -18,6 +19,8 @@ enum class ProgressStyle {
   kAuto,    // kBar when the stream is a terminal, kLines otherwise
   kBar,     // "\r" redraws of one line
   kLines,   // one line at each 10% step and one at the end
+  kLog,     // info log lines (spdlog): one at the end, and one at each quarter of jobs that
+            // have run for more than a second by then (quick jobs log a single line)
   kSilent,  // nothing
 };
 
@@ -40,6 +43,9 @@ class Progress {
   // a matrix from many threads is fine. `detail` (e.g. the tensor being written) is shown
   // by the bar and by the lines.
   void add(uint64_t n_units, std::string_view detail = {});
+  // Same, for callers that count the units done so far (model loading reports byte totals).
+  // A value below the current one is ignored.
+  void update(uint64_t done_units, std::string_view detail = {});
   void set_detail(std::string_view detail);
 
   // Prints the final state ("done in 12.3 s") once; later calls do nothing.
@@ -52,6 +58,7 @@ class Progress {
   static std::string format_amount(uint64_t value, ProgressUnit unit);
 
  private:
+  void advance_locked(uint64_t done_units, std::string_view detail);
   std::string render_locked(bool final) const;
 
   std::string label_;
@@ -65,7 +72,7 @@ class Progress {
   uint64_t done_ = 0;
   std::string detail_;
   std::chrono::steady_clock::time_point last_draw_;
-  int last_decile_ = 0;  // lines style: the last 10% step printed
+  int last_step_ = 0;  // lines and log styles: the last 10% (25%) step passed
   bool finished_ = false;
   bool drawn_ = false;
 };
