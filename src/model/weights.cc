@@ -1,9 +1,60 @@
 #include "model/weights.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
 #include <fmt/format.h>
 
 namespace llamaserve {
 namespace {
+
+// Prefault granularity: small enough for a smooth progress bar and for the read-ahead of the
+// next chunk to overlap the current one, large enough that the syscalls cost nothing.
+constexpr uint64_t kPrefaultChunkBytes = 8ull << 20;
+
+// Addresses as integers: the page-aligned ranges below may start before and end after the
+// tensor they cover.
+uintptr_t address(const uint8_t* p) { return reinterpret_cast<uintptr_t>(p); }
+uintptr_t page_floor(uintptr_t a, uintptr_t page_bytes) { return a & ~(page_bytes - 1); }
+uintptr_t page_ceil(uintptr_t a, uintptr_t page_bytes) {
+  return (a + page_bytes - 1) & ~(page_bytes - 1);
+}
+
+// Asks the kernel to start reading [begin, end) in the background; a hint, errors ignored.
+void read_ahead(uintptr_t begin, uintptr_t end, uintptr_t page_bytes) {
+  if (begin >= end) return;
+  const uintptr_t first = page_floor(begin, page_bytes);
+  madvise(reinterpret_cast<void*>(first), end - first, MADV_WILLNEED);
+}
+
+// Makes the pages holding [begin, begin + n_bytes) resident and mapped, so that reading them
+// later takes no page fault.
+Status populate(const uint8_t* begin, size_t n_bytes, uintptr_t page_bytes) {
+  const uintptr_t first = page_floor(address(begin), page_bytes);
+  const uintptr_t last = page_ceil(address(begin) + n_bytes, page_bytes);
+#ifdef MADV_POPULATE_READ
+  while (true) {
+    if (madvise(reinterpret_cast<void*>(first), last - first, MADV_POPULATE_READ) == 0) {
+      return Status::ok();
+    }
+    if (errno == EINTR) continue;
+    // EINVAL: a kernel before 5.14 (or memory it will not populate); read the pages instead.
+    if (errno == EINVAL) break;
+    return make_error(StatusCode::kIo, "reading {} bytes of tensor data failed: {}", n_bytes,
+                      std::strerror(errno));
+  }
+#endif
+  // One read per page, of a byte inside the range (the first page may start before it).
+  for (uintptr_t page = first; page < last; page += page_bytes) {
+    const uint8_t* p = begin + (std::max(page, address(begin)) - address(begin));
+    static_cast<void>(*static_cast<const volatile uint8_t*>(p));
+  }
+  return Status::ok();
+}
 
 std::string dims_string(const std::vector<int64_t>& shape) {
   std::string out;
@@ -133,7 +184,42 @@ uint64_t LoadedModel::weight_bytes() const {
   return total;
 }
 
-Result<std::shared_ptr<const LoadedModel>> load_model(std::unique_ptr<GgufFile> file) {
+Status prefault_tensor_data(const GgufFile& file, const LoadProgressFn& on_progress) {
+  std::vector<const GgufTensorInfo*> tensors;
+  uint64_t total_bytes = 0;
+  uintptr_t region_end = 0;  // end of the last tensor: read-ahead stops there
+  for (const GgufTensorInfo& info : file.tensors()) {
+    if (info.n_bytes == 0) continue;
+    tensors.push_back(&info);
+    total_bytes += info.n_bytes;
+    region_end = std::max(region_end, address(file.tensor_data(info)) + info.n_bytes);
+  }
+  // File order, so that the disk reads sequentially.
+  std::sort(tensors.begin(), tensors.end(),
+            [](const GgufTensorInfo* a, const GgufTensorInfo* b) { return a->offset < b->offset; });
+  const auto page_bytes = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  uint64_t done_bytes = 0;
+  for (const GgufTensorInfo* info : tensors) {
+    const uint8_t* data = file.tensor_data(*info);
+    for (uint64_t offset = 0; offset < info->n_bytes; offset += kPrefaultChunkBytes) {
+      const uint64_t n = std::min(kPrefaultChunkBytes, info->n_bytes - offset);
+      const uintptr_t chunk_end = address(data) + offset + n;
+      read_ahead(chunk_end, std::min(region_end, chunk_end + kPrefaultChunkBytes), page_bytes);
+      Status status = populate(data + offset, static_cast<size_t>(n), page_bytes);
+      if (!status.is_ok()) return status.with_context(fmt::format("tensor '{}'", info->name));
+      done_bytes += n;
+      if (on_progress) on_progress(done_bytes, total_bytes, info->name);
+    }
+  }
+  return Status::ok();
+}
+
+Status prefault_weights(const LoadedModel& model, const LoadProgressFn& on_progress) {
+  return prefault_tensor_data(*model.file, on_progress);
+}
+
+Result<std::shared_ptr<const LoadedModel>> load_model(std::unique_ptr<GgufFile> file,
+                                                      const LoadOptions& options) {
   auto model = std::make_shared<LoadedModel>();
   const std::string where = file->path().empty() ? std::string("model") : file->path();
   Result<ModelConfig> config = model_config_from_gguf(*file);
@@ -142,14 +228,19 @@ Result<std::shared_ptr<const LoadedModel>> load_model(std::unique_ptr<GgufFile> 
   Result<ModelWeights> weights = map_weights(*file, model->config);
   if (!weights) return weights.status().with_context(where);
   model->weights = std::move(weights).value();
+  if (options.prefault) {
+    Status status = prefault_tensor_data(*file, options.on_progress);
+    if (!status.is_ok()) return status.with_context(where);
+  }
   model->file = std::move(file);
   return std::shared_ptr<const LoadedModel>(std::move(model));
 }
 
-Result<std::shared_ptr<const LoadedModel>> load_model(const std::string& path) {
+Result<std::shared_ptr<const LoadedModel>> load_model(const std::string& path,
+                                                      const LoadOptions& options) {
   Result<std::unique_ptr<GgufFile>> file = GgufFile::open(path);
   if (!file) return file.status().with_context(path);
-  return load_model(std::move(file).value());
+  return load_model(std::move(file).value(), options);
 }
 
 }  // namespace llamaserve

@@ -4,9 +4,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -73,10 +75,37 @@ struct LoadedModel {
   uint64_t weight_bytes() const;
 };
 
+// Reports tensor bytes made resident so far (paged in from the file, or uploaded to a device)
+// out of total_bytes. done_bytes strictly increases from call to call and the last call has
+// done_bytes == total_bytes; `tensor` names the tensor the latest bytes belong to.
+using LoadProgressFn =
+    std::function<void(uint64_t done_bytes, uint64_t total_bytes, std::string_view tensor)>;
+
+struct LoadOptions {
+  // Reads every tensor's pages into memory before load_model returns, so that the first
+  // forward pass does not stall on page faults, and a large file on a slow disk is read while
+  // the user sees progress instead of during the first request. Off: pages come in on first
+  // use (fine for tests and tools that touch a few tensors).
+  bool prefault = false;
+  LoadProgressFn on_progress;  // called while prefaulting; may be empty
+};
+
 // Opens, parses and validates a GGUF model. Weights stay mmap'd.
-Result<std::shared_ptr<const LoadedModel>> load_model(const std::string& path);
+Result<std::shared_ptr<const LoadedModel>> load_model(const std::string& path,
+                                                      const LoadOptions& options = {});
 
 // Same, from a GgufFile the caller already opened.
-Result<std::shared_ptr<const LoadedModel>> load_model(std::unique_ptr<GgufFile> file);
+Result<std::shared_ptr<const LoadedModel>> load_model(std::unique_ptr<GgufFile> file,
+                                                      const LoadOptions& options = {});
+
+// Makes the data of every tensor in `file` resident, in chunks of a few MiB in file order,
+// calling on_progress (if set) after each chunk; total_bytes is the sum of the tensors' n_bytes.
+// Uses madvise(MADV_POPULATE_READ) (Linux 5.14+) and falls back to reading one byte per page.
+// Errors: an I/O error while reading the file (a disk error, or the file shrank after it was
+// opened).
+Status prefault_tensor_data(const GgufFile& file, const LoadProgressFn& on_progress = {});
+
+// The same for an already loaded model (its GGUF file's tensors).
+Status prefault_weights(const LoadedModel& model, const LoadProgressFn& on_progress = {});
 
 }  // namespace llamaserve
