@@ -26,6 +26,7 @@
 
 #include "backend/batch.h"
 #include "cli/command.h"
+#include "cli/load_progress.h"
 #include "model/weights.h"
 #include "parallel/executor_factory.h"
 
@@ -308,7 +309,8 @@ Status run_bench(const BenchOptions& o) {
       const double copy_bps,
       measure_copy_bandwidth(device, cuda ? 4ull << 30 : 256ull << 20, cuda ? 10 : 3));
 
-  LS_ASSIGN_OR_RETURN(std::shared_ptr<const LoadedModel> model, load_model(o.model_path));
+  LS_ASSIGN_OR_RETURN(std::shared_ptr<const LoadedModel> model,
+                      load_model_for_device(o.model_path, o.device));
   const int32_t max_b = *std::max_element(o.batches.begin(), o.batches.end());
   // Sequence 0 runs every case; the others only the batch cases.
   constexpr int32_t kBlockSize = 16;

@@ -12,6 +12,7 @@
 
 #include "cli/command.h"
 #include "cli/generation_options.h"
+#include "cli/load_progress.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -105,6 +106,7 @@ class ChatSession {
 
 Status run_chat(const ChatOptions& options) {
   LS_ASSIGN_OR_RETURN(CpuEngine cpu, open_cpu_engine(engine_options(options.generation)));
+  LS_RETURN_IF_ERROR(prefault_for_device(*cpu.model, options.generation.device));
   auto chat_template =
       ChatTemplate::for_model(cpu.tokenizer->data().chat_template, options.template_name);
   if (!chat_template.is_ok()) {

@@ -11,6 +11,7 @@
 
 #include "cli/command.h"
 #include "cli/generation_options.h"
+#include "cli/load_progress.h"
 #include "tokenizer/tokenizer.h"
 
 namespace llamaserve::cli {
@@ -30,6 +31,7 @@ Status write_stdout(std::string_view text) {
 
 Status run_completion(const RunOptions& options) {
   LS_ASSIGN_OR_RETURN(CpuEngine cpu, open_cpu_engine(engine_options(options.generation)));
+  LS_RETURN_IF_ERROR(prefault_for_device(*cpu.model, options.generation.device));
   GenerationRequest request;
   request.id = "run";
   // Control tokens written in the prompt (<|im_start|>, <s>) are honoured: a raw completion

@@ -20,6 +20,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/command.h"
+#include "cli/load_progress.h"
 #include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "model/weights.h"
@@ -82,7 +83,8 @@ class ShutdownSignal {
 
 Result<std::shared_ptr<server::ServedModel>> load_served_model(const ServerOptions& options) {
   const auto start = std::chrono::steady_clock::now();
-  LS_ASSIGN_OR_RETURN(std::shared_ptr<const LoadedModel> model, load_model(options.model_path));
+  LS_ASSIGN_OR_RETURN(std::shared_ptr<const LoadedModel> model,
+                      load_model_for_device(options.model_path, options.device));
   LS_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::from_gguf(*model->file));
   auto shared_tokenizer = std::make_shared<const Tokenizer>(std::move(tokenizer));
 
