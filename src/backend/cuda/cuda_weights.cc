@@ -73,10 +73,24 @@ Result<uint64_t> cuda_weight_bytes(const LoadedModel& model, const LayerRange& r
 
 Result<CudaWeights> upload_weights(const LoadedModel& model, const LayerRange& range,
                                    DevicePool& pool, void* staging, size_t staging_bytes,
-                                   cudaStream_t stream) {
+                                   cudaStream_t stream, const LoadProgressFn& on_progress) {
   CudaWeights out;
   const uint64_t used_before = pool.used();
   std::vector<float> host;
+
+  uint64_t total_bytes = 0;
+  if (on_progress) {
+    auto count = [&](const QTensor& t) -> Status {
+      total_bytes += t.n_bytes;
+      return Status::ok();
+    };
+    LS_RETURN_IF_ERROR(for_each_tensor(model, range, count, count));
+  }
+  uint64_t done_bytes = 0;
+  auto uploaded = [&](const QTensor& t) {
+    done_bytes += t.n_bytes;
+    if (on_progress && t.n_bytes > 0) on_progress(done_bytes, total_bytes, t.name);
+  };
 
   auto matrix = [&](const QTensor& t) -> Result<DeviceMatrix> {
     LS_ASSIGN_OR_RETURN(const DeviceMatrixLayout layout, matrix_layout(t));
@@ -86,6 +100,7 @@ Result<CudaWeights> upload_weights(const LoadedModel& model, const LayerRange& r
         upload_matrix(t.type, t.rows(), t.cols(), t.data, static_cast<uint8_t*>(dst), staging,
                       staging_bytes, stream);
     if (!m.is_ok()) return m.status().with_context(t.name);
+    uploaded(t);
     return m;
   };
   // Vectors of any type become fp32 (GGUF norms are F32 already).
@@ -99,6 +114,7 @@ Result<CudaWeights> upload_weights(const LoadedModel& model, const LayerRange& r
     LS_CUDA_CHECK(cudaMemcpyAsync(dst, host.data(), host.size() * sizeof(float),
                                   cudaMemcpyHostToDevice, stream));
     LS_CUDA_CHECK(cudaStreamSynchronize(stream));  // `host` is reused
+    uploaded(t);
     return static_cast<const float*>(dst);
   };
 

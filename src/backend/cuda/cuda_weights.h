@@ -46,9 +46,11 @@ struct CudaWeights {
 Result<uint64_t> cuda_weight_bytes(const LoadedModel& model, const LayerRange& range);
 
 // Uploads the weights of `range`. `staging` is a device buffer of staging_bytes used while
-// converting block layouts (at least one GGUF row of the widest matrix).
+// converting block layouts (at least one GGUF row of the widest matrix). on_progress, if set,
+// is called after each tensor with the GGUF bytes of the tensors uploaded so far, out of those
+// of all tensors of `range` (the tied output matrix counts once).
 Result<CudaWeights> upload_weights(const LoadedModel& model, const LayerRange& range,
                                    DevicePool& pool, void* staging, size_t staging_bytes,
-                                   cudaStream_t stream);
+                                   cudaStream_t stream, const LoadProgressFn& on_progress = {});
 
 }  // namespace llamaserve::cuda
