@@ -13,14 +13,19 @@ rm -rf "$reports" && mkdir -p "$reports"
 jobs=$(nproc)
 stage_failures=0
 
+stage_number=0
 stage() {  # stage NAME COMMAND...: runs a stage, counting a non-zero exit as one failure
   local name=$1
   shift
+  stage_number=$((stage_number + 1))
+  local log
+  log="$reports/stage-$(printf %02d $stage_number).log"
   echo "=== $name"
   local start=$SECONDS
-  if ! "$@"; then
+  if ! "$@" 2>&1 | tee "$log"; then
     echo "=== $name FAILED"
     echo "$name" >>"$reports/failed-stages.txt"
+    echo "$log $name" >>"$reports/failed-logs.txt"
     stage_failures=$((stage_failures + 1))
   fi
   echo "=== $name took $((SECONDS - start)) s"
@@ -62,4 +67,12 @@ if [[ "${SKIP_SANITIZERS:-0}" != 1 ]]; then
   stage "fuzz (${FUZZ_SECONDS:-30} s per target)" scripts/run_fuzz.sh "${FUZZ_SECONDS:-30}"
 fi
 
+# The end of every failed stage's output again, next to the summary, where a reader of only
+# the last lines of the run finds it.
+if [[ -f "$reports/failed-logs.txt" ]]; then
+  while read -r log name; do
+    echo "=== last lines of the failed stage: $name"
+    tail -n 40 "$log"
+  done <"$reports/failed-logs.txt"
+fi
 python3 scripts/test_summary.py "$reports" "$stage_failures"

@@ -9,15 +9,23 @@ import sys
 import xml.etree.ElementTree as ET
 
 
-def count(path):
+def count(path, failures):
+    """Counts the test cases of one report; appends 'report: test: first message line' per
+    failed case to `failures`."""
     root = ET.parse(path).getroot()
     suites = [root] if root.tag == "testsuite" else root.iter("testsuite")
     total = failed = skipped = 0
     for suite in suites:
         for case in suite.iter("testcase"):
             total += 1
-            if case.find("failure") is not None or case.find("error") is not None:
+            problem = case.find("failure")
+            if problem is None:
+                problem = case.find("error")
+            if problem is not None:
                 failed += 1
+                message = (problem.get("message") or problem.text or "").strip().splitlines()
+                name = ".".join(n for n in (case.get("classname"), case.get("name")) if n)
+                failures.append(f"{path.name}: {name}: {message[0][:300] if message else ''}")
             elif case.find("skipped") is not None:
                 skipped += 1
     return total, failed, skipped
@@ -27,9 +35,10 @@ def main():
     report_dir = pathlib.Path(sys.argv[1])
     stage_failures = int(sys.argv[2])
     passed = failed = skipped = 0
+    failures = []
     for path in sorted(report_dir.glob("*.xml")):
         try:
-            total, f, s = count(path)
+            total, f, s = count(path, failures)
         except ET.ParseError as error:
             print(f"unreadable report {path.name}: {error}")
             failed += 1
@@ -47,6 +56,8 @@ def main():
     if failed == 0 and test_stages:
         other += len(test_stages)  # a test stage failed without a failing test: count it
     failed += other
+    for line in failures:
+        print("FAILED " + line)
     if names:
         print("failed stages: " + "; ".join(names))
     print(f"{passed} passed, {failed} failed, {skipped} skipped")
