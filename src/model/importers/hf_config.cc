@@ -3,9 +3,12 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
+
+#include "model/importers/json_input.h"
 
 namespace llamaserve {
 namespace {
@@ -13,6 +16,13 @@ namespace {
 using json = nlohmann::json;
 
 constexpr std::string_view kSupported = "LlamaForCausalLM, MistralForCausalLM";
+
+// A value as JSON text for an error message, cut short: the file may hold megabytes there.
+std::string excerpt(const json& value) {
+  std::string text = value.dump();
+  if (text.size() > 100) text = text.substr(0, 100) + "...";
+  return text;
+}
 
 const json* find_key(const json& obj, std::string_view key) {
   const auto it = obj.find(key);
@@ -32,17 +42,25 @@ Result<int64_t> get_int(const json& obj, std::string_view key, std::optional<int
     return static_cast<int64_t>(v->get<double>());
   }
   return make_error(StatusCode::kInvalidArgument,
-                    "config.json: '{}' should be an integer, found {}", key, v->dump());
+                    "config.json: '{}' should be an integer, found {}", key, excerpt(*v));
 }
 
+// Every number read this way ends up in a float (the GGUF metadata type), so it must fit
+// one: 1e300 would become inf and pass checks such as "factor > 0".
 Result<double> get_number(const json& obj, std::string_view key, double fallback) {
   const json* v = find_key(obj, key);
   if (v == nullptr) return fallback;
-  if (!v->is_number() || !std::isfinite(v->get<double>())) {
+  if (!v->is_number()) {
     return make_error(StatusCode::kInvalidArgument,
-                      "config.json: '{}' should be a number, found {}", key, v->dump());
+                      "config.json: '{}' should be a number, found {}", key, excerpt(*v));
   }
-  return v->get<double>();
+  const double value = v->get<double>();
+  if (!std::isfinite(value) || std::fabs(value) > std::numeric_limits<float>::max()) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "config.json: '{}' = {} is outside the range of a 32-bit float", key,
+                      excerpt(*v));
+  }
+  return value;
 }
 
 Result<bool> get_bool(const json& obj, std::string_view key, bool fallback) {
@@ -124,6 +142,7 @@ Status read_rope(const json& root, ModelConfig& c) {
 }
 
 Result<HfModelConfig> parse_hf_config_impl(std::string_view json_text) {
+  LS_RETURN_IF_ERROR(check_json_nesting(json_text, "config.json"));
   json root = json::parse(json_text, nullptr, false);
   if (root.is_discarded() || !root.is_object()) {
     return make_error(StatusCode::kInvalidArgument, "config.json is not a JSON object");
@@ -185,7 +204,8 @@ Result<HfModelConfig> parse_hf_config_impl(std::string_view json_text) {
   if (const json* act = find_key(root, "hidden_act");
       act && (!act->is_string() || act->get<std::string>() != "silu")) {
     return make_error(StatusCode::kUnsupported,
-                      "config.json: hidden_act {} is not supported (LLaMA uses silu)", act->dump());
+                      "config.json: hidden_act {} is not supported (LLaMA uses silu)",
+                      excerpt(*act));
   }
   for (const char* key : {"attention_bias", "mlp_bias"}) {
     LS_ASSIGN_OR_RETURN(bool bias, get_bool(root, key, false));

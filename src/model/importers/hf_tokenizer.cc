@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/importers/json_input.h"
+
 namespace llamaserve {
 namespace {
 
@@ -144,6 +146,7 @@ Result<TokenizerData> tokenizer_from_sentencepiece(const SentencePieceModel& mod
 namespace {
 
 Result<TokenizerData> tokenizer_from_hf_json_impl(std::string_view tokenizer_json) {
+  LS_RETURN_IF_ERROR(check_json_nesting(tokenizer_json, "tokenizer.json"));
   json root = json::parse(tokenizer_json, nullptr, false);
   if (root.is_discarded() || !root.is_object()) {
     return make_error(StatusCode::kInvalidArgument, "tokenizer.json is not a JSON object");
@@ -268,6 +271,7 @@ Result<TokenizerData> tokenizer_from_hf_json_impl(std::string_view tokenizer_jso
 }
 
 Status apply_tokenizer_config_impl(std::string_view config_json, TokenizerData& data) {
+  LS_RETURN_IF_ERROR(check_json_nesting(config_json, "tokenizer_config.json"));
   json config = json::parse(config_json, nullptr, false);
   if (config.is_discarded() || !config.is_object()) {
     return make_error(StatusCode::kInvalidArgument, "tokenizer_config.json is not a JSON object");
@@ -336,36 +340,30 @@ Status pad_vocabulary(TokenizerData& data, int64_t n_vocab) {
   return Status::ok();
 }
 
-Result<TokenizerData> read_hf_tokenizer(const std::string& dir,
-                                        const HfTokenizerDefaults& defaults) {
-  const fs::path root(dir);
-  std::error_code ec;
+Result<TokenizerData> hf_tokenizer_from_files(const HfTokenizerFiles& files,
+                                              const HfTokenizerDefaults& defaults) {
   TokenizerData data;
-  const fs::path spm_path = root / "tokenizer.model";
-  const fs::path json_path = root / "tokenizer.json";
-  if (fs::exists(spm_path, ec)) {
-    LS_ASSIGN_OR_RETURN(SentencePieceModel spm, read_sentencepiece_model(spm_path.string()));
+  if (files.tokenizer_model) {
+    const std::string& bytes = *files.tokenizer_model;
+    LS_ASSIGN_OR_RETURN(
+        SentencePieceModel spm,
+        parse_sentencepiece_model(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
     LS_ASSIGN_OR_RETURN(data, tokenizer_from_sentencepiece(spm));
-  } else if (fs::exists(json_path, ec)) {
-    LS_ASSIGN_OR_RETURN(std::string text, read_text(json_path));
-    LS_ASSIGN_OR_RETURN(data, tokenizer_from_hf_json(text));
+  } else if (files.tokenizer_json) {
+    LS_ASSIGN_OR_RETURN(data, tokenizer_from_hf_json(*files.tokenizer_json));
     // Without tokenizer_config.json, config.json's ids are the best guess.
     if (defaults.bos_token_id && !data.bos_id)
       data.bos_id = static_cast<int32_t>(*defaults.bos_token_id);
     if (defaults.eos_token_id) data.eos_id = static_cast<int32_t>(*defaults.eos_token_id);
   } else {
     return make_error(StatusCode::kNotFound,
-                      "'{}' has neither tokenizer.model (SentencePiece) nor tokenizer.json", dir);
+                      "neither tokenizer.model (SentencePiece) nor tokenizer.json is present");
   }
-  const fs::path config_path = root / "tokenizer_config.json";
-  if (fs::exists(config_path, ec)) {
-    LS_ASSIGN_OR_RETURN(std::string text, read_text(config_path));
-    Status status = apply_tokenizer_config(text, data);
-    if (!status.is_ok()) return status.with_context(config_path.string());
+  if (files.tokenizer_config_json) {
+    LS_RETURN_IF_ERROR(apply_tokenizer_config(*files.tokenizer_config_json, data));
   }
-  const fs::path template_path = root / "chat_template.jinja";
-  if (data.chat_template.empty() && fs::exists(template_path, ec)) {
-    LS_ASSIGN_OR_RETURN(data.chat_template, read_text(template_path));
+  if (data.chat_template.empty() && files.chat_template_jinja) {
+    data.chat_template = *files.chat_template_jinja;
   }
   // End-of-turn markers of the chat formats the engine knows.
   for (const char* eot : {"<|eot_id|>", "<|im_end|>"}) {
@@ -375,8 +373,35 @@ Result<TokenizerData> read_hf_tokenizer(const std::string& dir,
     }
   }
   LS_RETURN_IF_ERROR(pad_vocabulary(data, defaults.n_vocab));
-  Status valid = validate_tokenizer_data(data);
-  if (!valid.is_ok()) return valid.with_context(fmt::format("tokenizer of '{}'", dir));
+  LS_RETURN_IF_ERROR(validate_tokenizer_data(data));
+  return data;
+}
+
+Result<TokenizerData> read_hf_tokenizer(const std::string& dir,
+                                        const HfTokenizerDefaults& defaults) {
+  const fs::path root(dir);
+  std::error_code ec;
+  const fs::path spm_path = root / "tokenizer.model";
+  const fs::path json_path = root / "tokenizer.json";
+  if (!fs::exists(spm_path, ec) && !fs::exists(json_path, ec)) {
+    return make_error(StatusCode::kNotFound,
+                      "'{}' has neither tokenizer.model (SentencePiece) nor tokenizer.json", dir);
+  }
+  HfTokenizerFiles files;
+  // tokenizer.json (megabytes) is read only when it is the one used.
+  if (fs::exists(spm_path, ec)) {
+    LS_ASSIGN_OR_RETURN(files.tokenizer_model, read_text(spm_path));
+  } else {
+    LS_ASSIGN_OR_RETURN(files.tokenizer_json, read_text(json_path));
+  }
+  for (const auto& [name, file] : {std::pair{"tokenizer_config.json", &files.tokenizer_config_json},
+                                   std::pair{"chat_template.jinja", &files.chat_template_jinja}}) {
+    if (fs::exists(root / name, ec)) {
+      LS_ASSIGN_OR_RETURN(*file, read_text(root / name));
+    }
+  }
+  Result<TokenizerData> data = hf_tokenizer_from_files(files, defaults);
+  if (!data.is_ok()) return data.status().with_context(fmt::format("tokenizer of '{}'", dir));
   return data;
 }
 

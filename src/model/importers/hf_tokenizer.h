@@ -43,7 +43,20 @@ struct HfTokenizerDefaults {
   std::optional<int64_t> eos_token_id;
 };
 
-// Everything above for a model directory; validated with validate_tokenizer_data.
+// The tokenizer files of a model directory, as bytes; nullopt where a file is absent.
+struct HfTokenizerFiles {
+  std::optional<std::string> tokenizer_model;        // tokenizer.model (SentencePiece)
+  std::optional<std::string> tokenizer_json;         // tokenizer.json
+  std::optional<std::string> tokenizer_config_json;  // tokenizer_config.json
+  std::optional<std::string> chat_template_jinja;    // chat_template.jinja
+};
+
+// Everything above from the files' contents (tokenizer.model is preferred over
+// tokenizer.json); validated with validate_tokenizer_data.
+Result<TokenizerData> hf_tokenizer_from_files(const HfTokenizerFiles& files,
+                                              const HfTokenizerDefaults& defaults);
+
+// The same for a model directory, reading the files that exist.
 Result<TokenizerData> read_hf_tokenizer(const std::string& dir,
                                         const HfTokenizerDefaults& defaults);
 

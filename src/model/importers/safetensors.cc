@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/importers/json_input.h"
+
 namespace llamaserve {
 namespace {
 
@@ -66,14 +68,21 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string
   std::unique_ptr<SafetensorsFile> file(new SafetensorsFile());
   file->path_ = path;
   file->mapping_ = std::move(mapping);
-  Status status = file->parse();
+  Status status = file->parse_image(file->mapping_->data(), file->mapping_->size());
   if (!status.is_ok()) return status.with_context(fmt::format("safetensors file '{}'", path));
   return file;
 }
 
-Status SafetensorsFile::parse() {
-  const uint8_t* base = mapping_->data();
-  const uint64_t size = mapping_->size();
+Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::parse(const uint8_t* data, size_t size,
+                                                                const std::string& name) {
+  std::unique_ptr<SafetensorsFile> file(new SafetensorsFile());
+  file->path_ = name;
+  Status status = file->parse_image(data, size);
+  if (!status.is_ok()) return status.with_context(fmt::format("safetensors file '{}'", name));
+  return file;
+}
+
+Status SafetensorsFile::parse_image(const uint8_t* base, uint64_t size) {
   if (size < 8) {
     return make_error(StatusCode::kInvalidArgument,
                       "file is {} bytes, too short for the 8-byte header length", size);
@@ -91,6 +100,7 @@ Status SafetensorsFile::parse() {
                       header_len, size);
   }
   const char* header_begin = reinterpret_cast<const char*>(base + 8);
+  LS_RETURN_IF_ERROR(check_json_nesting(std::string_view(header_begin, header_len), "the header"));
   json header = json::parse(header_begin, header_begin + header_len, nullptr, false);
   if (header.is_discarded() || !header.is_object()) {
     return make_error(StatusCode::kInvalidArgument, "the {} byte header is not a JSON object",
@@ -165,6 +175,36 @@ Status SafetensorsFile::parse() {
   return Status::ok();
 }
 
+Result<SafetensorsIndex> parse_safetensors_index(std::string_view json_text) {
+  LS_RETURN_IF_ERROR(check_json_nesting(json_text, "the index"));
+  json index = json::parse(json_text, nullptr, false);
+  if (index.is_discarded() || !index.is_object() || !index.contains("weight_map") ||
+      !index["weight_map"].is_object()) {
+    return make_error(StatusCode::kInvalidArgument, "not JSON with a \"weight_map\" object");
+  }
+  SafetensorsIndex out;
+  std::set<std::string> unique;
+  for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
+    if (!it.value().is_string()) {
+      return make_error(StatusCode::kInvalidArgument, "weight_map['{}'] is not a string", it.key());
+    }
+    const std::string shard = it.value().get<std::string>();
+    // Shards are plain file names next to the index; anything else could escape the
+    // directory.
+    if (shard.empty() || shard.find('/') != std::string::npos || shard == "." || shard == "..") {
+      return make_error(StatusCode::kInvalidArgument, "shard name '{}' is not a plain file name",
+                        shard);
+    }
+    out.weight_map[it.key()] = shard;
+    if (unique.insert(shard).second) out.shards.push_back(shard);
+  }
+  if (out.shards.empty() || out.shards.size() > kMaxShards) {
+    return make_error(StatusCode::kInvalidArgument, "the index lists {} shards (1 to {} allowed)",
+                      out.shards.size(), kMaxShards);
+  }
+  return out;
+}
+
 Result<SafetensorsCheckpoint> SafetensorsCheckpoint::open_dir(const std::string& dir) {
   SafetensorsCheckpoint ckpt;
   const fs::path root(dir);
@@ -174,33 +214,10 @@ Result<SafetensorsCheckpoint> SafetensorsCheckpoint::open_dir(const std::string&
   std::vector<std::string> shard_names;
   if (fs::exists(index_path, ec)) {
     LS_ASSIGN_OR_RETURN(std::string text, read_small_file(index_path.string(), kMaxIndexBytes));
-    json index = json::parse(text, nullptr, false);
-    if (index.is_discarded() || !index.is_object() || !index.contains("weight_map") ||
-        !index["weight_map"].is_object()) {
-      return make_error(StatusCode::kInvalidArgument,
-                        "'{}' is not JSON with a \"weight_map\" object", index_path.string());
-    }
-    std::set<std::string> unique;
-    for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
-      if (!it.value().is_string()) {
-        return make_error(StatusCode::kInvalidArgument, "'{}': weight_map['{}'] is not a string",
-                          index_path.string(), it.key());
-      }
-      const std::string shard = it.value().get<std::string>();
-      // Shards are plain file names next to the index; anything else could escape the
-      // directory.
-      if (shard.empty() || shard.find('/') != std::string::npos || shard == "." || shard == "..") {
-        return make_error(StatusCode::kInvalidArgument,
-                          "'{}': shard name '{}' is not a plain file name", index_path.string(),
-                          shard);
-      }
-      weight_map[it.key()] = shard;
-      if (unique.insert(shard).second) shard_names.push_back(shard);
-    }
-    if (shard_names.empty() || shard_names.size() > kMaxShards) {
-      return make_error(StatusCode::kInvalidArgument, "'{}' lists {} shards", index_path.string(),
-                        shard_names.size());
-    }
+    Result<SafetensorsIndex> index = parse_safetensors_index(text);
+    if (!index.is_ok()) return index.status().with_context(index_path.string());
+    weight_map = std::move(index->weight_map);
+    shard_names = std::move(index->shards);
   } else if (fs::exists(root / "model.safetensors", ec)) {
     shard_names.push_back("model.safetensors");
   } else {

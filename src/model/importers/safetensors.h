@@ -37,17 +37,32 @@ class SafetensorsFile {
   // section, byte counts that match shape × element size, no overlaps.
   static Result<std::unique_ptr<SafetensorsFile>> open(const std::string& path);
 
+  // The same checks on a file image in memory (tests, fuzzing); `data` must outlive the
+  // result, whose tensors point into it. `name` stands for the path in messages.
+  static Result<std::unique_ptr<SafetensorsFile>> parse(const uint8_t* data, size_t size,
+                                                        const std::string& name);
+
   const std::string& path() const { return path_; }
   const std::map<std::string, SafetensorsTensor, std::less<>>& tensors() const { return tensors_; }
 
  private:
   SafetensorsFile() = default;
-  Status parse();
+  Status parse_image(const uint8_t* base, uint64_t size);
 
   std::string path_;
-  std::unique_ptr<MappedFile> mapping_;
+  std::unique_ptr<MappedFile> mapping_;  // null when parsed from caller-owned memory
   std::map<std::string, SafetensorsTensor, std::less<>> tensors_;
 };
+
+// model.safetensors.index.json: which shard file holds each tensor.
+struct SafetensorsIndex {
+  std::map<std::string, std::string> weight_map;  // tensor name -> shard file name
+  std::vector<std::string> shards;                // distinct shard names, first-seen order
+};
+
+// Parses the text of an index. Shard names must be plain file names (no '/', not "." or
+// ".."), so that a hostile index cannot point outside the checkpoint directory.
+Result<SafetensorsIndex> parse_safetensors_index(std::string_view json_text);
 
 // All tensors of a checkpoint directory: model.safetensors, or the shards that
 // model.safetensors.index.json names (every tensor of its weight_map must be in the shard it
