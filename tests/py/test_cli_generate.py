@@ -20,6 +20,11 @@ MODEL = REPO_ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 pytestmark = pytest.mark.skipif(not BIN.exists(), reason=f"llamaserve binary not built: {BIN}")
 needs_model = pytest.mark.skipif(not MODEL.exists(), reason=f"model missing: {MODEL}")
 
+# A question whose greedy answer is well determined (top-2 margin of the first token 1.47 in
+# exact arithmetic), so that the 8-bit activations of the optimized CPU kernels cannot tip it.
+# The bare "What is the capital of France?" is a near tie (margin 0.08): see docs/cpu.md.
+WELL_DETERMINED_QUESTION = "What is the capital of France? Answer in one word."
+
 
 def llamaserve(*args: str, stdin: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([str(BIN), *args], input=stdin, capture_output=True, text=True,
@@ -60,10 +65,9 @@ def test_run_verbose_reports_speed_on_stderr_only():
     assert "tok/s" not in result.stdout
 
 
-@pytest.mark.xfail(strict=False, reason="the CPU fast path (8-bit activations) picks the runner-up first token on this prompt, whose top-2 margin is 0.08; the reference kernels answer Paris")
 @needs_model
 def test_chat_answers_the_capital_of_france():
-    result = llamaserve("chat", "-m", str(MODEL), "-p", "What is the capital of France?", "--temp", "0",
+    result = llamaserve("chat", "-m", str(MODEL), "-p", WELL_DETERMINED_QUESTION, "--temp", "0",
                         "-n", "48", "--threads", "2")
     assert result.returncode == 0, result.stderr
     assert "Paris" in result.stdout, result.stdout
@@ -71,16 +75,15 @@ def test_chat_answers_the_capital_of_france():
     assert "<|im_end|>" not in result.stdout and "<|im_start|>" not in result.stdout
 
 
-@pytest.mark.xfail(strict=False, reason="the CPU fast path (8-bit activations) picks the runner-up first token on this prompt, whose top-2 margin is 0.08; the reference kernels answer Paris")
 @needs_model
 def test_chat_interactive_keeps_going_until_exit():
-    stdin = "What is the capital of France?\n\n/exit\nThis line must not be answered.\n"
+    stdin = WELL_DETERMINED_QUESTION + "\n\n/exit\nThis line must not be answered.\n"
     result = llamaserve("chat", "-m", str(MODEL), "--temp", "0", "-n", "24", "--threads", "2", stdin=stdin)
     assert result.returncode == 0, result.stderr
     assert "Paris" in result.stdout, result.stdout
 
     # The same question one-shot gives the same greedy answer as the first interactive turn.
-    one_shot = llamaserve("chat", "-m", str(MODEL), "-p", "What is the capital of France?", "--temp", "0",
+    one_shot = llamaserve("chat", "-m", str(MODEL), "-p", WELL_DETERMINED_QUESTION, "--temp", "0",
                           "-n", "24", "--threads", "2")
     assert one_shot.returncode == 0, one_shot.stderr
     assert result.stdout == one_shot.stdout

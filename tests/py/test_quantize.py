@@ -121,6 +121,9 @@ def test_quantize_types_read_by_gguf_py(tmp_path, tiny_f16, type_name):
     assert strings(dst, "tokenizer.ggml.tokens") == strings(src, "tokenizer.ggml.tokens")
 
 
+# See tests/py/test_cli_generate.py.
+WELL_DETERMINED_QUESTION = "What is the capital of France? Answer in one word."
+
 # The conversation `llamaserve chat -p` renders for SmolLM2 (its template's default system
 # prompt, then the user turn).
 CHAT_PROMPT = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
@@ -165,12 +168,12 @@ def test_quantized_default_model_answers_in_exact_arithmetic(tmp_path, quantized
 
 @needs_model
 @pytest.mark.parametrize("type_name", ["q8_0", "q4_k_m"])
-@pytest.mark.xfail(strict=False, reason="the CPU fast path (8-bit activations) picks the runner-up first token "
-                   "on this prompt, whose top-2 margin is 0.08; the reference kernels answer Paris")
 def test_quantized_default_model_chat_answers(quantized_smollm2, type_name):
-    """What a user runs: `llamaserve chat` with the optimized kernels."""
+    """What a user runs: `llamaserve chat` with the optimized kernels. The question asks for one
+    word: the bare question's first token is a near tie in exact arithmetic (top-2 margin 0.08,
+    docs/cpu.md), which 8-bit activation rounding may tip either way, in llama.cpp as here."""
     out = quantized_smollm2(type_name)
-    proc = llamaserve("chat", "-m", str(out), "-p", "What is the capital of France?", "--temp", "0", "-n", "48",
+    proc = llamaserve("chat", "-m", str(out), "-p", WELL_DETERMINED_QUESTION, "--temp", "0", "-n", "48",
                       "--threads", "2")
     assert proc.returncode == 0, proc.stderr
     assert "Paris" in proc.stdout, proc.stdout
