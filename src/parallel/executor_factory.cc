@@ -4,6 +4,7 @@
 #include <charconv>
 #include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -12,6 +13,7 @@
 #if LLAMASERVE_HAS_CUDA
 #include "backend/cuda/bandwidth.h"
 #include "parallel/cuda_executor.h"
+#include "parallel/multi_gpu_executor.h"
 #endif
 
 namespace llamaserve {
@@ -37,10 +39,8 @@ Result<DeviceChoice> parse_device(std::string_view text) {
   DeviceChoice choice;
   if (text == "cpu") return choice;
   if (text.find(',') != std::string_view::npos) {
-    return make_error(StatusCode::kUnsupported,
-                      "devices '{}': one executor runs on one device; multi-GPU placement "
-                      "(--tp/--pp) is not available yet",
-                      text);
+    return make_error(StatusCode::kInvalidArgument,
+                      "devices '{}': several devices need --tp or --pp (or --replicas)", text);
   }
   choice.kind = DeviceChoice::Kind::kCuda;
   if (text == "cuda") return choice;
@@ -49,12 +49,91 @@ Result<DeviceChoice> parse_device(std::string_view text) {
   return choice;
 }
 
+Result<std::vector<DeviceChoice>> parse_devices(std::string_view text) {
+  std::vector<DeviceChoice> devices;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    const std::string_view item =
+        text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+    LS_ASSIGN_OR_RETURN(const DeviceChoice device, parse_device(item));
+    if (device.kind == DeviceChoice::Kind::kCpu && (comma != std::string_view::npos || start > 0)) {
+      return make_error(StatusCode::kInvalidArgument,
+                        "devices '{}': cpu cannot be combined with other devices", text);
+    }
+    for (const DeviceChoice& seen : devices) {
+      if (seen.kind == device.kind && seen.index == device.index) {
+        return make_error(StatusCode::kInvalidArgument, "devices '{}': {} is listed twice", text,
+                          device.name());
+      }
+    }
+    devices.push_back(device);
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return devices;
+}
+
+Result<std::vector<ExecutorOptions>> replica_options(const ExecutorOptions& base, int replicas) {
+  if (replicas < 1 || base.tensor_parallel < 1 || base.pipeline_parallel < 1) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "replicas ({}), tensor parallel ({}) and pipeline parallel ({}) must be >= 1",
+                      replicas, base.tensor_parallel, base.pipeline_parallel);
+  }
+  LS_ASSIGN_OR_RETURN(const std::vector<DeviceChoice> devices, parse_devices(base.device));
+  std::vector<ExecutorOptions> out;
+  if (devices.front().kind == DeviceChoice::Kind::kCpu) {
+    if (base.tensor_parallel * base.pipeline_parallel != 1) {
+      return make_error(StatusCode::kInvalidArgument,
+                        "tensor and pipeline parallelism need CUDA devices (--devices 0,1)");
+    }
+    for (int r = 0; r < replicas; ++r) {
+      ExecutorOptions replica = base;
+      if (base.threads > 0) replica.threads = std::max(1, base.threads / replicas);
+      if (base.threads == 0 && replicas > 1) {
+        const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+        replica.threads = std::max(1, static_cast<int>(cores) / replicas);
+      }
+      out.push_back(std::move(replica));
+    }
+    return out;
+  }
+  const int per_replica = base.tensor_parallel * base.pipeline_parallel;
+  if (static_cast<int>(devices.size()) != per_replica * replicas) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "{} replicas x tensor parallel {} x pipeline parallel {} need {} devices; "
+                      "--devices '{}' lists {}",
+                      replicas, base.tensor_parallel, base.pipeline_parallel,
+                      per_replica * replicas, base.device, devices.size());
+  }
+  for (int r = 0; r < replicas; ++r) {
+    ExecutorOptions replica = base;
+    replica.device.clear();
+    for (int i = 0; i < per_replica; ++i) {
+      if (i > 0) replica.device += ',';
+      replica.device += devices[static_cast<size_t>(r * per_replica + i)].name();
+    }
+    out.push_back(std::move(replica));
+  }
+  return out;
+}
+
 bool cuda_build() { return LLAMASERVE_HAS_CUDA != 0; }
 
 Result<std::unique_ptr<Executor>> create_executor(std::shared_ptr<const LoadedModel> model,
                                                   const ExecutorOptions& options) {
-  LS_ASSIGN_OR_RETURN(const DeviceChoice device, parse_device(options.device));
-  if (device.kind == DeviceChoice::Kind::kCpu) {
+  LS_ASSIGN_OR_RETURN(const std::vector<DeviceChoice> devices, parse_devices(options.device));
+  const int n_ranks = options.tensor_parallel * options.pipeline_parallel;
+  if (options.tensor_parallel < 1 || options.pipeline_parallel < 1) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "tensor parallel ({}) and pipeline parallel ({}) must be >= 1",
+                      options.tensor_parallel, options.pipeline_parallel);
+  }
+  if (devices.front().kind == DeviceChoice::Kind::kCpu) {
+    if (n_ranks != 1) {
+      return make_error(StatusCode::kInvalidArgument,
+                        "tensor and pipeline parallelism need CUDA devices (--devices 0,1)");
+    }
     CpuExecutorOptions cpu;
     cpu.threads = options.threads;
     cpu.kv_capacity_tokens = options.kv_capacity_tokens;
@@ -62,22 +141,34 @@ Result<std::unique_ptr<Executor>> create_executor(std::shared_ptr<const LoadedMo
     if (options.max_batch_tokens > 0) cpu.max_batch_tokens = options.max_batch_tokens;
     return create_cpu_executor(std::move(model), cpu);
   }
+  if (static_cast<int>(devices.size()) != n_ranks) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "tensor parallel {} x pipeline parallel {} need {} devices; '{}' lists {}",
+                      options.tensor_parallel, options.pipeline_parallel, n_ranks, options.device,
+                      devices.size());
+  }
 #if LLAMASERVE_HAS_CUDA
   CudaExecutorOptions cuda;
-  cuda.device = device.index;
+  cuda.device = devices.front().index;
   cuda.gpu_memory_utilization = options.gpu_memory_utilization;
   cuda.kv_capacity_tokens = options.kv_capacity_tokens;
   cuda.kv_block_size = options.kv_block_size;
   if (options.max_batch_tokens > 0) cuda.max_batch_tokens = options.max_batch_tokens;
   if (options.max_seqs > 0) cuda.max_seqs = options.max_seqs;
   cuda.max_context_tokens = options.max_context_tokens;
-  return create_cuda_executor(std::move(model), cuda);
+  if (n_ranks == 1) return create_cuda_executor(std::move(model), cuda);
+  MultiGpuOptions multi;
+  for (const DeviceChoice& device : devices) multi.devices.push_back(device.index);
+  multi.tensor_parallel = options.tensor_parallel;
+  multi.pipeline_parallel = options.pipeline_parallel;
+  multi.layer_split = options.layer_split;
+  return create_multi_gpu_executor(std::move(model), cuda, multi);
 #else
   (void)model;
   return make_error(StatusCode::kUnsupported,
                     "device {}: this build has no CUDA support (configure with "
                     "-DLLAMASERVE_CUDA=ON)",
-                    device.name());
+                    devices.front().name());
 #endif
 }
 

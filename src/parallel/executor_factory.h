@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/status.h"
 #include "model/weights.h"
@@ -22,8 +23,12 @@ struct DeviceChoice {
 };
 
 // Accepts "cpu", "cuda" (= cuda:0), "cuda:N" and "N" (a device index, as --devices 0 gives).
-// Several devices ("0,1") are refused: one executor runs on one device.
+// Several devices ("0,1") are refused here: see parse_devices.
 Result<DeviceChoice> parse_device(std::string_view text);
+
+// A device list: "cpu", or CUDA devices as "0,1", "cuda:0,cuda:1" or a single device in any
+// form parse_device takes. Duplicates are refused.
+Result<std::vector<DeviceChoice>> parse_devices(std::string_view text);
 
 // True when this build can run models on CUDA devices.
 bool cuda_build();
@@ -31,7 +36,13 @@ bool cuda_build();
 // What every executor needs, in the units callers think in. Zero means the executor's
 // default for the field.
 struct ExecutorOptions {
-  std::string device = "cpu";  // see parse_device
+  // "cpu", one CUDA device, or tensor_parallel * pipeline_parallel CUDA devices ("0,1"; see
+  // parse_devices). Replicas are separate executors, each given its own devices.
+  std::string device = "cpu";
+  int tensor_parallel = 1;    // ranks that split every layer's heads and FFN columns (NCCL)
+  int pipeline_parallel = 1;  // stages that each run a contiguous block of layers
+  // Layers per pipeline stage (sums to n_layer); empty = balanced by weight bytes.
+  std::vector<int32_t> layer_split;
   int threads = 0;             // CPU threads; 0 = all online cores
   // KV capacity in tokens over all sequences. CPU: 0 = four sequences of min(n_ctx, 8192);
   // CUDA: 0 = everything the memory budget leaves.
@@ -42,6 +53,11 @@ struct ExecutorOptions {
   int32_t max_seqs = 0;            // CUDA: sequences per pass; 0 = its default (256)
   double gpu_memory_utilization = 0.90;  // CUDA: fraction of the device this instance may use
 };
+
+// Splits `base` into `replicas` executors' options: the devices of base.device in
+// consecutive groups of tensor_parallel * pipeline_parallel, one group per replica (on the
+// CPU every replica gets threads / replicas cores). Errors name the device count needed.
+Result<std::vector<ExecutorOptions>> replica_options(const ExecutorOptions& base, int replicas);
 
 // Builds the executor for options.device. Errors: kInvalidArgument for a malformed device or
 // option, kUnsupported for a CUDA device in a CPU-only build, and whatever the executor's

@@ -41,8 +41,52 @@ TEST(ParseDevice, RefusesMalformedAndSeveralDevices) {
   }
   const Result<DeviceChoice> several = parse_device("0,1");
   ASSERT_FALSE(several.is_ok());
-  EXPECT_EQ(several.status().code(), StatusCode::kUnsupported);
-  EXPECT_NE(several.status().message().find("one device"), std::string::npos);
+  EXPECT_EQ(several.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(several.status().message().find("--tp or --pp"), std::string::npos);
+}
+
+TEST(ParseDevices, ListsAndTheirErrors) {
+  auto two = parse_devices("0,cuda:1");
+  ASSERT_TRUE(two.is_ok()) << two.status().to_string();
+  ASSERT_EQ(two->size(), 2u);
+  EXPECT_EQ((*two)[0].name(), "cuda:0");
+  EXPECT_EQ((*two)[1].name(), "cuda:1");
+  auto cpu = parse_devices("cpu");
+  ASSERT_TRUE(cpu.is_ok());
+  EXPECT_EQ(cpu->front().kind, DeviceChoice::Kind::kCpu);
+  for (const char* bad : {"0,0", "cpu,0", "0,cpu", "0,", ",1", "0,,1", "0,x"}) {
+    EXPECT_FALSE(parse_devices(bad).is_ok()) << bad;
+  }
+  EXPECT_NE(parse_devices("1,cuda:1").status().message().find("listed twice"), std::string::npos);
+}
+
+TEST(ReplicaOptions, SplitsDevicesIntoConsecutiveGroups) {
+  ExecutorOptions base;
+  base.device = "0,1,2,3";
+  base.tensor_parallel = 2;
+  auto replicas = replica_options(base, 2);
+  ASSERT_TRUE(replicas.is_ok()) << replicas.status().to_string();
+  ASSERT_EQ(replicas->size(), 2u);
+  EXPECT_EQ((*replicas)[0].device, "cuda:0,cuda:1");
+  EXPECT_EQ((*replicas)[1].device, "cuda:2,cuda:3");
+  EXPECT_EQ((*replicas)[1].tensor_parallel, 2);
+
+  base.tensor_parallel = 1;
+  auto wrong = replica_options(base, 3);
+  ASSERT_FALSE(wrong.is_ok());
+  EXPECT_NE(wrong.status().message().find("need 3 devices"), std::string::npos)
+      << wrong.status().message();
+  EXPECT_FALSE(replica_options(base, 0).is_ok());
+
+  ExecutorOptions cpu;
+  cpu.threads = 4;
+  auto cpu_replicas = replica_options(cpu, 2);
+  ASSERT_TRUE(cpu_replicas.is_ok());
+  ASSERT_EQ(cpu_replicas->size(), 2u);
+  EXPECT_EQ((*cpu_replicas)[0].threads, 2);
+  EXPECT_EQ((*cpu_replicas)[1].device, "cpu");
+  cpu.pipeline_parallel = 2;
+  EXPECT_FALSE(replica_options(cpu, 1).is_ok());
 }
 
 std::shared_ptr<const LoadedModel> tiny_model() {
@@ -107,6 +151,21 @@ TEST(CreateExecutor, CudaDevicesNeedACudaBuildAndADevice) {
   }
   o.device = "cuda:4096";
   EXPECT_FALSE(create_executor(model, o).is_ok());
+}
+
+TEST(CreateExecutor, ParallelLayoutsAreCheckedBeforeAnyDeviceIsTouched) {
+  auto model = tiny_model();
+  ASSERT_NE(model, nullptr);
+  ExecutorOptions o;
+  o.tensor_parallel = 2;  // on the CPU
+  EXPECT_NE(create_executor(model, o).status().message().find("need CUDA devices"),
+            std::string::npos);
+  o.device = "0,1,2";  // three devices for tp 2
+  const Status count = create_executor(model, o).status();
+  EXPECT_EQ(count.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(count.message().find("need 2 devices"), std::string::npos) << count.message();
+  o.tensor_parallel = 0;
+  EXPECT_EQ(create_executor(model, o).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(MeasureCopyBandwidth, CpuCopiesAndRefusesNothing) {
