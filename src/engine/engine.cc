@@ -199,6 +199,11 @@ EngineStats Engine::stats() const {
   return stats_;
 }
 
+int32_t Engine::open_requests() const {
+  std::lock_guard lock(inbox_->mutex);
+  return inbox_->n_open;
+}
+
 Status Engine::drain(std::chrono::milliseconds timeout) {
   std::unique_lock lock(inbox_->mutex);
   inbox_->draining = true;

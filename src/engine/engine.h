@@ -63,6 +63,9 @@ class Engine {
   Result<RequestHandle> submit(GenerationRequest request);
 
   EngineStats stats() const;
+  // Requests submitted and not yet finished (queued + running), counted from submit() on, so
+  // that a router sees a request the moment it is accepted (stats() lags by one step).
+  int32_t open_requests() const;
 
   // Stops accepting requests and waits until every open request has finished. Requests
   // still open after `timeout` are cancelled (their streams end with kCancelled) and the
