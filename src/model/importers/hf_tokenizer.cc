@@ -224,24 +224,27 @@ Result<TokenizerData> tokenizer_from_hf_json_impl(std::string_view tokenizer_jso
   }
   data.merges.reserve(model["merges"].size());
   for (const json& merge : model["merges"]) {
+    // Both forms become GGUF's "a b"; the pieces themselves never hold a space (byte-level
+    // BPE writes it as U+0120), so the one space is where the engine splits the pair.
+    std::string text;
     if (merge.is_string()) {
-      const std::string text = merge.get<std::string>();
-      const size_t space = text.find(' ');
-      if (space == std::string::npos || space == 0 || space + 1 == text.size() ||
-          text.find(' ', space + 1) != std::string::npos) {
-        return make_error(StatusCode::kInvalidArgument,
-                          "tokenizer.json: merge '{}' is not two pieces separated by one space",
-                          text);
-      }
-      data.merges.push_back(text);
+      text = merge.get<std::string>();
     } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() &&
                merge[1].is_string()) {
-      data.merges.push_back(merge[0].get<std::string>() + " " + merge[1].get<std::string>());
+      text = merge[0].get<std::string>() + " " + merge[1].get<std::string>();
     } else {
       return make_error(StatusCode::kInvalidArgument,
                         "tokenizer.json: a merge is neither \"a b\" nor [\"a\", \"b\"]: {}",
                         merge.dump().substr(0, 100));
     }
+    const size_t space = text.find(' ');
+    if (space == std::string::npos || space == 0 || space + 1 == text.size() ||
+        text.find(' ', space + 1) != std::string::npos) {
+      return make_error(StatusCode::kInvalidArgument,
+                        "tokenizer.json: merge {} is not two non-empty pieces without spaces",
+                        merge.dump().substr(0, 100));
+    }
+    data.merges.push_back(std::move(text));
   }
 
   // A post-processor template that starts with a special token adds it as BOS.

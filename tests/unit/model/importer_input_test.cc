@@ -105,6 +105,23 @@ TEST(ImporterRegression, NumbersBeyondTheFloatRangeAreErrors) {
   EXPECT_FLOAT_EQ(fits->config.rope_theta, 3.4e38f);
 }
 
+TEST(ImporterRegression, MergePairsWithEmptyOrSpacedPiecesAreErrors) {
+  auto tokenizer = [](const std::string& merges) {
+    return tokenizer_from_hf_json(
+        R"({"model": {"vocab": {"a": 0, "b": 1, "ab": 2, "a b": 3}, "merges": )" + merges +
+        R"(}, "pre_tokenizer": {"type": "ByteLevel"}})");
+  };
+  auto pairs = tokenizer(R"([["a", "b"], "a b"])");
+  ASSERT_TRUE(pairs.is_ok()) << pairs.status().to_string();
+  EXPECT_EQ(pairs->merges, (std::vector<std::string>{"a b", "a b"}));
+  // Used to be accepted as " b" and "a b b", which the engine then refused to load (or split
+  // in the wrong place).
+  expect_error(tokenizer(R"([["", "b"]])").status(), R"(merge ["","b"] is not two non-empty)");
+  expect_error(tokenizer(R"([["a b", "b"]])").status(), "without spaces");
+  expect_error(tokenizer(R"([["a", ""]])").status(), "without spaces");
+  expect_error(tokenizer(R"(["a  b"])").status(), "without spaces");
+}
+
 TEST(ImporterInMemory, SafetensorsImageAndFileAgree) {
   const fs::path path = kCorpus / "safetensors" / "mixed-dtypes.safetensors";
   auto file = SafetensorsFile::open(path.string());
