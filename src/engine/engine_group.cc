@@ -86,6 +86,14 @@ Result<RequestHandle> EngineGroup::submit(GenerationRequest request) {
                     last_error.message());
 }
 
+Result<RequestHandle> EngineGroup::submit_to(size_t replica, GenerationRequest request) {
+  if (request.id.empty() && replicas_.size() > 1) {
+    std::lock_guard lock(route_mutex_);
+    request.id = fmt::format("req-{}", next_request_number_++);
+  }
+  return replicas_.at(replica)->submit(std::move(request));
+}
+
 EngineStats EngineGroup::stats() const {
   if (replicas_.size() == 1) return replicas_.front()->stats();
   EngineStats total;

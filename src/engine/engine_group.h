@@ -38,6 +38,9 @@ class EngineGroup {
 
   // Errors as Engine::submit; kResourceExhausted only when every replica's queue is full.
   Result<RequestHandle> submit(GenerationRequest request);
+  // Bypasses the router: for work every replica must do, such as a warm-up.
+  // PRECONDITION: replica < size().
+  Result<RequestHandle> submit_to(size_t replica, GenerationRequest request);
 
   // Every field summed over the replicas.
   EngineStats stats() const;

@@ -207,6 +207,18 @@ TEST_F(EngineGroupTest, LeastLoadedRouting) {
     EXPECT_EQ(stats.requests_finished, 2u) << "replica " << r;
     EXPECT_EQ(stats.generated_tokens_total, 2u * 48) << "replica " << r;
   }
+
+  // submit_to() bypasses the router: both requests land on replica 1.
+  std::vector<RequestHandle> pinned;
+  for (int i = 0; i < 2; ++i) {
+    auto handle = group->submit_to(1, greedy("Hello", 4));
+    ASSERT_TRUE(handle.is_ok()) << handle.status().to_string();
+    pinned.push_back(std::move(handle).value());
+  }
+  for (RequestHandle& handle : pinned) EXPECT_EQ(read_all(handle).tokens.size(), 4u);
+  expect_all_blocks_free(*group, 6);
+  EXPECT_EQ(group->replica_stats(0).requests_finished, 2u);
+  EXPECT_EQ(group->replica_stats(1).requests_finished, 4u);
 }
 
 // Requests spread over two replicas produce the tokens each produces alone on one engine.
