@@ -3,7 +3,8 @@
 //   llamaserve serve -m MODEL [--host 127.0.0.1] [--port 8080] [options]
 //
 // Order of events: bind and start answering (/health 200, /ready 503), load the model,
-// build the executor and engine, run a short warm-up generation, then /ready turns 200.
+// build one executor and engine per replica (--replicas, each on its own devices), run a
+// short warm-up generation on each, then /ready turns 200.
 // On SIGTERM or SIGINT: /ready and new requests get 503, admitted requests finish (up to
 // --drain-timeout-ms, after which they are cancelled), the listener closes, the engine and
 // the model are freed, and the process exits 0. Every option is also read from
@@ -22,6 +23,7 @@
 #include "cli/command.h"
 #include "cli/load_progress.h"
 #include "engine/engine.h"
+#include "engine/engine_group.h"
 #include "gguf/gguf.h"
 #include "model/weights.h"
 #include "parallel/executor_factory.h"
@@ -109,54 +111,76 @@ Result<std::shared_ptr<server::ServedModel>> load_served_model(const ServerOptio
   const int64_t context = options.ctx_size > 0
                               ? options.ctx_size
                               : std::min<int64_t>(n_ctx_train > 0 ? n_ctx_train : 4096, 8192);
-  ExecutorOptions executor_options;
-  executor_options.device = options.device;
-  executor_options.gpu_memory_utilization = options.gpu_memory_utilization;
-  executor_options.threads = options.threads;
+  ExecutorOptions executor_options = server::base_executor_options(options);
+  // Per replica: each has its own KV cache and runs up to max-running sequences.
   executor_options.kv_capacity_tokens =
       options.kv_cache_tokens > 0 ? options.kv_cache_tokens : context * options.max_running;
-  executor_options.max_batch_tokens = options.max_batch_tokens;
   executor_options.max_context_tokens = context;
-  LS_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor, create_executor(model, executor_options));
+  LS_ASSIGN_OR_RETURN(const std::vector<ExecutorOptions> replica_executor_options,
+                      replica_options(executor_options, options.replicas));
 
   EngineConfig engine_config;
   engine_config.max_running = options.max_running;
-  // The server admits at most max-running + max-queue requests itself; the engine's queue
-  // bound is a backstop that those can never reach.
-  engine_config.max_waiting = options.max_running + options.max_queue;
+  // The server admits at most replicas x max-running + max-queue requests itself; each
+  // engine's queue bound is a backstop that those can never reach.
+  engine_config.max_waiting = options.admission_limit();
   if (options.max_batch_tokens > 0) engine_config.max_batch_tokens = options.max_batch_tokens;
   engine_config.max_context = static_cast<int32_t>(context);
-  LS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                      Engine::create(std::move(executor), shared_tokenizer, engine_config));
-  served->engine = std::move(engine);
+  std::vector<std::unique_ptr<Engine>> replicas;
+  for (size_t i = 0; i < replica_executor_options.size(); ++i) {
+    const ExecutorOptions& replica = replica_executor_options[i];
+    auto executor = create_executor(model, replica);
+    if (!executor.is_ok() && options.replicas > 1) {
+      return executor.status().with_context(fmt::format("replica {} ({})", i, replica.device));
+    }
+    LS_RETURN_IF_ERROR(executor.status());
+    LS_ASSIGN_OR_RETURN(
+        std::unique_ptr<Engine> engine,
+        Engine::create(std::move(executor).value(), shared_tokenizer, engine_config));
+    replicas.push_back(std::move(engine));
+  }
+  LS_ASSIGN_OR_RETURN(std::unique_ptr<EngineGroup> group, EngineGroup::create(std::move(replicas)));
+  served->engine = std::move(group);
   spdlog::info("serve: loaded {} in {:.1f} s: {}", options.model_path,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
                served->engine->describe());
   return served;
 }
 
-// One short greedy generation, so that the first real request does not pay for first-touch
-// page faults of the weights and KV cache.
+// One short greedy generation on every replica, so that the first real request does not
+// pay for first-touch page faults of the weights and KV cache.
 Status warm_up(const server::ServedModel& served, int n_tokens) {
-  GenerationRequest request;
-  request.id = "warmup";
-  request.prompt_tokens = served.tokenizer->encode("Hello", /*add_special=*/true,
-                                                   /*parse_special=*/false);
-  request.max_new_tokens = n_tokens;
-  request.sampling.temperature = 0.0f;
-  request.ignore_eos = true;
-  LS_ASSIGN_OR_RETURN(RequestHandle handle, served.engine->submit(std::move(request)));
-  while (auto event = handle.next(std::chrono::minutes(10))) {
-    if (event->kind != GenerationEvent::Kind::kFinish) continue;
-    if (event->finish_reason != FinishReason::kLength &&
-        event->finish_reason != FinishReason::kStop) {
-      return event->error.is_ok() ? make_error(StatusCode::kInternal, "warm-up ended with '{}'",
-                                               finish_reason_name(event->finish_reason))
-                                  : event->error.with_context("warm-up");
-    }
-    return Status::ok();
+  std::vector<RequestHandle> handles;
+  for (size_t replica = 0; replica < served.engine->size(); ++replica) {
+    GenerationRequest request;
+    request.id = served.engine->size() == 1 ? "warmup" : fmt::format("warmup-{}", replica);
+    request.prompt_tokens = served.tokenizer->encode("Hello", /*add_special=*/true,
+                                                     /*parse_special=*/false);
+    request.max_new_tokens = n_tokens;
+    request.sampling.temperature = 0.0f;
+    request.ignore_eos = true;
+    LS_ASSIGN_OR_RETURN(RequestHandle handle,
+                        served.engine->submit_to(replica, std::move(request)));
+    handles.push_back(std::move(handle));
   }
-  return Status(StatusCode::kDeadlineExceeded, "warm-up produced no result in 10 minutes");
+  for (RequestHandle& handle : handles) {
+    std::optional<GenerationEvent> finish;
+    while (auto event = handle.next(std::chrono::minutes(10))) {
+      if (event->kind == GenerationEvent::Kind::kFinish) finish = std::move(event);
+    }
+    if (!finish) {
+      return make_error(StatusCode::kDeadlineExceeded,
+                        "warm-up {} produced no result in 10 minutes", handle.id());
+    }
+    if (finish->finish_reason != FinishReason::kLength &&
+        finish->finish_reason != FinishReason::kStop) {
+      return finish->error.is_ok()
+                 ? make_error(StatusCode::kInternal, "{} ended with '{}'", handle.id(),
+                              finish_reason_name(finish->finish_reason))
+                 : finish->error.with_context(handle.id());
+    }
+  }
+  return Status::ok();
 }
 
 int run_serve(CLI::App& app, ServerOptions& options) {
@@ -171,8 +195,8 @@ int run_serve(CLI::App& app, ServerOptions& options) {
     return 1;
   }
   spdlog::info("serve: listening on http://{}:{} ({} HTTP threads, {} running + {} queued)",
-               options.host, http.port(), options.http_threads, options.max_running,
-               options.max_queue);
+               options.host, http.port(), options.http_threads,
+               options.replicas * options.max_running, options.max_queue);
   std::thread http_thread([&http] { http.serve(); });
   auto stop_http = [&] {
     http.stop();
@@ -187,7 +211,7 @@ int run_serve(CLI::App& app, ServerOptions& options) {
     stop_http();
     return 1;
   }
-  std::shared_ptr<Engine> engine = (*served)->engine;
+  std::shared_ptr<EngineGroup> engine = (*served)->engine;
   if (shutdown.received() == 0) {
     http.set_model(*served);
     spdlog::info("serve: ready (model '{}', context {} tokens)", options.model_name,
@@ -214,7 +238,7 @@ int run_serve(CLI::App& app, ServerOptions& options) {
   }
   stop_http();
   engine->shutdown();
-  engine.reset();  // frees the executor, KV cache and weights
+  engine.reset();  // frees the executors, KV caches and weights
   spdlog::info("serve: shut down");
   return 0;
 }

@@ -338,10 +338,11 @@ bool HttpServer::handle_generation(const Route& route, const httplib::Request& r
   }
 
   if (!try_admit()) {
-    send_error(res, overloaded(fmt::format("the server is at capacity ({} running + {} queued "
-                                           "requests); retry later",
-                                           options_.max_running, options_.max_queue),
-                               "queue_full", 1));
+    send_error(res,
+               overloaded(fmt::format("the server is at capacity ({} running + {} queued "
+                                      "requests); retry later",
+                                      options_.replicas * options_.max_running, options_.max_queue),
+                          "queue_full", 1));
     return false;
   }
   GenerationRequest request;
@@ -360,7 +361,7 @@ bool HttpServer::handle_generation(const Route& route, const httplib::Request& r
     if (handle.status().code() == StatusCode::kResourceExhausted) {
       error = overloaded(fmt::format("the server is at capacity ({} running, {} queued); retry "
                                      "later",
-                                     options_.max_running, options_.max_queue),
+                                     options_.replicas * options_.max_running, options_.max_queue),
                          "queue_full", 1);
     } else if (handle.status().code() == StatusCode::kUnavailable) {
       error = unavailable("the server is shutting down", "draining", 0);

@@ -106,6 +106,15 @@ HttpServer::HttpServer(ServerOptions options)
   }
   register_routes();
   metrics_.set_ready(false);
+  // Options are checked before the server is built; a device list that does not parse here
+  // has no CUDA devices to report anyway.
+  std::vector<int> cuda_devices;
+  if (auto devices = parse_devices(options_.device); devices.is_ok()) {
+    for (const DeviceChoice& device : *devices) {
+      if (device.kind == DeviceChoice::Kind::kCuda) cuda_devices.push_back(device.index);
+    }
+  }
+  if (!cuda_devices.empty()) gpu_metrics_ = GpuMetrics::open(cuda_devices);
 }
 
 HttpServer::~HttpServer() { stop(); }
@@ -209,7 +218,7 @@ void HttpServer::begin_drain() {
 
 bool HttpServer::try_admit() {
   std::lock_guard lock(active_mutex_);
-  if (admitted_ >= options_.max_running + options_.max_queue) return false;
+  if (admitted_ >= options_.admission_limit()) return false;
   ++admitted_;
   return true;
 }
@@ -395,11 +404,16 @@ void HttpServer::handle_ready(httplib::Response& res) {
 }
 
 void HttpServer::handle_metrics(httplib::Response& res) {
-  auto model = served_model();
-  EngineStats stats;
-  if (model) stats = model->engine->stats();
+  MetricsSnapshot snapshot;
+  if (auto model = served_model()) {
+    snapshot.engine = model->engine->stats();
+    for (size_t i = 0; i < model->engine->size(); ++i) {
+      snapshot.replicas.push_back(model->engine->replica_stats(i));
+    }
+  }
+  if (gpu_metrics_) snapshot.gpus = gpu_metrics_->sample();
   res.status = 200;
-  res.set_content(metrics_.render(stats), "text/plain; version=0.0.4");
+  res.set_content(metrics_.render(snapshot), "text/plain; version=0.0.4");
 }
 
 void HttpServer::handle_models(const httplib::Request& req, httplib::Response& res, bool single) {

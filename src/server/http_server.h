@@ -3,9 +3,9 @@
 //
 // Threads: cpp-httplib serves each connection on one thread of a fixed pool
 // (--http-threads). A generation request holds its thread while it waits and streams, so
-// the pool is larger than max-running + max-queue and requests beyond the engine's limits
-// are still answered (429) at once. Handlers never touch model state: they tokenize, submit
-// to the Engine and read events from the RequestHandle.
+// the pool is larger than replicas x max-running + max-queue and requests beyond the
+// engine's limits are still answered (429) at once. Handlers never touch model state: they
+// tokenize, submit to the EngineGroup and read events from the RequestHandle.
 #pragma once
 
 #include <atomic>
@@ -19,8 +19,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
-#include "engine/engine.h"
+#include "engine/engine_group.h"
 #include "server/api_error.h"
+#include "server/gpu_metrics.h"
 #include "server/metrics.h"
 #include "server/options.h"
 #include "server/routes.h"
@@ -37,7 +38,7 @@ namespace llamaserve::server {
 
 // What the generation routes need once the model is loaded.
 struct ServedModel {
-  std::shared_ptr<Engine> engine;
+  std::shared_ptr<EngineGroup> engine;  // --replicas engines behind the least-loaded router
   std::shared_ptr<const Tokenizer> tokenizer;
   std::optional<ChatTemplate> chat_template;  // none: /v1/chat/completions and /chat refuse
   std::string name;                           // the id of /v1/models
@@ -118,6 +119,8 @@ class HttpServer {
   const ServerOptions options_;
   std::unique_ptr<httplib::Server> server_;
   ServerMetrics metrics_;
+  // NVML readings of the CUDA devices of --devices; unavailable on the CPU or without NVML.
+  std::unique_ptr<GpuMetrics> gpu_metrics_;
   int port_ = 0;
 
   mutable std::mutex model_mutex_;
@@ -127,10 +130,11 @@ class HttpServer {
   std::atomic<bool> ready_{false};
   std::atomic<bool> draining_{false};
 
-  // Admission: at most max-running + max-queue generation requests between submission and
-  // their finish event; past that, 429 at once. The engine's own queue bound is set above
-  // this so that it never decides instead (it counts requests not yet scheduled, which a
-  // burst can fill while running slots are still free).
+  // Admission: at most replicas x max-running + max-queue generation requests
+  // (ServerOptions::admission_limit) between submission and their finish event; past that,
+  // 429 at once. Each engine's own queue bound is set to that limit so that it never decides
+  // instead (it counts requests not yet scheduled, which a burst can fill while running
+  // slots are still free).
   bool try_admit();
   void release_admission();
 

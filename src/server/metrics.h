@@ -1,6 +1,7 @@
 // Prometheus metrics of the server, kept in a prometheus-cpp Registry and rendered with its
 // TextSerializer for GET /metrics. Request-level values are recorded as they happen; engine
-// gauges and totals are sampled from EngineStats at scrape time.
+// gauges and totals (summed over the replicas, and per replica with a replica="i" label) and
+// GPU readings are sampled at scrape time.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
@@ -16,8 +18,16 @@
 #include <prometheus/registry.h>
 
 #include "engine/request.h"
+#include "server/gpu_metrics.h"
 
 namespace llamaserve::server {
+
+// What a scrape samples.
+struct MetricsSnapshot {
+  EngineStats engine;                 // summed over the replicas
+  std::vector<EngineStats> replicas;  // one per replica; empty before the model is loaded
+  std::vector<GpuSample> gpus;        // empty without NVML
+};
 
 class ServerMetrics {
  public:
@@ -35,8 +45,9 @@ class ServerMetrics {
   void set_ready(bool ready);
   void add_http_in_flight(int delta);
 
-  // Samples `stats` into the engine gauges and counters, then serializes everything.
-  std::string render(const EngineStats& stats);
+  // Samples `snapshot` into the engine and GPU series, then serializes everything. GPU series
+  // exist only for readings the snapshot has.
+  std::string render(const MetricsSnapshot& snapshot);
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -55,11 +66,29 @@ class ServerMetrics {
   prometheus::Counter& generated_tokens_;
   prometheus::Counter& preemptions_;
   prometheus::Counter& engine_steps_;
+  // Per replica, label replica="i".
+  prometheus::Family<prometheus::Gauge>& replica_queue_length_;
+  prometheus::Family<prometheus::Gauge>& replica_running_sequences_;
+  prometheus::Family<prometheus::Gauge>& replica_kv_blocks_used_;
+  prometheus::Family<prometheus::Gauge>& replica_kv_blocks_total_;
+  prometheus::Family<prometheus::Counter>& replica_generated_tokens_;
+
+  void sample_replicas(const std::vector<EngineStats>& replicas);  // sample_mutex_ held
+  void sample_gpus(const std::vector<GpuSample>& gpus);            // sample_mutex_ held
 
   // Engine totals are cumulative; the counters advance by the difference since the last
   // scrape (Prometheus counters only go up).
   std::mutex sample_mutex_;
   EngineStats last_sampled_;
+  std::vector<EngineStats> last_sampled_replicas_;
+  // Per device, label device="N"; registered at the first reading, so that a server without
+  // NVML has no GPU series at all (not even their HELP lines).
+  struct GpuFamilies {
+    prometheus::Family<prometheus::Gauge>* memory_used_bytes = nullptr;
+    prometheus::Family<prometheus::Gauge>* memory_total_bytes = nullptr;
+    prometheus::Family<prometheus::Gauge>* utilization_percent = nullptr;
+    prometheus::Family<prometheus::Gauge>* temperature_celsius = nullptr;
+  } gpu_;
 };
 
 }  // namespace llamaserve::server

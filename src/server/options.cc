@@ -11,12 +11,33 @@ void add_server_options(CLI::App& app, ServerOptions& o) {
   app.add_option("-m,--model", o.model_path, "GGUF model file (required)");
   app.add_option("--model-name", o.model_name,
                  "Model id served in /v1/models and accepted as \"model\" (default: file name)");
-  app.add_option("--threads", o.threads, "CPU threads for the model (0 = all cores)")
+  app.add_option("--threads", o.threads,
+                 "CPU threads for the model, shared by the replicas (0 = all cores)")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
-  app.add_option("--device,--devices", o.device, "cpu, cuda:N, or a CUDA device index N")
+  app.add_option("--device,--devices", o.device,
+                 "cpu, cuda:N, a CUDA device index N, or a device list 0,1,2,3 "
+                 "(replicas x tp x pp devices)")
       ->envname("LLAMASERVE_DEVICES")
       ->capture_default_str();
+  app.add_option("--replicas", o.replicas,
+                 "Whole-model replicas behind a least-loaded router, each on its own devices "
+                 "(on the CPU, its share of --threads)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app.add_option("--tp", o.tensor_parallel,
+                 "Tensor parallel: GPUs per replica that split every layer's heads and FFN "
+                 "(NCCL all-reduce)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app.add_option("--pp", o.pipeline_parallel,
+                 "Pipeline parallel: GPUs per replica that each run a contiguous block of layers")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app.add_option("--layer-split", o.layer_split,
+                 "Layers per pipeline stage, e.g. 16,16 (default: balanced by weight bytes)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1 << 16));
   app.add_option("--gpu-memory-utilization", o.gpu_memory_utilization,
                  "Fraction of the GPU's memory this server may use (CUDA devices)")
       ->check(CLI::Range(0.01, 1.0))
@@ -27,7 +48,8 @@ void add_server_options(CLI::App& app, ServerOptions& o) {
       ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
   app.add_option("--kv-cache-tokens", o.kv_cache_tokens,
-                 "KV cache capacity in tokens over all sequences (0 = ctx-size x max-running)")
+                 "KV cache capacity in tokens of each replica, over its sequences "
+                 "(0 = ctx-size x max-running)")
       ->check(CLI::Range(0, 1 << 30))
       ->capture_default_str();
   app.add_option("--max-batch-tokens", o.max_batch_tokens,
@@ -44,17 +66,18 @@ void add_server_options(CLI::App& app, ServerOptions& o) {
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
   app.add_option("--http-threads", o.http_threads,
-                 "HTTP worker threads; must exceed max-running + max-queue "
-                 "(0 = max-running + max-queue + 16)")
+                 "HTTP worker threads; must exceed replicas x max-running + max-queue "
+                 "(0 = replicas x max-running + max-queue + 16)")
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();
   app.add_option("--cors-origin", o.cors_origin,
                  "Allowed CORS origin (\"*\" for any); CORS is off when not given");
 
-  app.add_option("--max-running", o.max_running, "Sequences generated concurrently")
+  app.add_option("--max-running", o.max_running, "Sequences each replica generates concurrently")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
-  app.add_option("--max-queue", o.max_queue, "Requests waiting beyond max-running before 429")
+  app.add_option("--max-queue", o.max_queue,
+                 "Requests waiting beyond replicas x max-running before 429")
       ->check(CLI::Range(0, 65536))
       ->capture_default_str();
   app.add_option("--queue-timeout-ms", o.queue_timeout_ms,
@@ -123,16 +146,37 @@ Status finalize_server_options(CLI::App& app, ServerOptions& o) {
   if (!o.api_key_file.empty()) LS_RETURN_IF_ERROR(read_api_key_file(o.api_key_file, o.api_keys));
   std::erase_if(o.api_keys, [](const std::string& key) { return key.empty(); });
   if (o.model_name.empty()) o.model_name = std::filesystem::path(o.model_path).stem().string();
-  const int admitted = o.max_running + o.max_queue;
+  if (!o.layer_split.empty() && static_cast<int>(o.layer_split.size()) != o.pipeline_parallel) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "--layer-split lists {} stages but --pp is {}: give one layer count per "
+                      "pipeline stage",
+                      o.layer_split.size(), o.pipeline_parallel);
+  }
+  // Device counts and combinations are checked now, before the model loads.
+  LS_RETURN_IF_ERROR(replica_options(base_executor_options(o), o.replicas).status());
+  const int admitted = o.admission_limit();
   if (o.http_threads == 0) o.http_threads = admitted + 16;
   if (o.http_threads <= admitted) {
     // Every admitted request holds an HTTP thread while it runs or waits; without spare
     // threads a request past the limits would wait for a thread instead of getting 429.
     return make_error(StatusCode::kInvalidArgument,
-                      "--http-threads ({}) must be larger than --max-running + --max-queue ({})",
+                      "--http-threads ({}) must be larger than --replicas x --max-running + "
+                      "--max-queue ({})",
                       o.http_threads, admitted);
   }
   return Status::ok();
+}
+
+ExecutorOptions base_executor_options(const ServerOptions& o) {
+  ExecutorOptions executor;
+  executor.device = o.device;
+  executor.tensor_parallel = o.tensor_parallel;
+  executor.pipeline_parallel = o.pipeline_parallel;
+  executor.layer_split = o.layer_split;
+  executor.threads = o.threads;
+  executor.max_batch_tokens = o.max_batch_tokens;
+  executor.gpu_memory_utilization = o.gpu_memory_utilization;
+  return executor;
 }
 
 }  // namespace llamaserve::server

@@ -10,30 +10,38 @@
 #include <CLI/CLI.hpp>
 
 #include "core/status.h"
+#include "parallel/executor_factory.h"
 
 namespace llamaserve::server {
 
 struct ServerOptions {
   // Model and executor.
   std::string model_path;
-  std::string model_name;      // the id clients send as "model"; default: file name sans .gguf
-  int threads = 0;             // CPU executor threads; 0 = every online core
-  std::string device = "cpu";  // cpu | cuda:N | N (parallel/executor_factory.h)
+  std::string model_name;  // the id clients send as "model"; default: file name sans .gguf
+  int threads = 0;         // CPU executor threads over all replicas; 0 = every online core
+  // cpu | cuda:N | N | a CUDA device list "0,1,2,3" (parallel/executor_factory.h): replicas x
+  // tensor_parallel x pipeline_parallel devices, consecutive groups per replica.
+  std::string device = "cpu";
+  int replicas = 1;                      // whole-model engines behind the least-loaded router
+  int tensor_parallel = 1;               // --tp: GPUs that split every layer's heads and FFN (NCCL)
+  int pipeline_parallel = 1;             // --pp: GPUs that each run a contiguous block of layers
+  std::vector<int32_t> layer_split;      // layers per pipeline stage; empty = balanced
   double gpu_memory_utilization = 0.90;  // CUDA: fraction of the device's memory to use
-  int ctx_size = 0;          // tokens per sequence (prompt + output); 0 = training context, <= 8192
-  int kv_cache_tokens = 0;   // KV cache capacity over all sequences; 0 = ctx_size * max_running
-  int max_batch_tokens = 0;  // tokens per engine step (chunked prefill budget); 0 = engine default
+  int ctx_size = 0;  // tokens per sequence (prompt + output); 0 = training context, <= 8192
+  // KV cache capacity of each replica, over its sequences; 0 = ctx_size * max_running
+  int kv_cache_tokens = 0;
+  int max_batch_tokens = 0;   // tokens per engine step (chunked prefill budget); 0 = engine default
   std::string chat_template;  // llama2 | llama3 | chatml; empty = detect from the model
 
   // Transport.
   std::string host = "127.0.0.1";
   int port = 8080;          // 0 = any free port (the chosen one is logged)
-  int http_threads = 0;     // 0 = max_running + max_queue + 16
+  int http_threads = 0;     // 0 = admission_limit() + 16
   std::string cors_origin;  // empty = no CORS headers at all
 
   // Admission and limits.
-  int max_running = 4;
-  int max_queue = 32;
+  int max_running = 4;  // per replica
+  int max_queue = 32;   // over the whole server
   int64_t queue_timeout_ms = 30000;
   int64_t request_timeout_ms = 0;  // 0 = no limit
   int64_t max_body_bytes = 4 << 20;
@@ -49,7 +57,15 @@ struct ServerOptions {
   int warmup_tokens = 2;
 
   std::string config_path;
+
+  // Generation requests admitted at once (running or queued) before 429.
+  int admission_limit() const { return replicas * max_running + max_queue; }
 };
+
+// The executor options every replica starts from (devices, parallelism, threads, batch and
+// memory limits); the caller adds what depends on the model (context, KV capacity) and
+// splits it with replica_options().
+ExecutorOptions base_executor_options(const ServerOptions& options);
 
 // Declares every option on `app` (bound to `options`) and gives each an LLAMASERVE_*
 // environment variable. --model is not marked required here because it may come from the

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include "server/options.h"
@@ -136,6 +137,70 @@ TEST_F(ConfigPrecedence, DerivedHttpThreadsAndApiKeyFile) {
   ASSERT_TRUE(status.is_ok()) << status.to_string();
   EXPECT_EQ(options_.http_threads, 2 + 3 + 16);
   EXPECT_EQ(options_.api_keys, (std::vector<std::string>{"inline", "secret-one", "secret-two"}));
+}
+
+TEST_F(ConfigPrecedence, ParallelismFlagsEnvAndFile) {
+  write_config(R"({"model": "m.gguf", "replicas": 2, "layer-split": [10, 20], "pp": 2})");
+  env_.set("LLAMASERVE_TP", "2");
+  env_.set("LLAMASERVE_DEVICES", "0,1,2,3,4,5,6,7");
+  Status status = parse({"--config", config_path_.string()});
+  ASSERT_TRUE(status.is_ok()) << status.to_string();
+  EXPECT_EQ(options_.replicas, 2);
+  EXPECT_EQ(options_.tensor_parallel, 2);
+  EXPECT_EQ(options_.pipeline_parallel, 2);
+  EXPECT_EQ(options_.layer_split, (std::vector<int32_t>{10, 20}));
+  EXPECT_EQ(options_.admission_limit(), 2 * 4 + 32);
+  EXPECT_EQ(options_.http_threads, 2 * 4 + 32 + 16);
+  ExecutorOptions base = base_executor_options(options_);
+  EXPECT_EQ(base.device, "0,1,2,3,4,5,6,7");
+  EXPECT_EQ(base.tensor_parallel, 2);
+  EXPECT_EQ(base.pipeline_parallel, 2);
+  EXPECT_EQ(base.layer_split, (std::vector<int32_t>{10, 20}));
+}
+
+TEST_F(ConfigPrecedence, LayerSplitIsACommaList) {
+  Status status =
+      parse({"-m", "m.gguf", "--devices", "0,1,2", "--pp", "3", "--layer-split", "8,8,14"});
+  ASSERT_TRUE(status.is_ok()) << status.to_string();
+  EXPECT_EQ(options_.layer_split, (std::vector<int32_t>{8, 8, 14}));
+}
+
+TEST_F(ConfigPrecedence, LayerSplitFromEnv) {
+  env_.set("LLAMASERVE_LAYER_SPLIT", "16,16");
+  Status status = parse({"-m", "m.gguf", "--devices", "0,1", "--pp", "2"});
+  ASSERT_TRUE(status.is_ok()) << status.to_string();
+  EXPECT_EQ(options_.layer_split, (std::vector<int32_t>{16, 16}));
+}
+
+// Each case is checked before the model loads, with a message that names what is wrong.
+TEST(ServerOptionsCheck, BadParallelCombinations) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--tp", "2"}, "CUDA devices"},
+      {{"--pp", "2", "--devices", "cpu"}, "CUDA devices"},
+      {{"--replicas", "3", "--devices", "0,1"}, "need 3 devices"},
+      {{"--tp", "2", "--replicas", "2", "--devices", "0,1"}, "need 4 devices"},
+      {{"--devices", "0,0"}, "twice"},
+      {{"--devices", "0,1", "--pp", "2", "--layer-split", "8,8,8"}, "--layer-split lists 3"},
+  };
+  for (const auto& [flags, expected] : cases) {
+    CLI::App app{"test"};
+    ServerOptions options;
+    add_server_options(app, options);
+    std::vector<std::string> args = {"-m", "m.gguf"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    std::reverse(args.begin(), args.end());
+    app.parse(args);
+    Status status = finalize_server_options(app, options);
+    ASSERT_FALSE(status.is_ok()) << fmt::format("{}", fmt::join(flags, " "));
+    EXPECT_NE(status.message().find(expected), std::string::npos) << status.message();
+  }
+  for (const char* zero : {"--replicas", "--tp", "--pp"}) {
+    CLI::App app{"test"};
+    ServerOptions options;
+    add_server_options(app, options);
+    EXPECT_THROW(app.parse(std::vector<std::string>{"0", zero, "m.gguf", "-m"}), CLI::ParseError)
+        << zero;
+  }
 }
 
 TEST(EnvVarName, FromLongName) {

@@ -290,6 +290,36 @@ TEST_F(HttpServerTest, MetricsCountRequestsByEndpointAndStatus) {
   }
 }
 
+// GPU series come from NVML for the CUDA devices of --devices. Without NVML (a machine
+// without a GPU driver) they are left out, not reported as zeros; with it, device 0 is there.
+TEST_F(HttpServerTest, GpuMetricsOnlyWhereNvmlReadsThem) {
+  ServerOptions options;
+  options.device = "0";
+  start(options);
+  auto metrics = client_->Get("/metrics");
+  ASSERT_TRUE(metrics);
+  ASSERT_EQ(metrics->status, 200);
+  if (GpuMetrics::open({0})->available()) {
+    EXPECT_NE(metrics->body.find("llamaserve_gpu_memory_used_bytes{device=\"0\"}"),
+              std::string::npos)
+        << metrics->body;
+    EXPECT_NE(metrics->body.find("llamaserve_gpu_memory_total_bytes{device=\"0\"}"),
+              std::string::npos);
+  } else {
+    EXPECT_EQ(metrics->body.find("llamaserve_gpu_"), std::string::npos) << metrics->body;
+  }
+}
+
+TEST_F(HttpServerTest, NoGpuMetricsOnTheCpu) {
+  start({});
+  auto metrics = client_->Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->body.find("llamaserve_gpu_"), std::string::npos) << metrics->body;
+  // No model yet: the totals are there, no replica has reported.
+  EXPECT_NE(metrics->body.find("llamaserve_running_sequences 0"), std::string::npos);
+  EXPECT_EQ(metrics->body.find("{replica="), std::string::npos);
+}
+
 TEST_F(HttpServerTest, OpenApiDocumentIsServed) {
   start({});
   auto doc = client_->Get("/openapi.json");
