@@ -172,6 +172,13 @@ TEST_F(ConfigPrecedence, LayerSplitFromEnv) {
   EXPECT_EQ(options_.layer_split, (std::vector<int32_t>{16, 16}));
 }
 
+TEST_F(ConfigPrecedence, LayerSplitAsAStringInTheFile) {
+  write_config(R"({"model": "m.gguf", "devices": "0,1", "pp": 2, "layer-split": "12,18"})");
+  Status status = parse({"--config", config_path_.string()});
+  ASSERT_TRUE(status.is_ok()) << status.to_string();
+  EXPECT_EQ(options_.layer_split, (std::vector<int32_t>{12, 18}));
+}
+
 // Each case is checked before the model loads, with a message that names what is wrong.
 TEST(ServerOptionsCheck, BadParallelCombinations) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
