@@ -4,7 +4,7 @@
 # build/cuda; override with BUILD_DIR). Exit status 0 only if every step passed.
 #
 # Usage: OUT=/path scripts/device_run.sh [STEP...]
-#   steps: env tests bench (the default, in that order), bench7b, sanitize
+#   steps: env tests bench (the default, in that order), bench7b, multi7b, serve, sanitize
 #   bench7b: writes LLaMA-2-7B-shaped models with random weights (llamaserve synth) to
 #     BENCH7B_DIR (default /tmp; reused when present) for each of BENCH7B_TYPES (default
 #     "q4_k_m q8_0 f16") and runs `llamaserve bench` on cuda:0 with BENCH7B_ARGS (default
@@ -35,6 +35,7 @@ build=${BUILD_DIR:-build/cuda}
 # the tree (not at the build machine's path).
 export LLAMASERVE_REQUIRE_GPU=1
 export LLAMASERVE_SOURCE_DIR="$root"
+export LLAMASERVE_FIXTURES_DIR="$root/${BUILD_DIR:-build/cuda}/fixtures"
 export LD_LIBRARY_PATH="$root/$build/runtime-libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 steps=("$@")
 [[ ${#steps[@]} -eq 0 ]] && steps=(env tests bench)
@@ -114,10 +115,45 @@ bench7b() {
   echo "}" >>"$json"
 }
 
+# The 7B F16 shape on one GPU, tensor parallel over two and a two-stage pipeline, with the
+# same bench arguments (MULTI_ARGS); tables to $OUT/bench-multi.md, JSON to bench-multi.json.
+multi7b() {
+  local bin="$build/src/cli/llamaserve"
+  need_binary llamaserve "$bin" || return
+  local model="${BENCH7B_DIR:-/tmp}/llama2-7b-f16.gguf"
+  if [[ ! -s $model ]]; then
+    step synth-7b-f16 420 "$bin" synth --shape llama2-7b --type f16 -o "$model" --progress lines \
+      --vocab "$build/fixtures/vocab-llama2-spm.gguf" || return
+  fi
+  local args
+  read -r -a args <<<"${MULTI_ARGS:--p 512 -n 64 -b 1,64,256 --reps 2}"
+  local json="$OUT/bench-multi.json" md="$OUT/bench-multi.md" first=1
+  echo "{" >"$json"
+  : >"$md"
+  # tp2-nccl: every all-reduce through NCCL, for comparison with the peer-to-peer kernel.
+  for layout in "one/0/1/1" "tp2/0,1/2/1" "tp2-nccl/0,1/2/1" "pp2/0,1/1/2"; do
+    IFS=/ read -r name devices tp pp <<<"$layout"
+    local mode=auto
+    [[ $name == *-nccl ]] && mode=nccl
+    step "bench-7b-f16-$name" "${MULTI_TIMEOUT:-400}" env LLAMASERVE_TP_ALLREDUCE=$mode "$bin" bench -m "$model" --devices "$devices" --tp "$tp" --pp "$pp" \
+      "${args[@]}" --json-file "$logs/bench-multi-$name.json" \
+      --markdown-file "$logs/bench-multi-$name.md" || continue
+    [[ $first -eq 1 ]] || echo "," >>"$json"
+    first=0
+    printf '"%s": ' "$name" >>"$json"
+    cat "$logs/bench-multi-$name.json" >>"$json"
+    { echo "## LLaMA-2-7B shape, F16, $name (--devices $devices --tp $tp --pp $pp)"; echo
+      cat "$logs/bench-multi-$name.md"; echo; } >>"$md"
+  done
+  echo "}" >>"$json"
+}
+
 for s in "${steps[@]}"; do
   case $s in
     env)
-      step env 60 bash -c 'nvidia-smi || true; nvidia-smi -q -d CLOCK,MEMORY 2>/dev/null | head -60 || true;
+      step env 60 bash -c 'nvidia-smi || true; nvidia-smi topo -m 2>/dev/null || true;
+        nvidia-smi nvlink -s 2>/dev/null | head -40 || true;
+        nvidia-smi -q -d CLOCK,MEMORY 2>/dev/null | head -60 || true;
         echo; uname -a; df -h /tmp; echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"'
       ;;
     tests)
@@ -126,6 +162,8 @@ for s in "${steps[@]}"; do
       found=0
       for bin in "$build"/tests/gpu/*_test; do
         [[ -e $bin ]] || continue
+        # GPU_TESTS="a_test b_test" runs only those binaries.
+        [[ -n ${GPU_TESTS:-} && " $GPU_TESTS " != *" $(basename "$bin") "* ]] && continue
         found=1
         name=$(basename "$bin")
         need_binary "$name" "$bin" || continue
@@ -137,7 +175,7 @@ for s in "${steps[@]}"; do
         fi
         for suite in $suites; do
           tag="$name.${suite//\//_}"
-          step "$tag" 300 "$bin" --gtest_color=no --gtest_filter="$suite.*" \
+          step "$tag" "${GPU_TEST_TIMEOUT:-300}" "$bin" --gtest_color=no --gtest_filter="$suite.*" \
             --gtest_output="xml:$logs/$tag.xml"
           { grep -E '^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$logs/$tag.log"
             grep -E '^\[ +FAILED +\] [A-Za-z]' "$logs/$tag.log" |
@@ -169,8 +207,20 @@ for s in "${steps[@]}"; do
           --markdown "$OUT/kernels.md"
       ;;
     bench7b) bench7b ;;
+    multi7b) multi7b ;;
+    serve)
+      # The HTTP server on GPUs: one GPU, tp=2 and 2 replicas on a synthetic tiny model, with
+      # NVML metrics and a clean SIGTERM (scripts/gpu_serve_smoke.py).
+      bin="$build/src/cli/llamaserve"
+      if need_binary serve "$bin"; then
+        tiny=/tmp/llamaserve-tiny-q8_0.gguf
+        "$bin" synth --shape tiny --type q8_0 -o "$tiny" --progress none \
+          --vocab "$build/fixtures/vocab-llama2-spm.gguf" >/dev/null 2>&1
+        step serve 300 python3 scripts/gpu_serve_smoke.py "$bin" "$tiny"
+      fi
+      ;;
     *)
-      note "$s" "FAIL (unknown step; steps: env tests bench bench7b sanitize)"
+      note "$s" "FAIL (unknown step; steps: env tests bench bench7b multi7b serve sanitize)"
       failures=$((failures + 1))
       ;;
   esac

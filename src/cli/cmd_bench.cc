@@ -40,6 +40,9 @@ struct BenchOptions {
   std::vector<int32_t> batches = {1, 16, 64, 256};
   int32_t batch_prompt_tokens = 128;
   std::string device = "cpu";
+  int tensor_parallel = 1;
+  int pipeline_parallel = 1;
+  std::vector<int32_t> layer_split;
   double gpu_memory_utilization = 0.90;
   int threads = 0;
   int reps = 3;
@@ -220,6 +223,9 @@ nlohmann::json to_json(const BenchReport& b) {
   nlohmann::json out;
   out["model"] = b.options.model_path;
   out["device"] = b.device.name();
+  out["devices"] = b.options.device;
+  out["tensor_parallel"] = b.options.tensor_parallel;
+  out["pipeline_parallel"] = b.options.pipeline_parallel;
   out["executor"] = b.executor;
   out["method"] = kMethod;
   out["reps"] = b.options.reps;
@@ -250,7 +256,7 @@ std::string header(const BenchReport& b) {
   return fmt::format(
       "model {} on {}\nexecutor: {}\nmethod: {}\ncopy bandwidth {:.1f} GB/s (read + write); "
       "weights read per step {:.3f} GB; KV per token of context {:.3f} MB; median of {}\n",
-      b.options.model_path, b.device.name(), b.executor, kMethod, b.copy_bps / 1e9,
+      b.options.model_path, b.options.device, b.executor, kMethod, b.copy_bps / 1e9,
       static_cast<double>(b.weight_bytes) / 1e9, b.kv_bytes_per_token / 1e6, b.options.reps);
 }
 
@@ -302,12 +308,17 @@ Status run_bench(const BenchOptions& o) {
   for (int32_t b : o.batches) {
     if (b < 1) return make_error(StatusCode::kInvalidArgument, "batch size {} must be >= 1", b);
   }
-  LS_ASSIGN_OR_RETURN(const DeviceChoice device, parse_device(o.device));
-  // The copy first: on a GPU the executor then takes most of the memory.
+  LS_ASSIGN_OR_RETURN(const std::vector<DeviceChoice> devices, parse_devices(o.device));
+  const DeviceChoice device = devices.front();
+  // The copy first: on a GPU the executor then takes most of the memory. Several GPUs read
+  // their weights in parallel: the ceiling is the sum of their copy bandwidths.
   const bool cuda = device.kind == DeviceChoice::Kind::kCuda;
-  LS_ASSIGN_OR_RETURN(
-      const double copy_bps,
-      measure_copy_bandwidth(device, cuda ? 4ull << 30 : 256ull << 20, cuda ? 10 : 3));
+  double copy_bps = 0.0;
+  for (const DeviceChoice& d : devices) {
+    LS_ASSIGN_OR_RETURN(const double bps,
+                        measure_copy_bandwidth(d, cuda ? 4ull << 30 : 256ull << 20, cuda ? 10 : 3));
+    copy_bps += bps;
+  }
 
   LS_ASSIGN_OR_RETURN(std::shared_ptr<const LoadedModel> model,
                       load_model_for_device(o.model_path, o.device));
@@ -320,6 +331,9 @@ Status run_bench(const BenchOptions& o) {
       std::max({blocks_for(o.prompt_tokens), blocks_for(o.decode_tokens), other_seq_blocks});
   ExecutorOptions eo;
   eo.device = o.device;
+  eo.tensor_parallel = o.tensor_parallel;
+  eo.pipeline_parallel = o.pipeline_parallel;
+  eo.layer_split = o.layer_split;
   eo.threads = o.threads;
   eo.gpu_memory_utilization = o.gpu_memory_utilization;
   eo.kv_block_size = kBlockSize;
@@ -395,11 +409,20 @@ std::function<int()> setup_bench(CLI::App& sub) {
   sub.add_option("--batch-prompt", o->batch_prompt_tokens,
                  "prompt tokens of each sequence of the batch cases")
       ->capture_default_str();
-  sub.add_option("--device,--devices", o->device, "cpu, cuda:N, or a CUDA device index N")
+  sub.add_option("--device,--devices", o->device,
+                 "cpu, cuda:N, a CUDA device index N, or a list 0,1 for --tp/--pp")
       ->capture_default_str();
   sub.add_option("--gpu-memory-utilization", o->gpu_memory_utilization,
                  "fraction of the GPU's memory to use (CUDA devices)")
       ->capture_default_str();
+  sub.add_option("--tp", o->tensor_parallel,
+                 "tensor parallel: split every layer's heads and FFN over this many GPUs (NCCL)")
+      ->capture_default_str();
+  sub.add_option("--pp", o->pipeline_parallel,
+                 "pipeline parallel: consecutive layer blocks on this many GPUs")
+      ->capture_default_str();
+  sub.add_option("--layer-split", o->layer_split, "layers per pipeline stage, e.g. 16,16")
+      ->delimiter(',');
   sub.add_option("-t,--threads", o->threads, "CPU threads (0 = all cores)")->capture_default_str();
   sub.add_option("--reps", o->reps, "timed repetitions per case (the median is reported)")
       ->capture_default_str();

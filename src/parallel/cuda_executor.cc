@@ -36,10 +36,13 @@ int32_t next_pow2(int64_t n) {
   return p;
 }
 
-class CudaExecutor final : public Executor {
+class CudaExecutor final : public Executor, public CudaPart {
  public:
   CudaExecutor(std::shared_ptr<const LoadedModel> model, const CudaExecutorOptions& options)
-      : model_(std::move(model)), options_(options) {}
+      : model_(std::move(model)),
+        options_(options),
+        range_(options.layers.value_or(
+            LayerRange{0, static_cast<int32_t>(model_->config.n_layer), true, true})) {}
 
   ~CudaExecutor() override {
     if (cudaSetDevice(options_.device) != cudaSuccess) return;
@@ -51,7 +54,13 @@ class CudaExecutor final : public Executor {
     if (stream_ != nullptr) LS_CUDA_LOG_ERROR(cudaStreamDestroy(stream_));
   }
 
-  Status init();
+  Result<int32_t> plan_kv_blocks() override;
+  Status init(int32_t kv_blocks) override;
+  Executor& executor() override { return *this; }
+  Status run_piece(const Batch& piece, float* logits, const StageInput* input) override;
+  StageInput output(int32_t rows) const override {
+    return {act_.hidden, options_.device, act_.embd_stride, rows};
+  }
 
   const ModelConfig& config() const override { return model_->config; }
   KvCacheInfo kv_info() const override {
@@ -59,8 +68,8 @@ class CudaExecutor final : public Executor {
   }
   std::string describe() const override {
     return fmt::format(
-        "cuda:{} ({}), {}, max {} tokens per pass, CUDA graphs {}, programmatic launch {}",
-        options_.device, device_name_, plan_.describe(options_.kv_block_size),
+        "cuda:{} ({}){}, {}, max {} tokens per pass, CUDA graphs {}, programmatic launch {}",
+        options_.device, device_name_, role(), plan_.describe(options_.kv_block_size),
         options_.max_batch_tokens, options_.cuda_graphs ? "on" : "off",
         cuda::programmatic_launch_enabled() ? "on" : "off");
   }
@@ -68,13 +77,17 @@ class CudaExecutor final : public Executor {
   Status forward(const Batch& batch, std::span<float> logits) override;
 
  private:
-  Status run_piece(const Batch& piece, float* logits);
+  // Whether this part computes logits: the last pipeline stage, the primary TP rank.
+  bool has_head() const { return range_.head && options_.primary_rank; }
+  std::string role() const;
   int32_t choose_splits(const Batch& piece, const DeviceBatch& b) const;
   Status run_eager(const DeviceBatch& b, int32_t n_splits);
   Status run_graph(const DeviceBatch& b, int32_t n_splits);
 
   std::shared_ptr<const LoadedModel> model_;
   CudaExecutorOptions options_;
+  LayerRange range_;
+  cuda::MemoryPlanRequest request_;
   std::string device_name_;
   int sm_count_ = 0;
   cuda::MemoryPlan plan_;
@@ -93,7 +106,17 @@ class CudaExecutor final : public Executor {
   std::vector<float> piece_logits_;
 };
 
-Status CudaExecutor::init() {
+std::string CudaExecutor::role() const {
+  const int32_t n_layer = static_cast<int32_t>(model_->config.n_layer);
+  std::string role;
+  if (range_.begin != 0 || range_.end != n_layer) {
+    role += fmt::format(", layers {}-{}", range_.begin, range_.end - 1);
+  }
+  if (options_.all_reduce) role += options_.primary_rank ? ", primary TP rank" : ", TP rank";
+  return role;
+}
+
+Result<int32_t> CudaExecutor::plan_kv_blocks() {
   const ModelConfig& c = model_->config;
   LS_CUDA_CHECK(cudaSetDevice(options_.device));
   cudaDeviceProp prop;
@@ -104,7 +127,10 @@ Status CudaExecutor::init() {
   size_t free_bytes = 0, total_bytes = 0;
   LS_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
 
-  const LayerRange all{0, static_cast<int32_t>(c.n_layer), true, true};
+  if (range_.begin < 0 || range_.end > c.n_layer || range_.n_layers() < 1) {
+    return make_error(StatusCode::kInvalidArgument, "layer range [{}, {}) of a {}-layer model",
+                      range_.begin, range_.end, c.n_layer);
+  }
   const int64_t max_context = options_.max_context_tokens > 0 ? options_.max_context_tokens
                                                               : std::max<int64_t>(c.n_ctx_train, 1);
   limits_.max_tokens = options_.max_batch_tokens;
@@ -129,29 +155,38 @@ Status CudaExecutor::init() {
   limits_.max_matvec_rows =
       std::min<int64_t>(limits_.max_tokens, static_cast<int64_t>(options_.gemm_min_rows) - 1);
 
-  cuda::MemoryPlanRequest request;
-  request.range = all;
-  request.limits = limits_;
-  request.gpu_memory_utilization = options_.gpu_memory_utilization;
-  request.kv_capacity_tokens = options_.kv_capacity_tokens;
-  request.kv_block_size = options_.kv_block_size;
-  request.workspace_bytes = kCublasWorkspaceBytes;
-  request.device_free = free_bytes;
-  request.device_total = total_bytes;
-  LS_ASSIGN_OR_RETURN(plan_, cuda::plan_memory(*model_, request));
+  request_.range = range_;
+  request_.limits = limits_;
+  request_.gpu_memory_utilization = options_.gpu_memory_utilization;
+  request_.kv_capacity_tokens = options_.kv_capacity_tokens;
+  request_.kv_block_size = options_.kv_block_size;
+  request_.workspace_bytes = kCublasWorkspaceBytes;
+  request_.device_free = free_bytes;
+  request_.device_total = total_bytes;
+  LS_ASSIGN_OR_RETURN(plan_, cuda::plan_memory(*model_, request_));
+  return plan_.kv_blocks;
+}
+
+Status CudaExecutor::init(int32_t kv_blocks) {
+  const ModelConfig& c = model_->config;
+  if (kv_blocks != plan_.kv_blocks) {
+    cuda::MemoryPlanRequest request = request_;
+    request.kv_capacity_tokens = static_cast<int64_t>(kv_blocks) * options_.kv_block_size;
+    LS_ASSIGN_OR_RETURN(plan_, cuda::plan_memory(*model_, request));
+  }
   spdlog::info("cuda:{} ({}) memory plan: {}", options_.device, device_name_,
                plan_.describe(options_.kv_block_size));
 
   LS_ASSIGN_OR_RETURN(pool_, cuda::DevicePool::create(options_.device, plan_.pool_bytes()));
   // The KV cache is allocated first and serves as the staging buffer of the weight upload
   // (it is zeroed afterwards).
-  LS_ASSIGN_OR_RETURN(
-      kv_, CudaKvCache::allocate(*pool_, c, 0, static_cast<int32_t>(c.n_layer), plan_.kv_blocks + 1,
-                                 options_.kv_block_size, stream_));
+  LS_ASSIGN_OR_RETURN(kv_, CudaKvCache::allocate(*pool_, c, range_.begin, range_.n_layers(),
+                                                  plan_.kv_blocks + 1, options_.kv_block_size,
+                                                  stream_));
   const size_t staging_bytes =
       static_cast<size_t>(std::min<uint64_t>(kv_.layer_bytes() * kv_.n_layers, 256ull << 20));
   LS_ASSIGN_OR_RETURN(cuda::CudaWeights weights,
-                      cuda::upload_weights(*model_, all, *pool_, kv_.k, staging_bytes, stream_));
+                      cuda::upload_weights(*model_, range_, *pool_, kv_.k, staging_bytes, stream_));
   LS_CUDA_CHECK(cudaMemsetAsync(kv_.k, 0, kv_.layer_bytes() * kv_.n_layers, stream_));
   LS_ASSIGN_OR_RETURN(act_, CudaActivations::allocate(*pool_, c, limits_));
   LS_ASSIGN_OR_RETURN(staging_, cuda::BatchStaging::create(*pool_, limits_));
@@ -164,8 +199,11 @@ Status CudaExecutor::init() {
   }
   LS_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
   LS_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace, kCublasWorkspaceBytes));
-  backend_ = std::make_unique<CudaBackend>(c, std::move(weights), cublas_,
-                                           cuda::CudaBackendOptions{options_.gemm_min_rows});
+  cuda::CudaBackendOptions backend_options;
+  backend_options.gemm_min_rows = options_.gemm_min_rows;
+  backend_options.all_reduce = options_.all_reduce;
+  backend_options.primary_rank = options_.primary_rank;
+  backend_ = std::make_unique<CudaBackend>(c, std::move(weights), cublas_, backend_options);
   LS_CUDA_CHECK(cudaStreamSynchronize(stream_));
   return Status::ok();
 }
@@ -186,8 +224,7 @@ int32_t CudaExecutor::choose_splits(const Batch& piece, const DeviceBatch& b) co
 }
 
 Status CudaExecutor::run_eager(const DeviceBatch& b, int32_t n_splits) {
-  const LayerRange all{0, static_cast<int32_t>(model_->config.n_layer), true, true};
-  return backend_->forward(b, all, kv_, act_, n_splits, stream_);
+  return backend_->forward(b, range_, kv_, act_, n_splits, stream_);
 }
 
 Status CudaExecutor::run_graph(const DeviceBatch& b, int32_t n_splits) {
@@ -196,7 +233,7 @@ Status CudaExecutor::run_graph(const DeviceBatch& b, int32_t n_splits) {
   if (it == graphs_.end()) {
     LS_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     Status status = run_eager(b, n_splits);
-    if (status.is_ok()) status = backend_->head(b, 0, b.n_logit_rows, act_, stream_);
+    if (status.is_ok() && has_head()) status = backend_->head(b, 0, b.n_logit_rows, act_, stream_);
     cudaGraph_t graph = nullptr;
     const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
     if (!status.is_ok()) {
@@ -217,8 +254,9 @@ Status CudaExecutor::run_graph(const DeviceBatch& b, int32_t n_splits) {
 }
 
 // One piece of at most max_batch_tokens rows; its logits go to `logits`
-// (piece.logit_rows.size() rows of n_vocab).
-Status CudaExecutor::run_piece(const Batch& piece, float* logits) {
+// (piece.logit_rows.size() rows of n_vocab) when this part has the head.
+Status CudaExecutor::run_piece(const Batch& piece, float* logits, const StageInput* input) {
+  LS_CUDA_CHECK(cudaSetDevice(options_.device));
   const ModelConfig& c = model_->config;
   const int32_t n = piece.n_tokens();
   const int32_t n_logits = static_cast<int32_t>(piece.logit_rows.size());
@@ -237,7 +275,20 @@ Status CudaExecutor::run_piece(const Batch& piece, float* logits) {
   const bool graph = decode_shape && b.n_tiles == b.n_tokens;
   const int32_t n_splits = choose_splits(piece, b);
   const size_t row_bytes = static_cast<size_t>(c.n_vocab) * sizeof(float);
-  if (graph) {
+  if (input != nullptr) {
+    // The previous stage's rows (padding rows included: both stages pad alike).
+    if (input->rows < b.n_tokens || input->stride != act_.embd_stride) {
+      return make_error(StatusCode::kInternal,
+                        "stage input of {} rows x {} floats, expected {} rows x {}", input->rows,
+                        input->stride, b.n_tokens, act_.embd_stride);
+    }
+    const size_t bytes = static_cast<size_t>(b.n_tokens) * act_.embd_stride * sizeof(float);
+    LS_CUDA_CHECK(cudaMemcpyPeerAsync(act_.hidden, options_.device, input->data, input->device,
+                                      bytes, stream_));
+  }
+  if (!has_head()) {
+    LS_RETURN_IF_ERROR(graph ? run_graph(b, n_splits) : run_eager(b, n_splits));
+  } else if (graph) {
     LS_RETURN_IF_ERROR(run_graph(b, n_splits));
     if (n_logits > 0) {
       LS_CUDA_CHECK(cudaMemcpy2DAsync(logits, row_bytes, act_.logits,
@@ -262,9 +313,14 @@ Status CudaExecutor::run_piece(const Batch& piece, float* logits) {
 
 Status CudaExecutor::forward(const Batch& batch, std::span<float> logits) {
   const int64_t n_vocab = model_->config.n_vocab;
-  LS_RETURN_IF_ERROR(validate_batch(batch, kv_info(), n_vocab, logits.size()));
+  // A part without the head writes no logits.
+  const size_t logits_size =
+      has_head() ? logits.size() : batch.logit_rows.size() * static_cast<size_t>(n_vocab);
+  LS_RETURN_IF_ERROR(validate_batch(batch, kv_info(), n_vocab, logits_size));
   LS_CUDA_CHECK(cudaSetDevice(options_.device));
-  if (batch.n_tokens() <= options_.max_batch_tokens) return run_piece(batch, logits.data());
+  if (batch.n_tokens() <= options_.max_batch_tokens) {
+    return run_piece(batch, has_head() ? logits.data() : nullptr, nullptr);
+  }
   // Rows of a sequence are in position order, so running the pieces in row order writes every
   // K/V a later piece reads before it is read (as the CPU executor does).
   for (int32_t first = 0; first < batch.n_tokens(); first += options_.max_batch_tokens) {
@@ -284,7 +340,8 @@ Status CudaExecutor::forward(const Batch& batch, std::span<float> logits) {
       }
     }
     piece_logits_.resize(piece_.logit_rows.size() * static_cast<size_t>(n_vocab));
-    LS_RETURN_IF_ERROR(run_piece(piece_, piece_logits_.data()));
+    LS_RETURN_IF_ERROR(run_piece(piece_, piece_logits_.data(), nullptr));
+    if (!has_head()) continue;
     for (size_t i = 0; i < destinations_.size(); ++i) {
       std::copy_n(piece_logits_.begin() + static_cast<std::ptrdiff_t>(i * n_vocab), n_vocab,
                   logits.begin() + static_cast<std::ptrdiff_t>(destinations_[i] * n_vocab));
@@ -295,8 +352,8 @@ Status CudaExecutor::forward(const Batch& batch, std::span<float> logits) {
 
 }  // namespace
 
-Result<std::unique_ptr<Executor>> create_cuda_executor(std::shared_ptr<const LoadedModel> model,
-                                                       const CudaExecutorOptions& options) {
+Result<std::unique_ptr<CudaPart>> CudaPart::create(std::shared_ptr<const LoadedModel> model,
+                                                   const CudaExecutorOptions& options) {
   if (!model) return make_error(StatusCode::kInvalidArgument, "create_cuda_executor: no model");
   if (options.kv_block_size <= 0 || options.kv_block_size > 4096) {
     return make_error(StatusCode::kInvalidArgument, "kv_block_size = {} must be in [1, 4096]",
@@ -331,9 +388,16 @@ Result<std::unique_ptr<Executor>> create_cuda_executor(std::shared_ptr<const Loa
     return make_error(StatusCode::kInvalidArgument, "CUDA device {} does not exist ({} visible)",
                       options.device, devices);
   }
-  auto executor = std::make_unique<CudaExecutor>(std::move(model), options);
-  LS_RETURN_IF_ERROR(executor->init());
-  return std::unique_ptr<Executor>(std::move(executor));
+  return std::unique_ptr<CudaPart>(std::make_unique<CudaExecutor>(std::move(model), options));
+}
+
+Result<std::unique_ptr<Executor>> create_cuda_executor(std::shared_ptr<const LoadedModel> model,
+                                                       const CudaExecutorOptions& options) {
+  LS_ASSIGN_OR_RETURN(std::unique_ptr<CudaPart> part, CudaPart::create(std::move(model), options));
+  LS_ASSIGN_OR_RETURN(const int32_t kv_blocks, part->plan_kv_blocks());
+  LS_RETURN_IF_ERROR(part->init(kv_blocks));
+  // The part is the executor (CudaExecutor derives from both).
+  return std::unique_ptr<Executor>(static_cast<CudaExecutor*>(part.release()));
 }
 
 }  // namespace llamaserve

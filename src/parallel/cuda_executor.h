@@ -7,11 +7,20 @@
 #include <cstdint>
 #include <memory>
 
+#include <functional>
+#include <optional>
+
+#include <cuda_runtime_api.h>
+
+#include "backend/layer_range.h"
 #include "core/status.h"
 #include "model/weights.h"
 #include "parallel/executor.h"
 
 namespace llamaserve {
+
+// Sums `count` floats at `data` over the tensor-parallel ranks, in place, on `stream`.
+using RankAllReduceFn = std::function<Status(float* data, size_t count, cudaStream_t stream)>;
 
 struct CudaExecutorOptions {
   int device = 0;
@@ -25,9 +34,49 @@ struct CudaExecutorOptions {
   int64_t max_context_tokens = 0;   // longest sequence; 0: the model's n_ctx_train
   int32_t gemm_min_rows = 32;       // products with this many rows or more use cuBLAS
   bool cuda_graphs = true;
+
+  // Multi-GPU roles (multi_gpu_executor.h); the defaults make the whole-model executor.
+  // A pipeline stage runs these layers only (embeddings and head where the range says).
+  std::optional<LayerRange> layers;
+  // A tensor-parallel rank: the model is its shard; the partial sums of the attention output
+  // and FFN down projections are all-reduced through this. Only the primary rank adds the
+  // residual and computes logits.
+  RankAllReduceFn all_reduce;
+  bool primary_rank = true;
 };
 
 Result<std::unique_ptr<Executor>> create_cuda_executor(std::shared_ptr<const LoadedModel> model,
                                                        const CudaExecutorOptions& options);
+
+// Where a pipeline stage's input rows come from: the previous stage's hidden state, `rows`
+// rows of `stride` floats at `data` on device `device`.
+struct StageInput {
+  const float* data = nullptr;
+  int device = 0;
+  int64_t stride = 0;
+  int32_t rows = 0;
+};
+
+// One device's part of a multi-GPU executor: the single-GPU executor with a layer range or a
+// tensor-parallel shard. Built in two phases so that every part can agree on one KV block
+// count: plan_kv_blocks() on each, then init(blocks).
+class CudaPart {
+ public:
+  static Result<std::unique_ptr<CudaPart>> create(std::shared_ptr<const LoadedModel> model,
+                                                  const CudaExecutorOptions& options);
+  virtual ~CudaPart() = default;
+
+  // The KV blocks the memory budget of the device leaves (or the requested capacity).
+  virtual Result<int32_t> plan_kv_blocks() = 0;
+  // Allocates and uploads with exactly `kv_blocks` blocks.
+  virtual Status init(int32_t kv_blocks) = 0;
+  virtual Executor& executor() = 0;
+
+  // Runs one piece of at most max_batch_tokens rows, taking the input rows from `input`
+  // (stages after the first) and writing logits (the stage with the head; may be null
+  // otherwise). Synchronous: the output rows are in output() when it returns.
+  virtual Status run_piece(const Batch& piece, float* logits, const StageInput* input) = 0;
+  virtual StageInput output(int32_t rows) const = 0;
+};
 
 }  // namespace llamaserve

@@ -1,7 +1,7 @@
 # cmake -DEXE=<executable> -DDEST=<dir> -P copy_runtime_libs.cmake
 #
 # Copies the shared libraries EXE needs from this machine into DEST, except those the GPU
-# machine provides itself (C runtime, the NVIDIA driver and cuBLAS). Used after linking the
+# machine provides itself (C runtime, the NVIDIA driver, cuBLAS and NCCL). Used after linking the
 # executables that run there (see cuda_build.cmake).
 file(GET_RUNTIME_DEPENDENCIES
   EXECUTABLES ${EXE}
@@ -10,7 +10,7 @@ file(GET_RUNTIME_DEPENDENCIES
   PRE_EXCLUDE_REGEXES
     "^ld-linux" "^linux-vdso" "^libc\\.so" "^libm\\.so" "^libdl\\.so" "^librt\\.so"
     "^libpthread\\.so" "^libgcc_s\\.so" "^libstdc\\+\\+\\.so" "^libcuda\\.so" "^libcublas"
-    "^libnvidia")
+    "^libnvidia" "^libnccl")
 if(missing)
   message(WARNING "${EXE}: unresolved libraries: ${missing}")
 endif()

@@ -162,8 +162,10 @@ Status CudaBackend::run_layer(const DeviceBatch& b, int32_t layer, const CudaKvC
   const bool wo_q8 = wants_q8(n, {&w.wo});
   at.out_q = wo_q8 ? act.q8 : Q8Rows{};
   LS_RETURN_IF_ERROR(attention(at, stream));
-  LS_RETURN_IF_ERROR(project({{&w.wo, act.hidden, act.embd_stride, nullptr, true}}, act.attn,
-                             act.q_stride, n, wo_q8, act, stream));
+  const bool add_residual = options_.primary_rank;
+  LS_RETURN_IF_ERROR(project({{&w.wo, act.hidden, act.embd_stride, nullptr, add_residual}},
+                             act.attn, act.q_stride, n, wo_q8, act, stream));
+  LS_RETURN_IF_ERROR(reduce_hidden(n, act, stream));
 
   // Feed-forward block: hidden += w_down · (silu(w_gate · x) * (w_up · x)), x = norm(hidden)
   norm.weight = w.ffn_norm;
@@ -176,8 +178,14 @@ Status CudaBackend::run_layer(const DeviceBatch& b, int32_t layer, const CudaKvC
   const bool down_q8 = wants_q8(n, {&w.w_down});
   LS_RETURN_IF_ERROR(silu_mul(act.gate, act.ff_stride, act.up, act.ff_stride, n, c.n_ff, act.gate,
                               act.ff_stride, stream, down_q8 ? act.q8 : Q8Rows{}));
-  return project({{&w.w_down, act.hidden, act.embd_stride, nullptr, true}}, act.gate, act.ff_stride,
-                 n, down_q8, act, stream);
+  LS_RETURN_IF_ERROR(project({{&w.w_down, act.hidden, act.embd_stride, nullptr, add_residual}},
+                             act.gate, act.ff_stride, n, down_q8, act, stream));
+  return reduce_hidden(n, act, stream);
+}
+
+Status CudaBackend::reduce_hidden(int64_t n_rows, CudaActivations& act, cudaStream_t stream) const {
+  if (!options_.all_reduce) return Status::ok();
+  return options_.all_reduce(act.hidden, static_cast<size_t>(n_rows * act.embd_stride), stream);
 }
 
 Status CudaBackend::forward(const DeviceBatch& b, const LayerRange& range, const CudaKvCache& kv,

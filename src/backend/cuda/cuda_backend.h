@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 
@@ -18,9 +19,19 @@
 
 namespace llamaserve::cuda {
 
+// Sums `count` floats at `data` over the tensor-parallel ranks, in place, queued on `stream`
+// (NCCL all-reduce); every rank calls it in the same order.
+using AllReduceFn = std::function<Status(float* data, size_t count, cudaStream_t stream)>;
+
 struct CudaBackendOptions {
   // Products with at least this many activation rows use cuBLAS GEMMs; fewer use matvec.
   int32_t gemm_min_rows = 32;
+  // Tensor parallelism: the weights are one rank's shard (heads and FFN columns), and after
+  // the attention output and FFN down projections the partial results are summed over the
+  // ranks. The primary rank adds its partial to the residual stream, the others write theirs
+  // alone, so that the sum is the residual plus every partial. Empty: one rank.
+  AllReduceFn all_reduce;
+  bool primary_rank = true;
 };
 
 class CudaBackend {
@@ -63,6 +74,9 @@ class CudaBackend {
   // as 8-bit blocks (written by the producer of x); otherwise it is quantized here if needed.
   Status project(std::initializer_list<Projection> projections, const float* x, int64_t x_stride,
                  int64_t n_rows, bool x_q8_ready, CudaActivations& act, cudaStream_t stream) const;
+
+  // Tensor parallelism: sums the rows of act.hidden over the ranks (no-op for one rank).
+  Status reduce_hidden(int64_t n_rows, CudaActivations& act, cudaStream_t stream) const;
 
   ModelConfig config_;
   CudaWeights weights_;
