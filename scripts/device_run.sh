@@ -4,7 +4,8 @@
 # build/cuda; override with BUILD_DIR). Exit status 0 only if every step passed.
 #
 # Usage: OUT=/path scripts/device_run.sh [STEP...]
-#   steps: env tests bench (the default, in that order), bench7b, multi7b, serve, sanitize
+#   steps: env tests bench (the default, in that order), bench7b, multi7b, serve, sanitize,
+#   allreduce, replicas7b
 #   bench7b: writes LLaMA-2-7B-shaped models with random weights (llamaserve synth) to
 #     BENCH7B_DIR (default /tmp; reused when present) for each of BENCH7B_TYPES (default
 #     "q4_k_m q8_0 f16") and runs `llamaserve bench` on cuda:0 with BENCH7B_ARGS (default
@@ -130,11 +131,11 @@ multi7b() {
   local json="$OUT/bench-multi.json" md="$OUT/bench-multi.md" first=1
   echo "{" >"$json"
   : >"$md"
-  # tp2-nccl: every all-reduce through NCCL, for comparison with the peer-to-peer kernel.
-  for layout in "one/0/1/1" "tp2/0,1/2/1" "tp2-nccl/0,1/2/1" "pp2/0,1/1/2"; do
+  # tp2-peer: the small all-reduces through the peer-to-peer kernel instead of NCCL.
+  for layout in "one/0/1/1" "tp2/0,1/2/1" "tp2-peer/0,1/2/1" "pp2/0,1/1/2"; do
     IFS=/ read -r name devices tp pp <<<"$layout"
-    local mode=auto
-    [[ $name == *-nccl ]] && mode=nccl
+    local mode=nccl
+    [[ $name == *-peer ]] && mode=peer
     step "bench-7b-f16-$name" "${MULTI_TIMEOUT:-400}" env LLAMASERVE_TP_ALLREDUCE=$mode "$bin" bench -m "$model" --devices "$devices" --tp "$tp" --pp "$pp" \
       "${args[@]}" --json-file "$logs/bench-multi-$name.json" \
       --markdown-file "$logs/bench-multi-$name.md" || continue
@@ -189,15 +190,48 @@ for s in "${steps[@]}"; do
       fi
       ;;
     sanitize)
-      # Optional (not in the default steps): the kernel tests under compute-sanitizer's memcheck,
-      # on the suites with small inputs.
+      # Optional (not in the default steps): compute-sanitizer memcheck on the kernel tests with
+      # small inputs, the executor tests and the pipeline tests (the NCCL and peer all-reduce
+      # tests are left out: the sanitizer serializes kernels, and ranks that wait for each
+      # other across devices would wait forever); racecheck on the kernels with shared memory.
       sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-      bin="$build/tests/gpu/cuda_kernels_test"
       if [[ ! -x $sanitizer ]]; then
         note sanitize "SKIP (no compute-sanitizer)"
-      elif need_binary sanitize "$bin"; then
-        step sanitize 540 "$sanitizer" --tool memcheck --error-exitcode 3 "$bin" --gtest_color=no \
-          --gtest_filter='*Attention*:*RmsNorm*:*Rope*:*Elementwise*:*DequantTest*:*MatvecTest.Accumulates*:*MatvecTest.Parts*:*Sampling*Greedy*'
+      else
+        sanitize_one() {  # sanitize_one NAME TOOL BINARY FILTER
+          local bin="$build/tests/gpu/$3"
+          need_binary "$1" "$bin" || return 0
+          step "$1" "${SANITIZE_TIMEOUT:-240}" "$sanitizer" --tool "$2" --error-exitcode 3 "$bin" \
+            --gtest_color=no --gtest_filter="$4"
+        }
+        sanitize_one memcheck-kernels memcheck cuda_kernels_test \
+          '*Attention*:*RmsNorm*:*Rope*:*Elementwise*:*DequantTest*:*MatvecTest.Accumulates*:*MatvecTest.Parts*:*Sampling*Greedy*'
+        sanitize_one memcheck-executor memcheck cuda_executor_test '*'
+        sanitize_one memcheck-pipeline memcheck multi_gpu_test '*Pipeline*:*Invalid*'
+        sanitize_one racecheck-kernels racecheck cuda_kernels_test '*Attention*:*RmsNorm*:*Greedy*'
+      fi
+      ;;
+    allreduce)
+      bin="$build/bench/cuda_kernels/all_reduce_bench"
+      need_binary all_reduce_bench "$bin" &&
+        step all_reduce_bench 120 "$bin" --markdown "$OUT/all-reduce.md"
+      ;;
+    replicas7b)
+      # Two replicas = two independent engines on two GPUs: the aggregate of two concurrent
+      # single-GPU runs of the 7B F16 shape.
+      bin="$build/src/cli/llamaserve"
+      model="${BENCH7B_DIR:-/tmp}/llama2-7b-f16.gguf"
+      if need_binary replicas7b "$bin" && [[ -s $model ]]; then
+        step replicas7b 300 bash -c '
+          for d in 0 1; do
+            "$0" bench -m "$1" --devices "cuda:$d" -p 512 -n 64 -b 64,256 --reps 2 \
+              --json-file "$2/bench-replica-$d.json" --markdown-file "$2/bench-replica-$d.md" \
+              >"$2/replica-$d.log" 2>&1 &
+          done
+          wait; cat "$2"/replica-0.log "$2"/replica-1.log' "$bin" "$model" "$logs"
+        { echo "## LLaMA-2-7B shape, F16, two replicas (cuda:0 and cuda:1 at the same time)"; echo
+          for d in 0 1; do echo "### cuda:$d"; echo; cat "$logs/bench-replica-$d.md"; echo; done
+        } >"$OUT/bench-replicas.md"
       fi
       ;;
     bench)
@@ -220,7 +254,7 @@ for s in "${steps[@]}"; do
       fi
       ;;
     *)
-      note "$s" "FAIL (unknown step; steps: env tests bench bench7b multi7b serve sanitize)"
+      note "$s" "FAIL (unknown step; steps: env tests bench bench7b multi7b serve sanitize allreduce replicas7b)"
       failures=$((failures + 1))
       ;;
   esac

@@ -342,7 +342,10 @@ Status run_bench(const BenchOptions& o) {
   eo.max_batch_tokens = std::max({512, o.prompt_tokens, max_b});
   eo.max_seqs = std::max(256, max_b) + 1;  // the CUDA executor pads decode batches with one more
   eo.max_context_tokens = static_cast<int64_t>(first_seq_blocks) * kBlockSize;
+  LoadProgress upload(o.model_path);  // weights going to a GPU
+  eo.on_upload_progress = upload.callback();
   LS_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor, create_executor(model, eo));
+  upload.finish();
   const KvCacheInfo kv = executor->kv_info();
   const double kv_bytes_per_token = static_cast<double>(kv.bytes_per_block) / kv.block_size;
   const ModelTraffic traffic = model_traffic(*model);

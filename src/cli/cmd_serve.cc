@@ -128,8 +128,11 @@ Result<std::shared_ptr<server::ServedModel>> load_served_model(const ServerOptio
   engine_config.max_context = static_cast<int32_t>(context);
   std::vector<std::unique_ptr<Engine>> replicas;
   for (size_t i = 0; i < replica_executor_options.size(); ++i) {
-    const ExecutorOptions& replica = replica_executor_options[i];
+    ExecutorOptions replica = replica_executor_options[i];
+    LoadProgress upload(options.model_path);  // weights going to a GPU
+    replica.on_upload_progress = upload.callback();
     auto executor = create_executor(model, replica);
+    upload.finish();
     if (!executor.is_ok() && options.replicas > 1) {
       return executor.status().with_context(fmt::format("replica {} ({})", i, replica.device));
     }

@@ -186,7 +186,8 @@ Status CudaExecutor::init(int32_t kv_blocks) {
   const size_t staging_bytes =
       static_cast<size_t>(std::min<uint64_t>(kv_.layer_bytes() * kv_.n_layers, 256ull << 20));
   LS_ASSIGN_OR_RETURN(cuda::CudaWeights weights,
-                      cuda::upload_weights(*model_, range_, *pool_, kv_.k, staging_bytes, stream_));
+                      cuda::upload_weights(*model_, range_, *pool_, kv_.k, staging_bytes, stream_,
+                                           options_.on_upload_progress));
   LS_CUDA_CHECK(cudaMemsetAsync(kv_.k, 0, kv_.layer_bytes() * kv_.n_layers, stream_));
   LS_ASSIGN_OR_RETURN(act_, CudaActivations::allocate(*pool_, c, limits_));
   LS_ASSIGN_OR_RETURN(staging_, cuda::BatchStaging::create(*pool_, limits_));

@@ -43,6 +43,8 @@ struct CudaExecutorOptions {
   // residual and computes logits.
   RankAllReduceFn all_reduce;
   bool primary_rank = true;
+  // Reports the weight upload (GGUF bytes uploaded so far of this part's tensors).
+  LoadProgressFn on_upload_progress;
 };
 
 Result<std::unique_ptr<Executor>> create_cuda_executor(std::shared_ptr<const LoadedModel> model,

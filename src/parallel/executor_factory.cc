@@ -156,7 +156,10 @@ Result<std::unique_ptr<Executor>> create_executor(std::shared_ptr<const LoadedMo
   if (options.max_batch_tokens > 0) cuda.max_batch_tokens = options.max_batch_tokens;
   if (options.max_seqs > 0) cuda.max_seqs = options.max_seqs;
   cuda.max_context_tokens = options.max_context_tokens;
-  if (n_ranks == 1) return create_cuda_executor(std::move(model), cuda);
+  if (n_ranks == 1) {
+    cuda.on_upload_progress = options.on_upload_progress;
+    return create_cuda_executor(std::move(model), cuda);
+  }
   MultiGpuOptions multi;
   for (const DeviceChoice& device : devices) multi.devices.push_back(device.index);
   multi.tensor_parallel = options.tensor_parallel;

@@ -52,6 +52,9 @@ struct ExecutorOptions {
   int64_t max_context_tokens = 0;  // CUDA: longest sequence (block table width); 0 = n_ctx_train
   int32_t max_seqs = 0;            // CUDA: sequences per pass; 0 = its default (256)
   double gpu_memory_utilization = 0.90;  // CUDA: fraction of the device this instance may use
+  // CUDA, one device: reports the weight upload (see LoadProgressFn). Several devices log a
+  // line per part instead.
+  LoadProgressFn on_upload_progress;
 };
 
 // Splits `base` into `replicas` executors' options: the devices of base.device in

@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/peer_access.h"
 #include "backend/cuda/peer_all_reduce.h"
 #include "parallel/batch_validation.h"
 #include "parallel/pipeline_split.h"
@@ -22,8 +23,9 @@
 namespace llamaserve {
 namespace {
 
-// Up to 8 rows of a 4096-wide hidden state: decode steps of small batches, where latency
-// rules. Larger all-reduces are bandwidth-bound and NCCL's.
+// With LLAMASERVE_TP_ALLREDUCE=peer: up to 8 rows of a 4096-wide hidden state (decode steps
+// of small batches, where latency rules) through the peer-to-peer kernel; larger all-reduces
+// are bandwidth-bound and NCCL's.
 constexpr size_t kPeerAllReduceFloats = 32768;
 
 // Creates every part, agrees on the smallest KV block count any of them can hold, then
@@ -271,14 +273,8 @@ class TensorParallelExecutor final : public Executor {
 Result<std::string> enable_peer_links(const std::vector<int>& devices) {
   std::string links;
   for (size_t i = 0; i + 1 < devices.size(); ++i) {
-    int can = 0;
-    LS_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, devices[i + 1], devices[i]));
-    if (can) {
-      LS_CUDA_CHECK(cudaSetDevice(devices[i + 1]));
-      const cudaError_t e = cudaDeviceEnablePeerAccess(devices[i], 0);
-      if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) LS_CUDA_CHECK(e);
-      cudaGetLastError();  // clears cudaErrorPeerAccessAlreadyEnabled
-    }
+    LS_ASSIGN_OR_RETURN(const bool can, cuda::can_access_peer(devices[i + 1], devices[i]));
+    if (can) LS_RETURN_IF_ERROR(cuda::enable_peer_access(devices[i + 1], devices[i]));
     links += fmt::format("{}cuda:{} -> cuda:{} {}", i ? ", " : "", devices[i], devices[i + 1],
                          can ? "peer-to-peer" : "staged through the host");
   }
@@ -317,10 +313,12 @@ Result<std::unique_ptr<Executor>> create_tensor_parallel(std::shared_ptr<const L
   setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
   std::vector<ncclComm_t> comms(static_cast<size_t>(n));
   LS_NCCL_CHECK(ncclCommInitAll(comms.data(), n, options.devices.data()));
-  // LLAMASERVE_TP_ALLREDUCE=nccl sends every all-reduce through NCCL (for comparison).
+  // LLAMASERVE_TP_ALLREDUCE=peer sends the small all-reduces through the peer-to-peer kernel.
+  // Not the default: on the H200 pair it measured no faster than NCCL (bench/results,
+  // 2026-11-29-h200x2-7b-f16-tp-pp.md).
   std::unique_ptr<cuda::PeerAllReduce> peer;
   const char* mode = std::getenv("LLAMASERVE_TP_ALLREDUCE");
-  if (mode == nullptr || std::string_view(mode) != "nccl") {
+  if (mode != nullptr && std::string_view(mode) == "peer") {
     auto group = cuda::PeerAllReduce::create(options.devices, kPeerAllReduceFloats);
     if (group.is_ok()) {
       peer = std::move(group).value();

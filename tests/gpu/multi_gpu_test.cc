@@ -278,10 +278,10 @@ TEST_F(MultiGpuTest, TensorParallelF16MatchesOneGpu) {
   expect_same_as_single(model, small("0,1", 2, 1), 2e-3);
 }
 
-TEST_F(MultiGpuTest, TensorParallelThroughNcclOnlyMatchesOneGpu) {
+TEST_F(MultiGpuTest, TensorParallelThroughThePeerKernelMatchesOneGpu) {
   auto model = load(source_dir() / "tests" / "fixtures" / "reference" / "tiny-llama-f16.gguf");
   ASSERT_NE(model, nullptr);
-  setenv("LLAMASERVE_TP_ALLREDUCE", "nccl", 1);
+  setenv("LLAMASERVE_TP_ALLREDUCE", "peer", 1);
   expect_same_as_single(model, small("0,1", 2, 1), 2e-3);
   unsetenv("LLAMASERVE_TP_ALLREDUCE");
 }
@@ -305,6 +305,18 @@ TEST_F(MultiGpuTest, PipelineMatchesOneGpuExactly) {
   auto f16 = load(source_dir() / "tests" / "fixtures" / "reference" / "tiny-llama-f16.gguf");
   ASSERT_NE(f16, nullptr);
   expect_same_as_single(f16, small("0,1", 1, 2), 1e-6);
+}
+
+// A LLaMA-2-7B-shaped model (32 layers, 4096 wide; `llamaserve synth`, F16) when
+// LLAMASERVE_TEST_7B names one: tensor parallel and pipeline against one GPU.
+TEST_F(MultiGpuTest, SevenBShapeLayoutsMatchOneGpu) {
+  const char* path = std::getenv("LLAMASERVE_TEST_7B");
+  if (path == nullptr || !fs::exists(path)) GTEST_SKIP() << "set LLAMASERVE_TEST_7B to a 7B-shaped GGUF";
+  auto model = load(path);
+  ASSERT_NE(model, nullptr);
+  expect_same_as_single(model, small("0,1", 1, 2), 1e-6);
+  // 32 layers of reordered float sums: a few 1e-3 of the largest logit.
+  expect_same_as_single(model, small("0,1", 2, 1), 1e-2);
 }
 
 TEST_F(MultiGpuTest, InvalidLayoutsAreRefusedClearly) {

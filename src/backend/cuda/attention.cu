@@ -180,6 +180,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
 #pragma unroll
         for (int offset = 16; offset > 0; offset >>= 1)
           sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+        // Every lane has read m_s[qi] and l_s[qi] before lane 0 replaces them.
+        __syncwarp();
         if (lane == 0) {
           m_s[qi] = m_new;
           l_s[qi] = l_s[qi] * alpha + sum;

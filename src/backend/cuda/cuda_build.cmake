@@ -25,3 +25,10 @@ function(llamaserve_gpu_executable target)
             -DDEST=${CMAKE_BINARY_DIR}/runtime-libs -P ${LLAMASERVE_COPY_RUNTIME_LIBS}
     VERBATIM)
 endfunction()
+
+# NCCL (tensor parallelism): the CUDA toolkit's copy on the build machine; the GPU machine has
+# its own (copy_runtime_libs.cmake leaves it out).
+find_path(LLAMASERVE_NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} REQUIRED)
+find_library(LLAMASERVE_NCCL_LIBRARY nccl
+  HINTS ${CUDAToolkit_LIBRARY_ROOT}/lib ${CUDAToolkit_LIBRARY_DIR} /usr/lib/x86_64-linux-gnu
+  REQUIRED)

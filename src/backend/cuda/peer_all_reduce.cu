@@ -1,6 +1,7 @@
 #include "backend/cuda/peer_all_reduce.h"
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/peer_access.h"
 
 namespace llamaserve::cuda {
 namespace {
@@ -83,9 +84,8 @@ Result<std::unique_ptr<PeerAllReduce>> PeerAllReduce::create(const std::vector<i
   for (int a = 0; a < n; ++a) {
     for (int b = 0; b < n; ++b) {
       if (a == b) continue;
-      int can = 0;
-      LS_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, devices[static_cast<size_t>(a)],
-                                            devices[static_cast<size_t>(b)]));
+      LS_ASSIGN_OR_RETURN(const bool can, can_access_peer(devices[static_cast<size_t>(a)],
+                                                          devices[static_cast<size_t>(b)]));
       if (!can) {
         return make_error(StatusCode::kUnsupported, "cuda:{} cannot access cuda:{} peer-to-peer",
                           devices[static_cast<size_t>(a)], devices[static_cast<size_t>(b)]);
@@ -96,16 +96,12 @@ Result<std::unique_ptr<PeerAllReduce>> PeerAllReduce::create(const std::vector<i
   group->devices_ = devices;
   group->capacity_ = capacity;
   for (int r = 0; r < n; ++r) {
-    LS_CUDA_CHECK(cudaSetDevice(devices[static_cast<size_t>(r)]));
     for (int p = 0; p < n; ++p) {
       if (p == r) continue;
-      const cudaError_t e = cudaDeviceEnablePeerAccess(devices[static_cast<size_t>(p)], 0);
-      if (e == cudaErrorPeerAccessAlreadyEnabled) {
-        cudaGetLastError();
-      } else {
-        LS_CUDA_CHECK(e);
-      }
+      LS_RETURN_IF_ERROR(
+          enable_peer_access(devices[static_cast<size_t>(r)], devices[static_cast<size_t>(p)]));
     }
+    LS_CUDA_CHECK(cudaSetDevice(devices[static_cast<size_t>(r)]));
     float* inbox = nullptr;
     uint32_t* flags = nullptr;
     uint32_t* epoch = nullptr;
