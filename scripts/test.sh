@@ -38,6 +38,14 @@ ctest_preset() {  # ctest_preset PRESET [ctest args...]
     --output-junit "$reports/ctest-$preset.xml" "$@"
 }
 
+# Shell functions cannot run under `env`: the sanitizer options are set in these.
+asan_tests() {
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest_preset asan
+}
+tsan_tests() {
+  TSAN_OPTIONS=halt_on_error=1 ctest_preset tsan -R '^Engine|^Scheduler|^BlockManager|^Sampler'
+}
+
 stage setup scripts/setup.sh || true
 export LLAMASERVE_BIN="$root/build/cpu/src/cli/llamaserve"
 export LLAMASERVE_BUILD_DIR="$root/build/cpu"
@@ -59,10 +67,9 @@ fi
 
 if [[ "${SKIP_SANITIZERS:-0}" != 1 ]]; then
   stage "asan build" bash -c "cmake --preset asan >/dev/null && cmake --build --preset asan -j $jobs"
-  stage "unit tests (asan+ubsan)" env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    ctest_preset asan
+  stage "unit tests (asan+ubsan)" asan_tests
   stage "tsan build (engine)" bash -c "cmake --preset tsan >/dev/null && cmake --build --preset tsan -j $jobs --target engine_test"
-  stage "engine tests (tsan)" env TSAN_OPTIONS=halt_on_error=1 ctest_preset tsan -R '^Engine|^Scheduler|^BlockManager|^Sampler'
+  stage "engine tests (tsan)" tsan_tests
   stage "fuzz build" bash -c "cmake --preset fuzz >/dev/null && cmake --build --preset fuzz -j $jobs --target fuzz_targets"
   stage "fuzz (${FUZZ_SECONDS:-30} s per target)" scripts/run_fuzz.sh "${FUZZ_SECONDS:-30}"
 fi
