@@ -7,6 +7,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/thread_pool.h"
+#include "parallel/batch_pieces.h"
 #include "parallel/batch_validation.h"
 
 namespace llamaserve {
@@ -52,35 +53,10 @@ class CpuExecutor final : public Executor {
     const int64_t n_vocab = model_->config.n_vocab;
     LS_RETURN_IF_ERROR(validate_batch(batch, kv_->info(), n_vocab, logits.size()));
     const LayerRange all{0, static_cast<int32_t>(model_->config.n_layer), true, true};
-    if (batch.n_tokens() <= options_.max_batch_tokens) {
-      return backend_->forward(batch, all, *kv_, *activations_, logits);
-    }
-    // Rows of a sequence are in position order, so running the pieces in row order writes
-    // every K/V a later piece reads before it is read.
-    for (int32_t first = 0; first < batch.n_tokens(); first += options_.max_batch_tokens) {
-      const int32_t last = std::min(batch.n_tokens(), first + options_.max_batch_tokens);
-      piece_.clear();
-      piece_.tokens.assign(batch.tokens.begin() + first, batch.tokens.begin() + last);
-      piece_.positions.assign(batch.positions.begin() + first, batch.positions.begin() + last);
-      piece_.seq_index.assign(batch.seq_index.begin() + first, batch.seq_index.begin() + last);
-      piece_.block_tables = batch.block_tables;
-      piece_.blocks_per_seq = batch.blocks_per_seq;
-      piece_.seq_lengths = batch.seq_lengths;
-      destinations_.clear();
-      for (size_t i = 0; i < batch.logit_rows.size(); ++i) {
-        if (batch.logit_rows[i] >= first && batch.logit_rows[i] < last) {
-          piece_.logit_rows.push_back(batch.logit_rows[i] - first);
-          destinations_.push_back(i);
-        }
-      }
-      piece_logits_.resize(piece_.logit_rows.size() * static_cast<size_t>(n_vocab));
-      LS_RETURN_IF_ERROR(backend_->forward(piece_, all, *kv_, *activations_, piece_logits_));
-      for (size_t i = 0; i < destinations_.size(); ++i) {
-        std::copy_n(piece_logits_.begin() + static_cast<std::ptrdiff_t>(i * n_vocab), n_vocab,
-                    logits.begin() + static_cast<std::ptrdiff_t>(destinations_[i] * n_vocab));
-      }
-    }
-    return Status::ok();
+    return run_in_pieces(batch, options_.max_batch_tokens, n_vocab, logits, pieces_,
+                         [&](const Batch& piece, std::span<float> piece_logits) {
+                           return backend_->forward(piece, all, *kv_, *activations_, piece_logits);
+                         });
   }
 
  private:
@@ -91,9 +67,7 @@ class CpuExecutor final : public Executor {
   std::unique_ptr<cpu::CpuKvCache> kv_;
   std::unique_ptr<cpu::CpuActivations> activations_;
   // Only for batches above max_batch_tokens.
-  Batch piece_;
-  std::vector<size_t> destinations_;
-  std::vector<float> piece_logits_;
+  PieceScratch pieces_;  // for batches above max_batch_tokens
 };
 
 }  // namespace

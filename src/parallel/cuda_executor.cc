@@ -15,6 +15,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/memory_plan.h"
+#include "parallel/batch_pieces.h"
 #include "parallel/batch_validation.h"
 
 namespace llamaserve {
@@ -100,10 +101,7 @@ class CudaExecutor final : public Executor, public CudaPart {
   CudaActivations act_;
   std::unique_ptr<cuda::BatchStaging> staging_;
   std::map<std::pair<int32_t, int32_t>, cudaGraphExec_t> graphs_;  // (padded rows, splits)
-  // Only for batches above max_batch_tokens.
-  Batch piece_;
-  std::vector<size_t> destinations_;
-  std::vector<float> piece_logits_;
+  PieceScratch pieces_;  // for batches above max_batch_tokens
 };
 
 std::string CudaExecutor::role() const {
@@ -319,36 +317,12 @@ Status CudaExecutor::forward(const Batch& batch, std::span<float> logits) {
       has_head() ? logits.size() : batch.logit_rows.size() * static_cast<size_t>(n_vocab);
   LS_RETURN_IF_ERROR(validate_batch(batch, kv_info(), n_vocab, logits_size));
   LS_CUDA_CHECK(cudaSetDevice(options_.device));
-  if (batch.n_tokens() <= options_.max_batch_tokens) {
-    return run_piece(batch, has_head() ? logits.data() : nullptr, nullptr);
-  }
-  // Rows of a sequence are in position order, so running the pieces in row order writes every
-  // K/V a later piece reads before it is read (as the CPU executor does).
-  for (int32_t first = 0; first < batch.n_tokens(); first += options_.max_batch_tokens) {
-    const int32_t last = std::min(batch.n_tokens(), first + options_.max_batch_tokens);
-    piece_.clear();
-    piece_.tokens.assign(batch.tokens.begin() + first, batch.tokens.begin() + last);
-    piece_.positions.assign(batch.positions.begin() + first, batch.positions.begin() + last);
-    piece_.seq_index.assign(batch.seq_index.begin() + first, batch.seq_index.begin() + last);
-    piece_.block_tables = batch.block_tables;
-    piece_.blocks_per_seq = batch.blocks_per_seq;
-    piece_.seq_lengths = batch.seq_lengths;
-    destinations_.clear();
-    for (size_t i = 0; i < batch.logit_rows.size(); ++i) {
-      if (batch.logit_rows[i] >= first && batch.logit_rows[i] < last) {
-        piece_.logit_rows.push_back(batch.logit_rows[i] - first);
-        destinations_.push_back(i);
-      }
-    }
-    piece_logits_.resize(piece_.logit_rows.size() * static_cast<size_t>(n_vocab));
-    LS_RETURN_IF_ERROR(run_piece(piece_, piece_logits_.data(), nullptr));
-    if (!has_head()) continue;
-    for (size_t i = 0; i < destinations_.size(); ++i) {
-      std::copy_n(piece_logits_.begin() + static_cast<std::ptrdiff_t>(i * n_vocab), n_vocab,
-                  logits.begin() + static_cast<std::ptrdiff_t>(destinations_[i] * n_vocab));
-    }
-  }
-  return Status::ok();
+  return run_in_pieces(batch, options_.max_batch_tokens, n_vocab,
+                       has_head() ? logits : std::span<float>(), pieces_,
+                       [&](const Batch& piece, std::span<float> piece_logits) {
+                         return run_piece(piece, has_head() ? piece_logits.data() : nullptr,
+                                          nullptr);
+                       });
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/peer_access.h"
 #include "backend/cuda/peer_all_reduce.h"
+#include "parallel/batch_pieces.h"
 #include "parallel/batch_validation.h"
 #include "parallel/pipeline_split.h"
 #include "parallel/tp_shard.h"
@@ -56,32 +57,6 @@ std::string join_described(const std::vector<std::unique_ptr<CudaPart>>& parts) 
   return out;
 }
 
-// The rows of `batch` in pieces of at most max_rows rows, in row order (so every K/V a later
-// piece reads is written first), with the logit rows that fall in each piece.
-template <typename Fn>
-Status for_each_piece(const Batch& batch, int32_t max_rows, Batch& piece,
-                      std::vector<size_t>& destinations, Fn&& fn) {
-  for (int32_t first = 0; first < batch.n_tokens(); first += max_rows) {
-    const int32_t last = std::min(batch.n_tokens(), first + max_rows);
-    piece.clear();
-    piece.tokens.assign(batch.tokens.begin() + first, batch.tokens.begin() + last);
-    piece.positions.assign(batch.positions.begin() + first, batch.positions.begin() + last);
-    piece.seq_index.assign(batch.seq_index.begin() + first, batch.seq_index.begin() + last);
-    piece.block_tables = batch.block_tables;
-    piece.blocks_per_seq = batch.blocks_per_seq;
-    piece.seq_lengths = batch.seq_lengths;
-    destinations.clear();
-    for (size_t i = 0; i < batch.logit_rows.size(); ++i) {
-      if (batch.logit_rows[i] >= first && batch.logit_rows[i] < last) {
-        piece.logit_rows.push_back(batch.logit_rows[i] - first);
-        destinations.push_back(i);
-      }
-    }
-    LS_RETURN_IF_ERROR(fn(piece, destinations));
-  }
-  return Status::ok();
-}
-
 class PipelineExecutor final : public Executor {
  public:
   PipelineExecutor(std::shared_ptr<const LoadedModel> model,
@@ -108,27 +83,18 @@ class PipelineExecutor final : public Executor {
   Status forward(const Batch& batch, std::span<float> logits) override {
     const int64_t n_vocab = model_->config.n_vocab;
     LS_RETURN_IF_ERROR(validate_batch(batch, kv_info(), n_vocab, logits.size()));
-    return for_each_piece(
-        batch, max_rows_, piece_, destinations_,
-        [&](const Batch& piece, const std::vector<size_t>& destinations) -> Status {
-          const bool whole = piece.n_tokens() == batch.n_tokens();
-          piece_logits_.resize(piece.logit_rows.size() * static_cast<size_t>(n_vocab));
-          float* out = whole ? logits.data() : piece_logits_.data();
-          StageInput input;
-          for (size_t s = 0; s < stages_.size(); ++s) {
-            const bool last = s + 1 == stages_.size();
-            LS_RETURN_IF_ERROR(
-                stages_[s]->run_piece(piece, last ? out : nullptr, s == 0 ? nullptr : &input));
-            input = stages_[s]->output(max_rows_);
-          }
-          if (!whole) {
-            for (size_t i = 0; i < destinations.size(); ++i) {
-              std::copy_n(piece_logits_.begin() + static_cast<std::ptrdiff_t>(i * n_vocab), n_vocab,
-                          logits.begin() + static_cast<std::ptrdiff_t>(destinations[i] * n_vocab));
-            }
-          }
-          return Status::ok();
-        });
+    return run_in_pieces(batch, max_rows_, n_vocab, logits, pieces_,
+                         [&](const Batch& piece, std::span<float> piece_logits) -> Status {
+                           StageInput input;
+                           for (size_t s = 0; s < stages_.size(); ++s) {
+                             const bool last = s + 1 == stages_.size();
+                             LS_RETURN_IF_ERROR(stages_[s]->run_piece(
+                                 piece, last ? piece_logits.data() : nullptr,
+                                 s == 0 ? nullptr : &input));
+                             input = stages_[s]->output(max_rows_);
+                           }
+                           return Status::ok();
+                         });
   }
 
  private:
@@ -136,9 +102,7 @@ class PipelineExecutor final : public Executor {
   std::vector<std::unique_ptr<CudaPart>> stages_;
   int32_t max_rows_;
   std::string links_;
-  Batch piece_;
-  std::vector<size_t> destinations_;
-  std::vector<float> piece_logits_;
+  PieceScratch pieces_;
 };
 
 // One thread per rank runs that rank's executor over the same batch; the NCCL all-reduces

@@ -75,22 +75,6 @@ std::vector<float> run(Executor& ex, const Batch& batch) {
   return logits;
 }
 
-// max |a - b| over rows, relative to each row's largest |b|.
-double max_rel_error(const std::vector<float>& a, const std::vector<float>& b, int64_t n_vocab) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0.0;
-  for (size_t row = 0; row * n_vocab < b.size(); ++row) {
-    double scale = 0.0, err = 0.0;
-    for (int64_t i = 0; i < n_vocab; ++i) {
-      const size_t k = row * n_vocab + i;
-      scale = std::max(scale, std::fabs(static_cast<double>(b[k])));
-      err =
-          std::max(err, std::isnan(a[k]) ? INFINITY : std::fabs(static_cast<double>(a[k]) - b[k]));
-    }
-    worst = std::max(worst, err / scale);
-  }
-  return worst;
-}
 
 constexpr int32_t kBlocksPerSeq = 16;
 

@@ -24,6 +24,7 @@
 #include "parallel/cuda_executor.h"
 #include "parallel/executor_factory.h"
 #include "parallel/tp_shard.h"
+#include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
 namespace llamaserve {
@@ -138,19 +139,7 @@ std::vector<float> run(Executor& ex, const Batch& batch) {
   return logits;
 }
 
-double max_rel_error(const std::vector<float>& a, const std::vector<float>& b, int64_t n_vocab) {
-  double worst = 0.0;
-  for (size_t row = 0; row * n_vocab < b.size(); ++row) {
-    double scale = 0.0, err = 0.0;
-    for (int64_t i = 0; i < n_vocab; ++i) {
-      const size_t k = row * n_vocab + i;
-      scale = std::max(scale, std::fabs(static_cast<double>(b[k])));
-      err = std::max(err, std::isnan(a[k]) ? INFINITY : std::fabs(static_cast<double>(a[k]) - b[k]));
-    }
-    worst = std::max(worst, err / scale);
-  }
-  return worst;
-}
+using cuda::testing::max_rel_error;
 
 // The same sequence of batches on both executors: a long prefill of two sequences (runs in
 // pieces), a mixed batch (one decode row, one prefill chunk, a new sequence), then 12 greedy

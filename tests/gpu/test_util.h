@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -212,6 +213,24 @@ inline int count_q8_mismatches(const std::vector<float>& x, int64_t x_stride, in
 
 inline std::string type_param_name(const ::testing::TestParamInfo<TensorType>& info) {
   return type_name(info.param);
+}
+
+// max |a - b| over rows of n_vocab, relative to each row's largest |b|; NaN in `a` counts as
+// infinitely wrong.
+inline double max_rel_error(const std::vector<float>& a, const std::vector<float>& b, int64_t n_vocab) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0.0;
+  for (size_t row = 0; row * n_vocab < b.size(); ++row) {
+    double scale = 0.0, err = 0.0;
+    for (int64_t i = 0; i < n_vocab; ++i) {
+      const size_t k = row * n_vocab + i;
+      scale = std::max(scale, std::fabs(static_cast<double>(b[k])));
+      err =
+          std::max(err, std::isnan(a[k]) ? INFINITY : std::fabs(static_cast<double>(a[k]) - b[k]));
+    }
+    worst = std::max(worst, err / scale);
+  }
+  return worst;
 }
 
 }  // namespace llamaserve::cuda::testing
