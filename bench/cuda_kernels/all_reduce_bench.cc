@@ -22,13 +22,13 @@ namespace {
 
 using llamaserve::cuda::PeerAllReduce;
 
-#define CHECK_CUDA(call)                                                              \
-  do {                                                                                \
-    const cudaError_t e_ = (call);                                                    \
-    if (e_ != cudaSuccess) {                                                          \
-      std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_));                \
-      std::exit(1);                                                                   \
-    }                                                                                 \
+#define CHECK_CUDA(call)                                               \
+  do {                                                                 \
+    const cudaError_t e_ = (call);                                     \
+    if (e_ != cudaSuccess) {                                           \
+      std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_)); \
+      std::exit(1);                                                    \
+    }                                                                  \
   } while (0)
 
 // Median microseconds per call of `fn(rank, data, count, stream)` run `reps` times in a row on
@@ -49,7 +49,8 @@ double time_us(size_t count, int reps, Fn fn) {
     for (int i = 0; i < reps; ++i) fn(r, data, count, stream);
     CHECK_CUDA(cudaStreamSynchronize(stream));
     per_rank[static_cast<size_t>(r)] =
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() /
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+            .count() /
         reps;
     CHECK_CUDA(cudaFree(data));
     CHECK_CUDA(cudaStreamDestroy(stream));
@@ -88,8 +89,10 @@ int main(int argc, char** argv) {
   int reps = 200;
   std::string markdown;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = std::atoi(argv[++i]);
-    else if (std::strcmp(argv[i], "--markdown") == 0 && i + 1 < argc) markdown = argv[++i];
+    if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
+      reps = std::atoi(argv[++i]);
+    else if (std::strcmp(argv[i], "--markdown") == 0 && i + 1 < argc)
+      markdown = argv[++i];
   }
   int devices = 0;
   CHECK_CUDA(cudaGetDeviceCount(&devices));
@@ -106,8 +109,9 @@ int main(int argc, char** argv) {
   }
   constexpr size_t kPeerCapacity = 32768;
   auto peer = PeerAllReduce::create({0, 1}, kPeerCapacity);
-  std::string out = "| floats | bytes per rank | NCCL us | peer-to-peer kernel us | NCCL GB/s |\n"
-                    "| ---: | ---: | ---: | ---: | ---: |\n";
+  std::string out =
+      "| floats | bytes per rank | NCCL us | peer-to-peer kernel us | NCCL GB/s |\n"
+      "| ---: | ---: | ---: | ---: | ---: |\n";
   for (size_t count : {size_t{4096}, size_t{32768}, size_t{1} << 20, size_t{2} << 20}) {
     const double nccl = time_us(count, reps, [&](int r, float* data, size_t n, cudaStream_t s) {
       ncclAllReduce(data, data, n, ncclFloat, ncclSum, comms[r], s);

@@ -25,8 +25,8 @@ struct PieceScratch {
 // itself, when it fits). With empty `logits` (an executor part that computes none) the pieces
 // get empty spans too.
 template <typename Run>
-Status run_in_pieces(const Batch& batch, int32_t max_rows, int64_t n_vocab,
-                     std::span<float> logits, PieceScratch& scratch, Run&& run) {
+Status run_in_pieces(const Batch& batch, int32_t max_rows, int64_t n_vocab, std::span<float> logits,
+                     PieceScratch& scratch, Run&& run) {
   if (batch.n_tokens() <= max_rows) return run(batch, logits);
   const auto vocab = static_cast<size_t>(n_vocab);
   for (int32_t first = 0; first < batch.n_tokens(); first += max_rows) {

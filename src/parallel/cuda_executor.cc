@@ -178,9 +178,9 @@ Status CudaExecutor::init(int32_t kv_blocks) {
   LS_ASSIGN_OR_RETURN(pool_, cuda::DevicePool::create(options_.device, plan_.pool_bytes()));
   // The KV cache is allocated first and serves as the staging buffer of the weight upload
   // (it is zeroed afterwards).
-  LS_ASSIGN_OR_RETURN(kv_, CudaKvCache::allocate(*pool_, c, range_.begin, range_.n_layers(),
-                                                  plan_.kv_blocks + 1, options_.kv_block_size,
-                                                  stream_));
+  LS_ASSIGN_OR_RETURN(
+      kv_, CudaKvCache::allocate(*pool_, c, range_.begin, range_.n_layers(), plan_.kv_blocks + 1,
+                                 options_.kv_block_size, stream_));
   const size_t staging_bytes =
       static_cast<size_t>(std::min<uint64_t>(kv_.layer_bytes() * kv_.n_layers, 256ull << 20));
   LS_ASSIGN_OR_RETURN(cuda::CudaWeights weights,
@@ -317,12 +317,11 @@ Status CudaExecutor::forward(const Batch& batch, std::span<float> logits) {
       has_head() ? logits.size() : batch.logit_rows.size() * static_cast<size_t>(n_vocab);
   LS_RETURN_IF_ERROR(validate_batch(batch, kv_info(), n_vocab, logits_size));
   LS_CUDA_CHECK(cudaSetDevice(options_.device));
-  return run_in_pieces(batch, options_.max_batch_tokens, n_vocab,
-                       has_head() ? logits : std::span<float>(), pieces_,
-                       [&](const Batch& piece, std::span<float> piece_logits) {
-                         return run_piece(piece, has_head() ? piece_logits.data() : nullptr,
-                                          nullptr);
-                       });
+  return run_in_pieces(
+      batch, options_.max_batch_tokens, n_vocab, has_head() ? logits : std::span<float>(), pieces_,
+      [&](const Batch& piece, std::span<float> piece_logits) {
+        return run_piece(piece, has_head() ? piece_logits.data() : nullptr, nullptr);
+      });
 }
 
 }  // namespace

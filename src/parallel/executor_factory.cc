@@ -54,8 +54,8 @@ Result<std::vector<DeviceChoice>> parse_devices(std::string_view text) {
   size_t start = 0;
   while (true) {
     const size_t comma = text.find(',', start);
-    const std::string_view item =
-        text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+    const std::string_view item = text.substr(
+        start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
     LS_ASSIGN_OR_RETURN(const DeviceChoice device, parse_device(item));
     if (device.kind == DeviceChoice::Kind::kCpu && (comma != std::string_view::npos || start > 0)) {
       return make_error(StatusCode::kInvalidArgument,

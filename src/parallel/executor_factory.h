@@ -43,7 +43,7 @@ struct ExecutorOptions {
   int pipeline_parallel = 1;  // stages that each run a contiguous block of layers
   // Layers per pipeline stage (sums to n_layer); empty = balanced by weight bytes.
   std::vector<int32_t> layer_split;
-  int threads = 0;             // CPU threads; 0 = all online cores
+  int threads = 0;  // CPU threads; 0 = all online cores
   // KV capacity in tokens over all sequences. CPU: 0 = four sequences of min(n_ctx, 8192);
   // CUDA: 0 = everything the memory budget leaves.
   int64_t kv_capacity_tokens = 0;

@@ -38,7 +38,8 @@ Result<std::vector<std::unique_ptr<CudaPart>>> create_parts(
   for (const auto& [model, options] : specs) {
     LS_ASSIGN_OR_RETURN(std::unique_ptr<CudaPart> part, CudaPart::create(model, options));
     auto blocks = part->plan_kv_blocks();
-    if (!blocks.is_ok()) return blocks.status().with_context(fmt::format("cuda:{}", options.device));
+    if (!blocks.is_ok())
+      return blocks.status().with_context(fmt::format("cuda:{}", options.device));
     kv_blocks = parts.empty() ? *blocks : std::min(kv_blocks, *blocks);
     parts.push_back(std::move(part));
   }
@@ -72,7 +73,8 @@ class PipelineExecutor final : public Executor {
     // Every stage has the same block count; a block spans all layers across the stages.
     KvCacheInfo info = stages_.front()->executor().kv_info();
     info.bytes_per_block = 0;
-    for (const auto& stage : stages_) info.bytes_per_block += stage->executor().kv_info().bytes_per_block;
+    for (const auto& stage : stages_)
+      info.bytes_per_block += stage->executor().kv_info().bytes_per_block;
     return info;
   }
   std::string describe() const override {
@@ -83,18 +85,18 @@ class PipelineExecutor final : public Executor {
   Status forward(const Batch& batch, std::span<float> logits) override {
     const int64_t n_vocab = model_->config.n_vocab;
     LS_RETURN_IF_ERROR(validate_batch(batch, kv_info(), n_vocab, logits.size()));
-    return run_in_pieces(batch, max_rows_, n_vocab, logits, pieces_,
-                         [&](const Batch& piece, std::span<float> piece_logits) -> Status {
-                           StageInput input;
-                           for (size_t s = 0; s < stages_.size(); ++s) {
-                             const bool last = s + 1 == stages_.size();
-                             LS_RETURN_IF_ERROR(stages_[s]->run_piece(
-                                 piece, last ? piece_logits.data() : nullptr,
-                                 s == 0 ? nullptr : &input));
-                             input = stages_[s]->output(max_rows_);
-                           }
-                           return Status::ok();
-                         });
+    return run_in_pieces(
+        batch, max_rows_, n_vocab, logits, pieces_,
+        [&](const Batch& piece, std::span<float> piece_logits) -> Status {
+          StageInput input;
+          for (size_t s = 0; s < stages_.size(); ++s) {
+            const bool last = s + 1 == stages_.size();
+            LS_RETURN_IF_ERROR(stages_[s]->run_piece(piece, last ? piece_logits.data() : nullptr,
+                                                     s == 0 ? nullptr : &input));
+            input = stages_[s]->output(max_rows_);
+          }
+          return Status::ok();
+        });
   }
 
  private:
@@ -295,7 +297,8 @@ Result<std::unique_ptr<Executor>> create_tensor_parallel(std::shared_ptr<const L
       std::make_unique<TensorParallelExecutor>(model, options.devices, comms, std::move(peer));
   std::vector<std::pair<std::shared_ptr<const LoadedModel>, CudaExecutorOptions>> specs;
   for (int r = 0; r < n; ++r) {
-    LS_ASSIGN_OR_RETURN(std::shared_ptr<const LoadedModel> shard, tensor_parallel_shard(model, r, n));
+    LS_ASSIGN_OR_RETURN(std::shared_ptr<const LoadedModel> shard,
+                        tensor_parallel_shard(model, r, n));
     CudaExecutorOptions rank = base;
     rank.device = options.devices[static_cast<size_t>(r)];
     rank.primary_rank = r == 0;
@@ -303,10 +306,11 @@ Result<std::unique_ptr<Executor>> create_tensor_parallel(std::shared_ptr<const L
     rank.all_reduce = [owner, r](float* data, size_t count, cudaStream_t stream) {
       return owner->all_reduce(r, data, count, stream);
     };
-    spdlog::info("tensor parallel rank {} on cuda:{}: {} of {} heads, {} of {} KV heads, {} of {} "
-                 "FFN columns",
-                 r, rank.device, shard->config.n_head, model->config.n_head, shard->config.n_head_kv,
-                 model->config.n_head_kv, shard->config.n_ff, model->config.n_ff);
+    spdlog::info(
+        "tensor parallel rank {} on cuda:{}: {} of {} heads, {} of {} KV heads, {} of {} "
+        "FFN columns",
+        r, rank.device, shard->config.n_head, model->config.n_head, shard->config.n_head_kv,
+        model->config.n_head_kv, shard->config.n_ff, model->config.n_ff);
     specs.emplace_back(std::move(shard), rank);
   }
   LS_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<CudaPart>> ranks, create_parts(specs));
@@ -316,16 +320,18 @@ Result<std::unique_ptr<Executor>> create_tensor_parallel(std::shared_ptr<const L
 
 }  // namespace
 
-Result<std::unique_ptr<Executor>> create_multi_gpu_executor(std::shared_ptr<const LoadedModel> model,
-                                                            const CudaExecutorOptions& base,
-                                                            const MultiGpuOptions& options) {
-  if (!model) return make_error(StatusCode::kInvalidArgument, "create_multi_gpu_executor: no model");
+Result<std::unique_ptr<Executor>> create_multi_gpu_executor(
+    std::shared_ptr<const LoadedModel> model, const CudaExecutorOptions& base,
+    const MultiGpuOptions& options) {
+  if (!model)
+    return make_error(StatusCode::kInvalidArgument, "create_multi_gpu_executor: no model");
   const int n = options.tensor_parallel * options.pipeline_parallel;
   if (options.tensor_parallel < 1 || options.pipeline_parallel < 1 ||
       static_cast<int>(options.devices.size()) != n) {
     return make_error(StatusCode::kInvalidArgument,
                       "tensor parallel {} x pipeline parallel {} need {} devices, {} given",
-                      options.tensor_parallel, options.pipeline_parallel, n, options.devices.size());
+                      options.tensor_parallel, options.pipeline_parallel, n,
+                      options.devices.size());
   }
   if (options.tensor_parallel > 1 && options.pipeline_parallel > 1) {
     return make_error(StatusCode::kUnsupported,

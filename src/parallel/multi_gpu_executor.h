@@ -33,8 +33,8 @@ struct MultiGpuOptions {
 
 // `base` gives every part's options except the device and its role. One of tensor_parallel
 // and pipeline_parallel must be 1.
-Result<std::unique_ptr<Executor>> create_multi_gpu_executor(std::shared_ptr<const LoadedModel> model,
-                                                            const CudaExecutorOptions& base,
-                                                            const MultiGpuOptions& options);
+Result<std::unique_ptr<Executor>> create_multi_gpu_executor(
+    std::shared_ptr<const LoadedModel> model, const CudaExecutorOptions& base,
+    const MultiGpuOptions& options);
 
 }  // namespace llamaserve

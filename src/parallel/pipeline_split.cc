@@ -79,7 +79,8 @@ Result<std::vector<LayerRange>> pipeline_layer_split(const LoadedModel& model, i
   // 80 layers and 8 stages, but the best largest stage can be searched: for a bound B, fill
   // stages greedily; the smallest B that fits is found by bisection over the byte totals.
   std::vector<uint64_t> bytes(static_cast<size_t>(n_layer));
-  for (int32_t i = 0; i < n_layer; ++i) bytes[static_cast<size_t>(i)] = layer_bytes(model.weights.layers[static_cast<size_t>(i)]);
+  for (int32_t i = 0; i < n_layer; ++i)
+    bytes[static_cast<size_t>(i)] = layer_bytes(model.weights.layers[static_cast<size_t>(i)]);
   const uint64_t head = range_weight_bytes(model, {0, 0, false, true});
   const uint64_t embeddings = model.weights.token_embd.n_bytes;
   auto fill = [&](uint64_t bound, std::vector<int32_t>& counts) {

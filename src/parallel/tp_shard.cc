@@ -26,7 +26,8 @@ QTensor vector_slice(const QTensor& t, int64_t begin, int64_t count) {
 }
 
 // Columns [begin, begin + count) of every row, copied into `storage`.
-QTensor column_slice(const QTensor& t, int64_t begin, int64_t count, std::vector<uint8_t>& storage) {
+QTensor column_slice(const QTensor& t, int64_t begin, int64_t count,
+                     std::vector<uint8_t>& storage) {
   const size_t offset = row_bytes(t.type, static_cast<size_t>(begin));
   const size_t bytes = row_bytes(t.type, static_cast<size_t>(count));
   storage.resize(bytes * static_cast<size_t>(t.rows()));

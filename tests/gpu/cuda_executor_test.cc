@@ -75,7 +75,6 @@ std::vector<float> run(Executor& ex, const Batch& batch) {
   return logits;
 }
 
-
 constexpr int32_t kBlocksPerSeq = 16;
 
 struct Piece {

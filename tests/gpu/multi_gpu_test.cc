@@ -53,7 +53,8 @@ int device_count() {
 class MultiGpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (device_count() < 2) GTEST_SKIP() << "needs 2 CUDA devices, " << device_count() << " visible";
+    if (device_count() < 2)
+      GTEST_SKIP() << "needs 2 CUDA devices, " << device_count() << " visible";
   }
 };
 
@@ -86,7 +87,7 @@ ExecutorOptions small(const std::string& devices, int tp, int pp) {
   o.tensor_parallel = tp;
   o.pipeline_parallel = pp;
   o.kv_capacity_tokens = 3 * 32 * 16;  // three sequences of kBlocksPerSeq blocks
-  o.max_batch_tokens = 64;              // batches above it run in pieces
+  o.max_batch_tokens = 64;             // batches above it run in pieces
   o.max_seqs = 16;
   o.max_context_tokens = 512;
   return o;
@@ -120,7 +121,8 @@ Batch build(const std::vector<Rows>& rows, int32_t n_seqs) {
       b.positions.push_back(r.first_position + static_cast<int32_t>(i));
       b.seq_index.push_back(r.seq);
     }
-    b.seq_lengths[static_cast<size_t>(r.seq)] = r.first_position + static_cast<int32_t>(r.tokens.size());
+    b.seq_lengths[static_cast<size_t>(r.seq)] =
+        r.first_position + static_cast<int32_t>(r.tokens.size());
   }
   for (int32_t r = 0; r < b.n_tokens(); ++r) b.logit_rows.push_back(r);
   return b;
@@ -128,7 +130,8 @@ Batch build(const std::vector<Rows>& rows, int32_t n_seqs) {
 
 std::vector<int32_t> tokens(size_t n, int64_t n_vocab, int32_t salt) {
   std::vector<int32_t> out(n);
-  for (size_t i = 0; i < n; ++i) out[i] = static_cast<int32_t>((i * 7919 + salt * 104729) % n_vocab);
+  for (size_t i = 0; i < n; ++i)
+    out[i] = static_cast<int32_t>((i * 7919 + salt * 104729) % n_vocab);
   return out;
 }
 
@@ -153,7 +156,8 @@ void expect_same_as_single(std::shared_ptr<const LoadedModel> model, const Execu
   const int64_t n_vocab = model->config.n_vocab;
   std::vector<Batch> batches;
   batches.push_back(build({{0, tokens(90, n_vocab, 1), 0}, {1, tokens(41, n_vocab, 2), 0}}, 2));
-  batches.push_back(build({{0, tokens(1, n_vocab, 3), 90}, {1, tokens(9, n_vocab, 4), 41},
+  batches.push_back(build({{0, tokens(1, n_vocab, 3), 90},
+                           {1, tokens(9, n_vocab, 4), 41},
                            {2, tokens(17, n_vocab, 5), 0}},
                           3));
   for (const Batch& b : batches) {
@@ -165,7 +169,8 @@ void expect_same_as_single(std::shared_ptr<const LoadedModel> model, const Execu
   std::vector<int32_t> length = {91, 50, 17};
   for (int step = 0; step < 12; ++step) {
     std::vector<Rows> rows;
-    for (int32_t s = 0; s < 3; ++s) rows.push_back({s, {next[static_cast<size_t>(s)]}, length[static_cast<size_t>(s)]});
+    for (int32_t s = 0; s < 3; ++s)
+      rows.push_back({s, {next[static_cast<size_t>(s)]}, length[static_cast<size_t>(s)]});
     const Batch b = build(rows, 3);
     const auto want = run(*single, b);
     const auto got = run(*parallel, b);
@@ -177,9 +182,11 @@ void expect_same_as_single(std::shared_ptr<const LoadedModel> model, const Execu
       // The same greedy token wherever the top two are further apart than the tolerance.
       std::vector<float> sorted(row, row + n_vocab);
       std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
-      const double scale = std::max(std::fabs(sorted.front()), std::fabs(*std::min_element(row, row + n_vocab)));
+      const double scale =
+          std::max(std::fabs(sorted.front()), std::fabs(*std::min_element(row, row + n_vocab)));
       if (sorted[0] - sorted[1] > 4 * tolerance * scale) {
-        EXPECT_EQ(static_cast<int32_t>(std::max_element(got_row, got_row + n_vocab) - got_row), greedy)
+        EXPECT_EQ(static_cast<int32_t>(std::max_element(got_row, got_row + n_vocab) - got_row),
+                  greedy)
             << "step " << step << " sequence " << s;
       }
       next[static_cast<size_t>(s)] = greedy;
@@ -196,13 +203,15 @@ TEST_F(MultiGpuTest, PeerAllReduceSumsExactlyOnBothRanks) {
   auto group = cuda::PeerAllReduce::create({0, 1}, kCapacity);
   ASSERT_TRUE(group.is_ok()) << group.status().to_string();
   std::vector<size_t> sizes;
-  for (int i = 0; i < 60; ++i) sizes.push_back(4 * static_cast<size_t>(1 + (i * 2654435761u) % (kCapacity / 4)));
+  for (int i = 0; i < 60; ++i)
+    sizes.push_back(4 * static_cast<size_t>(1 + (i * 2654435761u) % (kCapacity / 4)));
   sizes.push_back(kCapacity);
   std::vector<std::vector<float>> host(2);
   for (int r = 0; r < 2; ++r) {
     host[static_cast<size_t>(r)].resize(kCapacity);
     for (size_t i = 0; i < kCapacity; ++i)
-      host[static_cast<size_t>(r)][i] = static_cast<float>((i * 37 + r * 101) % 1000) * 1e-3f - 0.5f + r;
+      host[static_cast<size_t>(r)][i] =
+          static_cast<float>((i * 37 + r * 101) % 1000) * 1e-3f - 0.5f + r;
   }
   std::atomic<int> failures{0};
   auto rank_thread = [&](int r) {
@@ -300,7 +309,8 @@ TEST_F(MultiGpuTest, PipelineMatchesOneGpuExactly) {
 // LLAMASERVE_TEST_7B names one: tensor parallel and pipeline against one GPU.
 TEST_F(MultiGpuTest, SevenBShapeLayoutsMatchOneGpu) {
   const char* path = std::getenv("LLAMASERVE_TEST_7B");
-  if (path == nullptr || !fs::exists(path)) GTEST_SKIP() << "set LLAMASERVE_TEST_7B to a 7B-shaped GGUF";
+  if (path == nullptr || !fs::exists(path))
+    GTEST_SKIP() << "set LLAMASERVE_TEST_7B to a 7B-shaped GGUF";
   auto model = load(path);
   ASSERT_NE(model, nullptr);
   expect_same_as_single(model, small("0,1", 1, 2), 1e-6);
@@ -338,7 +348,8 @@ TEST_F(MultiGpuTest, EngineLoadWithCancellationsLeavesNothingBehind) {
   // the process (contexts, peer mappings); the second must give back all it took.
   size_t free_after_first[2] = {0, 0};
   int cycle = 0;
-  for (const auto& [tp, pp] : {std::pair{2, 1}, std::pair{2, 1}, std::pair{1, 2}, std::pair{1, 2}}) {
+  for (const auto& [tp, pp] :
+       {std::pair{2, 1}, std::pair{2, 1}, std::pair{1, 2}, std::pair{1, 2}}) {
     const bool second = cycle++ % 2 == 1;
     size_t total;
     {
@@ -379,7 +390,9 @@ TEST_F(MultiGpuTest, EngineLoadWithCancellationsLeavesNothingBehind) {
         }
       }
       EXPECT_EQ(finished, 24);
-      for (int i = 0; i < 200 && (*engine)->stats().kv_blocks_free != (*engine)->stats().kv_blocks_total; ++i) {
+      for (int i = 0;
+           i < 200 && (*engine)->stats().kv_blocks_free != (*engine)->stats().kv_blocks_total;
+           ++i) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
       EXPECT_EQ((*engine)->stats().kv_blocks_free, (*engine)->stats().kv_blocks_total)

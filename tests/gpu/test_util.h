@@ -217,7 +217,8 @@ inline std::string type_param_name(const ::testing::TestParamInfo<TensorType>& i
 
 // max |a - b| over rows of n_vocab, relative to each row's largest |b|; NaN in `a` counts as
 // infinitely wrong.
-inline double max_rel_error(const std::vector<float>& a, const std::vector<float>& b, int64_t n_vocab) {
+inline double max_rel_error(const std::vector<float>& a, const std::vector<float>& b,
+                            int64_t n_vocab) {
   EXPECT_EQ(a.size(), b.size());
   double worst = 0.0;
   for (size_t row = 0; row * n_vocab < b.size(); ++row) {

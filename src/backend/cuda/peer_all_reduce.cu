@@ -139,8 +139,8 @@ Status PeerAllReduce::run(int rank, float* data, size_t count, cudaStream_t stre
     tables.flags[r] = flags_[static_cast<size_t>(r)];
   }
   peer_all_reduce_kernel<<<1, kThreads, 0, stream>>>(data, static_cast<int64_t>(count), rank, n,
-                                                      static_cast<int64_t>(capacity_), tables,
-                                                      epoch_[static_cast<size_t>(rank)]);
+                                                     static_cast<int64_t>(capacity_), tables,
+                                                     epoch_[static_cast<size_t>(rank)]);
   LS_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }

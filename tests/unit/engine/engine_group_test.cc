@@ -13,6 +13,7 @@
 #include "engine/generate.h"
 #include "model/weights.h"
 #include "parallel/cpu_executor.h"
+#include "smollm2_engine_test.h"
 #include "tokenizer/tokenizer.h"
 
 namespace llamaserve {
@@ -20,39 +21,12 @@ namespace {
 
 using namespace std::chrono_literals;
 
-const char* kModelPath = LLAMASERVE_SOURCE_DIR "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-
-class EngineGroupTest : public ::testing::Test {
+class EngineGroupTest : public testing::SmolLm2EngineTest {
  protected:
-  static void SetUpTestSuite() {
-    if (!std::filesystem::exists(kModelPath)) return;
-    auto model = load_model(kModelPath);
-    ASSERT_TRUE(model.is_ok()) << model.status().to_string();
-    model_ = std::move(model).value();
-    auto tokenizer = Tokenizer::from_gguf(*model_->file);
-    ASSERT_TRUE(tokenizer.is_ok()) << tokenizer.status().to_string();
-    tokenizer_ = std::make_shared<const Tokenizer>(std::move(tokenizer).value());
-  }
-  static void TearDownTestSuite() {
-    tokenizer_.reset();
-    model_.reset();
-  }
-  void SetUp() override {
-    if (!model_) GTEST_SKIP() << "model not found: " << kModelPath;
-  }
-
+  // One thread per replica: the replicas of a group share the machine's cores.
   static std::unique_ptr<Engine> make_engine(int64_t kv_tokens, EngineConfig config = {},
                                              std::shared_ptr<const Tokenizer> tokenizer = {}) {
-    CpuExecutorOptions options;
-    options.threads = 1;
-    options.kv_capacity_tokens = kv_tokens;
-    auto executor = create_cpu_executor(model_, options);
-    EXPECT_TRUE(executor.is_ok()) << executor.status().to_string();
-    if (!executor.is_ok()) return nullptr;
-    auto engine =
-        Engine::create(std::move(executor).value(), tokenizer ? tokenizer : tokenizer_, config);
-    EXPECT_TRUE(engine.is_ok()) << engine.status().to_string();
-    return engine.is_ok() ? std::move(engine).value() : nullptr;
+    return SmolLm2EngineTest::make_engine(kv_tokens, config, 1, std::move(tokenizer));
   }
 
   static std::unique_ptr<EngineGroup> make_group(int n_replicas, int64_t kv_tokens,
@@ -62,16 +36,6 @@ class EngineGroupTest : public ::testing::Test {
     auto group = EngineGroup::create(std::move(replicas));
     EXPECT_TRUE(group.is_ok()) << group.status().to_string();
     return group.is_ok() ? std::move(group).value() : nullptr;
-  }
-
-  static GenerationRequest greedy(std::string_view prompt, int32_t max_new_tokens) {
-    GenerationRequest request;
-    request.prompt_tokens =
-        tokenizer_->encode(prompt, /*add_special=*/true, /*parse_special=*/false);
-    request.max_new_tokens = max_new_tokens;
-    request.sampling.temperature = 0.0f;
-    request.ignore_eos = true;
-    return request;
   }
 
   struct Outcome {
@@ -119,13 +83,7 @@ class EngineGroupTest : public ::testing::Test {
       EXPECT_EQ(group.replica_open_requests(r), 0) << "replica " << r;
     }
   }
-
-  static std::shared_ptr<const LoadedModel> model_;
-  static std::shared_ptr<const Tokenizer> tokenizer_;
 };
-
-std::shared_ptr<const LoadedModel> EngineGroupTest::model_;
-std::shared_ptr<const Tokenizer> EngineGroupTest::tokenizer_;
 
 TEST_F(EngineGroupTest, CreateRefusesEmptyNullAndForeignTokenizers) {
   auto empty = EngineGroup::create({});

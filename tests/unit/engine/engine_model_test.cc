@@ -11,6 +11,7 @@
 #include "engine/generate.h"
 #include "model/weights.h"
 #include "parallel/cpu_executor.h"
+#include "smollm2_engine_test.h"
 #include "tokenizer/tokenizer.h"
 
 namespace llamaserve {
@@ -18,49 +19,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-const char* kModelPath = LLAMASERVE_SOURCE_DIR "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-
-class EngineModelTest : public ::testing::Test {
+class EngineModelTest : public testing::SmolLm2EngineTest {
  protected:
-  static void SetUpTestSuite() {
-    if (!std::filesystem::exists(kModelPath)) return;
-    auto model = load_model(kModelPath);
-    ASSERT_TRUE(model.is_ok()) << model.status().to_string();
-    model_ = std::move(model).value();
-    auto tokenizer = Tokenizer::from_gguf(*model_->file);
-    ASSERT_TRUE(tokenizer.is_ok()) << tokenizer.status().to_string();
-    tokenizer_ = std::make_shared<const Tokenizer>(std::move(tokenizer).value());
-  }
-  static void TearDownTestSuite() {
-    tokenizer_.reset();
-    model_.reset();
-  }
-  void SetUp() override {
-    if (!model_) GTEST_SKIP() << "model not found: " << kModelPath;
-  }
-
-  static std::unique_ptr<Engine> make_engine(int64_t kv_tokens, EngineConfig config = {}) {
-    CpuExecutorOptions options;
-    options.threads = 2;
-    options.kv_capacity_tokens = kv_tokens;
-    auto executor = create_cpu_executor(model_, options);
-    EXPECT_TRUE(executor.is_ok()) << executor.status().to_string();
-    if (!executor.is_ok()) return nullptr;
-    auto engine = Engine::create(std::move(executor).value(), tokenizer_, config);
-    EXPECT_TRUE(engine.is_ok()) << engine.status().to_string();
-    return engine.is_ok() ? std::move(engine).value() : nullptr;
-  }
-
-  static GenerationRequest greedy(std::string_view prompt, int32_t max_new_tokens) {
-    GenerationRequest request;
-    request.prompt_tokens =
-        tokenizer_->encode(prompt, /*add_special=*/true, /*parse_special=*/false);
-    request.max_new_tokens = max_new_tokens;
-    request.sampling.temperature = 0.0f;
-    request.ignore_eos = true;  // fixed lengths, so every run compares the same number of tokens
-    return request;
-  }
-
   // Generated tokens of each request, submitted one after another or all at once.
   static std::vector<std::vector<int32_t>> generate_all(
       Engine& engine, const std::vector<GenerationRequest>& requests, bool together) {
@@ -125,14 +85,8 @@ class EngineModelTest : public ::testing::Test {
     EXPECT_EQ(stats.kv_blocks_free, stats.kv_blocks_total);
   }
 
-  static std::shared_ptr<const LoadedModel> model_;
-  static std::shared_ptr<const Tokenizer> tokenizer_;
-  static std::vector<std::vector<int32_t>> reference_;
+  inline static std::vector<std::vector<int32_t>> reference_;
 };
-
-std::shared_ptr<const LoadedModel> EngineModelTest::model_;
-std::shared_ptr<const Tokenizer> EngineModelTest::tokenizer_;
-std::vector<std::vector<int32_t>> EngineModelTest::reference_;
 
 // The same tokens as each request alone come out when the requests share batches, and when
 // every prompt is cut into chunks of at most 5 tokens.

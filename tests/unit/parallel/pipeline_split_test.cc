@@ -52,7 +52,8 @@ TEST(PipelineSplit, TwoStagesAreTheBestBalance) {
   expect_well_formed(*ranges, n_layer);
   uint64_t best = std::numeric_limits<uint64_t>::max();
   for (int32_t cut = 1; cut < n_layer; ++cut) {
-    best = std::min(best, largest_stage(*model, {{0, cut, true, false}, {cut, n_layer, false, true}}));
+    best =
+        std::min(best, largest_stage(*model, {{0, cut, true, false}, {cut, n_layer, false, true}}));
   }
   EXPECT_EQ(largest_stage(*model, *ranges), best);
   // The embeddings (tied with the head: the last stage holds a copy) weigh on both ends.

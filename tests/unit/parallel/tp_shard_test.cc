@@ -30,7 +30,8 @@ void expect_columns_reassemble(const QTensor& full, const std::vector<const QTen
       joined.insert(joined.end(), part->row(r), part->row(r) + part->bytes_per_row());
     }
     ASSERT_EQ(joined.size(), full.bytes_per_row()) << full.name;
-    ASSERT_EQ(std::memcmp(joined.data(), full.row(r), joined.size()), 0) << full.name << " row " << r;
+    ASSERT_EQ(std::memcmp(joined.data(), full.row(r), joined.size()), 0)
+        << full.name << " row " << r;
   }
 }
 
@@ -95,12 +96,12 @@ TEST(TensorParallelShard, QuantizedColumnSlicesKeepWholeBlocks) {
     shards.push_back(std::move(shard).value());
   }
   const LayerWeights& full = model->weights.layers[7];
-  expect_columns_reassemble(full.wo, {&shards[0]->weights.layers[7].wo,
-                                      &shards[1]->weights.layers[7].wo,
-                                      &shards[2]->weights.layers[7].wo});
-  expect_columns_reassemble(full.w_down, {&shards[0]->weights.layers[7].w_down,
-                                          &shards[1]->weights.layers[7].w_down,
-                                          &shards[2]->weights.layers[7].w_down});
+  expect_columns_reassemble(full.wo,
+                            {&shards[0]->weights.layers[7].wo, &shards[1]->weights.layers[7].wo,
+                             &shards[2]->weights.layers[7].wo});
+  expect_columns_reassemble(
+      full.w_down, {&shards[0]->weights.layers[7].w_down, &shards[1]->weights.layers[7].w_down,
+                    &shards[2]->weights.layers[7].w_down});
 }
 
 TEST(TensorParallelShard, InvalidSizesAreRefusedWithTheValidOnes) {
