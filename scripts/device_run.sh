@@ -5,7 +5,7 @@
 #
 # Usage: OUT=/path scripts/device_run.sh [STEP...]
 #   steps: env tests bench (the default, in that order), bench7b, multi7b, serve, sanitize,
-#   allreduce, replicas7b
+#   allreduce, replicas7b, transformers7b
 #   bench7b: writes LLaMA-2-7B-shaped models with random weights (llamaserve synth) to
 #     BENCH7B_DIR (default /tmp; reused when present) for each of BENCH7B_TYPES (default
 #     "q4_k_m q8_0 f16") and runs `llamaserve bench` on cuda:0 with BENCH7B_ARGS (default
@@ -211,6 +211,17 @@ for s in "${steps[@]}"; do
         sanitize_one racecheck-kernels racecheck cuda_kernels_test '*Attention*:*RmsNorm*:*Greedy*'
       fi
       ;;
+    transformers7b)
+      # A LLaMA-2-7B-shaped model built by transformers on the GPU, converted by llamaserve,
+      # logits compared on the same GPU (scripts/gpu_transformers_7b.py).
+      bin="$build/src/cli/llamaserve"
+      tool="$build/tests/unit/tools/logits_tool"
+      if need_binary transformers7b "$bin" && need_binary transformers7b "$tool"; then
+        step transformers7b 420 python3 scripts/gpu_transformers_7b.py --llamaserve "$bin" \
+          --logits-tool "$tool" --tokenizer-model "$build/fixtures/llama2-tokenizer.model" \
+          --work "${BENCH7B_DIR:-/tmp}" --out "$OUT/transformers-7b.json"
+      fi
+      ;;
     allreduce)
       bin="$build/bench/cuda_kernels/all_reduce_bench"
       need_binary all_reduce_bench "$bin" &&
@@ -254,7 +265,7 @@ for s in "${steps[@]}"; do
       fi
       ;;
     *)
-      note "$s" "FAIL (unknown step; steps: env tests bench bench7b multi7b serve sanitize allreduce replicas7b)"
+      note "$s" "FAIL (unknown step; steps: env tests bench bench7b multi7b serve sanitize allreduce replicas7b transformers7b)"
       failures=$((failures + 1))
       ;;
   esac

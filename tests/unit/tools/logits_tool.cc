@@ -2,11 +2,12 @@
 // another implementation (tests/py/test_convert.py compares against transformers and a
 // numpy llama2.c forward pass), and exact greedy continuations (tests/py/test_quantize.py).
 //
-//   logits_tool [--reference] [--generate N] MODEL.gguf OUT.f32 TOKEN...
+//   logits_tool [--reference] [--device D] [--generate N] MODEL.gguf OUT.f32 TOKEN...
 // Runs one prefill of the tokens on the CPU executor (F32 KV cache) and writes float32
 // little-endian logits of every position, [n_tokens][n_vocab]. --reference uses the plain
-// reference kernels. --generate N then decodes N greedy tokens one step at a time and prints
-// their ids on stdout, space-separated.
+// reference kernels. --device cuda:N runs the executor of that device instead (CUDA builds;
+// F16 KV cache, scripts/gpu_transformers_7b.py). --generate N then decodes N greedy tokens one
+// step at a time and prints their ids on stdout, space-separated.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "parallel/cpu_executor.h"
+#include "parallel/executor_factory.h"
 
 namespace {
 
@@ -48,11 +50,14 @@ int main(int argc, char** argv) {
   using namespace llamaserve;
   int arg = 1;
   bool reference = false;
+  std::string device = "cpu";
   int32_t n_generate = 0;
   while (arg < argc && std::string(argv[arg]).starts_with("--")) {
     const std::string flag = argv[arg++];
     if (flag == "--reference") {
       reference = true;
+    } else if (flag == "--device" && arg < argc) {
+      device = argv[arg++];
     } else if (flag == "--generate" && arg < argc) {
       n_generate = static_cast<int32_t>(std::strtol(argv[arg++], nullptr, 10));
     } else {
@@ -60,7 +65,9 @@ int main(int argc, char** argv) {
     }
   }
   if (argc - arg < 3 || n_generate < 0) {
-    return fail("usage: logits_tool [--reference] [--generate N] MODEL.gguf OUT.f32 TOKEN...");
+    return fail(
+        "usage: logits_tool [--reference] [--device D] [--generate N] MODEL.gguf OUT.f32 "
+        "TOKEN...");
   }
   const std::string model_path = argv[arg++];
   const std::string out_path = argv[arg++];
@@ -84,7 +91,17 @@ int main(int argc, char** argv) {
   // An F32 cache: comparisons with other implementations should see the weights' precision,
   // not the cache's.
   options.kv_type = TensorType::F32;
-  auto executor = create_cpu_executor(*model, options);
+  auto executor = [&]() -> Result<std::unique_ptr<Executor>> {
+    if (device == "cpu") return create_cpu_executor(*model, options);
+    ExecutorOptions gpu;
+    gpu.device = device;
+    gpu.kv_block_size = kBlockSize;
+    gpu.kv_capacity_tokens = options.kv_capacity_tokens;
+    gpu.max_context_tokens = options.kv_capacity_tokens;
+    gpu.max_batch_tokens = std::max<int32_t>(n, 16);
+    gpu.max_seqs = 2;
+    return create_executor(*model, gpu);
+  }();
   if (!executor.is_ok()) return fail(executor.status().to_string());
 
   std::vector<float> logits(static_cast<size_t>(n) * n_vocab);
