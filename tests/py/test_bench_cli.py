@@ -74,7 +74,10 @@ def test_bench_refuses_bad_devices_and_sizes():
     bad = llamaserve("bench", "-m", str(MODEL), "--device", "cuda:x", "--reps", "1")
     assert bad.returncode != 0 and "expected cpu, cuda, cuda:N" in bad.stderr
     several = llamaserve("bench", "-m", str(MODEL), "--devices", "0,1", "--reps", "1")
-    assert several.returncode != 0 and "one device" in several.stderr
+    assert several.returncode != 0 and "need 1 devices; --devices '0,1' lists 2" in several.stderr
+    tp_on_cpu = llamaserve("bench", "-m", str(MODEL), "--tp", "2", "--reps", "1", "-p", "4", "-n", "1",
+                           "-b", "1")
+    assert tp_on_cpu.returncode != 0 and "need CUDA devices" in tp_on_cpu.stderr
     zero = llamaserve("bench", "-m", str(MODEL), "-n", "0")
     assert zero.returncode != 0 and ">= 1" in zero.stderr
 
