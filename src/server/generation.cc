@@ -74,15 +74,22 @@ class GenerationSession {
   }
 
   // The next event, or nullopt once the client has gone (the generation is then cancelled).
+  // The connection is checked every kLivenessPoll whether or not events keep coming: a
+  // non-streamed response writes nothing until the end, so a steady flow of tokens must not
+  // hide a client that left.
   std::optional<GenerationEvent> next_event() {
     while (true) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= next_liveness_check_) {
+        next_liveness_check_ = now + kLivenessPoll;
+        if (watch_.peer_closed()) {
+          client_gone();
+          return std::nullopt;
+        }
+      }
       if (auto event = handle_.next(kLivenessPoll)) {
         observe(*event);
         return event;
-      }
-      if (watch_.peer_closed()) {
-        client_gone();
-        return std::nullopt;
       }
     }
   }
@@ -230,6 +237,7 @@ class GenerationSession {
   HttpServer& server_;
   RequestHandle handle_;
   ConnectionWatch watch_;
+  std::chrono::steady_clock::time_point next_liveness_check_{};
   std::unique_ptr<ResponseFormat> format_;
   RequestRecord record_;
   std::optional<GenerationEvent> first_event_;
