@@ -313,11 +313,11 @@ Status run_bench(const BenchOptions& o) {
   // The layout before anything is measured or loaded (create_executor checks it again).
   const int per_replica = o.tensor_parallel * o.pipeline_parallel;
   if (o.tensor_parallel < 1 || o.pipeline_parallel < 1 ||
-      (device.kind == DeviceChoice::Kind::kCuda && static_cast<int>(devices.size()) != per_replica)) {
-    return make_error(StatusCode::kInvalidArgument,
-                      "--tp {} x --pp {} need {} devices; --devices '{}' lists {}",
-                      o.tensor_parallel, o.pipeline_parallel, per_replica, o.device,
-                      devices.size());
+      (device.kind == DeviceChoice::Kind::kCuda &&
+       static_cast<int>(devices.size()) != per_replica)) {
+    return make_error(
+        StatusCode::kInvalidArgument, "--tp {} x --pp {} need {} devices; --devices '{}' lists {}",
+        o.tensor_parallel, o.pipeline_parallel, per_replica, o.device, devices.size());
   }
   // The copy first: on a GPU the executor then takes most of the memory. Several GPUs read
   // their weights in parallel: the ceiling is the sum of their copy bandwidths.
