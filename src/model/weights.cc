@@ -171,16 +171,20 @@ Result<ModelWeights> map_weights(const GgufFile& file, const ModelConfig& config
   return w;
 }
 
+uint64_t layer_weight_bytes(const LayerWeights& l) {
+  uint64_t total = 0;
+  for (const QTensor* t :
+       {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down}) {
+    total += t->n_bytes;
+  }
+  for (const auto* b : {&l.bq, &l.bk, &l.bv}) total += *b ? (*b)->n_bytes : 0;
+  return total;
+}
+
 uint64_t LoadedModel::weight_bytes() const {
   uint64_t total = weights.token_embd.n_bytes + weights.output_norm.n_bytes;
   if (!config.tied_output) total += weights.output.n_bytes;
-  for (const LayerWeights& l : weights.layers) {
-    for (const QTensor* t :
-         {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down}) {
-      total += t->n_bytes;
-    }
-    for (const auto* b : {&l.bq, &l.bk, &l.bv}) total += *b ? (*b)->n_bytes : 0;
-  }
+  for (const LayerWeights& l : weights.layers) total += layer_weight_bytes(l);
   return total;
 }
 

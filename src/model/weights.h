@@ -53,6 +53,9 @@ struct LayerWeights {
   QTensor w_down;             // (n_embd, n_ff)
 };
 
+// Bytes of one decoder block's tensors (matrices, norms, biases).
+uint64_t layer_weight_bytes(const LayerWeights& layer);
+
 struct ModelWeights {
   QTensor token_embd;  // (n_vocab, n_embd)
   std::vector<LayerWeights> layers;

@@ -8,16 +8,6 @@
 namespace llamaserve {
 namespace {
 
-uint64_t layer_bytes(const LayerWeights& l) {
-  uint64_t total = 0;
-  for (const QTensor* t :
-       {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down}) {
-    total += t->n_bytes;
-  }
-  for (const auto* b : {&l.bq, &l.bk, &l.bv}) total += *b ? (*b)->n_bytes : 0;
-  return total;
-}
-
 std::vector<LayerRange> ranges_from_counts(std::span<const int32_t> counts) {
   std::vector<LayerRange> ranges;
   int32_t begin = 0;
@@ -40,7 +30,7 @@ uint64_t range_weight_bytes(const LoadedModel& model, const LayerRange& range) {
     if (!model.config.tied_output || !range.embeddings) total += w.output.n_bytes;
   }
   for (int32_t i = range.begin; i < range.end; ++i) {
-    total += layer_bytes(w.layers[static_cast<size_t>(i)]);
+    total += layer_weight_bytes(w.layers[static_cast<size_t>(i)]);
   }
   return total;
 }
@@ -80,7 +70,8 @@ Result<std::vector<LayerRange>> pipeline_layer_split(const LoadedModel& model, i
   // stages greedily; the smallest B that fits is found by bisection over the byte totals.
   std::vector<uint64_t> bytes(static_cast<size_t>(n_layer));
   for (int32_t i = 0; i < n_layer; ++i)
-    bytes[static_cast<size_t>(i)] = layer_bytes(model.weights.layers[static_cast<size_t>(i)]);
+    bytes[static_cast<size_t>(i)] =
+        layer_weight_bytes(model.weights.layers[static_cast<size_t>(i)]);
   const uint64_t head = range_weight_bytes(model, {0, 0, false, true});
   const uint64_t embeddings = model.weights.token_embd.n_bytes;
   auto fill = [&](uint64_t bound, std::vector<int32_t>& counts) {
