@@ -18,6 +18,7 @@
 #include "backend/cuda/peer_all_reduce.h"
 #include "parallel/batch_pieces.h"
 #include "parallel/batch_validation.h"
+#include "parallel/parallel_layout.h"
 #include "parallel/pipeline_split.h"
 #include "parallel/tp_shard.h"
 
@@ -29,10 +30,11 @@ namespace {
 // are bandwidth-bound and NCCL's.
 constexpr size_t kPeerAllReduceFloats = 32768;
 
+using PartSpec = std::pair<std::shared_ptr<const LoadedModel>, CudaExecutorOptions>;
+
 // Creates every part, agrees on the smallest KV block count any of them can hold, then
 // allocates and uploads each.
-Result<std::vector<std::unique_ptr<CudaPart>>> create_parts(
-    const std::vector<std::pair<std::shared_ptr<const LoadedModel>, CudaExecutorOptions>>& specs) {
+Result<std::vector<std::unique_ptr<CudaPart>>> create_parts(const std::vector<PartSpec>& specs) {
   std::vector<std::unique_ptr<CudaPart>> parts;
   int32_t kv_blocks = 0;
   for (const auto& [model, options] : specs) {
@@ -50,86 +52,28 @@ Result<std::vector<std::unique_ptr<CudaPart>>> create_parts(
   return parts;
 }
 
-std::string join_described(const std::vector<std::unique_ptr<CudaPart>>& parts) {
+std::string join_described(const std::vector<std::unique_ptr<CudaPart>>& parts,
+                           std::string_view indent) {
   std::string out;
-  for (const auto& part : parts) {
-    out += fmt::format("\n  {}", part->executor().describe());
-  }
+  for (const auto& part : parts) out += fmt::format("\n{}{}", indent, part->executor().describe());
   return out;
 }
 
-class PipelineExecutor final : public Executor {
+// One pipeline stage: its ranks run one piece together. A single rank runs on the caller's
+// thread; several run one thread each (their NCCL all-reduces meet across the threads) on
+// one communicator of the stage's devices. A rank that fails while the others may wait in a
+// collective aborts the stage's communicator; the stage is then unusable (aborted()).
+class Stage {
  public:
-  PipelineExecutor(std::shared_ptr<const LoadedModel> model,
-                   std::vector<std::unique_ptr<CudaPart>> stages, int32_t max_rows,
-                   std::string links)
-      : model_(std::move(model)),
-        stages_(std::move(stages)),
-        max_rows_(max_rows),
-        links_(std::move(links)) {}
-
-  const ModelConfig& config() const override { return model_->config; }
-  KvCacheInfo kv_info() const override {
-    // Every stage has the same block count; a block spans all layers across the stages.
-    KvCacheInfo info = stages_.front()->executor().kv_info();
-    info.bytes_per_block = 0;
-    for (const auto& stage : stages_)
-      info.bytes_per_block += stage->executor().kv_info().bytes_per_block;
-    return info;
-  }
-  std::string describe() const override {
-    return fmt::format("pipeline of {} stages ({}):{}", stages_.size(), links_,
-                       join_described(stages_));
-  }
-
-  Status forward(const Batch& batch, std::span<float> logits) override {
-    const int64_t n_vocab = model_->config.n_vocab;
-    LS_RETURN_IF_ERROR(validate_batch(batch, kv_info(), n_vocab, logits.size()));
-    return run_in_pieces(
-        batch, max_rows_, n_vocab, logits, pieces_,
-        [&](const Batch& piece, std::span<float> piece_logits) -> Status {
-          StageInput input;
-          for (size_t s = 0; s < stages_.size(); ++s) {
-            const bool last = s + 1 == stages_.size();
-            LS_RETURN_IF_ERROR(stages_[s]->run_piece(piece, last ? piece_logits.data() : nullptr,
-                                                     s == 0 ? nullptr : &input));
-            input = stages_[s]->output(max_rows_);
-          }
-          return Status::ok();
-        });
-  }
-
- private:
-  std::shared_ptr<const LoadedModel> model_;
-  std::vector<std::unique_ptr<CudaPart>> stages_;
-  int32_t max_rows_;
-  std::string links_;
-  PieceScratch pieces_;
-};
-
-// One thread per rank runs that rank's executor over the same batch; the NCCL all-reduces
-// inside meet across the threads.
-class TensorParallelExecutor final : public Executor {
- public:
-  TensorParallelExecutor(std::shared_ptr<const LoadedModel> model, std::vector<int> devices,
-                         std::vector<ncclComm_t> comms,
-                         std::unique_ptr<cuda::PeerAllReduce> peer_all_reduce)
-      : model_(std::move(model)),
-        devices_(std::move(devices)),
+  Stage(std::vector<int> devices, std::vector<ncclComm_t> comms,
+        std::unique_ptr<cuda::PeerAllReduce> peer_all_reduce)
+      : devices_(std::move(devices)),
         comms_(std::move(comms)),
         peer_all_reduce_(std::move(peer_all_reduce)) {}
+  Stage(const Stage&) = delete;
+  Stage& operator=(const Stage&) = delete;
 
-  // Small tensors (decode rows) through the peer-to-peer kernel, the rest through NCCL.
-  Status all_reduce(int rank, float* data, size_t count, cudaStream_t stream) const {
-    if (peer_all_reduce_ && count <= peer_all_reduce_->capacity()) {
-      return peer_all_reduce_->run(rank, data, count, stream);
-    }
-    LS_NCCL_CHECK(ncclAllReduce(data, data, count, ncclFloat, ncclSum,
-                                comms_[static_cast<size_t>(rank)], stream));
-    return Status::ok();
-  }
-
-  ~TensorParallelExecutor() override {
+  ~Stage() {
     {
       std::lock_guard lock(mutex_);
       stop_ = true;
@@ -144,32 +88,44 @@ class TensorParallelExecutor final : public Executor {
     }
   }
 
+  // Small tensors (decode rows) through the peer-to-peer kernel, the rest through NCCL.
+  Status all_reduce(int rank, float* data, size_t count, cudaStream_t stream) const {
+    if (peer_all_reduce_ && count <= peer_all_reduce_->capacity()) {
+      return peer_all_reduce_->run(rank, data, count, stream);
+    }
+    LS_NCCL_CHECK(ncclAllReduce(data, data, count, ncclFloat, ncclSum,
+                                comms_[static_cast<size_t>(rank)], stream));
+    return Status::ok();
+  }
+
+  // PRECONDITION: ranks.size() == the devices given; rank r runs on devices[r].
   void start(std::vector<std::unique_ptr<CudaPart>> ranks) {
     ranks_ = std::move(ranks);
     results_.resize(ranks_.size());
+    if (ranks_.size() == 1) return;
     for (size_t r = 0; r < ranks_.size(); ++r) workers_.emplace_back([this, r] { work(r); });
   }
 
-  const ModelConfig& config() const override { return model_->config; }
-  KvCacheInfo kv_info() const override {
-    KvCacheInfo info = ranks_.front()->executor().kv_info();
-    info.bytes_per_block *= static_cast<uint64_t>(ranks_.size());
-    return info;
-  }
-  std::string describe() const override {
-    return fmt::format("tensor parallel over {} GPUs (all-reduce: {}NCCL {}):{}", ranks_.size(),
+  const std::vector<std::unique_ptr<CudaPart>>& ranks() const { return ranks_; }
+  bool aborted() const { return aborted_; }
+  // The rows the next stage reads: the primary rank's hidden state.
+  StageInput output(int32_t rows) const { return ranks_.front()->output(rows); }
+
+  std::string describe_all_reduce() const {
+    return fmt::format("all-reduce: {}NCCL {}",
                        peer_all_reduce_ ? fmt::format("peer-to-peer up to {} floats, then ",
                                                       peer_all_reduce_->capacity())
                                         : std::string(),
-                       NCCL_VERSION_CODE, join_described(ranks_));
+                       NCCL_VERSION_CODE);
   }
 
-  Status forward(const Batch& batch, std::span<float> logits) override {
-    LS_RETURN_IF_ERROR(validate_batch(batch, kv_info(), model_->config.n_vocab, logits.size()));
-    if (!broken_.is_ok()) return broken_;
+  // Every rank runs `piece` (input rows from `input` unless null; logits from the primary rank
+  // to `logits` where the stage has the head). Returns when all are done, with the first
+  // failing rank's error.
+  Status run(const Batch& piece, float* logits, const StageInput* input) {
+    if (ranks_.size() == 1) return ranks_.front()->run_piece(piece, logits, input);
     std::unique_lock lock(mutex_);
-    batch_ = &batch;
-    logits_ = logits;
+    job_ = {&piece, logits, input};
     pending_ = static_cast<int>(ranks_.size());
     failed_ = false;
     ++generation_;
@@ -177,35 +133,36 @@ class TensorParallelExecutor final : public Executor {
     done_.wait(lock, [&] { return pending_ == 0 || failed_; });
     if (failed_ && pending_ > 0) {
       // A rank failed while the others may wait in a collective that will never complete:
-      // abort the communicators so that they return, then wait for them.
+      // abort the communicator so that they return, then wait for them.
       for (ncclComm_t comm : comms_) ncclCommAbort(comm);
       aborted_ = true;
       done_.wait(lock, [&] { return pending_ == 0; });
     }
     for (const Status& status : results_) {
-      if (!status.is_ok()) {
-        if (aborted_) broken_ = status.with_context("tensor parallel executor stopped");
-        return status;
-      }
+      if (!status.is_ok()) return status;
     }
     return Status::ok();
   }
 
  private:
+  struct Job {
+    const Batch* piece = nullptr;
+    float* logits = nullptr;
+    const StageInput* input = nullptr;
+  };
+
   void work(size_t r) {
     uint64_t seen = 0;
     while (true) {
-      const Batch* batch;
-      std::span<float> logits;
+      Job job;
       {
         std::unique_lock lock(mutex_);
         wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
         if (stop_) return;
         seen = generation_;
-        batch = batch_;
-        logits = r == 0 ? logits_ : std::span<float>();
+        job = job_;
       }
-      Status status = ranks_[r]->executor().forward(*batch, logits);
+      Status status = ranks_[r]->run_piece(*job.piece, r == 0 ? job.logits : nullptr, job.input);
       {
         std::lock_guard lock(mutex_);
         results_[r] = std::move(status);
@@ -216,9 +173,8 @@ class TensorParallelExecutor final : public Executor {
     }
   }
 
-  std::shared_ptr<const LoadedModel> model_;
   std::vector<int> devices_;
-  std::vector<ncclComm_t> comms_;
+  std::vector<ncclComm_t> comms_;  // empty for a single rank
   std::unique_ptr<cuda::PeerAllReduce> peer_all_reduce_;
   std::vector<std::unique_ptr<CudaPart>> ranks_;
   std::vector<std::thread> workers_;
@@ -226,66 +182,108 @@ class TensorParallelExecutor final : public Executor {
   std::condition_variable wake_, done_;
   bool stop_ = false;
   uint64_t generation_ = 0;
-  const Batch* batch_ = nullptr;
-  std::span<float> logits_;
+  Job job_;
   int pending_ = 0;
   bool failed_ = false;
   bool aborted_ = false;
   std::vector<Status> results_;
-  Status broken_;
 };
 
-// "peer 0->1 yes" per neighbouring pair, enabling access where possible.
-Result<std::string> enable_peer_links(const std::vector<int>& devices) {
-  std::string links;
-  for (size_t i = 0; i + 1 < devices.size(); ++i) {
-    LS_ASSIGN_OR_RETURN(const bool can, cuda::can_access_peer(devices[i + 1], devices[i]));
-    if (can) LS_RETURN_IF_ERROR(cuda::enable_peer_access(devices[i + 1], devices[i]));
-    links += fmt::format("{}cuda:{} -> cuda:{} {}", i ? ", " : "", devices[i], devices[i + 1],
-                         can ? "peer-to-peer" : "staged through the host");
-  }
-  return links;
-}
+// The stages in turn, piece by piece. Stage s + 1 starts only once every rank of stage s has
+// synchronized its stream, so two communicators on one device (a device listed in two
+// stages) never have kernels in flight together, which NCCL needs of communicators sharing a
+// device ("Using multiple NCCL communicators concurrently").
+class MultiGpuExecutor final : public Executor {
+ public:
+  MultiGpuExecutor(std::shared_ptr<const LoadedModel> model, ParallelLayout layout,
+                   std::vector<std::unique_ptr<Stage>> stages, int32_t max_rows, std::string links)
+      : model_(std::move(model)),
+        layout_(std::move(layout)),
+        stages_(std::move(stages)),
+        max_rows_(max_rows),
+        links_(std::move(links)) {}
 
-Result<std::unique_ptr<Executor>> create_pipeline(std::shared_ptr<const LoadedModel> model,
-                                                  const CudaExecutorOptions& base,
-                                                  const MultiGpuOptions& options) {
-  LS_ASSIGN_OR_RETURN(const std::vector<LayerRange> ranges,
-                      pipeline_layer_split(*model, options.pipeline_parallel, options.layer_split));
-  std::vector<std::pair<std::shared_ptr<const LoadedModel>, CudaExecutorOptions>> specs;
-  for (size_t s = 0; s < ranges.size(); ++s) {
-    CudaExecutorOptions stage = base;
-    stage.device = options.devices[s];
-    stage.layers = ranges[s];
-    spdlog::info("pipeline stage {} on cuda:{}: layers {}-{}{}{}, {:.2f} GiB of weights", s,
-                 stage.device, ranges[s].begin, ranges[s].end - 1,
-                 ranges[s].embeddings ? " + embeddings" : "", ranges[s].head ? " + head" : "",
-                 static_cast<double>(range_weight_bytes(*model, ranges[s])) / (1 << 30));
-    specs.emplace_back(model, stage);
+  const ModelConfig& config() const override { return model_->config; }
+  KvCacheInfo kv_info() const override {
+    // Every part has the same block count; a block spans all layers and KV heads of all parts.
+    KvCacheInfo info = stages_.front()->ranks().front()->executor().kv_info();
+    info.bytes_per_block = 0;
+    for (const auto& stage : stages_) {
+      for (const auto& part : stage->ranks())
+        info.bytes_per_block += part->executor().kv_info().bytes_per_block;
+    }
+    return info;
   }
-  LS_ASSIGN_OR_RETURN(std::string links, enable_peer_links(options.devices));
-  spdlog::info("pipeline links: {}", links);
-  LS_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<CudaPart>> stages, create_parts(specs));
-  return std::unique_ptr<Executor>(std::make_unique<PipelineExecutor>(
-      std::move(model), std::move(stages), base.max_batch_tokens, std::move(links)));
-}
 
-Result<std::unique_ptr<Executor>> create_tensor_parallel(std::shared_ptr<const LoadedModel> model,
-                                                         const CudaExecutorOptions& base,
-                                                         const MultiGpuOptions& options) {
-  const int n = options.tensor_parallel;
-  LS_RETURN_IF_ERROR(check_tensor_parallel(*model, n));
-  // NVLink SHARP (multicast) stays off unless the operator asks for it.
-  setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
+  std::string describe() const override {
+    const int tp = layout_.tensor_parallel, pp = layout_.pipeline_parallel;
+    if (pp == 1) {
+      return fmt::format("tensor parallel over {} GPUs ({}):{}", tp,
+                         stages_.front()->describe_all_reduce(),
+                         join_described(stages_.front()->ranks(), "  "));
+    }
+    if (tp == 1) {
+      std::string parts;
+      for (const auto& stage : stages_) parts += join_described(stage->ranks(), "  ");
+      return fmt::format("pipeline of {} stages ({}):{}", pp, links_, parts);
+    }
+    std::string out = fmt::format(
+        "pipeline of {} stages, each tensor parallel over {} GPUs ({}):", pp, tp, links_);
+    for (size_t s = 0; s < stages_.size(); ++s) {
+      out += fmt::format("\n  stage {} ({}):{}", s, stages_[s]->describe_all_reduce(),
+                         join_described(stages_[s]->ranks(), "    "));
+    }
+    return out;
+  }
+
+  Status forward(const Batch& batch, std::span<float> logits) override {
+    const int64_t n_vocab = model_->config.n_vocab;
+    LS_RETURN_IF_ERROR(validate_batch(batch, kv_info(), n_vocab, logits.size()));
+    if (!broken_.is_ok()) return broken_;
+    const Status status = run_in_pieces(
+        batch, max_rows_, n_vocab, logits, pieces_,
+        [&](const Batch& piece, std::span<float> piece_logits) -> Status {
+          StageInput input;
+          for (size_t s = 0; s < stages_.size(); ++s) {
+            const bool last = s + 1 == stages_.size();
+            LS_RETURN_IF_ERROR(stages_[s]->run(piece, last ? piece_logits.data() : nullptr,
+                                               s == 0 ? nullptr : &input));
+            input = stages_[s]->output(max_rows_);
+          }
+          return Status::ok();
+        });
+    if (!status.is_ok() &&
+        std::any_of(stages_.begin(), stages_.end(), [](const auto& s) { return s->aborted(); })) {
+      broken_ = status.with_context("tensor parallel executor stopped");
+    }
+    return status;
+  }
+
+ private:
+  std::shared_ptr<const LoadedModel> model_;
+  ParallelLayout layout_;
+  std::vector<std::unique_ptr<Stage>> stages_;
+  int32_t max_rows_;
+  std::string links_;
+  PieceScratch pieces_;
+  Status broken_;  // set once a stage aborted its communicator: every later pass fails
+};
+
+// One stage's communicator (and, with LLAMASERVE_TP_ALLREDUCE=peer, its peer-to-peer
+// all-reduce); a stage of one rank needs neither.
+Result<std::unique_ptr<Stage>> create_stage(std::vector<int> devices) {
+  const int n = static_cast<int>(devices.size());
+  if (n == 1)
+    return std::make_unique<Stage>(std::move(devices), std::vector<ncclComm_t>(), nullptr);
   std::vector<ncclComm_t> comms(static_cast<size_t>(n));
-  LS_NCCL_CHECK(ncclCommInitAll(comms.data(), n, options.devices.data()));
+  LS_NCCL_CHECK(ncclCommInitAll(comms.data(), n, devices.data()));
   // LLAMASERVE_TP_ALLREDUCE=peer sends the small all-reduces through the peer-to-peer kernel.
   // Not the default: on the H200 pair it measured no faster than NCCL (bench/results,
   // 2026-11-29-h200x2-7b-f16-tp-pp.md).
   std::unique_ptr<cuda::PeerAllReduce> peer;
   const char* mode = std::getenv("LLAMASERVE_TP_ALLREDUCE");
   if (mode != nullptr && std::string_view(mode) == "peer") {
-    auto group = cuda::PeerAllReduce::create(options.devices, kPeerAllReduceFloats);
+    auto group = cuda::PeerAllReduce::create(devices, kPeerAllReduceFloats);
     if (group.is_ok()) {
       peer = std::move(group).value();
     } else {
@@ -293,29 +291,46 @@ Result<std::unique_ptr<Executor>> create_tensor_parallel(std::shared_ptr<const L
                    group.status().to_string());
     }
   }
-  auto executor =
-      std::make_unique<TensorParallelExecutor>(model, options.devices, comms, std::move(peer));
-  std::vector<std::pair<std::shared_ptr<const LoadedModel>, CudaExecutorOptions>> specs;
-  for (int r = 0; r < n; ++r) {
-    LS_ASSIGN_OR_RETURN(std::shared_ptr<const LoadedModel> shard,
-                        tensor_parallel_shard(model, r, n));
-    CudaExecutorOptions rank = base;
-    rank.device = options.devices[static_cast<size_t>(r)];
-    rank.primary_rank = r == 0;
-    const TensorParallelExecutor* owner = executor.get();
-    rank.all_reduce = [owner, r](float* data, size_t count, cudaStream_t stream) {
-      return owner->all_reduce(r, data, count, stream);
-    };
-    spdlog::info(
-        "tensor parallel rank {} on cuda:{}: {} of {} heads, {} of {} KV heads, {} of {} "
-        "FFN columns",
-        r, rank.device, shard->config.n_head, model->config.n_head, shard->config.n_head_kv,
-        model->config.n_head_kv, shard->config.n_ff, model->config.n_ff);
-    specs.emplace_back(std::move(shard), rank);
+  return std::make_unique<Stage>(std::move(devices), std::move(comms), std::move(peer));
+}
+
+// "cuda:0 -> cuda:1 peer-to-peer" per copy between stages, enabling access where possible.
+Result<std::string> enable_stage_links(const ParallelLayout& layout) {
+  std::string links;
+  for (const StageHandoff& h : layout.handoffs()) {
+    std::string how = "same device";
+    if (h.from_device != h.to_device) {
+      LS_ASSIGN_OR_RETURN(const bool can, cuda::can_access_peer(h.to_device, h.from_device));
+      if (can) LS_RETURN_IF_ERROR(cuda::enable_peer_access(h.to_device, h.from_device));
+      how = can ? "peer-to-peer" : "staged through the host";
+    }
+    links += fmt::format("{}cuda:{} -> cuda:{} {}", links.empty() ? "" : ", ", h.from_device,
+                         h.to_device, how);
   }
-  LS_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<CudaPart>> ranks, create_parts(specs));
-  executor->start(std::move(ranks));
-  return std::unique_ptr<Executor>(std::move(executor));
+  return links;
+}
+
+void log_part(const ParallelLayout& layout, int stage, int rank, const CudaExecutorOptions& part,
+              const LoadedModel& full, const LoadedModel& shard) {
+  const std::string heads =
+      fmt::format("{} of {} heads, {} of {} KV heads, {} of {} FFN columns", shard.config.n_head,
+                  full.config.n_head, shard.config.n_head_kv, full.config.n_head_kv,
+                  shard.config.n_ff, full.config.n_ff);
+  if (layout.pipeline_parallel == 1) {
+    spdlog::info("tensor parallel rank {} on cuda:{}: {}", rank, part.device, heads);
+    return;
+  }
+  const LayerRange& range = *part.layers;
+  const std::string layers =
+      fmt::format("layers {}-{}{}{}, {:.2f} GiB of weights", range.begin, range.end - 1,
+                  range.embeddings ? " + embeddings" : "", range.head ? " + head" : "",
+                  static_cast<double>(range_weight_bytes(shard, range)) / (1 << 30));
+  if (layout.tensor_parallel == 1) {
+    spdlog::info("pipeline stage {} on cuda:{}: {}", stage, part.device, layers);
+  } else {
+    spdlog::info("pipeline stage {} rank {} on cuda:{}: {}; {}", stage, rank, part.device, layers,
+                 heads);
+  }
 }
 
 }  // namespace
@@ -325,29 +340,92 @@ Result<std::unique_ptr<Executor>> create_multi_gpu_executor(
     const MultiGpuOptions& options) {
   if (!model)
     return make_error(StatusCode::kInvalidArgument, "create_multi_gpu_executor: no model");
-  const int n = options.tensor_parallel * options.pipeline_parallel;
-  if (options.tensor_parallel < 1 || options.pipeline_parallel < 1 ||
-      static_cast<int>(options.devices.size()) != n) {
-    return make_error(StatusCode::kInvalidArgument,
-                      "tensor parallel {} x pipeline parallel {} need {} devices, {} given",
-                      options.tensor_parallel, options.pipeline_parallel, n,
-                      options.devices.size());
-  }
-  if (options.tensor_parallel > 1 && options.pipeline_parallel > 1) {
-    return make_error(StatusCode::kUnsupported,
-                      "tensor parallel and pipeline parallel together are not supported; use one "
-                      "of them, and --replicas for more devices");
-  }
+  LS_ASSIGN_OR_RETURN(
+      const ParallelLayout layout,
+      make_parallel_layout(options.devices, options.tensor_parallel, options.pipeline_parallel));
   int visible = 0;
   LS_CUDA_CHECK(cudaGetDeviceCount(&visible));
-  for (size_t i = 0; i < options.devices.size(); ++i) {
-    if (options.devices[i] < 0 || options.devices[i] >= visible) {
+  for (int device : layout.devices) {
+    if (device >= visible) {
       return make_error(StatusCode::kInvalidArgument, "CUDA device {} does not exist ({} visible)",
-                        options.devices[i], visible);
+                        device, visible);
     }
   }
-  if (options.pipeline_parallel > 1) return create_pipeline(std::move(model), base, options);
-  return create_tensor_parallel(std::move(model), base, options);
+  const int tp = layout.tensor_parallel, pp = layout.pipeline_parallel;
+
+  // Rank r holds the same shard in every stage (each stage uploads its layers of it).
+  std::vector<std::shared_ptr<const LoadedModel>> shards;
+  if (tp == 1) {
+    shards.push_back(model);
+  } else {
+    LS_RETURN_IF_ERROR(check_tensor_parallel(*model, tp));
+    for (int r = 0; r < tp; ++r) {
+      LS_ASSIGN_OR_RETURN(std::shared_ptr<const LoadedModel> shard,
+                          tensor_parallel_shard(model, r, tp));
+      shards.push_back(std::move(shard));
+    }
+    // NVLink SHARP (multicast) stays off unless the operator asks for it.
+    setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
+  }
+  // Balanced by what one device of a stage holds: rank 0's shard of its layers.
+  std::vector<LayerRange> ranges;
+  if (pp > 1) {
+    LS_ASSIGN_OR_RETURN(ranges, pipeline_layer_split(*shards.front(), pp, options.layer_split));
+  }
+
+  std::vector<std::unique_ptr<Stage>> stages;
+  for (int s = 0; s < pp; ++s) {
+    auto stage = create_stage(layout.stage_devices(s));
+    if (!stage.is_ok()) {
+      if (pp == 1) return stage.status();
+      return stage.status().with_context(
+          fmt::format("pipeline stage {} (cuda:{})", s, fmt::join(layout.stage_devices(s), ",")));
+    }
+    stages.push_back(std::move(stage).value());
+  }
+  std::string links;
+  if (pp > 1) {
+    LS_ASSIGN_OR_RETURN(links, enable_stage_links(layout));
+    spdlog::info("pipeline links: {}", links);
+  }
+
+  std::vector<PartSpec> specs;
+  for (int s = 0; s < pp; ++s) {
+    for (int r = 0; r < tp; ++r) {
+      CudaExecutorOptions part = base;
+      part.device = layout.device(s, r);
+      if (pp > 1) part.layers = ranges[static_cast<size_t>(s)];
+      if (tp > 1) {
+        part.primary_rank = r == 0;
+        const Stage* owner = stages[static_cast<size_t>(s)].get();
+        part.all_reduce = [owner, r](float* data, size_t count, cudaStream_t stream) {
+          return owner->all_reduce(r, data, count, stream);
+        };
+      }
+      // Parts on one device plan before any of them allocates: each gets its share.
+      const int sharing = layout.parts_on(part.device);
+      if (sharing > 1) {
+        part.gpu_memory_utilization = base.gpu_memory_utilization / sharing;
+        const bool first = std::find(layout.devices.begin(), layout.devices.end(), part.device) ==
+                           layout.devices.begin() + (s * tp + r);
+        if (first) {
+          spdlog::info("cuda:{} holds {} parts: each plans against {:.0f}% of it", part.device,
+                       sharing, 100.0 * part.gpu_memory_utilization);
+        }
+      }
+      const auto& shard = shards[static_cast<size_t>(r)];
+      log_part(layout, s, r, part, *model, *shard);
+      specs.emplace_back(shard, part);
+    }
+  }
+  LS_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<CudaPart>> parts, create_parts(specs));
+  for (int s = 0; s < pp; ++s) {
+    std::vector<std::unique_ptr<CudaPart>> ranks;
+    for (int r = 0; r < tp; ++r) ranks.push_back(std::move(parts[static_cast<size_t>(s * tp + r)]));
+    stages[static_cast<size_t>(s)]->start(std::move(ranks));
+  }
+  return std::unique_ptr<Executor>(std::make_unique<MultiGpuExecutor>(
+      std::move(model), layout, std::move(stages), base.max_batch_tokens, std::move(links)));
 }
 
 }  // namespace llamaserve

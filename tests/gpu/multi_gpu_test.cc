@@ -1,8 +1,9 @@
 // The multi-GPU executors against the single-GPU executor on the same model: tensor parallel
-// (tp=2) and pipeline (pp=2, balanced and an explicit split) give the same logits for prefill,
-// mixed prefill/decode and oversized batches, and the same greedy tokens step by step with
-// CUDA graphs; an engine over each layout runs concurrent requests with cancellations and
-// leaves every KV block free and every byte of device memory returned. Skips below 2 GPUs.
+// (tp=2), pipeline (pp=2, balanced and an explicit split) and both (tp=2 x pp=2, on "0,1,0,1"
+// where only two GPUs exist) give the same logits for prefill, mixed prefill/decode and
+// oversized batches, and the same greedy tokens step by step with CUDA graphs; an engine over
+// each layout runs concurrent requests with cancellations and leaves every KV block free and
+// every byte of device memory returned. Skips below 2 GPUs.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>
@@ -23,6 +24,7 @@
 #include "model/importers/synth_model.h"
 #include "parallel/cuda_executor.h"
 #include "parallel/executor_factory.h"
+#include "parallel/multi_gpu_executor.h"
 #include "parallel/tp_shard.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
@@ -99,6 +101,29 @@ std::unique_ptr<Executor> make(std::shared_ptr<const LoadedModel> model, const E
   return executor.is_ok() ? std::move(executor).value() : nullptr;
 }
 
+// tp x pp over an explicit device list, with small()'s options: the server's device lists
+// (create_executor) never repeat a device, but tp 2 x pp 2 on a 2-GPU machine is "0,1,0,1"
+// (each stage's communicator still has distinct devices).
+std::unique_ptr<Executor> make_layout(std::shared_ptr<const LoadedModel> model,
+                                      std::vector<int> devices, int tp, int pp,
+                                      int64_t kv_capacity_tokens = 3 * 32 * 16) {
+  const ExecutorOptions o = small("0", tp, pp);
+  CudaExecutorOptions base;
+  base.kv_capacity_tokens = kv_capacity_tokens;
+  base.kv_block_size = o.kv_block_size;
+  base.max_batch_tokens = o.max_batch_tokens;
+  base.max_seqs = o.max_seqs;
+  base.max_context_tokens = o.max_context_tokens;
+  base.gpu_memory_utilization = o.gpu_memory_utilization;
+  MultiGpuOptions multi;
+  multi.devices = std::move(devices);
+  multi.tensor_parallel = tp;
+  multi.pipeline_parallel = pp;
+  auto executor = create_multi_gpu_executor(std::move(model), base, multi);
+  EXPECT_TRUE(executor.is_ok()) << executor.status().to_string();
+  return executor.is_ok() ? std::move(executor).value() : nullptr;
+}
+
 constexpr int32_t kBlocksPerSeq = 32;
 
 // Sequences s = 0..n-1 with blocks [s * kBlocksPerSeq, ...): rows (seq, tokens from position).
@@ -147,10 +172,9 @@ using cuda::testing::max_rel_error;
 // The same sequence of batches on both executors: a long prefill of two sequences (runs in
 // pieces), a mixed batch (one decode row, one prefill chunk, a new sequence), then 12 greedy
 // decode steps of three sequences (CUDA graph shapes).
-void expect_same_as_single(std::shared_ptr<const LoadedModel> model, const ExecutorOptions& multi,
-                           double tolerance) {
+void expect_same_as_single(std::shared_ptr<const LoadedModel> model,
+                           std::unique_ptr<Executor> parallel, double tolerance) {
   auto single = make(model, small("0", 1, 1));
-  auto parallel = make(model, multi);
   ASSERT_TRUE(single && parallel);
   EXPECT_EQ(parallel->kv_info().n_blocks, single->kv_info().n_blocks);
   const int64_t n_vocab = model->config.n_vocab;
@@ -193,6 +217,12 @@ void expect_same_as_single(std::shared_ptr<const LoadedModel> model, const Execu
       ++length[static_cast<size_t>(s)];
     }
   }
+}
+
+void expect_same_as_single(std::shared_ptr<const LoadedModel> model, const ExecutorOptions& multi,
+                           double tolerance) {
+  auto parallel = make(model, multi);
+  expect_same_as_single(std::move(model), std::move(parallel), tolerance);
 }
 
 // The peer-to-peer all-reduce alone: two ranks on their own threads and streams, many calls
@@ -305,6 +335,30 @@ TEST_F(MultiGpuTest, PipelineMatchesOneGpuExactly) {
   expect_same_as_single(f16, small("0,1", 1, 2), 1e-6);
 }
 
+// tp 2 x pp 2: the tensor-parallel tolerances (the pipeline adds no rounding of its own). On
+// "0,1,0,1" each device holds one rank of each stage, two NCCL communicators over the same
+// pair of GPUs, used one stage after the other.
+TEST_F(MultiGpuTest, TensorTimesPipelineF16MatchesOneGpu) {
+  auto model = load(source_dir() / "tests" / "fixtures" / "reference" / "tiny-llama-f16.gguf");
+  ASSERT_NE(model, nullptr);
+  auto parallel = make_layout(model, {0, 1, 0, 1}, 2, 2);
+  ASSERT_NE(parallel, nullptr);
+  EXPECT_NE(parallel->describe().find("pipeline of 2 stages, each tensor parallel over 2 GPUs"),
+            std::string::npos)
+      << parallel->describe();
+  expect_same_as_single(model, std::move(parallel), 2e-3);
+  // Four distinct GPUs, through the server's path, where the machine has them.
+  if (device_count() >= 4) expect_same_as_single(model, small("0,1,2,3", 2, 2), 2e-3);
+}
+
+TEST_F(MultiGpuTest, TensorTimesPipelineQ8_0MatchesOneGpu) {
+  auto model = tiny_q8_0();
+  ASSERT_NE(model, nullptr);
+  expect_same_as_single(model, make_layout(model, {0, 1, 0, 1}, 2, 2), 2.5e-2);
+  // The stages on the devices the other way round: stage 1 reads stage 0's primary on cuda:1.
+  expect_same_as_single(model, make_layout(model, {1, 0, 1, 0}, 2, 2), 2.5e-2);
+}
+
 // A LLaMA-2-7B-shaped model (32 layers, 4096 wide; `llamaserve synth`, F16) when
 // LLAMASERVE_TEST_7B names one: tensor parallel and pipeline against one GPU.
 TEST_F(MultiGpuTest, SevenBShapeLayoutsMatchOneGpu) {
@@ -332,10 +386,26 @@ TEST_F(MultiGpuTest, InvalidLayoutsAreRefusedClearly) {
       << split.message();
   EXPECT_FALSE(create_executor(gqa, small("0,7", 1, 2)).is_ok());
   EXPECT_FALSE(create_executor(gqa, small("0,1", 2, 2)).is_ok());  // 4 devices needed
+  // tp x pp: the tensor-parallel check holds for every stage, and a stage's ranks need
+  // distinct devices (one NCCL communicator each).
+  MultiGpuOptions both;
+  both.devices = {0, 1, 0, 1};
+  both.tensor_parallel = 2;
+  both.pipeline_parallel = 2;
+  const Status shard = create_multi_gpu_executor(gqa, CudaExecutorOptions(), both).status();
+  EXPECT_NE(shard.message().find("valid sizes for this model: 1"), std::string::npos)
+      << shard.message();
+  both.devices = {0, 0, 1, 1};
+  const Status twice = create_multi_gpu_executor(gqa, CudaExecutorOptions(), both).status();
+  EXPECT_EQ(twice.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(twice.message().find("pipeline stage 0 (devices 0,0) has cuda:0 twice"),
+            std::string::npos)
+      << twice.message();
 }
 
-// An engine on each layout: 24 concurrent requests, a third cancelled mid-stream; afterwards
-// every KV block is free, and once the engine is gone the devices have their memory back.
+// An engine on each layout (tp 2, pp 2, tp 2 x pp 2): 24 concurrent requests, a third cancelled
+// mid-stream; afterwards every KV block is free, and once the engine is gone the devices have their
+// memory back.
 TEST_F(MultiGpuTest, EngineLoadWithCancellationsLeavesNothingBehind) {
   auto model = tiny_q8_0();
   ASSERT_NE(model, nullptr);
@@ -348,14 +418,16 @@ TEST_F(MultiGpuTest, EngineLoadWithCancellationsLeavesNothingBehind) {
   // the process (contexts, peer mappings); the second must give back all it took.
   size_t free_after_first[2] = {0, 0};
   int cycle = 0;
-  for (const auto& [tp, pp] :
-       {std::pair{2, 1}, std::pair{2, 1}, std::pair{1, 2}, std::pair{1, 2}}) {
+  for (const auto& [tp, pp] : {std::pair{2, 1}, std::pair{2, 1}, std::pair{1, 2}, std::pair{1, 2},
+                               std::pair{2, 2}, std::pair{2, 2}}) {
     const bool second = cycle++ % 2 == 1;
     size_t total;
     {
       ExecutorOptions o = small("0,1", tp, pp);
       o.kv_capacity_tokens = 128 * 16;
-      auto executor = make(model, o);
+      // tp 2 x pp 2 on the two GPUs: one rank of each stage on each.
+      auto executor = tp * pp == 4 ? make_layout(model, {0, 1, 0, 1}, tp, pp, o.kv_capacity_tokens)
+                                   : make(model, o);
       ASSERT_NE(executor, nullptr);
       EngineConfig config;
       config.max_running = 8;
