@@ -5,9 +5,10 @@
 //                   [--gpus G] [--gpu-mem 141GB] [--gpu-util 0.90] [--kv-type f16|q8_0]
 //                   [--batch-tokens 512] [--json]
 // Prints weights per GPU, KV bytes per token and per sequence, the activation estimate, the
-// free KV tokens, and for every layout (tp × pp × replicas = G; tp divides n_head and
-// n_head_kv) whether it fits, each with its arithmetic so it can be checked by hand. The
-// placement assumptions are listed in src/model/plan.h and docs/tools.md.
+// free KV tokens, and for every layout (tp × pp × replicas = G) whether it fits, each with its
+// arithmetic so it can be checked by hand; a layout whose tp the tensor-parallel executor
+// cannot split the model into is listed with the reason. The placement assumptions are listed
+// in src/model/plan.h and docs/tools.md.
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -52,7 +53,10 @@ Result<PlanInput> load_input(const PlanCliOptions& o) {
   if (!o.model_path.empty()) {
     LS_ASSIGN_OR_RETURN(auto file, GgufFile::open(o.model_path));
     LS_ASSIGN_OR_RETURN(in.config, model_config_from_gguf(*file));
-    for (const GgufTensorInfo& t : file->tensors()) in.tensors.push_back({t.name, t.n_bytes});
+    for (const GgufTensorInfo& t : file->tensors()) {
+      const int64_t cols = t.dims.empty() ? 0 : static_cast<int64_t>(t.dims[0]);
+      in.tensors.push_back({t.name, t.n_bytes, cols, t.type});
+    }
     in.description = o.model_path;
     return in;
   }

@@ -47,14 +47,13 @@ struct StageWeights {
   uint64_t split = 0;       // this stage's layer matrices, before dividing by tp
   uint64_t replicated = 0;  // this stage's norms
   uint64_t embd = 0;        // token_embd, whole
-  uint64_t head = 0;        // untied output, before dividing by tp
+  uint64_t head = 0;        // untied output, whole on every rank
   uint64_t head_tied = 0;   // token_embd again on the last stage of a tied model (pp > 1)
   uint64_t output_norm = 0;
   uint64_t other = 0;
 
   uint64_t per_gpu(int tp) const {
-    return ceil_div(split, tp) + replicated + embd + ceil_div(head, tp) + head_tied + output_norm +
-           other;
+    return ceil_div(split, tp) + replicated + embd + head + head_tied + output_norm + other;
   }
 };
 
@@ -79,7 +78,10 @@ std::string describe_weights(const StageWeights& sw, const Stage& stage, int tp)
                                  stage.first_layer + stage.n_layers - 1, format_size(sw.split), tp,
                                  format_size(sw.replicated));
   if (sw.embd) text += fmt::format(" + token_embd {}", format_size(sw.embd));
-  if (sw.head) text += fmt::format(" + output {} / tp {}", format_size(sw.head), tp);
+  if (sw.head) {
+    text +=
+        fmt::format(" + output {}{}", format_size(sw.head), tp > 1 ? " (whole on every rank)" : "");
+  }
   if (sw.head_tied) text += fmt::format(" + tied head (token_embd) {}", format_size(sw.head_tied));
   if (sw.output_norm) text += fmt::format(" + output_norm {}", format_size(sw.output_norm));
   if (sw.other) text += fmt::format(" + other {}", format_size(sw.other));
@@ -89,11 +91,12 @@ std::string describe_weights(const StageWeights& sw, const Stage& stage, int tp)
 // Float activations of one pass of T rows on a rank holding 1/tp of the heads and FFN
 // columns, plus the logits of up to R rows: hidden + normed states (2 T n_embd), queries and
 // attention output (2 T q_dim/tp), K and V (2 T kv_dim/tp), FFN gate and up (2 T n_ff/tp),
-// head inputs (R n_embd), logits (R n_vocab/tp).
+// head inputs (R n_embd), logits (R n_vocab: the head is not split, every rank sizes its
+// buffers for all of it).
 uint64_t activation_bytes(const ModelConfig& c, int tp, int64_t t, int64_t r) {
   const uint64_t floats = 2ull * t * c.n_embd + 2ull * t * (c.q_dim() / tp) +
                           2ull * t * (c.kv_dim() / tp) + 2ull * t * (c.n_ff / tp) +
-                          1ull * r * c.n_embd + 1ull * r * ceil_div(c.n_vocab, tp);
+                          1ull * r * c.n_embd + 1ull * r * c.n_vocab;
   return floats * sizeof(float);
 }
 
@@ -104,9 +107,9 @@ LayoutPlan plan_layout(const PlanRequest& req, const PlanReport& report, int tp,
   p.tp = tp;
   p.pp = pp;
   p.replicas = replicas;
-  if (c.n_head % tp != 0 || c.n_head_kv % tp != 0) {
-    p.impossible_reason =
-        fmt::format("tp {} does not divide n_head {} and n_head_kv {}", tp, c.n_head, c.n_head_kv);
+  if (const std::string problem = tensor_parallel_problem(c, req.weights.column_split, tp);
+      !problem.empty()) {
+    p.impossible_reason = fmt::format("tp {} does not divide {}", tp, problem);
     return p;
   }
   if (pp > c.n_layer) {
@@ -168,9 +171,9 @@ LayoutPlan plan_layout(const PlanRequest& req, const PlanReport& report, int tp,
   steps.push_back("weights/GPU: " + describe_weights(tight_weights, st, tp));
   steps.push_back(fmt::format(
       "activations/GPU: 4 B x ({} rows x (2x{} + 2x{}/{} + 2x{}/{} + 2x{}/{}) + {} logit rows x "
-      "({} + {}/{})) = {}",
+      "({} + {})) = {}",
       req.max_batch_tokens, c.n_embd, c.q_dim(), tp, c.kv_dim(), tp, c.n_ff, tp, logit_rows,
-      c.n_embd, c.n_vocab, tp, format_size(p.activations_per_gpu)));
+      c.n_embd, c.n_vocab, format_size(p.activations_per_gpu)));
   steps.push_back(fmt::format("budget/GPU: {} x {:.2f} = {}", format_size(req.gpu_memory_bytes),
                               req.gpu_memory_utilization, format_size(p.budget_per_gpu)));
   steps.push_back(fmt::format(
@@ -244,6 +247,14 @@ Result<WeightBytes> group_weight_bytes(std::span<const NamedTensorBytes> tensors
       const bool replicated =
           t.name.find("_norm") != std::string::npos || t.name.ends_with(".bias");
       (replicated ? w.layer_replicated : w.layer_split)[*layer] += t.n_bytes;
+      if (t.name.ends_with(".attn_output.weight") || t.name.ends_with(".ffn_down.weight")) {
+        if (t.cols < 1) {
+          return make_error(StatusCode::kInvalidArgument,
+                            "tensor '{}' has no row length; the tensor-parallel split needs it",
+                            t.name);
+        }
+        w.column_split.push_back({t.name, t.cols, t.type});
+      }
     } else {
       w.other += t.n_bytes;
     }

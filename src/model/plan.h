@@ -3,15 +3,18 @@
 // context length at a given concurrency. Pure arithmetic, no devices: `llamaserve plan`
 // prints it with the steps spelled out so that an operator can check it by hand.
 //
-// Placement assumptions (what the numbers mean):
+// Placement assumptions (what the numbers mean), those of the server's executors:
 //   - pipeline stages own contiguous layer ranges; the first n_layer % pp stages get one
 //     layer more than the others;
 //   - tensor parallelism splits each layer's matrices (heads, FFN columns) and its KV heads
-//     evenly over tp ranks; norms are replicated on every rank;
+//     evenly over tp ranks; norms are replicated on every rank. A tp is possible only where
+//     the executor can cut the matrices: tensor_parallel_problem (tensor_parallel_split.h);
 //   - token_embd lives whole on every rank of the first stage (a lookup, not worth
-//     splitting); an untied output matrix is split by vocabulary rows over the ranks of
-//     the last stage; a tied head needs token_embd whole on the last stage too;
-//   - every GPU keeps its own activations for max_batch_tokens rows and a fixed workspace.
+//     splitting); the output matrix lives whole on every rank of the last stage (the
+//     tensor-parallel executor does not split the head); a tied head needs token_embd whole
+//     on the last stage too;
+//   - every GPU keeps its own activations for max_batch_tokens rows, the logits of its
+//     sequences over the whole vocabulary, and a fixed workspace.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +26,7 @@
 
 #include "core/status.h"
 #include "model/config.h"
+#include "model/tensor_parallel_split.h"
 #include "quant/types.h"
 
 namespace llamaserve {
@@ -30,6 +34,10 @@ namespace llamaserve {
 struct NamedTensorBytes {
   std::string name;  // GGUF tensor name
   uint64_t n_bytes = 0;
+  // Row length in elements (GGUF dims[0]) and type: where tensor parallelism may cut the
+  // rows of the attention output and FFN down matrices. Needed for those two.
+  int64_t cols = 0;
+  TensorType type = TensorType::F32;
 };
 
 // A model's weight bytes grouped by where they are placed.
@@ -39,15 +47,16 @@ struct WeightBytes {
   uint64_t output_norm = 0;
   uint64_t other = 0;  // small tensors outside the layers (rope_freqs), on every GPU
   bool tied_output = false;
-  std::vector<uint64_t> layer_split;       // per layer: matrices, divided by tp
-  std::vector<uint64_t> layer_replicated;  // per layer: norms and biases, on every rank
+  std::vector<uint64_t> layer_split;            // per layer: matrices, divided by tp
+  std::vector<uint64_t> layer_replicated;       // per layer: norms and biases, on every rank
+  std::vector<ColumnSplitMatrix> column_split;  // attn_output and ffn_down of every layer
 
   uint64_t total() const;
 };
 
 // Groups tensors by name (token_embd.weight, output.weight, output_norm.weight,
 // blk.N.*; norms are the names containing "_norm"). Errors on a layer index outside
-// [0, n_layer).
+// [0, n_layer), and on an attn_output or ffn_down matrix without its row length.
 Result<WeightBytes> group_weight_bytes(std::span<const NamedTensorBytes> tensors,
                                        const ModelConfig& config);
 
@@ -69,7 +78,8 @@ struct LayoutPlan {
   int tp = 1;
   int pp = 1;
   int replicas = 1;
-  // Empty when the layout can be built; otherwise why not (tp does not divide the heads).
+  // Empty when the layout can be built; otherwise why not ("tp 2 does not divide 40
+  // attention heads", or a matrix the shards cannot cut on block boundaries).
   std::string impossible_reason;
 
   int64_t max_layers_per_stage = 0;

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "model/tensor_parallel_split.h"
+
 namespace llamaserve {
 namespace {
 
@@ -41,30 +43,6 @@ QTensor column_slice(const QTensor& t, int64_t begin, int64_t count,
   return out;
 }
 
-bool splits(int64_t n, int ranks, uint32_t block) {
-  return n % ranks == 0 && (n / ranks) % block == 0;
-}
-
-// Why `n_ranks` does not split the model, or empty.
-std::string tensor_parallel_problem(const LoadedModel& model, int n_ranks) {
-  const ModelConfig& c = model.config;
-  if (n_ranks < 1) return "the number of ranks must be >= 1";
-  if (c.n_head % n_ranks != 0) return fmt::format("{} attention heads", c.n_head);
-  if (c.n_head_kv % n_ranks != 0) return fmt::format("{} KV heads", c.n_head_kv);
-  if (c.n_ff % n_ranks != 0) return fmt::format("an FFN width of {}", c.n_ff);
-  for (size_t i = 0; i < model.weights.layers.size(); ++i) {
-    const LayerWeights& l = model.weights.layers[i];
-    for (const QTensor* t : {&l.wo, &l.w_down}) {
-      const uint32_t block = traits(t->type).block_elems;
-      if (!splits(t->cols(), n_ranks, block)) {
-        return fmt::format("{} ({} columns in {}-element {} blocks)", t->name, t->cols(), block,
-                           type_name(t->type));
-      }
-    }
-  }
-  return {};
-}
-
 struct ShardHolder {
   std::shared_ptr<const LoadedModel> full;
   std::vector<std::vector<uint8_t>> storage;
@@ -74,15 +52,17 @@ struct ShardHolder {
 }  // namespace
 
 std::vector<int> valid_tensor_parallel_sizes(const LoadedModel& model, int max_ranks) {
+  const std::vector<ColumnSplitMatrix> column_split = column_split_matrices(model.weights);
   std::vector<int> sizes;
   for (int n = 1; n <= max_ranks; ++n) {
-    if (tensor_parallel_problem(model, n).empty()) sizes.push_back(n);
+    if (tensor_parallel_problem(model.config, column_split, n).empty()) sizes.push_back(n);
   }
   return sizes;
 }
 
 Status check_tensor_parallel(const LoadedModel& model, int n_ranks) {
-  const std::string problem = tensor_parallel_problem(model, n_ranks);
+  const std::string problem =
+      tensor_parallel_problem(model.config, column_split_matrices(model.weights), n_ranks);
   if (problem.empty()) return Status::ok();
   return make_error(StatusCode::kInvalidArgument,
                     "tensor parallel {} does not divide {}; valid sizes for this model: {}",

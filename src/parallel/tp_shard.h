@@ -17,7 +17,7 @@ namespace llamaserve {
 
 // The N in [1, max_ranks] a model splits into: N divides the heads, the KV heads and the FFN
 // width, and the column ranges of the attention output and FFN down matrices fall on whole
-// quantization blocks.
+// quantization blocks (model/tensor_parallel_split.h, the rule `llamaserve plan` applies too).
 std::vector<int> valid_tensor_parallel_sizes(const LoadedModel& model, int max_ranks);
 
 // Checks that `n_ranks` is valid, with an error listing the valid sizes otherwise.

@@ -263,6 +263,11 @@ def test_plan_llama2_70b_on_eight_gpus():
     tp2 = layouts[(2, 1)]
     budget = int(141e9 * 0.9)
     assert tp2["budget_bytes_per_gpu"] == budget
+    # Half of every layer's matrices; token_embd and output whole on both ranks, as the
+    # tensor-parallel executor places them.
+    layer_matrices = 2 * (2 * 8192 * 8192 + 2 * 8192 * 1024 + 3 * 8192 * 28672)
+    embd = 32000 * 8192 * 2
+    assert tp2["weights_bytes_per_gpu"] == 80 * (layer_matrices // 2 + 2 * 8192 * 4) + 2 * embd + 8192 * 4
     assert tp2["kv_bytes_per_token_per_gpu"] == 327680 // 2
     free = budget - tp2["weights_bytes_per_gpu"] - tp2["activations_bytes_per_gpu"] - (256 << 20)
     assert tp2["free_kv_bytes_per_gpu"] == free
@@ -278,7 +283,7 @@ def test_plan_text_shows_arithmetic_and_model_files():
     proc = llamaserve("plan", "--shape", "llama2-13b", "--gpus", "3", "--ctx", "2048", "--concurrency", "8",
                       "--gpu-mem", "80GiB", "--kv-type", "q8_0")
     assert proc.returncode == 0, proc.stderr
-    assert "not possible: tp 3 does not divide n_head 40" in proc.stdout
+    assert "not possible: tp 3 does not divide 40 attention heads" in proc.stdout
     assert "KV/token/GPU: 2 (K,V) x 14 layers" in proc.stdout  # pp 3: 14 + 13 + 13 layers
     assert "budget/GPU: 80.00 GiB x 0.90 = 72.00 GiB" in proc.stdout
     if SMOLLM2.exists():
@@ -286,6 +291,12 @@ def test_plan_text_shows_arithmetic_and_model_files():
         assert plan["weights_bytes"] == sum(t.n_bytes for t in gguf.GGUFReader(str(SMOLLM2)).tensors)
         assert plan["kv_bytes_per_token"] == 2 * 30 * 3 * 64 * 2
         assert plan["layouts"][0]["fits"]
+    # Q4_K_M ffn_down rows cannot be cut into 5504-column halves (256-element blocks).
+    plan = plan_json("--shape", "llama2-7b", "--type", "q4_k_m", "--gpus", "2", "--gpu-mem", "80GB")
+    tp2 = next(l for l in plan["layouts"] if l["tp"] == 2)
+    assert not tp2["possible"]
+    assert tp2["reason"] == "tp 2 does not divide blk.0.ffn_down.weight (11008 columns in 256-element Q6_K blocks)"
+    assert plan["layouts"][plan["recommended"]]["tp"] == 1
     for args, message in ((["--shape", "tiny", "-m", str(SMOLLM2)], "exactly one"),
                           (["--shape", "tiny", "--gpu-mem", "lots"], "not a memory size"),
                           (["--shape", "gpt-5"], "unknown model shape"),

@@ -135,7 +135,8 @@ std::vector<NamedTensorBytes> llama_tensor_bytes(const ModelConfig& config,
             .type;
     uint64_t rows = 1;
     for (size_t i = 1; i < spec.dims.size(); ++i) rows *= spec.dims[i];
-    bytes.push_back({spec.name, rows * row_bytes(type, static_cast<size_t>(spec.dims[0]))});
+    bytes.push_back({spec.name, rows * row_bytes(type, static_cast<size_t>(spec.dims[0])),
+                     static_cast<int64_t>(spec.dims[0]), type});
   }
   return bytes;
 }

@@ -61,8 +61,8 @@ TensorTypeChoice choose_tensor_type(const FileType& file_type, std::string_view 
 std::vector<std::string> group_tensor_notes(
     const std::vector<std::pair<std::string, std::string>>& name_and_note);
 
-// Bytes of every tensor of a llama model of `config` written as `file_type` (the weights a
-// shape would have, without writing it).
+// Bytes, row length and type of every tensor of a llama model of `config` written as
+// `file_type` (the weights a shape would have, without writing it).
 std::vector<NamedTensorBytes> llama_tensor_bytes(const ModelConfig& config,
                                                  const FileType& file_type);
 

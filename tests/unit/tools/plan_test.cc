@@ -92,13 +92,14 @@ TEST(PlanTest, LayoutsOf70BOnEightGpus) {
   EXPECT_LT(single->free_kv_bytes_per_gpu, 0);
   EXPECT_EQ(single->kv_tokens_per_replica, 0);
 
-  // tp 2: each GPU holds half of every layer matrix, the whole token_embd, half the output.
+  // tp 2: each GPU holds half of every layer matrix, the whole token_embd and the whole output
+  // (the tensor-parallel executor does not split the head).
   const LayoutPlan* tp2 = find_layout(*report, 2, 1);
   ASSERT_NE(tp2, nullptr);
   const uint64_t layer_matrices = 2ull * (2 * 8192 * 8192 + 2 * 8192 * 1024 + 3 * 8192 * 28672);
   const uint64_t norms = 2ull * 8192 * 4;
   const uint64_t embd = 32000ull * 8192 * 2;
-  const uint64_t expected = 80 * (layer_matrices / 2 + norms) + embd + embd / 2 + 8192 * 4;
+  const uint64_t expected = 80 * (layer_matrices / 2 + norms) + embd + embd + 8192 * 4;
   EXPECT_EQ(tp2->weights_per_gpu, expected);
   // KV per token per GPU: 2 x 80 layers x (1024 / 2) values x 2 bytes.
   EXPECT_EQ(tp2->kv_bytes_per_token_per_gpu, 2ull * 80 * 512 * 2);
@@ -114,9 +115,10 @@ TEST(PlanTest, LayoutsOf70BOnEightGpus) {
   EXPECT_EQ(tp2->max_concurrency, tp2->kv_tokens_per_replica / 4096 * 4);
   EXPECT_EQ(tp2->fits, tp2->kv_tokens_per_replica >= 16 * 4096);
 
-  // Activations: 4 B x (512 x (2x8192 + 2x8192/2 + 2x1024/2 + 2x28672/2) + 16 x (8192 + 16000)).
+  // Activations: 4 B x (512 x (2x8192 + 2x8192/2 + 2x1024/2 + 2x28672/2) + 16 x (8192 + 32000)):
+  // every rank has logits buffers for the whole vocabulary.
   EXPECT_EQ(tp2->activations_per_gpu,
-            4ull * (512ull * (2 * 8192 + 8192 + 1024 + 28672) + 16ull * (8192 + 16000)));
+            4ull * (512ull * (2 * 8192 + 8192 + 1024 + 28672) + 16ull * (8192 + 32000)));
   ASSERT_TRUE(report->recommended.has_value());
   const LayoutPlan& best = report->layouts[*report->recommended];
   EXPECT_TRUE(best.fits);
@@ -125,6 +127,86 @@ TEST(PlanTest, LayoutsOf70BOnEightGpus) {
       EXPECT_LE(l.replicas, best.replicas);
     }
   }
+}
+
+TEST(PlanTest, TensorParallelRanksHoldTheWholeHead) {
+  PlanRequest r = request_for("llama2-7b", "f16", 2, 80 * kGiB);
+  auto report = make_plan(r);
+  ASSERT_TRUE(report.is_ok()) << report.status().to_string();
+  const LayoutPlan* tp2 = find_layout(*report, 2, 1);
+  ASSERT_NE(tp2, nullptr);
+  ASSERT_TRUE(tp2->impossible_reason.empty()) << tp2->impossible_reason;
+  // Per rank: half of every layer's matrices, the norms, token_embd and output (32000 x 4096
+  // F16 each, whole), output_norm.
+  const uint64_t layer_matrices = 2ull * (4 * 4096 * 4096 + 3 * 4096 * 11008);
+  const uint64_t norms = 2ull * 4096 * 4;
+  const uint64_t head = 32000ull * 4096 * 2;
+  EXPECT_EQ(tp2->weights_per_gpu, 32 * (layer_matrices / 2 + norms) + head + head + 4096 * 4);
+  bool says_whole = false;
+  for (const std::string& step : tp2->steps) {
+    says_whole =
+        says_whole || step.find("output 250.00 MiB (whole on every rank)") != std::string::npos;
+  }
+  EXPECT_TRUE(says_whole);
+  // One GPU holds the same head: tp 2 saves only on the layers.
+  const LayoutPlan* single = find_layout(*report, 1, 1);
+  ASSERT_NE(single, nullptr);
+  EXPECT_EQ(single->weights_per_gpu - tp2->weights_per_gpu, 32 * layer_matrices / 2);
+}
+
+TEST(PlanTest, TensorParallelNeedsWholeQuantizationBlocksPerRank) {
+  // LLaMA-2-7B Q4_K_M: ffn_down has 11008 columns in 256-element blocks (Q6_K in layer 0);
+  // 5504 per rank of 2 is not whole blocks, so the executor cannot split it.
+  PlanRequest r = request_for("llama2-7b", "q4_k_m", 2, 80 * kGiB);
+  auto report = make_plan(r);
+  ASSERT_TRUE(report.is_ok()) << report.status().to_string();
+  const LayoutPlan* tp2 = find_layout(*report, 2, 1);
+  ASSERT_NE(tp2, nullptr);
+  EXPECT_EQ(tp2->impossible_reason,
+            "tp 2 does not divide blk.0.ffn_down.weight (11008 columns in 256-element Q6_K "
+            "blocks)");
+  EXPECT_FALSE(tp2->fits);
+  // The other layouts of two GPUs still work, and one of them is recommended.
+  const LayoutPlan* pp2 = find_layout(*report, 1, 2);
+  ASSERT_NE(pp2, nullptr);
+  EXPECT_TRUE(pp2->impossible_reason.empty());
+  ASSERT_TRUE(report->recommended.has_value());
+  EXPECT_EQ(report->layouts[*report->recommended].tp, 1);
+
+  // The same shape in F16 (one-element blocks) and in Q8_0 (32: 5504 = 172 x 32) splits.
+  for (const char* type : {"f16", "q8_0"}) {
+    auto ok = make_plan(request_for("llama2-7b", type, 2, 80 * kGiB));
+    ASSERT_TRUE(ok.is_ok());
+    const LayoutPlan* l = find_layout(*ok, 2, 1);
+    ASSERT_NE(l, nullptr);
+    EXPECT_TRUE(l->impossible_reason.empty()) << type << ": " << l->impossible_reason;
+  }
+  // 70B Q4_K_M: 28672 / 8 = 3584 = 14 blocks of 256, so tp 8 works.
+  auto big = make_plan(request_for("llama2-70b", "q4_k_m", 8, 141000000000ull));
+  ASSERT_TRUE(big.is_ok());
+  for (const LayoutPlan& l : big->layouts) EXPECT_TRUE(l.impossible_reason.empty()) << l.tp;
+}
+
+TEST(PlanTest, TensorParallelRuleNamesWhatDoesNotDivide) {
+  const ModelConfig c = config_from_shape(**find_model_shape("llama2-13b"));  // 40 heads
+  const std::vector<ColumnSplitMatrix> f16 = {{"blk.0.attn_output.weight", 5120, TensorType::F16},
+                                              {"blk.0.ffn_down.weight", 13824, TensorType::F16}};
+  EXPECT_EQ(tensor_parallel_problem(c, f16, 1), "");
+  EXPECT_EQ(tensor_parallel_problem(c, f16, 2), "");
+  EXPECT_EQ(tensor_parallel_problem(c, f16, 3), "40 attention heads");
+  EXPECT_EQ(tensor_parallel_problem(c, f16, 0), "the number of ranks must be >= 1");
+  ModelConfig gqa = c;
+  gqa.n_head_kv = 10;
+  EXPECT_EQ(tensor_parallel_problem(gqa, f16, 4), "10 KV heads");
+  ModelConfig odd_ff = c;
+  odd_ff.n_ff = 13826;
+  EXPECT_EQ(tensor_parallel_problem(odd_ff, f16, 4), "an FFN width of 13826");
+  // 5120 / 4 = 1280 = 5 x 256; 13824 / 4 = 3456 = 13.5 x 256.
+  const std::vector<ColumnSplitMatrix> q4k = {{"blk.0.attn_output.weight", 5120, TensorType::Q4_K},
+                                              {"blk.0.ffn_down.weight", 13824, TensorType::Q4_K}};
+  EXPECT_EQ(tensor_parallel_problem(c, q4k, 2), "");
+  EXPECT_EQ(tensor_parallel_problem(c, q4k, 4),
+            "blk.0.ffn_down.weight (13824 columns in 256-element Q4_K blocks)");
 }
 
 TEST(PlanTest, PipelineStagesSplitLayersAndPlaceEmbeddings) {
@@ -172,8 +254,9 @@ TEST(PlanTest, FitsFlipsAtTheExactBoundary) {
 TEST(PlanTest, GroupsTensorBytesAndRefusesBadRequests) {
   ModelConfig c = config_from_shape(**find_model_shape("tiny"));
   std::vector<NamedTensorBytes> tensors = {
-      {"token_embd.weight", 100},   {"blk.0.attn_q.weight", 10}, {"blk.0.attn_norm.weight", 3},
-      {"blk.3.ffn_down.weight", 7}, {"output_norm.weight", 2},   {"rope_freqs.weight", 5}};
+      {"token_embd.weight", 100},    {"blk.0.attn_q.weight", 10},
+      {"blk.0.attn_norm.weight", 3}, {"blk.3.ffn_down.weight", 7, 768, TensorType::Q8_0},
+      {"output_norm.weight", 2},     {"rope_freqs.weight", 5}};
   auto w = group_weight_bytes(tensors, c);
   ASSERT_TRUE(w.is_ok());
   EXPECT_TRUE(w->tied_output);
@@ -182,6 +265,16 @@ TEST(PlanTest, GroupsTensorBytesAndRefusesBadRequests) {
   EXPECT_EQ(w->layer_split[3], 7u);
   EXPECT_EQ(w->other, 5u);
   EXPECT_EQ(w->total(), 127u);
+  ASSERT_EQ(w->column_split.size(), 1u);
+  EXPECT_EQ(w->column_split[0].name, "blk.3.ffn_down.weight");
+  EXPECT_EQ(w->column_split[0].cols, 768);
+  EXPECT_EQ(w->column_split[0].type, TensorType::Q8_0);
+  // A column-split matrix without its row length cannot be checked.
+  std::vector<NamedTensorBytes> no_cols = tensors;
+  no_cols.push_back({"blk.1.attn_output.weight", 4});
+  auto missing = group_weight_bytes(no_cols, c);
+  ASSERT_FALSE(missing.is_ok());
+  EXPECT_NE(missing.status().message().find("blk.1.attn_output.weight"), std::string::npos);
   tensors.push_back({"blk.9.attn_q.weight", 1});
   EXPECT_FALSE(group_weight_bytes(tensors, c).is_ok());
 
