@@ -2,8 +2,12 @@
 // directly (no engine, scheduler or sampler, so the figures are the ceiling an engine can
 // approach), against the memory bandwidth measured on the same device at the start.
 //
-//   llamaserve bench -m MODEL [-p 512] [-n 128] [-b 1,16,64,256] [--batch-prompt 128]
-//                    [--device cpu|cuda:N] [--reps 3] [--json] [--json-file F] [--markdown-file F]
+//   llamaserve bench (-m MODEL | --synth SHAPE:TYPE [--synth-vocab F]) [-p 512] [-n 128]
+//                    [-b 1,16,64,256] [--batch-prompt 128] [--device cpu|cuda:N] [--reps 3]
+//                    [--json] [--json-file F] [--markdown-file F]
+//
+// --synth llama2-70b:f16 synthesizes the model into memory instead of reading a file
+// (model/importers/synth_memory.h): shapes larger than the disk, made on all cores.
 //
 // Cases:
 //   prompt    one sequence, a prompt of -p tokens in one forward pass (logits of the last row)
@@ -27,6 +31,7 @@
 #include "backend/batch.h"
 #include "cli/command.h"
 #include "cli/load_progress.h"
+#include "cli/synthetic_model.h"
 #include "model/weights.h"
 #include "parallel/executor_factory.h"
 
@@ -35,6 +40,8 @@ namespace {
 
 struct BenchOptions {
   std::string model_path;
+  std::string synth;        // SHAPE:TYPE, synthesized in memory instead of -m
+  std::string synth_vocab;  // tokenizer of --synth (default: the shape's, from shared/fixtures)
   int32_t prompt_tokens = 512;
   int32_t decode_tokens = 128;
   std::vector<int32_t> batches = {1, 16, 64, 256};
@@ -330,7 +337,8 @@ Status run_bench(const BenchOptions& o) {
   }
 
   LS_ASSIGN_OR_RETURN(std::shared_ptr<const LoadedModel> model,
-                      load_model_for_device(o.model_path, o.device));
+                      o.synth.empty() ? load_model_for_device(o.model_path, o.device)
+                                      : synthesize_for_device(o.synth, o.synth_vocab, o.device));
   const int32_t max_b = *std::max_element(o.batches.begin(), o.batches.end());
   // Sequence 0 runs every case; the others only the batch cases.
   constexpr int32_t kBlockSize = 16;
@@ -410,7 +418,19 @@ Status run_bench(const BenchOptions& o) {
 
 std::function<int()> setup_bench(CLI::App& sub) {
   auto o = std::make_shared<BenchOptions>();
-  sub.add_option("-m,--model", o->model_path, "GGUF model file")->required();
+  CLI::Option_group* model = sub.add_option_group("model", "the model to measure (one of)");
+  model->add_option("-m,--model", o->model_path, "GGUF model file");
+  model
+      ->add_option("--synth", o->synth,
+                   "SHAPE:TYPE: synthesize a random-weight model in memory (llama2-70b:f16; "
+                   "shapes: " +
+                       model_shape_names() + ")")
+      ->check([](const std::string& text) {
+        Result<SynthSpec> spec = parse_synth_spec(text);
+        return spec.is_ok() ? std::string() : spec.status().message();
+      });
+  model->require_option(1);
+  sub.add_option("--synth-vocab", o->synth_vocab, "GGUF whose tokenizer --synth copies");
   sub.add_option("-p,--prompt-tokens", o->prompt_tokens, "prompt length of the prompt case")
       ->capture_default_str();
   sub.add_option("-n,--decode-tokens", o->decode_tokens, "tokens generated per decode case")
@@ -442,6 +462,8 @@ std::function<int()> setup_bench(CLI::App& sub) {
   sub.add_option("--json-file", o->json_file, "also write the JSON results to this file");
   sub.add_option("--markdown-file", o->markdown_file, "also write a markdown table to this file");
   return [o] {
+    // The reports name the model by its path; a --synth model by its spec.
+    if (!o->synth.empty()) o->model_path = "synthetic " + o->synth;
     const Status status = run_bench(*o);
     if (!status.is_ok()) {
       std::fprintf(stderr, "llamaserve bench: %s\n", status.to_string().c_str());

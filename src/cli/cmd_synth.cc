@@ -7,12 +7,10 @@
 //     repository root, which is searched upwards from the binary and from the working
 //     directory.
 // For benchmarks and memory plans of shapes too large to download; the text is noise.
-#include <unistd.h>
-
 #include <cstdio>
-#include <filesystem>
 
 #include "cli/command.h"
+#include "cli/synthetic_model.h"
 #include "model/importers/file_types.h"
 #include "model/importers/synth_model.h"
 #include "model/shapes.h"
@@ -20,42 +18,17 @@
 namespace llamaserve::cli {
 namespace {
 
-namespace fs = std::filesystem;
-
 struct SynthCliOptions {
   std::string progress = "auto";
   SynthOptions synth;
 };
-
-// ../shared/fixtures/<file> next to the first ancestor (of the binary's directory, then of
-// the working directory) that has it.
-Result<std::string> find_default_vocab(std::string_view file) {
-  std::vector<fs::path> starts;
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) starts.push_back(exe.parent_path());
-  starts.push_back(fs::current_path(ec));
-  std::string searched;
-  for (const fs::path& start : starts) {
-    for (fs::path dir = start; !dir.empty(); dir = dir.parent_path()) {
-      const fs::path candidate = dir / ".." / "shared" / "fixtures" / file;
-      if (fs::exists(candidate, ec)) return candidate.lexically_normal().string();
-      if (dir == dir.parent_path()) break;
-    }
-    searched += (searched.empty() ? "" : ", ") + start.string();
-  }
-  return make_error(StatusCode::kNotFound,
-                    "no --vocab given and {} was not found in ../shared/fixtures above {}; pass "
-                    "--vocab FILE (a GGUF with the tokenizer)",
-                    file, searched);
-}
 
 Status run_synth(SynthCliOptions& o) {
   LS_ASSIGN_OR_RETURN(o.synth.progress, parse_progress_style(o.progress));
   LS_ASSIGN_OR_RETURN(const ModelShape* shape, find_model_shape(o.synth.shape));
   LS_RETURN_IF_ERROR(parse_file_type(o.synth.type).status());
   if (o.synth.vocab_path.empty()) {
-    LS_ASSIGN_OR_RETURN(o.synth.vocab_path, find_default_vocab(shape->vocab_file));
+    LS_ASSIGN_OR_RETURN(o.synth.vocab_path, find_default_vocab(shape->vocab_file, "--vocab"));
   }
   LS_ASSIGN_OR_RETURN(ConvertSummary s, write_synthetic_model(o.synth));
   fmt::print("wrote {} ({}, {}): {} tensors, {:.2f} MiB of tensor data, tokenizer {} ({})\n",

@@ -171,6 +171,12 @@ class GgufWriter {
   using TensorFill = std::function<Status(size_t tensor_index, uint8_t* out, size_t n_bytes)>;
   Status write(const std::string& path, const TensorFill& fill = nullptr) const;
 
+  // Writes everything into `fd`, an empty file opened for reading and writing (a memfd, for a
+  // model that never touches the disk): sizes it, maps it shared and fills the mapping in
+  // place, so `fill` writes each tensor's final pages directly, from as many threads as it
+  // likes. On failure the file's contents are unspecified; the caller discards it.
+  Status write_mapped(int fd, const TensorFill& fill = nullptr) const;
+
   // The complete file image in memory (tests, fuzz seeds). All tensors must have bytes.
   Result<std::vector<uint8_t>> to_bytes() const;
 
@@ -182,6 +188,8 @@ class GgufWriter {
     std::vector<uint8_t> bytes;
     uint64_t n_bytes = 0;
   };
+  // Every tensor without bytes needs `fill`.
+  Status check_fill(const TensorFill& fill) const;
   // Serializes everything before the data section and assigns each tensor its data offset.
   Status layout(std::vector<uint8_t>* header, std::vector<uint64_t>* tensor_offsets,
                 uint64_t* data_bytes) const;

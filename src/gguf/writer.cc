@@ -1,6 +1,8 @@
 // GGUF v3 writer. The file goes to a temporary name next to the target and is renamed only
-// after every byte is written and synced, so readers never see a partial model.
+// after every byte is written and synced, so readers never see a partial model; or into a
+// mapping of a file descriptor the caller owns (write_mapped).
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -361,7 +363,7 @@ Result<std::vector<uint8_t>> GgufWriter::to_bytes() const {
   return image;
 }
 
-Status GgufWriter::write(const std::string& path, const TensorFill& fill) const {
+Status GgufWriter::check_fill(const TensorFill& fill) const {
   for (const PendingTensor& t : tensors_) {
     if (t.bytes.empty() && !fill) {
       return make_error(StatusCode::kInvalidArgument,
@@ -369,6 +371,11 @@ Status GgufWriter::write(const std::string& path, const TensorFill& fill) const 
                         t.name);
     }
   }
+  return Status::ok();
+}
+
+Status GgufWriter::write(const std::string& path, const TensorFill& fill) const {
+  LS_RETURN_IF_ERROR(check_fill(fill));
   std::vector<uint8_t> header;
   std::vector<uint64_t> offsets;
   uint64_t data_bytes = 0;
@@ -416,6 +423,53 @@ Status GgufWriter::write(const std::string& path, const TensorFill& fill) const 
     return status.with_context(fmt::format("writing '{}'", path));
   }
   return Status::ok();
+}
+
+Status GgufWriter::write_mapped(int fd, const TensorFill& fill) const {
+  LS_RETURN_IF_ERROR(check_fill(fill));
+  std::vector<uint8_t> header;
+  std::vector<uint64_t> offsets;
+  uint64_t data_bytes = 0;
+  LS_RETURN_IF_ERROR(layout(&header, &offsets, &data_bytes));
+  const uint64_t total = header.size() + data_bytes;
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    return make_error(StatusCode::kIo, "cannot stat file descriptor {}: {}", fd,
+                      std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode) || st.st_size != 0) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "file descriptor {} is not an empty regular file ({} bytes)", fd,
+                      static_cast<int64_t>(st.st_size));
+  }
+  if (total > static_cast<uint64_t>(std::numeric_limits<off_t>::max()) ||
+      ftruncate(fd, static_cast<off_t>(total)) != 0) {
+    return make_error(StatusCode::kIo, "cannot size the file to {} bytes: {}", total,
+                      std::strerror(errno));
+  }
+  void* addr = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (addr == MAP_FAILED) {
+    return make_error(StatusCode::kIo, "cannot map {} bytes for writing: {}", total,
+                      std::strerror(errno));
+  }
+  // ftruncate left the padding between tensors zero.
+  auto* base = static_cast<uint8_t*>(addr);
+  std::memcpy(base, header.data(), header.size());
+  Status status;
+  for (size_t i = 0; i < tensors_.size() && status.is_ok(); ++i) {
+    const PendingTensor& t = tensors_[i];
+    uint8_t* out = base + header.size() + offsets[i];
+    if (!t.bytes.empty()) {
+      std::memcpy(out, t.bytes.data(), t.n_bytes);
+    } else {
+      status = fill(i, out, t.n_bytes);
+      if (!status.is_ok()) status = status.with_context(fmt::format("filling tensor '{}'", t.name));
+    }
+  }
+  if (munmap(addr, total) != 0 && status.is_ok()) {
+    status = make_error(StatusCode::kIo, "munmap failed: {}", std::strerror(errno));
+  }
+  return status;
 }
 
 }  // namespace llamaserve

@@ -86,6 +86,28 @@ Status fill_tensor(const PlannedTensor& t, uint8_t* out, ThreadPool& pool, Progr
   return first_error;
 }
 
+// Adds `tensors` to `writer`, then hands `write` the fill callback that encodes them.
+Status write_planned(GgufWriter& writer, const std::vector<PlannedTensor>& tensors,
+                     ThreadPool& pool, Progress* progress,
+                     const std::function<Status(const GgufWriter::TensorFill&)>& write) {
+  for (const PlannedTensor& t : tensors) {
+    LS_RETURN_IF_ERROR(check_planned(t));
+    LS_RETURN_IF_ERROR(writer.add_tensor(t.name, t.type, t.dims));
+  }
+  const auto fill = [&](size_t index, uint8_t* out, size_t n_bytes) -> Status {
+    const PlannedTensor& t = tensors[index];
+    if (n_bytes != t.n_bytes()) {
+      return make_error(StatusCode::kInternal, "tensor '{}': writer asks for {} bytes, planned {}",
+                        t.name, n_bytes, t.n_bytes());
+    }
+    if (progress) progress->set_detail(t.name);
+    return fill_tensor(t, out, pool, progress);
+  };
+  LS_RETURN_IF_ERROR(write(fill));
+  if (progress) progress->finish();
+  return Status::ok();
+}
+
 }  // namespace
 
 uint64_t PlannedTensor::n_rows() const {
@@ -107,22 +129,16 @@ uint64_t planned_bytes(const std::vector<PlannedTensor>& tensors) {
 
 Status write_planned_gguf(GgufWriter& writer, const std::vector<PlannedTensor>& tensors,
                           const std::string& path, ThreadPool& pool, Progress* progress) {
-  for (const PlannedTensor& t : tensors) {
-    LS_RETURN_IF_ERROR(check_planned(t));
-    LS_RETURN_IF_ERROR(writer.add_tensor(t.name, t.type, t.dims));
-  }
-  const auto fill = [&](size_t index, uint8_t* out, size_t n_bytes) -> Status {
-    const PlannedTensor& t = tensors[index];
-    if (n_bytes != t.n_bytes()) {
-      return make_error(StatusCode::kInternal, "tensor '{}': writer asks for {} bytes, planned {}",
-                        t.name, n_bytes, t.n_bytes());
-    }
-    if (progress) progress->set_detail(t.name);
-    return fill_tensor(t, out, pool, progress);
-  };
-  LS_RETURN_IF_ERROR(writer.write(path, fill));
-  if (progress) progress->finish();
-  return Status::ok();
+  return write_planned(writer, tensors, pool, progress, [&](const GgufWriter::TensorFill& fill) {
+    return writer.write(path, fill);
+  });
+}
+
+Status write_planned_gguf_to_fd(GgufWriter& writer, const std::vector<PlannedTensor>& tensors,
+                                int fd, ThreadPool& pool, Progress* progress) {
+  return write_planned(writer, tensors, pool, progress, [&](const GgufWriter::TensorFill& fill) {
+    return writer.write_mapped(fd, fill);
+  });
 }
 
 void set_llama_metadata(GgufWriter& w, const ModelConfig& c, std::string_view name,

@@ -50,6 +50,12 @@ struct PlannedTensor {
 Status write_planned_gguf(GgufWriter& writer, const std::vector<PlannedTensor>& tensors,
                           const std::string& path, ThreadPool& pool, Progress* progress);
 
+// The same into `fd`, an empty file open for reading and writing (a memfd): the rows are
+// encoded in parallel straight into a shared mapping of it (GgufWriter::write_mapped), so no
+// tensor passes through a buffer.
+Status write_planned_gguf_to_fd(GgufWriter& writer, const std::vector<PlannedTensor>& tensors,
+                                int fd, ThreadPool& pool, Progress* progress);
+
 // The sum of n_bytes() over `tensors` (the Progress total).
 uint64_t planned_bytes(const std::vector<PlannedTensor>& tensors);
 

@@ -1,6 +1,7 @@
 #include "model/importers/synth_model.h"
 
 #include <cmath>
+#include <functional>
 
 #include "core/thread_pool.h"
 #include "gguf/gguf.h"
@@ -34,18 +35,14 @@ uint64_t tensor_key(uint64_t seed, uint64_t tensor_index) {
   return splitmix64(seed ^ splitmix64(tensor_index + 1));
 }
 
-}  // namespace
+using WritePlanned =
+    std::function<Status(GgufWriter& writer, const std::vector<PlannedTensor>& tensors,
+                         ThreadPool& pool, Progress* progress)>;
 
-float synthetic_value(uint64_t seed, uint64_t tensor_index, uint64_t index) {
-  return value_from_hash(splitmix64(tensor_key(seed, tensor_index) + index));
-}
-
-Result<ConvertSummary> write_synthetic_model(const SynthOptions& options) {
+// Plans the model of `options` and writes it with `write` (to a path or into a descriptor).
+Result<ConvertSummary> write_synthetic(const SynthOptions& options, const WritePlanned& write) {
   LS_ASSIGN_OR_RETURN(const ModelShape* shape, find_model_shape(options.shape));
   LS_ASSIGN_OR_RETURN(const FileType file_type, parse_file_type(options.type));
-  if (options.output_path.empty()) {
-    return make_error(StatusCode::kInvalidArgument, "no output path given (-o FILE)");
-  }
   if (!(options.stddev > 0.0f) || !std::isfinite(options.stddev)) {
     return make_error(StatusCode::kInvalidArgument, "stddev {} must be positive", options.stddev);
   }
@@ -109,8 +106,32 @@ Result<ConvertSummary> write_synthetic_model(const SynthOptions& options) {
   summary.n_tensors = tensors.size();
   summary.n_bytes = planned_bytes(tensors);
   Progress progress("synth", summary.n_bytes, ProgressUnit::kBytes, options.progress);
-  LS_RETURN_IF_ERROR(write_planned_gguf(writer, tensors, options.output_path, pool, &progress));
+  LS_RETURN_IF_ERROR(write(writer, tensors, pool, &progress));
   return summary;
+}
+
+}  // namespace
+
+float synthetic_value(uint64_t seed, uint64_t tensor_index, uint64_t index) {
+  return value_from_hash(splitmix64(tensor_key(seed, tensor_index) + index));
+}
+
+Result<ConvertSummary> write_synthetic_model(const SynthOptions& options) {
+  if (options.output_path.empty()) {
+    return make_error(StatusCode::kInvalidArgument, "no output path given (-o FILE)");
+  }
+  return write_synthetic(options, [&](GgufWriter& writer, const std::vector<PlannedTensor>& tensors,
+                                      ThreadPool& pool, Progress* progress) {
+    return write_planned_gguf(writer, tensors, options.output_path, pool, progress);
+  });
+}
+
+Result<ConvertSummary> write_synthetic_model_to_fd(const SynthOptions& options, int fd) {
+  return write_synthetic(
+      options, [fd](GgufWriter& writer, const std::vector<PlannedTensor>& tensors, ThreadPool& pool,
+                    Progress* progress) {
+        return write_planned_gguf_to_fd(writer, tensors, fd, pool, progress);
+      });
 }
 
 }  // namespace llamaserve

@@ -19,8 +19,8 @@ namespace llamaserve {
 struct SynthOptions {
   std::string shape;         // shapes.h name: llama2-7b, ..., tiny
   std::string type = "f16";  // file type: f16, q8_0, q4_k_m, ... (file_types.h)
-  std::string output_path;
-  std::string vocab_path;  // GGUF whose tokenizer.* keys are copied; must match n_vocab
+  std::string output_path;   // write_synthetic_model only
+  std::string vocab_path;    // GGUF whose tokenizer.* keys are copied; must match n_vocab
   uint64_t seed = 0;
   float stddev = 0.02f;
   int threads = 0;  // 0: all cores
@@ -28,6 +28,10 @@ struct SynthOptions {
 };
 
 Result<ConvertSummary> write_synthetic_model(const SynthOptions& options);
+
+// The same file, byte for byte, written into `fd`: an empty file open for reading and writing,
+// such as a memfd (synth_memory.h). output_path is not used.
+Result<ConvertSummary> write_synthetic_model_to_fd(const SynthOptions& options, int fd);
 
 // The generator behind the weights, exposed for tests: value of element `index` of tensor
 // `tensor_index` for `seed`, with standard deviation 1.

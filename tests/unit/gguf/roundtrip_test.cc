@@ -2,6 +2,9 @@
 // writer's own input checks.
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -292,6 +295,65 @@ TEST(GgufWriterTest, FailedWriteKeepsThePreviousFile) {
   EXPECT_EQ(count_entries(dir), 1u);
   auto bytes = read_file_bytes(path);
   EXPECT_EQ(std::string(bytes.begin(), bytes.end()), "previous contents");
+}
+
+// The bytes of descriptor `fd` from offset 0.
+std::vector<uint8_t> read_fd_bytes(int fd) {
+  std::vector<uint8_t> bytes;
+  uint8_t buffer[4096];
+  for (off_t offset = 0;;) {
+    const ssize_t n = pread(fd, buffer, sizeof buffer, offset);
+    if (n <= 0) break;
+    bytes.insert(bytes.end(), buffer, buffer + n);
+    offset += n;
+  }
+  return bytes;
+}
+
+TEST(GgufWriterTest, WriteMappedFillsAMemoryFileWithTheSameBytes) {
+  GgufWriter writer(64);
+  add_sample_metadata(writer);
+  add_sample_tensors(writer);
+  ASSERT_TRUE(writer.add_tensor("streamed", TensorType::Q8_0, {32, 3}).is_ok());
+  const int fd = memfd_create("gguf-write-mapped", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  std::vector<size_t> filled;
+  Status status = writer.write_mapped(fd, [&](size_t index, uint8_t* out, size_t n_bytes) {
+    filled.push_back(index);
+    const std::vector<uint8_t> bytes = pattern_bytes(n_bytes, 7);
+    std::memcpy(out, bytes.data(), n_bytes);
+    return Status::ok();
+  });
+  ASSERT_TRUE(status.is_ok()) << status.to_string();
+  EXPECT_EQ(filled.size(), 1u);
+  const std::vector<uint8_t> image = read_fd_bytes(fd);
+
+  // The same file as write() of the same tensors with those bytes given up front.
+  GgufWriter given(64);
+  add_sample_metadata(given);
+  add_sample_tensors(given);
+  ASSERT_TRUE(
+      given.add_tensor("streamed", TensorType::Q8_0, {32, 3}, pattern_bytes(102, 7)).is_ok());
+  auto expected = given.to_bytes();
+  ASSERT_TRUE(expected.is_ok());
+  EXPECT_EQ(image, *expected);
+  auto file = GgufFile::open("/proc/self/fd/" + std::to_string(fd));
+  ASSERT_TRUE(file.is_ok()) << file.status().to_string();
+  EXPECT_EQ((*file)->tensors().size(), sample_tensors().size() + 1);
+  EXPECT_EQ((*file)->alignment(), 64u);
+
+  // Only an empty file is written into; a failed fill names its tensor.
+  EXPECT_FALSE(
+      writer.write_mapped(fd, [](size_t, uint8_t*, size_t) { return Status::ok(); }).is_ok());
+  ::close(fd);
+  const int fresh = memfd_create("gguf-write-mapped-fails", MFD_CLOEXEC);
+  ASSERT_GE(fresh, 0);
+  status = writer.write_mapped(
+      fresh, [](size_t, uint8_t*, size_t) { return make_error(StatusCode::kIo, "no source"); });
+  ASSERT_FALSE(status.is_ok());
+  EXPECT_NE(status.message().find("'streamed'"), std::string::npos) << status.message();
+  EXPECT_NE(status.message().find("no source"), std::string::npos);
+  ::close(fresh);
 }
 
 TEST(GgufWriterTest, MissingBytesWithoutFillIsAnErrorBeforeAnyFileExists) {
