@@ -3,9 +3,10 @@
 // context length at a given concurrency. Pure arithmetic, no devices: `llamaserve plan`
 // prints it with the steps spelled out so that an operator can check it by hand.
 //
-// Placement assumptions (what the numbers mean), those of the server's executors:
+// Placement assumptions (what the numbers mean), those of the server's executors except for
+// the stage sizes:
 //   - pipeline stages own contiguous layer ranges; the first n_layer % pp stages get one
-//     layer more than the others;
+//     layer more than the others (the server balances its stages by weight bytes instead);
 //   - tensor parallelism splits each layer's matrices (heads, FFN columns) and its KV heads
 //     evenly over tp ranks; norms are replicated on every rank. A tp is possible only where
 //     the executor can cut the matrices: tensor_parallel_problem (tensor_parallel_split.h);
