@@ -42,6 +42,20 @@ struct Batch {
   }
 };
 
+// How a device draws the token of one logit row (backend/cuda/sampling.h has the algorithm):
+// greedy (lowest id among equal maxima) when temperature <= 0; otherwise softmax(logits /
+// temperature) cut to the top_k most likely tokens (top_k <= 0: all), then to the smallest set
+// reaching top_p of the mass (top_p >= 1: all), and one draw keyed by (seed, offset) so that a
+// request that passes its step number as the offset gets the same tokens whatever else runs
+// in the batch.
+struct RowSampling {
+  float temperature = 0.0f;
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+};
+
 // Geometry of the paged KV cache an executor allocated. Blocks are the unit the engine's
 // BlockManager hands out; every layer (and every device of a split model) uses the same
 // block ids.

@@ -126,6 +126,7 @@ Result<std::shared_ptr<server::ServedModel>> load_served_model(const ServerOptio
   engine_config.max_waiting = options.admission_limit();
   if (options.max_batch_tokens > 0) engine_config.max_batch_tokens = options.max_batch_tokens;
   engine_config.max_context = static_cast<int32_t>(context);
+  engine_config.device_sampling = !options.host_sampling;
   std::vector<std::unique_ptr<Engine>> replicas;
   for (size_t i = 0; i < replica_executor_options.size(); ++i) {
     ExecutorOptions replica = replica_executor_options[i];

@@ -317,8 +317,7 @@ void Engine::run_step() {
   }
 
   build_batch(plan, blocks_, batch_);
-  logits_.resize(batch_.logit_rows.size() * static_cast<size_t>(n_vocab_));
-  Status status = executor_->forward(batch_, logits_);
+  Status status = forward_step(plan);
   ++counters_.steps_total;
   if (!status.is_ok()) {
     spdlog::error("engine: forward pass over {} sequences failed: {}", plan.chunks.size(),
@@ -331,6 +330,33 @@ void Engine::run_step() {
   }
   scheduler_.complete(plan);
   sample_and_emit(plan);
+}
+
+Status Engine::forward_step(const StepPlan& plan) {
+  const size_t n_rows = batch_.logit_rows.size();
+  const auto n_vocab = static_cast<size_t>(n_vocab_);
+  host_sampled_.assign(n_rows, 1);
+  if (!config_.device_sampling || !executor_->samples_on_device()) {
+    logits_.resize(n_rows * n_vocab);
+    return executor_->forward(batch_, logits_);
+  }
+  // Logit rows follow the chunks that want logits (build_batch); a row the device cannot
+  // sample gets a greedy placeholder and the host samples it from the logits.
+  row_sampling_.clear();
+  bool any_host = false;
+  for (const ScheduledChunk& chunk : plan.chunks) {
+    if (!chunk.wants_logits) continue;
+    const ActiveRequest& active = *active_.at(chunk.seq->id);
+    const std::optional<RowSampling> row =
+        active.sampler.device_sampling(static_cast<uint64_t>(chunk.seq->n_generated()));
+    host_sampled_[row_sampling_.size()] = row ? 0 : 1;
+    any_host = any_host || !row;
+    row_sampling_.push_back(row.value_or(RowSampling{}));
+  }
+  device_tokens_.resize(n_rows);
+  logits_.resize(any_host ? n_rows * n_vocab : 0);
+  ++counters_.device_sampled_steps_total;
+  return executor_->forward_sampled(batch_, row_sampling_, device_tokens_, logits_);
 }
 
 void Engine::publish_stats() {

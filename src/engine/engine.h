@@ -43,6 +43,9 @@ struct EngineConfig {
   // Threads that sample the rows of one step in parallel (the engine thread counts as one);
   // 0 = min(4, cores). Only steps with many rows use them.
   int32_t sampler_threads = 0;
+  // Draw tokens on the device when the executor can (Executor::samples_on_device) and the
+  // request allows (Sampler::device_sampling): then only token ids leave the GPU per step.
+  bool device_sampling = true;
 };
 
 class Engine {
@@ -117,6 +120,8 @@ class Engine {
   // Samples every row of the step (in parallel when there are many), then handles the
   // tokens in chunk order.
   void sample_and_emit(const StepPlan& plan);
+  // Runs the executor over batch_: logits to the host, or tokens drawn on the device.
+  Status forward_step(const StepPlan& plan);
   void on_token(ActiveRequest& active, const SampledToken& sampled);
   // Ends a request: flushes held text (when `flush_text`), pushes the finish event, frees
   // its sequence and blocks.
@@ -143,6 +148,11 @@ class Engine {
   SeqId next_seq_id_ = 1;
   Batch batch_;
   std::vector<float> logits_;
+  // Per logit row of the step: the device's sampling parameters and drawn token, and whether
+  // the host samples the row instead (from logits_).
+  std::vector<RowSampling> row_sampling_;
+  std::vector<int32_t> device_tokens_;
+  std::vector<uint8_t> host_sampled_;
   ThreadPool sampler_pool_;
   std::vector<SamplerScratch> sampler_scratch_;  // one per sampler thread
   std::vector<std::pair<ActiveRequest*, SampledToken>> sampled_;

@@ -21,6 +21,7 @@ void add_stats(EngineStats& total, const EngineStats& replica) {
   total.generated_tokens_total += replica.generated_tokens_total;
   total.preemptions_total += replica.preemptions_total;
   total.steps_total += replica.steps_total;
+  total.device_sampled_steps_total += replica.device_sampled_steps_total;
 }
 
 int32_t shortest_context(const std::vector<std::unique_ptr<Engine>>& replicas) {

@@ -31,6 +31,10 @@ void Engine::sample_and_emit(const StepPlan& plan) {
     SamplerScratch& scratch = sampler_scratch_[static_cast<size_t>(thread_index)];
     for (size_t i = static_cast<size_t>(thread_index); i < sampled_.size();
          i += static_cast<size_t>(n_threads)) {
+      if (host_sampled_[i] == 0) {
+        sampled_[i].second.token = device_tokens_[i];
+        continue;
+      }
       std::span<float> row(logits_.data() + i * n_vocab, n_vocab);
       sampled_[i].second = sampled_[i].first->sampler.sample(row, scratch);
     }

@@ -102,6 +102,7 @@ struct EngineStats {
   uint64_t generated_tokens_total = 0;
   uint64_t preemptions_total = 0;
   uint64_t steps_total = 0;
+  uint64_t device_sampled_steps_total = 0;  // steps whose tokens were drawn on the device
 };
 
 }  // namespace llamaserve

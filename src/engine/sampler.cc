@@ -38,8 +38,22 @@ float max_of(std::span<const float> logits) {
 }  // namespace
 
 Sampler::Sampler(const SamplingParams& params, std::span<const int32_t> prompt, uint64_t seed)
-    : params_(params), rng_(seed) {
+    : params_(params), seed_(seed), rng_(seed) {
   if (params_.repetition_penalty != 1.0f) seen_.insert(prompt.begin(), prompt.end());
+}
+
+std::optional<RowSampling> Sampler::device_sampling(uint64_t step) const {
+  if (params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
+      params_.frequency_penalty != 0.0f || params_.min_p > 0.0f || wants_logprobs()) {
+    return std::nullopt;
+  }
+  RowSampling row;
+  row.temperature = greedy() ? 0.0f : params_.temperature;
+  row.top_k = params_.top_k;
+  row.top_p = params_.top_p;
+  row.seed = seed_;
+  row.offset = step;
+  return row;
 }
 
 void Sampler::accept(int32_t token) {

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <span>
 #include <unordered_map>
@@ -26,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/batch.h"
 #include "engine/request.h"
 
 namespace llamaserve {
@@ -56,6 +58,12 @@ class Sampler {
   bool greedy() const { return params_.temperature <= 0.0f; }
   bool wants_logprobs() const { return params_.logprobs || params_.top_logprobs > 0; }
 
+  // The parameters with which a device draws this request's next token, `step` being the
+  // number of tokens generated so far (the draw's counter); nothing when the request needs
+  // the host sampler (penalties, min-p, log probabilities). Greedy draws are the same token on
+  // either side; random draws differ in their generator (device: Philox keyed by seed and step).
+  std::optional<RowSampling> device_sampling(uint64_t step) const;
+
   // Picks the next token from `logits` (one row of n_vocab; modified in place).
   SampledToken sample(std::span<float> logits, SamplerScratch& scratch);
   // Records a generated token for the penalties.
@@ -69,6 +77,7 @@ class Sampler {
   double uniform();  // [0, 1) from 53 random bits: the same on every standard library
 
   SamplingParams params_;
+  uint64_t seed_;
   std::mt19937_64 rng_;
   std::unordered_set<int32_t> seen_;                    // prompt and output tokens
   std::unordered_map<int32_t, int32_t> output_counts_;  // token -> times generated

@@ -1,5 +1,6 @@
 #include "parallel/batch_validation.h"
 
+#include <cmath>
 #include <vector>
 
 namespace llamaserve {
@@ -79,6 +80,23 @@ Status validate_batch(const Batch& batch, const KvCacheInfo& kv, int64_t n_vocab
     return make_error(StatusCode::kInvalidArgument,
                       "logits buffer holds {} floats, {} rows x {} needed", logits_size,
                       batch.logit_rows.size(), n_vocab);
+  }
+  return Status::ok();
+}
+
+Status validate_sampling(const Batch& batch, std::span<const RowSampling> sampling,
+                         std::span<int32_t> tokens) {
+  if (sampling.size() != batch.logit_rows.size() || tokens.size() != batch.logit_rows.size()) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "{} sampling entries and {} token slots for {} logit rows", sampling.size(),
+                      tokens.size(), batch.logit_rows.size());
+  }
+  for (size_t i = 0; i < sampling.size(); ++i) {
+    if (!std::isfinite(sampling[i].temperature) || !std::isfinite(sampling[i].top_p)) {
+      return make_error(StatusCode::kInvalidArgument,
+                        "sampling of logit row {}: temperature {} and top_p {} must be finite", i,
+                        sampling[i].temperature, sampling[i].top_p);
+    }
   }
   return Status::ok();
 }

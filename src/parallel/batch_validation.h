@@ -17,4 +17,10 @@ namespace llamaserve {
 Status validate_batch(const Batch& batch, const KvCacheInfo& kv, int64_t n_vocab,
                       size_t logits_size);
 
+// Verifies the arguments of Executor::forward_sampled beyond validate_batch: one sampling
+// entry and one token slot per logit row, and parameters a kernel can use (finite
+// temperature and top_p).
+Status validate_sampling(const Batch& batch, std::span<const RowSampling> sampling,
+                         std::span<int32_t> tokens);
+
 }  // namespace llamaserve

@@ -15,6 +15,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/memory_plan.h"
+#include "backend/cuda/sampling.h"
 #include "parallel/batch_pieces.h"
 #include "parallel/batch_validation.h"
 
@@ -58,7 +59,9 @@ class CudaExecutor final : public Executor, public CudaPart {
   Result<int32_t> plan_kv_blocks() override;
   Status init(int32_t kv_blocks) override;
   Executor& executor() override { return *this; }
-  Status run_piece(const Batch& piece, float* logits, const StageInput* input) override;
+  Status run_piece(const Batch& piece, float* logits, const StageInput* input,
+                   std::span<const RowSampling> sampling = {},
+                   std::span<int32_t> tokens = {}) override;
   StageInput output(int32_t rows) const override {
     return {act_.hidden, options_.device, act_.embd_stride, rows};
   }
@@ -76,6 +79,9 @@ class CudaExecutor final : public Executor, public CudaPart {
   }
 
   Status forward(const Batch& batch, std::span<float> logits) override;
+  bool samples_on_device() const override { return has_head(); }
+  Status forward_sampled(const Batch& batch, std::span<const RowSampling> sampling,
+                         std::span<int32_t> tokens, std::span<float> logits) override;
 
  private:
   // Whether this part computes logits: the last pipeline stage, the primary TP rank.
@@ -200,6 +206,7 @@ Status CudaExecutor::init(int32_t kv_blocks) {
   LS_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace, kCublasWorkspaceBytes));
   cuda::CudaBackendOptions backend_options;
   backend_options.gemm_min_rows = options_.gemm_min_rows;
+  backend_options.float_gemm_min_rows = options_.float_gemm_min_rows;
   backend_options.all_reduce = options_.all_reduce;
   backend_options.primary_rank = options_.primary_rank;
   backend_ = std::make_unique<CudaBackend>(c, std::move(weights), cublas_, backend_options);
@@ -252,9 +259,11 @@ Status CudaExecutor::run_graph(const DeviceBatch& b, int32_t n_splits) {
   return Status::ok();
 }
 
-// One piece of at most max_batch_tokens rows; its logits go to `logits`
-// (piece.logit_rows.size() rows of n_vocab) when this part has the head.
-Status CudaExecutor::run_piece(const Batch& piece, float* logits, const StageInput* input) {
+// One piece of at most max_batch_tokens rows; its logits go to `logits` (unless null) and
+// its drawn tokens to `tokens` (when sampling is given) when this part has the head.
+Status CudaExecutor::run_piece(const Batch& piece, float* logits, const StageInput* input,
+                               std::span<const RowSampling> sampling,
+                               std::span<int32_t> tokens) {
   LS_CUDA_CHECK(cudaSetDevice(options_.device));
   const ModelConfig& c = model_->config;
   const int32_t n = piece.n_tokens();
@@ -270,6 +279,15 @@ Status CudaExecutor::run_piece(const Batch& piece, float* logits, const StageInp
       std::max<int32_t>(1, cuda::kMaxAttentionQueries / static_cast<int32_t>(c.group_size()));
   LS_ASSIGN_OR_RETURN(const DeviceBatch b, staging_->stage(piece, padded, options_.kv_block_size,
                                                            plan_.kv_blocks, tile_rows, stream_));
+  const bool sample = has_head() && !sampling.empty();
+  cuda::DeviceSampling drawn;
+  if (sample) {
+    if (sampling.size() != piece.logit_rows.size() || tokens.size() != sampling.size()) {
+      return make_error(StatusCode::kInternal, "{} sampling entries, {} tokens for {} logit rows",
+                        sampling.size(), tokens.size(), piece.logit_rows.size());
+    }
+    LS_ASSIGN_OR_RETURN(drawn, staging_->stage_sampling(sampling, stream_));
+  }
   // The graph bakes in the tile count: it holds only if every row is its own tile.
   const bool graph = decode_shape && b.n_tiles == b.n_tokens;
   const int32_t n_splits = choose_splits(piece, b);
@@ -285,15 +303,25 @@ Status CudaExecutor::run_piece(const Batch& piece, float* logits, const StageInp
     LS_CUDA_CHECK(cudaMemcpyPeerAsync(act_.hidden, options_.device, input->data, input->device,
                                       bytes, stream_));
   }
+  // Rows [first, first + count) of the logits, in act_.logits from row 0: drawn and/or copied.
+  auto emit = [&](int32_t first, int32_t count) -> Status {
+    if (sample) {
+      LS_RETURN_IF_ERROR(cuda::sample_tokens(act_.logits, act_.vocab_stride, count, c.n_vocab,
+                                             drawn.params + first, drawn.tokens + first,
+                                             stream_));
+    }
+    if (logits != nullptr) {
+      LS_CUDA_CHECK(cudaMemcpy2DAsync(logits + static_cast<size_t>(first) * c.n_vocab, row_bytes,
+                                      act_.logits, act_.vocab_stride * sizeof(float), row_bytes,
+                                      count, cudaMemcpyDeviceToHost, stream_));
+    }
+    return Status::ok();
+  };
   if (!has_head()) {
     LS_RETURN_IF_ERROR(graph ? run_graph(b, n_splits) : run_eager(b, n_splits));
   } else if (graph) {
     LS_RETURN_IF_ERROR(run_graph(b, n_splits));
-    if (n_logits > 0) {
-      LS_CUDA_CHECK(cudaMemcpy2DAsync(logits, row_bytes, act_.logits,
-                                      act_.vocab_stride * sizeof(float), row_bytes, n_logits,
-                                      cudaMemcpyDeviceToHost, stream_));
-    }
+    if (n_logits > 0) LS_RETURN_IF_ERROR(emit(0, n_logits));
   } else {
     LS_RETURN_IF_ERROR(run_eager(b, n_splits));
     for (int32_t first = 0; first < n_logits;
@@ -301,12 +329,15 @@ Status CudaExecutor::run_piece(const Batch& piece, float* logits, const StageInp
       const int32_t count =
           std::min<int32_t>(static_cast<int32_t>(limits_.max_logit_rows), n_logits - first);
       LS_RETURN_IF_ERROR(backend_->head(b, first, count, act_, stream_));
-      LS_CUDA_CHECK(cudaMemcpy2DAsync(logits + static_cast<size_t>(first) * c.n_vocab, row_bytes,
-                                      act_.logits, act_.vocab_stride * sizeof(float), row_bytes,
-                                      count, cudaMemcpyDeviceToHost, stream_));
+      LS_RETURN_IF_ERROR(emit(first, count));
     }
   }
+  if (sample && n_logits > 0) {
+    LS_CUDA_CHECK(cudaMemcpyAsync(drawn.host_tokens, drawn.tokens, n_logits * sizeof(int32_t),
+                                  cudaMemcpyDeviceToHost, stream_));
+  }
   LS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (sample) std::copy_n(drawn.host_tokens, n_logits, tokens.begin());
   return Status::ok();
 }
 
@@ -322,6 +353,24 @@ Status CudaExecutor::forward(const Batch& batch, std::span<float> logits) {
       [&](const Batch& piece, std::span<float> piece_logits) {
         return run_piece(piece, has_head() ? piece_logits.data() : nullptr, nullptr);
       });
+}
+
+Status CudaExecutor::forward_sampled(const Batch& batch, std::span<const RowSampling> sampling,
+                                     std::span<int32_t> tokens, std::span<float> logits) {
+  const int64_t n_vocab = model_->config.n_vocab;
+  const size_t needed = batch.logit_rows.size() * static_cast<size_t>(n_vocab);
+  LS_RETURN_IF_ERROR(validate_batch(batch, kv_info(), n_vocab,
+                                    has_head() && !logits.empty() ? logits.size() : needed));
+  LS_RETURN_IF_ERROR(validate_sampling(batch, sampling, tokens));
+  LS_CUDA_CHECK(cudaSetDevice(options_.device));
+  const PassOutputs out{has_head() ? logits : std::span<float>(), sampling, tokens};
+  return run_in_pieces(batch, options_.max_batch_tokens, n_vocab, out, pieces_,
+                       [&](const Batch& piece, const PassOutputs& piece_out) {
+                         float* piece_logits =
+                             piece_out.logits.empty() ? nullptr : piece_out.logits.data();
+                         return run_piece(piece, piece_logits, nullptr, piece_out.sampling,
+                                          piece_out.tokens);
+                       });
 }
 
 }  // namespace
@@ -341,9 +390,10 @@ Result<std::unique_ptr<CudaPart>> CudaPart::create(std::shared_ptr<const LoadedM
     return make_error(StatusCode::kInvalidArgument, "max_seqs = {} must be in [1, 65536]",
                       options.max_seqs);
   }
-  if (options.gemm_min_rows < 1) {
-    return make_error(StatusCode::kInvalidArgument, "gemm_min_rows = {} must be >= 1",
-                      options.gemm_min_rows);
+  if (options.gemm_min_rows < 1 || options.float_gemm_min_rows < 1) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "gemm_min_rows = {} and float_gemm_min_rows = {} must be >= 1",
+                      options.gemm_min_rows, options.float_gemm_min_rows);
   }
   const ModelConfig& c = model->config;
   if (c.head_dim != 64 && c.head_dim != 128) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include <functional>
 #include <optional>
@@ -33,6 +34,7 @@ struct CudaExecutorOptions {
   int32_t max_seqs = 256;           // sequences per forward pass
   int64_t max_context_tokens = 0;   // longest sequence; 0: the model's n_ctx_train
   int32_t gemm_min_rows = 32;       // products with this many rows or more use cuBLAS
+  int32_t float_gemm_min_rows = 5;  // the same for F16/BF16/F32 weights
   bool cuda_graphs = true;
 
   // Multi-GPU roles (multi_gpu_executor.h); the defaults make the whole-model executor.
@@ -75,9 +77,12 @@ class CudaPart {
   virtual Executor& executor() = 0;
 
   // Runs one piece of at most max_batch_tokens rows, taking the input rows from `input`
-  // (stages after the first) and writing logits (the stage with the head; may be null
-  // otherwise). Synchronous: the output rows are in output() when it returns.
-  virtual Status run_piece(const Batch& piece, float* logits, const StageInput* input) = 0;
+  // (stages after the first) and, in the part with the head, writing logits (unless null) and
+  // drawing one token per logit row with `sampling` into `tokens` (unless empty; see
+  // Executor::forward_sampled). Synchronous: the output rows are in output() when it returns.
+  virtual Status run_piece(const Batch& piece, float* logits, const StageInput* input,
+                           std::span<const RowSampling> sampling = {},
+                           std::span<int32_t> tokens = {}) = 0;
   virtual StageInput output(int32_t rows) const = 0;
 };
 

@@ -28,6 +28,17 @@ class Executor {
   // PRECONDITIONS: positions of a sequence are consecutive and follow what is already in its
   // blocks; block tables cover seq_lengths; logits.size() >= logit_rows.size() * n_vocab.
   virtual Status forward(const Batch& batch, std::span<float> logits) = 0;
+
+  // Whether forward_sampled() draws tokens where the logits are (a GPU), so that only token
+  // ids cross to the host.
+  virtual bool samples_on_device() const { return false; }
+  // forward(), then one token per logit row drawn on the device with sampling[i] into
+  // tokens[i]. The logits are also copied to `logits` unless it is empty (for rows the host
+  // samples itself: penalties, log probabilities).
+  // PRECONDITIONS: as forward(); sampling.size() == tokens.size() == logit_rows.size();
+  // logits empty or as forward() needs.
+  virtual Status forward_sampled(const Batch& batch, std::span<const RowSampling> sampling,
+                                 std::span<int32_t> tokens, std::span<float> logits);
 };
 
 }  // namespace llamaserve

@@ -120,12 +120,15 @@ class Stage {
   }
 
   // Every rank runs `piece` (input rows from `input` unless null; logits from the primary rank
-  // to `logits` where the stage has the head). Returns when all are done, with the first
-  // failing rank's error.
-  Status run(const Batch& piece, float* logits, const StageInput* input) {
-    if (ranks_.size() == 1) return ranks_.front()->run_piece(piece, logits, input);
+  // to `logits`, and tokens drawn there with `sampling` into `tokens`, where the stage has the
+  // head). Returns when all are done, with the first failing rank's error.
+  Status run(const Batch& piece, float* logits, const StageInput* input,
+             std::span<const RowSampling> sampling = {}, std::span<int32_t> tokens = {}) {
+    if (ranks_.size() == 1) {
+      return ranks_.front()->run_piece(piece, logits, input, sampling, tokens);
+    }
     std::unique_lock lock(mutex_);
-    job_ = {&piece, logits, input};
+    job_ = {&piece, logits, input, sampling, tokens};
     pending_ = static_cast<int>(ranks_.size());
     failed_ = false;
     ++generation_;
@@ -149,6 +152,8 @@ class Stage {
     const Batch* piece = nullptr;
     float* logits = nullptr;
     const StageInput* input = nullptr;
+    std::span<const RowSampling> sampling;
+    std::span<int32_t> tokens;
   };
 
   void work(size_t r) {
@@ -162,7 +167,9 @@ class Stage {
         seen = generation_;
         job = job_;
       }
-      Status status = ranks_[r]->run_piece(*job.piece, r == 0 ? job.logits : nullptr, job.input);
+      Status status =
+          r == 0 ? ranks_[r]->run_piece(*job.piece, job.logits, job.input, job.sampling, job.tokens)
+                 : ranks_[r]->run_piece(*job.piece, nullptr, job.input);
       {
         std::lock_guard lock(mutex_);
         results_[r] = std::move(status);
@@ -237,17 +244,36 @@ class MultiGpuExecutor final : public Executor {
   }
 
   Status forward(const Batch& batch, std::span<float> logits) override {
-    const int64_t n_vocab = model_->config.n_vocab;
-    LS_RETURN_IF_ERROR(validate_batch(batch, kv_info(), n_vocab, logits.size()));
+    LS_RETURN_IF_ERROR(validate_batch(batch, kv_info(), model_->config.n_vocab, logits.size()));
+    return run(batch, PassOutputs{logits, {}, {}});
+  }
+
+  // The last stage's primary rank holds the logits: it draws the tokens.
+  bool samples_on_device() const override { return true; }
+  Status forward_sampled(const Batch& batch, std::span<const RowSampling> sampling,
+                         std::span<int32_t> tokens, std::span<float> logits) override {
+    const size_t needed = batch.logit_rows.size() * static_cast<size_t>(model_->config.n_vocab);
+    LS_RETURN_IF_ERROR(validate_batch(batch, kv_info(), model_->config.n_vocab,
+                                      logits.empty() ? needed : logits.size()));
+    LS_RETURN_IF_ERROR(validate_sampling(batch, sampling, tokens));
+    return run(batch, PassOutputs{logits, sampling, tokens});
+  }
+
+ private:
+  Status run(const Batch& batch, const PassOutputs& out) {
     if (!broken_.is_ok()) return broken_;
     const Status status = run_in_pieces(
-        batch, max_rows_, n_vocab, logits, pieces_,
-        [&](const Batch& piece, std::span<float> piece_logits) -> Status {
+        batch, max_rows_, model_->config.n_vocab, out, pieces_,
+        [&](const Batch& piece, const PassOutputs& piece_out) -> Status {
           StageInput input;
           for (size_t s = 0; s < stages_.size(); ++s) {
             const bool last = s + 1 == stages_.size();
-            LS_RETURN_IF_ERROR(stages_[s]->run(piece, last ? piece_logits.data() : nullptr,
-                                               s == 0 ? nullptr : &input));
+            float* piece_logits =
+                last && !piece_out.logits.empty() ? piece_out.logits.data() : nullptr;
+            LS_RETURN_IF_ERROR(stages_[s]->run(
+                piece, piece_logits, s == 0 ? nullptr : &input,
+                last ? piece_out.sampling : std::span<const RowSampling>(),
+                last ? piece_out.tokens : std::span<int32_t>()));
             input = stages_[s]->output(max_rows_);
           }
           return Status::ok();
@@ -259,7 +285,6 @@ class MultiGpuExecutor final : public Executor {
     return status;
   }
 
- private:
   std::shared_ptr<const LoadedModel> model_;
   ParallelLayout layout_;
   std::vector<std::unique_ptr<Stage>> stages_;

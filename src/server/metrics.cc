@@ -88,6 +88,8 @@ ServerMetrics::ServerMetrics()
                                "Sequences preempted because KV blocks ran out")),
       engine_steps_(
           add_counter(*registry_, "llamaserve_engine_steps_total", "Engine scheduler steps")),
+      device_sampled_steps_(add_counter(*registry_, "llamaserve_device_sampled_steps_total",
+                                        "Engine steps whose tokens were drawn on the GPU")),
       replica_queue_length_(add_gauge_family(*registry_, "llamaserve_replica_queue_length",
                                              "Requests waiting for one replica's engine")),
       replica_running_sequences_(add_gauge_family(*registry_,
@@ -141,6 +143,8 @@ std::string ServerMetrics::render(const MetricsSnapshot& snapshot) {
     advance(generated_tokens_, stats.generated_tokens_total, last_sampled_.generated_tokens_total);
     advance(preemptions_, stats.preemptions_total, last_sampled_.preemptions_total);
     advance(engine_steps_, stats.steps_total, last_sampled_.steps_total);
+    advance(device_sampled_steps_, stats.device_sampled_steps_total,
+            last_sampled_.device_sampled_steps_total);
     last_sampled_ = stats;
     sample_replicas(snapshot.replicas);
     sample_gpus(snapshot.gpus);

@@ -66,6 +66,7 @@ class ServerMetrics {
   prometheus::Counter& generated_tokens_;
   prometheus::Counter& preemptions_;
   prometheus::Counter& engine_steps_;
+  prometheus::Counter& device_sampled_steps_;
   // Per replica, label replica="i".
   prometheus::Family<prometheus::Gauge>& replica_queue_length_;
   prometheus::Family<prometheus::Gauge>& replica_running_sequences_;

@@ -99,6 +99,9 @@ void add_server_options(CLI::App& app, ServerOptions& o) {
                  "Largest max_tokens a request may ask for")
       ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str();
+  app.add_flag("--host-sampling", o.host_sampling,
+               "Sample every token on the CPU from copied logits (default: a GPU draws the "
+               "tokens of requests without penalties, min_p or logprobs)");
 
   app.add_option("--api-key", o.api_keys,
                  "Accepted bearer token (repeatable); when any key is set every endpoint but "

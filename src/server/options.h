@@ -47,6 +47,8 @@ struct ServerOptions {
   int64_t max_body_bytes = 4 << 20;
   int max_prompt_tokens = 0;  // 0 = ctx_size - 1
   int max_tokens_limit = 4096;
+  // Sample every token on the host from copied logits, even where the GPU could draw it.
+  bool host_sampling = false;
 
   // Auth.
   std::vector<std::string> api_keys;

@@ -18,6 +18,7 @@
 
 #include "backend/cuda/matvec.h"
 #include "backend/cuda/memory_plan.h"
+#include "backend/cuda/sampling.h"
 #include "parallel/cpu_executor.h"
 #include "parallel/cuda_executor.h"
 #include "test_util.h"
@@ -179,6 +180,7 @@ TEST_P(ReferenceTest, LogitsAndGreedyMatchTransformers) {
   ASSERT_TRUE(model.is_ok()) << model.status().to_string();
   CudaExecutorOptions options = small_options();
   options.gemm_min_rows = c.gemm_min_rows;
+  options.float_gemm_min_rows = c.gemm_min_rows;
   options.cuda_graphs = c.graphs;
   auto ex = make_cuda(*model, options);
   ASSERT_NE(ex, nullptr);
@@ -283,14 +285,17 @@ TEST_P(CpuParityTest, BatchedInterleavedMixedAndOversizedBatches) {
   // indexing mistake is O(1)).
   CudaExecutorOptions matvec_only = small_options();
   matvec_only.gemm_min_rows = kMatvecOnly;
+  matvec_only.float_gemm_min_rows = kMatvecOnly;
   const double matvec_tolerance = uses_q8_matvec(*model) ? 5e-2 : 1e-3;
   auto gpu = make_cuda(model, matvec_only);
   CudaExecutorOptions tiny_pieces = small_options();
   tiny_pieces.max_batch_tokens = 7;  // every batch below runs in pieces
+  tiny_pieces.float_gemm_min_rows = kMatvecOnly;
   auto gpu_pieces = make_cuda(model, tiny_pieces);
   // cuBLAS for every product: f16 activations, looser.
   CudaExecutorOptions gemm_only = small_options();
   gemm_only.gemm_min_rows = 1;
+  gemm_only.float_gemm_min_rows = 1;
   auto gpu_gemm = make_cuda(model, gemm_only);
   ASSERT_TRUE(cpu && gpu && gpu_pieces && gpu_gemm);
   constexpr double kGemmTolerance = 1e-2;
@@ -388,6 +393,89 @@ TEST_F(CudaExecutorTest, GraphReplayEqualsEagerRun) {
     const std::vector<float> a = run(*graphs, decode), b = run(*eager, decode);
     EXPECT_LE(max_rel_error(a, b, n_vocab), 1e-6) << "step " << step;
   }
+}
+
+// Tokens drawn on the device: what the sampling kernel draws from the pass's own logits with
+// each row's parameters (greedy rows: the argmax), for whole batches, batches in pieces and
+// graph-replayed decode steps, with and without the logits coming back.
+TEST_F(CudaExecutorTest, DeviceSamplingDrawsFromThePassLogits) {
+  auto model = load("tiny-gqa-q4_k.gguf");
+  ASSERT_NE(model, nullptr);
+  CudaExecutorOptions pieces_options = small_options();
+  pieces_options.max_batch_tokens = 8;
+  auto whole = make_cuda(model);
+  auto pieces = make_cuda(model, pieces_options);
+  auto twin = make_cuda(model);  // the same passes as `whole`, without the logits
+  ASSERT_TRUE(whole && pieces && twin);
+  EXPECT_TRUE(whole->samples_on_device());
+  const int64_t n_vocab = model->config.n_vocab;
+  auto params_for = [](size_t n, uint64_t step) {
+    std::vector<RowSampling> params(n);
+    for (size_t i = 0; i < n; ++i) {
+      if (i % 3 == 0) continue;  // greedy
+      params[i].temperature = 0.9f;
+      params[i].top_k = i % 3 == 1 ? 20 : 0;
+      params[i].top_p = i % 3 == 2 ? 0.8f : 1.0f;
+      params[i].seed = 1000 + i;
+      params[i].offset = step;
+    }
+    return params;
+  };
+  // What sample_tokens draws from `logits` with `params`.
+  auto kernel_draws = [&](const std::vector<float>& logits,
+                          const std::vector<RowSampling>& params) {
+    DeviceArray<float> logits_dev(logits);
+    DeviceArray<RowSampling> params_dev(params);
+    DeviceArray<int32_t> tokens(params.size());
+    tokens.poison();
+    EXPECT_TRUE(sample_tokens(logits_dev.get(), n_vocab, static_cast<int64_t>(params.size()),
+                              n_vocab, params_dev.get(), tokens.get(), nullptr)
+                    .is_ok());
+    return tokens.download();
+  };
+  auto check_step = [&](const Batch& batch, uint64_t step, const std::string& what) {
+    const size_t n = batch.logit_rows.size();
+    const std::vector<RowSampling> params = params_for(n, step);
+    std::vector<int32_t> tokens(n, -1), piece_tokens(n, -1), twin_tokens(n, -1);
+    std::vector<float> logits(n * n_vocab, std::numeric_limits<float>::quiet_NaN());
+    std::vector<float> piece_logits = logits;
+    ASSERT_OK(whole->forward_sampled(batch, params, tokens, logits));
+    ASSERT_OK(pieces->forward_sampled(batch, params, piece_tokens, piece_logits));
+    ASSERT_OK(twin->forward_sampled(batch, params, twin_tokens, {}));
+    EXPECT_EQ(tokens, kernel_draws(logits, params)) << what;
+    EXPECT_EQ(piece_tokens, kernel_draws(piece_logits, params)) << what << " in pieces";
+    EXPECT_EQ(twin_tokens, tokens) << what << " without the logits";
+    for (size_t i = 0; i < n; i += 3) {
+      const float* row = logits.data() + i * n_vocab;
+      EXPECT_EQ(tokens[i], std::max_element(row, row + n_vocab) - row) << what << " row " << i;
+    }
+  };
+  const std::vector<std::vector<int32_t>> tables = {{0, 1}, {2, 3}, {4, 5}};
+  std::vector<int32_t> lengths = {9, 20, 3};
+  check_step(build({{0, random_tokens(9, n_vocab, 21), 0},
+                    {1, random_tokens(20, n_vocab, 22), 0},
+                    {2, random_tokens(3, n_vocab, 23), 0}},
+                   tables, lengths),
+             0, "prompt");
+  for (uint64_t step = 1; step <= 3; ++step) {
+    std::vector<Piece> rows;
+    for (int32_t s = 0; s < 3; ++s) {
+      rows.push_back({s, {static_cast<int32_t>(50 * s + step)}, lengths[s]});
+      ++lengths[s];
+    }
+    check_step(build(rows, tables, lengths), step, "decode step " + std::to_string(step));
+  }
+
+  // Wrong sizes and unusable parameters are refused before anything runs.
+  const Batch one = single_sequence({1}, 0);
+  std::vector<int32_t> two_tokens(2);
+  std::vector<RowSampling> one_row(1);
+  EXPECT_EQ(whole->forward_sampled(one, one_row, two_tokens, {}).code(),
+            StatusCode::kInvalidArgument);
+  one_row[0].temperature = std::numeric_limits<float>::quiet_NaN();
+  std::vector<int32_t> one_token(1);
+  EXPECT_EQ(whole->forward_sampled(one, one_row, one_token, {}).code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST_F(CudaExecutorTest, RefusesWhatDoesNotFitWithSizes) {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "backend/cuda/peer_all_reduce.h"
+#include "backend/cuda/sampling.h"
 #include "engine/engine.h"
 #include "model/importers/synth_model.h"
 #include "parallel/cuda_executor.h"
@@ -320,6 +321,55 @@ TEST_F(MultiGpuTest, TensorParallelQ8_0MatchesOneGpu) {
   // Each rank quantizes only its own slice of the attention and FFN outputs to 8 bits: the
   // blocks are the same, the sums come in another order (see the tolerances above).
   expect_same_as_single(model, small("0,1", 2, 1), 2.5e-2);
+}
+
+// Tokens drawn on the device of the last stage's primary rank: what the sampling kernel draws
+// from the logits the pass returns, for tp 2, pp 2 and tp 2 x pp 2, on a batch that runs in
+// pieces and on graph-replayed decode steps.
+TEST_F(MultiGpuTest, DeviceSamplingOnEveryLayout) {
+  auto model = tiny_q8_0();
+  ASSERT_NE(model, nullptr);
+  const int64_t n_vocab = model->config.n_vocab;
+  std::vector<std::unique_ptr<Executor>> layouts;
+  layouts.push_back(make(model, small("0,1", 2, 1)));
+  layouts.push_back(make(model, small("0,1", 1, 2)));
+  layouts.push_back(make_layout(model, {0, 1, 0, 1}, 2, 2));
+  for (auto& ex : layouts) {
+    ASSERT_NE(ex, nullptr);
+    EXPECT_TRUE(ex->samples_on_device()) << ex->describe();
+    std::vector<Batch> batches;
+    batches.push_back(build({{0, tokens(90, n_vocab, 1), 0}, {1, tokens(41, n_vocab, 2), 0}}, 2));
+    for (int32_t step = 0; step < 3; ++step) {
+      batches.push_back(build({{0, {static_cast<int32_t>(7 + step)}, 90 + step},
+                               {1, {static_cast<int32_t>(9 + step)}, 41 + step}},
+                              2));
+    }
+    for (size_t b = 0; b < batches.size(); ++b) {
+      const Batch& batch = batches[b];
+      const size_t n = batch.logit_rows.size();
+      std::vector<RowSampling> params(n);
+      for (size_t i = 1; i < n; i += 2) {
+        params[i].temperature = 0.8f;
+        params[i].top_k = 30;
+        params[i].seed = 40 + i;
+        params[i].offset = b;
+      }
+      std::vector<float> logits(n * n_vocab, NAN);
+      std::vector<int32_t> drawn(n, -1);
+      ASSERT_OK(ex->forward_sampled(batch, params, drawn, logits));
+      cuda::testing::DeviceArray<float> logits_dev(logits);
+      cuda::testing::DeviceArray<RowSampling> params_dev(params);
+      cuda::testing::DeviceArray<int32_t> want(n);
+      ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+      ASSERT_OK(cuda::sample_tokens(logits_dev.get(), n_vocab, static_cast<int64_t>(n), n_vocab,
+                                    params_dev.get(), want.get(), nullptr));
+      EXPECT_EQ(drawn, want.download()) << ex->describe() << ", batch " << b;
+      for (size_t i = 0; i < n; i += 2) {
+        const float* row = logits.data() + i * n_vocab;
+        EXPECT_EQ(drawn[i], std::max_element(row, row + n_vocab) - row) << "row " << i;
+      }
+    }
+  }
 }
 
 // Same kernels, same order: the stages only move the rows between devices.

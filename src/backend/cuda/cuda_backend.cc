@@ -17,11 +17,15 @@ CudaBackend::CudaBackend(const ModelConfig& config, CudaWeights weights, cublasH
                          const CudaBackendOptions& options)
     : config_(config), weights_(std::move(weights)), cublas_(cublas), options_(options) {}
 
+bool CudaBackend::uses_gemm(int64_t n_rows, const DeviceMatrix& w) const {
+  return n_rows >=
+         (matvec_uses_q8(w.type) ? options_.gemm_min_rows : options_.float_gemm_min_rows);
+}
+
 bool CudaBackend::wants_q8(int64_t n_rows,
                            std::initializer_list<const DeviceMatrix*> weights) const {
-  if (n_rows >= options_.gemm_min_rows) return false;
   for (const DeviceMatrix* w : weights) {
-    if (matvec_uses_q8(w->type)) return true;
+    if (matvec_uses_q8(w->type) && !uses_gemm(n_rows, *w)) return true;
   }
   return false;
 }
@@ -29,21 +33,6 @@ bool CudaBackend::wants_q8(int64_t n_rows,
 Status CudaBackend::project(std::initializer_list<Projection> projections, const float* x,
                             int64_t x_stride, int64_t n_rows, bool x_q8_ready, CudaActivations& act,
                             cudaStream_t stream) const {
-  if (n_rows >= options_.gemm_min_rows) {
-    for (const Projection& p : projections) {
-      GemmArgs g;
-      g.w = *p.w;
-      g.x = x;
-      g.x_stride = x_stride;
-      g.n_rows = n_rows;
-      g.y = p.y;
-      g.y_stride = p.y_stride;
-      g.bias = p.bias;
-      g.accumulate = p.accumulate;
-      LS_RETURN_IF_ERROR(gemm(cublas_, g, act.gemm, stream));
-    }
-    return Status::ok();
-  }
   const int64_t cols = projections.begin()->w->cols;
   bool q8_ready = x_q8_ready;
   MatvecArgs parts[kMaxMatvecParts];
@@ -57,6 +46,20 @@ Status CudaBackend::project(std::initializer_list<Projection> projections, const
   for (const Projection& p : projections) {
     if (p.w->cols != cols) {
       return make_error(StatusCode::kInternal, "projections of one input differ in width");
+    }
+    if (uses_gemm(n_rows, *p.w)) {
+      LS_RETURN_IF_ERROR(flush());
+      GemmArgs g;
+      g.w = *p.w;
+      g.x = x;
+      g.x_stride = x_stride;
+      g.n_rows = n_rows;
+      g.y = p.y;
+      g.y_stride = p.y_stride;
+      g.bias = p.bias;
+      g.accumulate = p.accumulate;
+      LS_RETURN_IF_ERROR(gemm(cublas_, g, act.gemm, stream));
+      continue;
     }
     const bool q8 = matvec_uses_q8(p.w->type);
     if (q8 && !q8_ready) {

@@ -25,7 +25,11 @@ using AllReduceFn = std::function<Status(float* data, size_t count, cudaStream_t
 
 struct CudaBackendOptions {
   // Products with at least this many activation rows use cuBLAS GEMMs; fewer use matvec.
+  // Quantized weights (whose matvec reads them once for up to 8 rows, where a GEMM first
+  // dequantizes them) and float weights (whose matvec loses to cuBLAS from a few rows on)
+  // have their own thresholds.
   int32_t gemm_min_rows = 32;
+  int32_t float_gemm_min_rows = 5;
   // Tensor parallelism: the weights are one rank's shard (heads and FFN columns), and after
   // the attention output and FFN down projections the partial results are summed over the
   // ranks. The primary rank adds its partial to the residual stream, the others write theirs
@@ -66,11 +70,13 @@ class CudaBackend {
     const float* bias;
     bool accumulate;
   };
+  // Whether a product of n_rows rows with `w` runs as a cuBLAS GEMM (else a matvec).
+  bool uses_gemm(int64_t n_rows, const DeviceMatrix& w) const;
   // True when products of n_rows rows with any of `weights` run as integer matvecs and so need
   // the input as 8-bit blocks in act.q8.
   bool wants_q8(int64_t n_rows, std::initializer_list<const DeviceMatrix*> weights) const;
-  // The projections of one input x (n_rows rows): cuBLAS GEMMs from gemm_min_rows rows on,
-  // else matvecs, those of one weight type in one launch. x_q8_ready: act.q8 already holds x
+  // The projections of one input x (n_rows rows): cuBLAS GEMMs where uses_gemm, else
+  // matvecs, consecutive ones of one weight type in one launch. x_q8_ready: act.q8 already holds x
   // as 8-bit blocks (written by the producer of x); otherwise it is quantized here if needed.
   Status project(std::initializer_list<Projection> projections, const float* x, int64_t x_stride,
                  int64_t n_rows, bool x_q8_ready, CudaActivations& act, cudaStream_t stream) const;

@@ -32,8 +32,16 @@ int64_t max_gemm_cols(const ModelConfig& c) { return std::max({c.n_embd, c.q_dim
 size_t table_offset(const CudaLimits& l) {
   return align_up(static_cast<uint64_t>(6 * l.max_tokens), kDeviceAlignment / 4);
 }
+// Then the sampling parameters of the logit rows (max_tokens RowSamplings) and their drawn
+// tokens (max_tokens), 256-byte aligned.
+constexpr size_t kIntsPerSampling = sizeof(RowSampling) / sizeof(int32_t);
+static_assert(sizeof(RowSampling) % sizeof(int32_t) == 0 && alignof(RowSampling) <= 8);
+size_t sampling_offset(const CudaLimits& l) {
+  return align_up(table_offset(l) + static_cast<uint64_t>(l.max_seqs + 1) * l.max_blocks_per_seq,
+                  kDeviceAlignment / 4);
+}
 size_t staging_ints(const CudaLimits& l) {
-  return table_offset(l) + static_cast<size_t>(l.max_seqs + 1) * l.max_blocks_per_seq;
+  return sampling_offset(l) + static_cast<size_t>(l.max_tokens) * (kIntsPerSampling + 1);
 }
 
 }  // namespace
@@ -124,6 +132,7 @@ Result<std::unique_ptr<BatchStaging>> BatchStaging::create(DevicePool& pool, con
   std::unique_ptr<BatchStaging> s(new BatchStaging());
   s->limits_ = l;
   s->table_offset_ = table_offset(l);
+  s->sampling_offset_ = sampling_offset(l);
   const size_t bytes = staging_ints(l) * sizeof(int32_t);
   void* host = nullptr;
   LS_CUDA_CHECK(cudaMallocHost(&host, bytes));
@@ -222,6 +231,29 @@ Result<DeviceBatch> BatchStaging::stage(const Batch& batch, int32_t padded_token
   d.n_logit_rows = n_logit_rows;
   d.n_tiles = n_tiles;
   d.max_tile_rows = max_tile_rows;
+  return d;
+}
+
+Result<DeviceSampling> BatchStaging::stage_sampling(std::span<const RowSampling> rows,
+                                                    cudaStream_t stream) {
+  const size_t t_max = static_cast<size_t>(limits_.max_tokens);
+  if (rows.size() > t_max) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "{} rows to sample exceed the staging limit of {}", rows.size(), t_max);
+  }
+  auto* host_params = reinterpret_cast<RowSampling*>(host_ + sampling_offset_);
+  std::copy(rows.begin(), rows.end(), host_params);
+  int32_t* device_params = device_ + sampling_offset_;
+  if (!rows.empty()) {
+    LS_CUDA_CHECK(cudaMemcpyAsync(device_params, host_params, rows.size() * sizeof(RowSampling),
+                                  cudaMemcpyHostToDevice, stream));
+  }
+  const size_t tokens_offset = sampling_offset_ + t_max * kIntsPerSampling;
+  DeviceSampling d;
+  d.params = reinterpret_cast<const RowSampling*>(device_params);
+  d.tokens = device_ + tokens_offset;
+  d.host_tokens = host_ + tokens_offset;
+  d.n_rows = static_cast<int32_t>(rows.size());
   return d;
 }
 

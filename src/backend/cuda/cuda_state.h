@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include <cuda_runtime_api.h>
 
@@ -92,6 +93,15 @@ struct DeviceBatch {
   int32_t max_tile_rows = 1;
 };
 
+// Sampling parameters of a pass's logit rows on the device, and where their tokens go: the
+// sampling kernel writes `tokens` (device), which are copied back to `host_tokens` (pinned).
+struct DeviceSampling {
+  const RowSampling* params = nullptr;
+  int32_t* tokens = nullptr;
+  int32_t* host_tokens = nullptr;
+  int32_t n_rows = 0;
+};
+
 // Packs Batches into a pinned host buffer and copies them to their device mirror.
 class BatchStaging {
  public:
@@ -105,13 +115,16 @@ class BatchStaging {
   // The copy is queued on `stream`; the host buffer may be reused after the stream passes it.
   Result<DeviceBatch> stage(const Batch& batch, int32_t padded_tokens, int32_t block_size,
                             int32_t scratch_block, int32_t tile_rows, cudaStream_t stream);
+  // Stages one RowSampling per logit row (at most max_tokens), queued on `stream` like stage().
+  Result<DeviceSampling> stage_sampling(std::span<const RowSampling> rows, cudaStream_t stream);
 
  private:
   BatchStaging() = default;
   CudaLimits limits_;
   int32_t* host_ = nullptr;  // pinned
   int32_t* device_ = nullptr;
-  size_t table_offset_ = 0;  // int32 offset of the block tables in both buffers
+  size_t table_offset_ = 0;     // int32 offset of the block tables in both buffers
+  size_t sampling_offset_ = 0;  // int32 offset of the sampling parameters, then the tokens
 };
 
 }  // namespace llamaserve::cuda

@@ -16,17 +16,12 @@
 
 #include <cuda_runtime_api.h>
 
+#include "backend/batch.h"
 #include "core/status.h"
 
 namespace llamaserve::cuda {
 
-struct SamplingParams {
-  float temperature = 0.0f;
-  int32_t top_k = 0;
-  float top_p = 1.0f;
-  uint64_t seed = 0;
-  uint64_t offset = 0;
-};
+using SamplingParams = RowSampling;
 
 // tokens[r] = the token drawn from row r of `logits` (row stride logits_stride floats) with
 // params[r]. params and tokens are device arrays of n_rows.

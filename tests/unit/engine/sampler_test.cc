@@ -230,5 +230,37 @@ TEST(SamplerTest, NoLogprobsUnlessAsked) {
   EXPECT_TRUE(out.top_logprobs.empty());
 }
 
+// What a GPU may draw: plain temperature/top-k/top-p/seed requests, with the step as the
+// draw's counter; anything the host sampler alone does keeps the request on the host.
+TEST(SamplerTest, DeviceSamplingOnlyForWhatTheDeviceDraws) {
+  SamplingParams params = with_temperature(0.8f);
+  params.top_k = 40;
+  params.top_p = 0.9f;
+  const Sampler plain(params, {}, 1234);
+  const std::optional<RowSampling> row = plain.device_sampling(7);
+  ASSERT_TRUE(row.has_value());
+  EXPECT_EQ(row->temperature, 0.8f);
+  EXPECT_EQ(row->top_k, 40);
+  EXPECT_EQ(row->top_p, 0.9f);
+  EXPECT_EQ(row->seed, 1234u);
+  EXPECT_EQ(row->offset, 7u);
+
+  const std::optional<RowSampling> greedy = Sampler(with_temperature(0.0f), {}, 1).device_sampling(0);
+  ASSERT_TRUE(greedy.has_value());
+  EXPECT_EQ(greedy->temperature, 0.0f);
+
+  auto host_only = [](void (*change)(SamplingParams&)) {
+    SamplingParams p = with_temperature(0.8f);
+    change(p);
+    return !Sampler(p, {}, 1).device_sampling(0).has_value();
+  };
+  EXPECT_TRUE(host_only([](SamplingParams& p) { p.repetition_penalty = 1.1f; }));
+  EXPECT_TRUE(host_only([](SamplingParams& p) { p.presence_penalty = 0.5f; }));
+  EXPECT_TRUE(host_only([](SamplingParams& p) { p.frequency_penalty = 0.5f; }));
+  EXPECT_TRUE(host_only([](SamplingParams& p) { p.min_p = 0.05f; }));
+  EXPECT_TRUE(host_only([](SamplingParams& p) { p.logprobs = true; }));
+  EXPECT_TRUE(host_only([](SamplingParams& p) { p.top_logprobs = 2; }));
+}
+
 }  // namespace
 }  // namespace llamaserve
