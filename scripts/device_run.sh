@@ -5,7 +5,7 @@
 #
 # Usage: OUT=/path scripts/device_run.sh [STEP...]
 #   steps: env tests bench (the default, in that order), bench7b, multi7b, serve, sanitize,
-#   allreduce, replicas7b, transformers7b
+#   allreduce, replicas7b, transformers7b, profile7b
 #   bench7b: writes LLaMA-2-7B-shaped models with random weights (llamaserve synth) to
 #     BENCH7B_DIR (default /tmp; reused when present) for each of BENCH7B_TYPES (default
 #     "q4_k_m q8_0 f16") and runs `llamaserve bench` on cuda:0 with BENCH7B_ARGS (default
@@ -19,6 +19,7 @@
 #   kernels.md       the matvec / GEMM micro-benchmark table
 #   bench-7b.json    {"<type>": <llamaserve bench --json output>, ...}
 #   bench-7b.md      the same as markdown tables
+#   profile-7b.md    per-kernel time of profiled decode steps (profile7b)
 #   logs.tar.gz      every step's log, gtest XML, the kernel benchmark CSV
 # The build dir needs: tests/gpu, bench/cuda_kernels, src/cli/llamaserve, runtime-libs (shared
 # libraries the binaries need beyond the driver and cuBLAS) and fixtures (the LLaMA 2 vocabulary
@@ -114,6 +115,54 @@ bench7b() {
     { echo "## LLaMA-2-7B shape, $type"; echo; cat "$logs/bench-7b-$type.md"; echo; } >>"$md"
   done
   echo "}" >>"$json"
+}
+
+# Nsight Compute breakdown of decode steps of the 7B shape: for each of PROFILE_TYPES (default
+# f16) and PROFILE_BATCHES (default "1 16 256"), 4 steps after the case's timed runs are
+# profiled (kernel time and DRAM bytes per kernel) and tabulated by scripts/ncu_breakdown.py
+# into $OUT/profile-7b.md, beside the step time bench7b measured without the profiler (its
+# JSON from the same call, when there).
+profile7b() {
+  local bin="$build/src/cli/llamaserve"
+  need_binary llamaserve "$bin" || return
+  local ncu
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+  if [[ -z $ncu ]]; then
+    note profile7b "SKIP (no ncu)"
+    return
+  fi
+  local dir=${BENCH7B_DIR:-/tmp} md="$OUT/profile-7b.md"
+  : >"$md"
+  for type in ${PROFILE_TYPES:-f16}; do
+    local model="$dir/llama2-7b-$type.gguf"
+    if [[ ! -s $model ]]; then
+      step "synth-7b-$type" 420 "$bin" synth --shape llama2-7b --type "$type" -o "$model" \
+        --progress lines --vocab "$build/fixtures/vocab-llama2-spm.gguf" || continue
+    fi
+    for b in ${PROFILE_BATCHES:-1 16 256}; do
+      local csv="$logs/ncu-7b-$type-b$b.csv"
+      step "profile-7b-$type-b$b" 400 "$ncu" --csv --print-units base --clock-control none \
+        --profile-from-start off --log-file "$csv" \
+        --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+        "$bin" bench -m "$model" --device cuda:0 -p 16 -n 8 -b "$b" --reps 1 \
+        --profile-steps 4 --profile-batch "$b" --json-file "$logs/profile-bench-$type-b$b.json" ||
+        continue
+      local ref="$logs/bench-7b-$type.json"
+      [[ -s $ref ]] || ref="$logs/profile-bench-$type-b$b.json"
+      local copy_gbps step_ms
+      read -r copy_gbps step_ms < <(python3 - "$ref" "$b" <<'PY'
+import json, sys
+report = json.load(open(sys.argv[1])); b = int(sys.argv[2])
+name = "decode b1" if b == 1 else f"batch {b} x"
+case = next(c for c in report["cases"] if c["name"].startswith(name))
+print(report["copy_bandwidth_gbps"], case["ms_per_token"])
+PY
+      )
+      python3 scripts/ncu_breakdown.py "$csv" --steps 4 --copy-gbps "${copy_gbps:-0}" \
+        --step-ms "${step_ms:-0}" --title "7B $type, decode step of $b sequence(s)" >>"$md"
+      echo >>"$md"
+    done
+  done
 }
 
 # The 7B F16 shape on one GPU, tensor parallel over two and a two-stage pipeline, with the
@@ -253,6 +302,7 @@ for s in "${steps[@]}"; do
       ;;
     bench7b) bench7b ;;
     multi7b) multi7b ;;
+    profile7b) profile7b ;;
     serve)
       # The HTTP server on GPUs: one GPU, tp=2 and 2 replicas on a synthetic tiny model, with
       # NVML metrics and a clean SIGTERM (scripts/gpu_serve_smoke.py).
@@ -265,7 +315,7 @@ for s in "${steps[@]}"; do
       fi
       ;;
     *)
-      note "$s" "FAIL (unknown step; steps: env tests bench bench7b multi7b serve sanitize allreduce replicas7b transformers7b)"
+      note "$s" "FAIL (unknown step; steps: env tests bench bench7b multi7b serve sanitize allreduce replicas7b transformers7b profile7b)"
       failures=$((failures + 1))
       ;;
   esac

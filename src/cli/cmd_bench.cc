@@ -17,6 +17,10 @@
 // Every case runs once as warm-up (CUDA graphs get captured, pages touched), then --reps
 // times; the median is reported. Token ids are random: the speed does not depend on them.
 // Achieved bandwidth counts the weights every step reads plus the KV cache its attention reads.
+// On a GPU every step draws greedy tokens there and copies only their ids back, as the engine
+// does (--host-logits copies the logits instead). --profile-steps N runs N more steps of one
+// case inside a profiler capture range, for `ncu --profile-from-start off`
+// (scripts/ncu_breakdown.py turns its CSV into a per-kernel table).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -34,6 +38,7 @@
 #include "cli/synthetic_model.h"
 #include "model/weights.h"
 #include "parallel/executor_factory.h"
+#include "parallel/profiler_range.h"
 
 namespace llamaserve::cli {
 namespace {
@@ -56,6 +61,12 @@ struct BenchOptions {
   bool json = false;
   std::string json_file;      // also write the JSON here
   std::string markdown_file;  // also write a markdown table here
+  // Copy every step's logits to the host instead of drawing greedy tokens on the device.
+  bool host_logits = false;
+  // Nsight Compute capture range: this many decode steps of the case with profile_batch
+  // sequences (1: the decode case), after its timed runs.
+  int32_t profile_steps = 0;
+  int32_t profile_batch = 1;
 };
 
 // Bytes a decode step reads for the weights (every matrix but the embedding table, whose one
@@ -92,8 +103,9 @@ double median(std::vector<double> v) {
 class BenchRunner {
  public:
   BenchRunner(Executor& executor, int32_t first_seq_blocks, int32_t other_seq_blocks,
-              int32_t max_batch_tokens)
+              int32_t max_batch_tokens, bool sample_on_device)
       : executor_(executor),
+        sample_on_device_(sample_on_device),
         block_size_(executor.kv_info().block_size),
         blocks_per_seq_(std::max(first_seq_blocks, other_seq_blocks)),
         first_seq_blocks_(first_seq_blocks),
@@ -161,12 +173,20 @@ class BenchRunner {
     batch_.positions.push_back(position);
     batch_.seq_index.push_back(seq_index);
   }
+  // Greedy tokens drawn on the device (only their ids come back, as in the engine), or the
+  // logits copied to the host.
   Status run() {
+    if (sample_on_device_) {
+      sampling_.assign(batch_.logit_rows.size(), RowSampling{});
+      tokens_.resize(batch_.logit_rows.size());
+      return executor_.forward_sampled(batch_, sampling_, tokens_, {});
+    }
     logits_.resize(batch_.logit_rows.size() * static_cast<size_t>(n_vocab_));
     return executor_.forward(batch_, logits_);
   }
 
   Executor& executor_;
+  bool sample_on_device_;
   int32_t block_size_;
   int32_t blocks_per_seq_;  // table width
   int32_t first_seq_blocks_;
@@ -176,6 +196,8 @@ class BenchRunner {
   std::mt19937_64 rng_;
   Batch batch_;
   std::vector<float> logits_;
+  std::vector<RowSampling> sampling_;
+  std::vector<int32_t> tokens_;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -210,11 +232,16 @@ struct BenchReport {
   uint64_t weight_bytes = 0;
   double kv_bytes_per_token = 0;
   std::vector<CaseResult> cases;
+  bool device_sampling = false;
 };
 
-constexpr const char* kMethod =
-    "Executor::forward directly (the engine-free ceiling: no scheduler, no sampling; logits are "
-    "copied to the host every step)";
+const char* method(const BenchReport& b) {
+  return b.device_sampling
+             ? "Executor::forward_sampled directly (the engine-free ceiling: no scheduler; greedy "
+               "tokens drawn on the device, only their ids copied to the host every step)"
+             : "Executor::forward directly (the engine-free ceiling: no scheduler, no sampling; "
+               "logits are copied to the host every step)";
+}
 
 double tokens_per_s(const CaseResult& r) { return static_cast<double>(r.tokens) / r.seconds; }
 // Per token of one sequence: per step for decode cases, per prompt token for the prompt.
@@ -234,7 +261,7 @@ nlohmann::json to_json(const BenchReport& b) {
   out["tensor_parallel"] = b.options.tensor_parallel;
   out["pipeline_parallel"] = b.options.pipeline_parallel;
   out["executor"] = b.executor;
-  out["method"] = kMethod;
+  out["method"] = method(b);
   out["reps"] = b.options.reps;
   out["copy_bandwidth_gbps"] = b.copy_bps / 1e9;
   out["weight_bytes_per_token"] = b.weight_bytes;
@@ -263,7 +290,7 @@ std::string header(const BenchReport& b) {
   return fmt::format(
       "model {} on {}\nexecutor: {}\nmethod: {}\ncopy bandwidth {:.1f} GB/s (read + write); "
       "weights read per step {:.3f} GB; KV per token of context {:.3f} MB; median of {}\n",
-      b.options.model_path, b.options.device, b.executor, kMethod, b.copy_bps / 1e9,
+      b.options.model_path, b.options.device, b.executor, method(b), b.copy_bps / 1e9,
       static_cast<double>(b.weight_bytes) / 1e9, b.kv_bytes_per_token / 1e6, b.options.reps);
 }
 
@@ -343,9 +370,11 @@ Status run_bench(const BenchOptions& o) {
   // Sequence 0 runs every case; the others only the batch cases.
   constexpr int32_t kBlockSize = 16;
   auto blocks_for = [](int32_t tokens) { return (tokens + kBlockSize - 1) / kBlockSize; };
-  const int32_t other_seq_blocks = blocks_for(o.batch_prompt_tokens + o.decode_tokens);
-  const int32_t first_seq_blocks =
-      std::max({blocks_for(o.prompt_tokens), blocks_for(o.decode_tokens), other_seq_blocks});
+  // (The profiled steps follow a case's timed ones.)
+  const int32_t other_seq_blocks =
+      blocks_for(o.batch_prompt_tokens + o.decode_tokens + o.profile_steps);
+  const int32_t first_seq_blocks = std::max(
+      {blocks_for(o.prompt_tokens), blocks_for(o.decode_tokens + o.profile_steps), other_seq_blocks});
   ExecutorOptions eo;
   eo.device = o.device;
   eo.tensor_parallel = o.tensor_parallel;
@@ -366,7 +395,9 @@ Status run_bench(const BenchOptions& o) {
   const KvCacheInfo kv = executor->kv_info();
   const double kv_bytes_per_token = static_cast<double>(kv.bytes_per_block) / kv.block_size;
   const ModelTraffic traffic = model_traffic(*model);
-  BenchRunner runner(*executor, first_seq_blocks, other_seq_blocks, eo.max_batch_tokens);
+  const bool sample_on_device = executor->samples_on_device() && !o.host_logits;
+  BenchRunner runner(*executor, first_seq_blocks, other_seq_blocks, eo.max_batch_tokens,
+                     sample_on_device);
 
   std::vector<CaseResult> results;
   {
@@ -376,6 +407,7 @@ Status run_bench(const BenchOptions& o) {
     r.flops = 2.0 * static_cast<double>(traffic.matmul_params) * o.prompt_tokens;
     results.push_back(r);
   }
+  bool profiled = false;  // only the first case of profile_batch sequences
   // Decode steps at positions [start, start + n): attention reads start + t + 1 KV rows.
   auto decode_case = [&](int32_t n_seqs_case, int32_t start, std::string name) -> Status {
     CaseResult r{std::move(name), n_seqs_case, static_cast<int64_t>(n_seqs_case) * o.decode_tokens};
@@ -386,6 +418,15 @@ Status run_bench(const BenchOptions& o) {
                           }
                           return Status::ok();
                         }));
+    if (o.profile_steps > 0 && n_seqs_case == o.profile_batch && !profiled) {
+      profiled = true;
+      // Positions past the timed runs' (which rewrote the same ones each repetition).
+      LS_RETURN_IF_ERROR(profiler_start());
+      for (int32_t t = 0; t < o.profile_steps; ++t) {
+        LS_RETURN_IF_ERROR(runner.decode_step(n_seqs_case, start + o.decode_tokens + t));
+      }
+      LS_RETURN_IF_ERROR(profiler_stop());
+    }
     const double kv_rows =
         static_cast<double>(n_seqs_case) * (static_cast<double>(start) * o.decode_tokens +
                                             o.decode_tokens * (o.decode_tokens + 1) / 2.0);
@@ -408,7 +449,8 @@ Status run_bench(const BenchOptions& o) {
                      copy_bps,
                      traffic.weight_bytes,
                      kv_bytes_per_token,
-                     std::move(results)};
+                     std::move(results),
+                     sample_on_device};
   if (!o.json_file.empty()) LS_RETURN_IF_ERROR(write_file(o.json_file, to_json(report).dump(2)));
   if (!o.markdown_file.empty()) LS_RETURN_IF_ERROR(write_file(o.markdown_file, markdown(report)));
   const std::string out = o.json ? to_json(report).dump(2) + "\n" : text_table(report);
@@ -459,6 +501,16 @@ std::function<int()> setup_bench(CLI::App& sub) {
   sub.add_option("--reps", o->reps, "timed repetitions per case (the median is reported)")
       ->capture_default_str();
   sub.add_flag("--json", o->json, "print the results as JSON");
+  sub.add_flag("--host-logits", o->host_logits,
+               "copy every step's logits to the host (default: greedy tokens drawn on the GPU, "
+               "only their ids copied)");
+  sub.add_option("--profile-steps", o->profile_steps,
+                 "decode steps run inside a profiler capture range (ncu --profile-from-start "
+                 "off) after the timed runs of the case of --profile-batch sequences")
+      ->check(CLI::Range(0, 64));
+  sub.add_option("--profile-batch", o->profile_batch,
+                 "sequences of the profiled case (1: the decode case)")
+      ->capture_default_str();
   sub.add_option("--json-file", o->json_file, "also write the JSON results to this file");
   sub.add_option("--markdown-file", o->markdown_file, "also write a markdown table to this file");
   return [o] {
