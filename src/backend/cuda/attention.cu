@@ -38,10 +38,38 @@ __device__ __forceinline__ void half8_to_float(const uint4& v, float (&f)[8]) {
   }
 }
 
+// Phase 1 for one position: the scores of its K row (this thread's j-th position of the chunk,
+// position t) against query vectors [q0, q0 + QN), causal mask applied. QN is exact (a decode
+// row of a model without GQA has one query vector per KV head: no work for padding vectors).
+template <int D, int QN>
+__device__ __forceinline__ void score_position(const uint4 (&k_row)[D / 8], const float* q_s,
+                                               const int* qpos_s, float* s_s, int q0, int j,
+                                               int t) {
+  float dot[QN] = {};
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) {
+    float k[8];
+    half8_to_float(k_row[i], k);
+#pragma unroll
+    for (int qq = 0; qq < QN; ++qq) {
+      const float4* qv = reinterpret_cast<const float4*>(q_s + (q0 + qq) * D + 8 * i);
+      const float4 lo = qv[0], hi = qv[1];
+      dot[qq] = fmaf(lo.x, k[0], fmaf(lo.y, k[1], fmaf(lo.z, k[2], fmaf(lo.w, k[3], dot[qq]))));
+      dot[qq] = fmaf(hi.x, k[4], fmaf(hi.y, k[5], fmaf(hi.z, k[6], fmaf(hi.w, k[7], dot[qq]))));
+    }
+  }
+#pragma unroll
+  for (int qq = 0; qq < QN; ++qq) {
+    const int qi = q0 + qq;
+    s_s[qi * kChunk + j] = t <= qpos_s[qi] ? dot[qq] : -INFINITY;
+  }
+}
+
 // See attention.h. Phases per chunk of kChunk positions:
 //   1. thread j loads the K and V rows of position j (32 16-byte loads in flight per thread
 //      for head_dim 128), parks V in shared memory, and computes the scores of K against every
-//      query vector (queries broadcast from shared memory), causal mask applied;
+//      query vector (queries broadcast from shared memory, in eights and an exact remainder),
+//      causal mask applied;
 //   2. one warp per query vector: chunk max, running max/sum update, probabilities;
 //   3. thread (pair p, group) accumulates dims 2p, 2p + 1 of P·V for the query vectors of its
 //      group, V read from shared memory.
@@ -123,25 +151,15 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
         for (int i = 0; i < D / 8; ++i)
           k_row[i] = __ldg(reinterpret_cast<const uint4*>(k_cache + slot) + i);
         for (int q0 = 0; q0 < nq; q0 += 8) {
-          float dot[8] = {};
-#pragma unroll
-          for (int i = 0; i < D / 8; ++i) {
-            float k[8];
-            half8_to_float(k_row[i], k);
-#pragma unroll
-            for (int qq = 0; qq < 8; ++qq) {
-              const float4* qv = reinterpret_cast<const float4*>(q_s + (q0 + qq) * D + 8 * i);
-              const float4 lo = qv[0], hi = qv[1];
-              dot[qq] =
-                  fmaf(lo.x, k[0], fmaf(lo.y, k[1], fmaf(lo.z, k[2], fmaf(lo.w, k[3], dot[qq]))));
-              dot[qq] =
-                  fmaf(hi.x, k[4], fmaf(hi.y, k[5], fmaf(hi.z, k[6], fmaf(hi.w, k[7], dot[qq]))));
-            }
-          }
-#pragma unroll
-          for (int qq = 0; qq < 8; ++qq) {
-            const int qi = q0 + qq;
-            if (qi < nq) s_s[qi * kChunk + j] = t <= qpos_s[qi] ? dot[qq] : -INFINITY;
+          switch (min(8, nq - q0)) {
+            case 1: score_position<D, 1>(k_row, q_s, qpos_s, s_s, q0, j, t); break;
+            case 2: score_position<D, 2>(k_row, q_s, qpos_s, s_s, q0, j, t); break;
+            case 3: score_position<D, 3>(k_row, q_s, qpos_s, s_s, q0, j, t); break;
+            case 4: score_position<D, 4>(k_row, q_s, qpos_s, s_s, q0, j, t); break;
+            case 5: score_position<D, 5>(k_row, q_s, qpos_s, s_s, q0, j, t); break;
+            case 6: score_position<D, 6>(k_row, q_s, qpos_s, s_s, q0, j, t); break;
+            case 7: score_position<D, 7>(k_row, q_s, qpos_s, s_s, q0, j, t); break;
+            default: score_position<D, 8>(k_row, q_s, qpos_s, s_s, q0, j, t); break;
           }
         }
       } else {
