@@ -20,6 +20,7 @@
 #include "parallel/batch_validation.h"
 #include "parallel/parallel_layout.h"
 #include "parallel/pipeline_split.h"
+#include "parallel/tp_rank.h"
 #include "parallel/tp_shard.h"
 
 namespace llamaserve {
@@ -93,9 +94,7 @@ class Stage {
     if (peer_all_reduce_ && count <= peer_all_reduce_->capacity()) {
       return peer_all_reduce_->run(rank, data, count, stream);
     }
-    LS_NCCL_CHECK(ncclAllReduce(data, data, count, ncclFloat, ncclSum,
-                                comms_[static_cast<size_t>(rank)], stream));
-    return Status::ok();
+    return nccl_all_reduce_sum(comms_[static_cast<size_t>(rank)], data, count, stream);
   }
 
   // PRECONDITION: ranks.size() == the devices given; rank r runs on devices[r].
@@ -337,10 +336,7 @@ Result<std::string> enable_stage_links(const ParallelLayout& layout) {
 
 void log_part(const ParallelLayout& layout, int stage, int rank, const CudaExecutorOptions& part,
               const LoadedModel& full, const LoadedModel& shard) {
-  const std::string heads =
-      fmt::format("{} of {} heads, {} of {} KV heads, {} of {} FFN columns", shard.config.n_head,
-                  full.config.n_head, shard.config.n_head_kv, full.config.n_head_kv,
-                  shard.config.n_ff, full.config.n_ff);
+  const std::string heads = describe_shard(full, shard);
   if (layout.pipeline_parallel == 1) {
     spdlog::info("tensor parallel rank {} on cuda:{}: {}", rank, part.device, heads);
     return;
@@ -389,8 +385,7 @@ Result<std::unique_ptr<Executor>> create_multi_gpu_executor(
                           tensor_parallel_shard(model, r, tp));
       shards.push_back(std::move(shard));
     }
-    // NVLink SHARP (multicast) stays off unless the operator asks for it.
-    setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
+    keep_nvls_off_by_default();
   }
   // Balanced by what one device of a stage holds: rank 0's shard of its layers.
   std::vector<LayerRange> ranges;
