@@ -511,6 +511,11 @@ INSTANTIATE_TEST_SUITE_P(
         AttentionCase{
             "DecodeGqa4Hd128Split4", 128, 8, 2, {{0, 1}, {4, 1}, {129, 1}, {699, 1}, {1499, 1}}, 4},
         AttentionCase{"DecodeGqa3Hd64Split3", 64, 9, 3, {{0, 1}, {299, 1}, {1024, 1}}, 3},
+        // One or two query vectors per KV head: groups of threads split the positions.
+        AttentionCase{"DecodeMhaHd128", 128, 4, 4, {{0, 1}, {5, 1}, {130, 1}, {700, 1}}, 1},
+        AttentionCase{"DecodeMhaHd128Split2", 128, 4, 4, {{0, 1}, {130, 1}, {700, 1}}, 2},
+        AttentionCase{"DecodeMhaHd64", 64, 3, 3, {{3, 1}, {129, 1}, {333, 1}}, 1},
+        AttentionCase{"DecodeGqa2Hd64", 64, 4, 2, {{0, 1}, {200, 1}, {257, 1}}, 1},
         AttentionCase{"PrefillGqa3Hd64", 64, 9, 3, {{40, 100}, {7, 1}}, 1},
         AttentionCase{"PrefillGqa3Hd64Split2", 64, 9, 3, {{40, 100}, {7, 1}}, 2},
         AttentionCase{"PrefillMhaHd128", 128, 4, 4, {{0, 70}}, 1},

@@ -125,6 +125,14 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
 
   const int pair = tid % kPairs;
   const int group = tid / kPairs;
+  // Phase 3 gives each group of kPairs threads query vectors group, group + kGroups, ...; with
+  // fewer query vectors than groups (decode rows of a model without GQA have one per KV head)
+  // the groups of one query vector split its positions instead (in `phases`, combined at the
+  // end), so that no group idles. Groups are whole warps, so a phase is warp-uniform.
+  const int phases = nq >= kGroups ? 1 : kGroups / nq;
+  const int slots = kGroups / phases;  // query vectors in parallel
+  const int slot = group % slots;
+  const int phase = group / slots;
   float acc[kMaxPerThread][2];
 #pragma unroll
   for (int i = 0; i < kMaxPerThread; ++i) acc[i][0] = acc[i][1] = 0.0f;
@@ -209,17 +217,18 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
     }
     __syncthreads();
 
-    // Phase 3: acc = acc * alpha + P · V. The loops over this thread's query vectors stop at
-    // nq (break, not predication: decode has only a few).
+    // Phase 3: acc = acc * alpha + P · V over this thread's phase of the positions, in fours.
+    // The loops over this thread's query vectors stop at nq (break, not predication: decode
+    // has only a few).
 #pragma unroll
     for (int i = 0; i < kMaxPerThread; ++i) {
-      const int qi = group + i * kGroups;
+      const int qi = slot + i * slots;
       if (qi >= nq) break;
       acc[i][0] *= alpha_s[qi];
       acc[i][1] *= alpha_s[qi];
     }
     const int n_padded = (n_in_chunk + 3) & ~3;
-    for (int j = 0; j < n_padded; j += 4) {
+    for (int j = 4 * phase; j < n_padded; j += 4 * phases) {
       float2 v[4];
 #pragma unroll
       for (int jj = 0; jj < 4; ++jj) {
@@ -227,7 +236,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
       }
 #pragma unroll
       for (int i = 0; i < kMaxPerThread; ++i) {
-        const int qi = group + i * kGroups;
+        const int qi = slot + i * slots;
         if (qi >= nq) break;
         const float4 p = *reinterpret_cast<const float4*>(s_s + qi * kChunk + j);
         acc[i][0] =
@@ -238,11 +247,38 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
     }
     __syncthreads();
   }
+  if (phases > 1) {
+    // Phases 1.. hand their partial sums to phase 0 through the (now free) score buffer:
+    // [phase][query vector][D] floats, at most kGroups * D <= 8 * kChunk.
+    float* partial_s = s_s;
+    if (phase > 0) {
+#pragma unroll
+      for (int i = 0; i < kMaxPerThread; ++i) {
+        const int qi = slot + i * slots;
+        if (qi >= nq) break;
+        float* dst = partial_s + ((phase * nq) + qi) * D + 2 * pair;
+        dst[0] = acc[i][0];
+        dst[1] = acc[i][1];
+      }
+    }
+    __syncthreads();
+    if (phase > 0) return;
+#pragma unroll
+    for (int i = 0; i < kMaxPerThread; ++i) {
+      const int qi = slot + i * slots;
+      if (qi >= nq) break;
+      for (int p = 1; p < phases; ++p) {
+        const float* src = partial_s + ((p * nq) + qi) * D + 2 * pair;
+        acc[i][0] += src[0];
+        acc[i][1] += src[1];
+      }
+    }
+  }
 
   const int64_t acc_floats = a.n_batch_rows * a.n_head * a.n_splits * D;
 #pragma unroll
   for (int i = 0; i < kMaxPerThread; ++i) {
-    const int qi = group + i * kGroups;
+    const int qi = slot + i * slots;
     if (qi >= nq) continue;
     const int64_t row = tile.first_row + qi / group_size;
     const int head = kv_head * group_size + qi % group_size;
