@@ -1,6 +1,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <cmath>
+#include <optional>
 
 #include "backend/cuda/act_quant.h"
 #include "backend/cuda/attention.h"
@@ -35,6 +36,9 @@ Status CudaBackend::project(std::initializer_list<Projection> projections, const
                             cudaStream_t stream) const {
   const int64_t cols = projections.begin()->w->cols;
   bool q8_ready = x_q8_ready;
+  // The half-precision type x was last converted to for a GEMM of this input (QKV and
+  // gate/up share one conversion).
+  std::optional<bool> half_is_bf16;
   MatvecArgs parts[kMaxMatvecParts];
   size_t n_parts = 0;
   auto flush = [&]() -> Status {
@@ -58,6 +62,9 @@ Status CudaBackend::project(std::initializer_list<Projection> projections, const
       g.y_stride = p.y_stride;
       g.bias = p.bias;
       g.accumulate = p.accumulate;
+      const bool bf16 = p.w->type == TensorType::BF16;
+      g.x_half_ready = half_is_bf16 == bf16;
+      half_is_bf16 = bf16;
       LS_RETURN_IF_ERROR(gemm(cublas_, g, act.gemm, stream));
       continue;
     }

@@ -48,8 +48,10 @@ Status gemm(cublasHandle_t handle, const GemmArgs& g, const GemmWorkspace& ws,
 
   const bool bf16 = g.w.type == TensorType::BF16;
   const cudaDataType_t half_type = bf16 ? CUDA_R_16BF : CUDA_R_16F;
-  LS_RETURN_IF_ERROR(convert_to_half(g.x, g.x_stride, g.n_rows, g.w.cols, ws.act_half, ldx,
-                                     bf16 ? HalfType::kBF16 : HalfType::kF16, stream));
+  if (!g.x_half_ready) {
+    LS_RETURN_IF_ERROR(convert_to_half(g.x, g.x_stride, g.n_rows, g.w.cols, ws.act_half, ldx,
+                                       bf16 ? HalfType::kBF16 : HalfType::kF16, stream));
+  }
   const float beta = g.accumulate ? 1.0f : 0.0f;
   if (g.w.type == TensorType::F16 || bf16) {
     LS_RETURN_IF_ERROR(gemm_slice(handle, g.w.quants, g.w.quant_row_bytes / 2, g.w.rows, g,

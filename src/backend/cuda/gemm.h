@@ -35,6 +35,9 @@ struct GemmArgs {
   int64_t y_stride = 0;
   const float* bias = nullptr;
   bool accumulate = false;
+  // The workspace's act_half already holds x converted for this weight type (a previous gemm
+  // of the same x and the same half type): skip the conversion.
+  bool x_half_ready = false;
 };
 
 // Bytes of GemmWorkspace::act_half needed for n_rows rows of max_cols features.
