@@ -3,6 +3,10 @@
 # machine, from the repo root, with a build directory carried from the build machine (default
 # build/cuda; override with BUILD_DIR). Exit status 0 only if every step passed.
 #
+# The whole loop: scripts/gpu_carry.sh [targets] here (builds, stages build/carry), one device
+# call carrying build/carry that runs `BUILD_DIR=build/carry scripts/device_run.sh STEP...`, then
+# scripts/gpu_result.py on the folder it hands back writes the bench/results file.
+#
 # Usage: OUT=/path scripts/device_run.sh [STEP...]
 #   steps: env tests bench (the default, in that order), bench7b, multi7b, serve, sanitize,
 #   allreduce, replicas7b, transformers7b, profile7b

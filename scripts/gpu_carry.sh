@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Builds the CUDA binaries on this machine and stages what the GPU machine needs in one folder
+# (default build/carry) that a single device call carries and runs with
+#   BUILD_DIR=build/carry scripts/device_run.sh STEP...
+# The binaries are stripped: the carried tree (tracked files + this folder) must stay under the
+# device tool's 64 MiB.
+#
+# Usage: scripts/gpu_carry.sh [--build-dir build/cuda-dev] [--carry build/carry] [TARGET...]
+#   TARGETs: GPU test binaries (cuda_kernels_test cuda_executor_test multi_gpu_test
+#   gpu_engine_test), cuda_kernels_bench, all_reduce_bench, logits_tool; llamaserve, the
+#   runtime libraries and the fixtures always come along. Default: every GPU test binary.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+build=build/cuda-dev
+carry=build/carry
+targets=()
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --build-dir) build=$2; shift 2 ;;
+    --carry) carry=$2; shift 2 ;;
+    *) targets+=("$1"); shift ;;
+  esac
+done
+[[ ${#targets[@]} -eq 0 ]] && targets=(cuda_kernels_test cuda_executor_test multi_gpu_test gpu_engine_test)
+
+if [[ ! -f $build/CMakeCache.txt ]]; then
+  cmake --preset cuda -B "$build"
+fi
+cmake --build "$build" -j"$(nproc)" --target llamaserve "${targets[@]}"
+
+rm -rf "$carry"
+mkdir -p "$carry/src/cli"
+strip -o "$carry/src/cli/llamaserve" "$build/src/cli/llamaserve"
+for t in "${targets[@]}"; do
+  src=$(find "$build" -type f -name "$t" -perm -u+x | head -1)
+  [[ -n $src ]] || { echo "gpu_carry: no binary $t under $build" >&2; exit 1; }
+  dst="$carry/${src#"$build"/}"
+  mkdir -p "$(dirname "$dst")"
+  strip -o "$dst" "$src"
+done
+cp -r "$build/runtime-libs" "$build/fixtures" "$carry/"
+tracked=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
+staged=$(du -sb "$carry" | cut -f1)
+total=$((tracked + staged))
+echo "gpu_carry: $carry holds $((staged / 1048576)) MiB; with the tracked tree $((total / 1048576)) MiB (limit 64)"
+[[ $total -lt $((64 * 1048576)) ]] || { echo "gpu_carry: too large to carry; pass fewer targets" >&2; exit 1; }
