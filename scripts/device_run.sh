@@ -9,7 +9,7 @@
 #
 # Usage: OUT=/path scripts/device_run.sh [STEP...]
 #   steps: env tests bench (the default, in that order), bench7b, multi7b, serve, sanitize,
-#   allreduce, replicas7b, transformers7b, profile7b
+#   allreduce, replicas7b, transformers7b, profile7b, tp70b
 #   bench7b: writes LLaMA-2-7B-shaped models with random weights (llamaserve synth) to
 #     BENCH7B_DIR (default /tmp; reused when present) for each of BENCH7B_TYPES (default
 #     "q4_k_m q8_0 f16") and runs `llamaserve bench` on cuda:0 with BENCH7B_ARGS (default
@@ -307,6 +307,21 @@ for s in "${steps[@]}"; do
     bench7b) bench7b ;;
     multi7b) multi7b ;;
     profile7b) profile7b ;;
+    tp70b)
+      # The LLaMA-2-70B shape in F16 (138 GB: more than one GPU holds, more than the disk),
+      # synthesized into memory and run with tensor parallelism over every visible GPU
+      # (TP70B_DEVICES, default 0,1); its ceiling is the summed copy bandwidth over 2 x 69 GB.
+      bin="$build/src/cli/llamaserve"
+      if need_binary tp70b "$bin"; then
+        devices=${TP70B_DEVICES:-0,1}
+        n=$(tr ',' '\n' <<<"$devices" | wc -l)
+        read -r -a args <<<"${TP70B_ARGS:--p 512 -n 32 -b 1,16 --reps 2}"
+        step "bench-70b-f16-tp$n" 560 "$bin" bench --synth llama2-70b:f16 \
+          --synth-vocab "$build/fixtures/vocab-llama2-spm.gguf" --devices "$devices" --tp "$n" \
+          "${args[@]}" --json-file "$logs/bench-70b-f16-tp$n.json" \
+          --markdown-file "$OUT/bench-70b-f16-tp$n.md"
+      fi
+      ;;
     serve)
       # The HTTP server on GPUs: one GPU, tp=2 and 2 replicas on a synthetic tiny model, with
       # NVML metrics and a clean SIGTERM (scripts/gpu_serve_smoke.py).
@@ -319,7 +334,7 @@ for s in "${steps[@]}"; do
       fi
       ;;
     *)
-      note "$s" "FAIL (unknown step; steps: env tests bench bench7b multi7b serve sanitize allreduce replicas7b transformers7b profile7b)"
+      note "$s" "FAIL (unknown step; steps: env tests bench bench7b multi7b serve sanitize allreduce replicas7b transformers7b profile7b tp70b)"
       failures=$((failures + 1))
       ;;
   esac
