@@ -55,6 +55,7 @@ struct BenchOptions {
   int tensor_parallel = 1;
   int pipeline_parallel = 1;
   std::vector<int32_t> layer_split;
+  int32_t micro_batches = 0;  // pipeline micro-batches in flight; 0 = one per stage, 1 = off
   double gpu_memory_utilization = 0.90;
   int threads = 0;
   int reps = 3;
@@ -260,6 +261,7 @@ nlohmann::json to_json(const BenchReport& b) {
   out["devices"] = b.options.device;
   out["tensor_parallel"] = b.options.tensor_parallel;
   out["pipeline_parallel"] = b.options.pipeline_parallel;
+  out["micro_batches"] = b.options.micro_batches;
   out["executor"] = b.executor;
   out["method"] = method(b);
   out["reps"] = b.options.reps;
@@ -380,6 +382,7 @@ Status run_bench(const BenchOptions& o) {
   eo.tensor_parallel = o.tensor_parallel;
   eo.pipeline_parallel = o.pipeline_parallel;
   eo.layer_split = o.layer_split;
+  eo.pipeline_micro_batches = o.micro_batches;
   eo.threads = o.threads;
   eo.gpu_memory_utilization = o.gpu_memory_utilization;
   eo.kv_block_size = kBlockSize;
@@ -497,6 +500,11 @@ std::function<int()> setup_bench(CLI::App& sub) {
       ->capture_default_str();
   sub.add_option("--layer-split", o->layer_split, "layers per pipeline stage, e.g. 16,16")
       ->delimiter(',');
+  sub.add_option("--micro-batches", o->micro_batches,
+                 "pipeline: micro-batches in flight per pass of several sequences (0 = one per "
+                 "stage, 1 = the stages in turn)")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
   sub.add_option("-t,--threads", o->threads, "CPU threads (0 = all cores)")->capture_default_str();
   sub.add_option("--reps", o->reps, "timed repetitions per case (the median is reported)")
       ->capture_default_str();

@@ -302,6 +302,11 @@ Status CudaExecutor::run_piece(const Batch& piece, float* logits, const StageInp
     const size_t bytes = static_cast<size_t>(b.n_tokens) * act_.embd_stride * sizeof(float);
     LS_CUDA_CHECK(cudaMemcpyPeerAsync(act_.hidden, options_.device, input->data, input->device,
                                       bytes, stream_));
+    if (input->on_copied) {
+      // Only the copy (and the staging before it) is queued: the wait is that short.
+      LS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      input->on_copied();
+    }
   }
   // Rows [first, first + count) of the logits, in act_.logits from row 0: drawn and/or copied.
   auto emit = [&](int32_t first, int32_t count) -> Status {

@@ -59,6 +59,9 @@ struct StageInput {
   int device = 0;
   int64_t stride = 0;
   int32_t rows = 0;
+  // When set, run_piece calls it (on its own thread) once the rows are in its own buffer, before
+  // it computes: the previous stage may overwrite them from then on (micro-batches in flight).
+  std::function<void()> on_copied;
 };
 
 // One device's part of a multi-GPU executor: the single-GPU executor with a layer range or a

@@ -165,6 +165,8 @@ Result<std::unique_ptr<Executor>> create_executor(std::shared_ptr<const LoadedMo
   multi.tensor_parallel = options.tensor_parallel;
   multi.pipeline_parallel = options.pipeline_parallel;
   multi.layer_split = options.layer_split;
+  multi.pipeline_micro_batches = options.pipeline_micro_batches;
+  if (options.micro_batch_min_rows > 0) multi.micro_batch_min_rows = options.micro_batch_min_rows;
   return create_multi_gpu_executor(std::move(model), cuda, multi);
 #else
   (void)model;

@@ -1,6 +1,7 @@
 #include "parallel/multi_gpu_executor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
@@ -18,8 +19,10 @@
 #include "backend/cuda/peer_all_reduce.h"
 #include "parallel/batch_pieces.h"
 #include "parallel/batch_validation.h"
+#include "parallel/micro_batches.h"
 #include "parallel/parallel_layout.h"
 #include "parallel/pipeline_split.h"
+#include "parallel/stage_pipeline.h"
 #include "parallel/tp_rank.h"
 #include "parallel/tp_shard.h"
 
@@ -195,19 +198,39 @@ class Stage {
   std::vector<Status> results_;
 };
 
-// The stages in turn, piece by piece. Stage s + 1 starts only once every rank of stage s has
+// How a pipeline splits its passes (MultiGpuOptions): up to max_count micro-batches of at
+// least min_rows rows each; max_count 1: never. `note` says which for describe().
+struct MicroBatching {
+  int32_t max_count = 1;
+  int32_t min_rows = 1;
+  std::string note;
+};
+
+// A pass whose micro_batches.h split has several micro-batches runs them in flight, one thread
+// per stage (stage_pipeline.h); any other runs through the stages in turn, piece by piece,
+// on the caller's thread. In turn, stage s + 1 starts only once every rank of stage s has
 // synchronized its stream, so two communicators on one device (a device listed in two
 // stages) never have kernels in flight together, which NCCL needs of communicators sharing a
-// device ("Using multiple NCCL communicators concurrently").
+// device ("Using multiple NCCL communicators concurrently"): such layouts never split.
 class MultiGpuExecutor final : public Executor {
  public:
   MultiGpuExecutor(std::shared_ptr<const LoadedModel> model, ParallelLayout layout,
-                   std::vector<std::unique_ptr<Stage>> stages, int32_t max_rows, std::string links)
+                   std::vector<std::unique_ptr<Stage>> stages, int32_t max_rows, std::string links,
+                   MicroBatching micro_batching)
       : model_(std::move(model)),
         layout_(std::move(layout)),
         stages_(std::move(stages)),
         max_rows_(max_rows),
-        links_(std::move(links)) {}
+        links_(std::move(links)),
+        micro_batching_(std::move(micro_batching)) {
+    if (micro_batching_.max_count > 1)
+      pipeline_ = std::make_unique<StagePipeline>(static_cast<int>(stages_.size()));
+  }
+
+  PipelineCounters counters() const {
+    return {passes_in_flight_.load(std::memory_order_relaxed),
+            micro_batches_run_.load(std::memory_order_relaxed)};
+  }
 
   const ModelConfig& config() const override { return model_->config; }
   KvCacheInfo kv_info() const override {
@@ -231,10 +254,12 @@ class MultiGpuExecutor final : public Executor {
     if (tp == 1) {
       std::string parts;
       for (const auto& stage : stages_) parts += join_described(stage->ranks(), "  ");
-      return fmt::format("pipeline of {} stages ({}):{}", pp, links_, parts);
+      return fmt::format("pipeline of {} stages ({}; {}):{}", pp, links_, micro_batching_.note,
+                         parts);
     }
-    std::string out = fmt::format(
-        "pipeline of {} stages, each tensor parallel over {} GPUs ({}):", pp, tp, links_);
+    std::string out =
+        fmt::format("pipeline of {} stages, each tensor parallel over {} GPUs ({}; {}):", pp, tp,
+                    links_, micro_batching_.note);
     for (size_t s = 0; s < stages_.size(); ++s) {
       out += fmt::format("\n  stage {} ({}):{}", s, stages_[s]->describe_all_reduce(),
                          join_described(stages_[s]->ranks(), "    "));
@@ -261,7 +286,21 @@ class MultiGpuExecutor final : public Executor {
  private:
   Status run(const Batch& batch, const PassOutputs& out) {
     if (!broken_.is_ok()) return broken_;
-    const Status status = run_in_pieces(
+    const MicroBatchSplit split =
+        micro_batching_.max_count > 1
+            ? plan_micro_batches(batch, micro_batching_.max_count, micro_batching_.min_rows)
+            : MicroBatchSplit{};
+    const Status status =
+        split.count > 1 ? run_in_flight(batch, split, out) : run_in_turn(batch, out);
+    if (!status.is_ok() &&
+        std::any_of(stages_.begin(), stages_.end(), [](const auto& s) { return s->aborted(); })) {
+      broken_ = status.with_context("tensor parallel executor stopped");
+    }
+    return status;
+  }
+
+  Status run_in_turn(const Batch& batch, const PassOutputs& out) {
+    return run_in_pieces(
         batch, max_rows_, model_->config.n_vocab, out, pieces_,
         [&](const Batch& piece, const PassOutputs& piece_out) -> Status {
           StageInput input;
@@ -277,11 +316,37 @@ class MultiGpuExecutor final : public Executor {
           }
           return Status::ok();
         });
-    if (!status.is_ok() &&
-        std::any_of(stages_.begin(), stages_.end(), [](const auto& s) { return s->aborted(); })) {
-      broken_ = status.with_context("tensor parallel executor stopped");
-    }
-    return status;
+  }
+
+  // The micro-batches (in pieces of at most max_rows_ rows) through the stage threads. Stage
+  // s > 0 releases stage s - 1's output once all its ranks have copied it (StageInput::
+  // on_copied), so stage s - 1 starts its next micro-batch while stage s computes.
+  Status run_in_flight(const Batch& batch, const MicroBatchSplit& split, const PassOutputs& out) {
+    const size_t n_units = build_micro_batches(batch, split, max_rows_, units_);
+    if (unit_outputs_.size() < n_units) unit_outputs_.resize(n_units);
+    for (size_t u = 0; u < n_units; ++u)
+      unit_outputs_[u].prepare(units_[u], out, model_->config.n_vocab);
+    const size_t last = stages_.size() - 1;
+    LS_RETURN_IF_ERROR(pipeline_->run(
+        static_cast<int32_t>(n_units),
+        [&](int stage, int32_t u, const std::function<void()>& input_taken) -> Status {
+          const size_t s = static_cast<size_t>(stage);
+          const Batch& piece = units_[static_cast<size_t>(u)].batch;
+          if (s == 0) return stages_[0]->run(piece, nullptr, nullptr);
+          std::atomic<size_t> copies_left = stages_[s]->ranks().size();
+          StageInput input = stages_[s - 1]->output(max_rows_);
+          input.on_copied = [&] {
+            if (copies_left.fetch_sub(1) == 1) input_taken();
+          };
+          if (s != last) return stages_[s]->run(piece, nullptr, &input);
+          const PassOutputs& o = unit_outputs_[static_cast<size_t>(u)].out;
+          return stages_[s]->run(piece, o.logits.empty() ? nullptr : o.logits.data(), &input,
+                                 o.sampling, o.tokens);
+        }));
+    for (size_t u = 0; u < n_units; ++u) unit_outputs_[u].scatter(units_[u], out);
+    passes_in_flight_.fetch_add(1, std::memory_order_relaxed);
+    micro_batches_run_.fetch_add(static_cast<uint64_t>(split.count), std::memory_order_relaxed);
+    return Status::ok();
   }
 
   std::shared_ptr<const LoadedModel> model_;
@@ -289,8 +354,13 @@ class MultiGpuExecutor final : public Executor {
   std::vector<std::unique_ptr<Stage>> stages_;
   int32_t max_rows_;
   std::string links_;
+  MicroBatching micro_batching_;
   PieceScratch pieces_;
+  std::vector<MicroBatch> units_;  // of the pass in flight
+  std::vector<MicroBatchOutputs> unit_outputs_;
+  std::atomic<uint64_t> passes_in_flight_{0}, micro_batches_run_{0};
   Status broken_;  // set once a stage aborted its communicator: every later pass fails
+  std::unique_ptr<StagePipeline> pipeline_;  // with micro-batching; its threads end first
 };
 
 // One stage's communicator (and, with LLAMASERVE_TP_ALLREDUCE=peer, its peer-to-peer
@@ -354,7 +424,50 @@ void log_part(const ParallelLayout& layout, int stage, int rank, const CudaExecu
   }
 }
 
+// The micro-batching of MultiGpuOptions for `layout`: off for one stage, and off (with a log
+// line saying why) where a device serves two stages.
+Result<MicroBatching> micro_batching(const ParallelLayout& layout, const MultiGpuOptions& options) {
+  if (options.pipeline_micro_batches < 0 || options.pipeline_micro_batches > 64) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "pipeline micro-batches = {} must be in [0, 64] (0: one per stage, 1: off)",
+                      options.pipeline_micro_batches);
+  }
+  if (options.micro_batch_min_rows < 1) {
+    return make_error(StatusCode::kInvalidArgument, "micro-batch minimum rows = {} must be >= 1",
+                      options.micro_batch_min_rows);
+  }
+  MicroBatching m;
+  m.max_count = options.pipeline_micro_batches == 0 ? layout.pipeline_parallel
+                                                    : options.pipeline_micro_batches;
+  m.min_rows = options.micro_batch_min_rows;
+  if (layout.pipeline_parallel == 1) {
+    m.max_count = 1;
+    return m;
+  }
+  m.note = "micro-batches off";
+  if (m.max_count == 1) return m;
+  for (const int device : layout.devices) {
+    if (layout.parts_on(device) > 1) {
+      spdlog::info(
+          "pipeline: micro-batches off: cuda:{} serves two stages, which would only take turns "
+          "on it (and NCCL communicators that share a device must not run at once)",
+          device);
+      m.max_count = 1;
+      m.note = fmt::format("micro-batches off: cuda:{} serves two stages", device);
+      return m;
+    }
+  }
+  m.note = fmt::format("up to {} micro-batches in flight, {}+ rows each", m.max_count, m.min_rows);
+  spdlog::info("pipeline: {}", m.note);
+  return m;
+}
+
 }  // namespace
+
+PipelineCounters pipeline_counters(const Executor& executor) {
+  const auto* multi = dynamic_cast<const MultiGpuExecutor*>(&executor);
+  return multi != nullptr ? multi->counters() : PipelineCounters{};
+}
 
 Result<std::unique_ptr<Executor>> create_multi_gpu_executor(
     std::shared_ptr<const LoadedModel> model, const CudaExecutorOptions& base,
@@ -373,6 +486,7 @@ Result<std::unique_ptr<Executor>> create_multi_gpu_executor(
     }
   }
   const int tp = layout.tensor_parallel, pp = layout.pipeline_parallel;
+  LS_ASSIGN_OR_RETURN(MicroBatching micro, micro_batching(layout, options));
 
   // Rank r holds the same shard in every stage (each stage uploads its layers of it).
   std::vector<std::shared_ptr<const LoadedModel>> shards;
@@ -445,7 +559,8 @@ Result<std::unique_ptr<Executor>> create_multi_gpu_executor(
     stages[static_cast<size_t>(s)]->start(std::move(ranks));
   }
   return std::unique_ptr<Executor>(std::make_unique<MultiGpuExecutor>(
-      std::move(model), layout, std::move(stages), base.max_batch_tokens, std::move(links)));
+      std::move(model), layout, std::move(stages), base.max_batch_tokens, std::move(links),
+      std::move(micro)));
 }
 
 }  // namespace llamaserve

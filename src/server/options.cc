@@ -38,6 +38,11 @@ void add_server_options(CLI::App& app, ServerOptions& o) {
                  "Layers per pipeline stage, e.g. 16,16 (default: balanced by weight bytes)")
       ->delimiter(',')
       ->check(CLI::Range(1, 1 << 16));
+  app.add_option("--micro-batches", o.micro_batches,
+                 "Pipeline: micro-batches in flight when a step has many sequences, so that every "
+                 "stage works at once (0 = one per stage, 1 = the stages in turn)")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
   app.add_option("--gpu-memory-utilization", o.gpu_memory_utilization,
                  "Fraction of the GPU's memory this server may use (CUDA devices)")
       ->check(CLI::Range(0.01, 1.0))
@@ -176,6 +181,7 @@ ExecutorOptions base_executor_options(const ServerOptions& o) {
   executor.tensor_parallel = o.tensor_parallel;
   executor.pipeline_parallel = o.pipeline_parallel;
   executor.layer_split = o.layer_split;
+  executor.pipeline_micro_batches = o.micro_batches;
   executor.threads = o.threads;
   executor.max_batch_tokens = o.max_batch_tokens;
   executor.gpu_memory_utilization = o.gpu_memory_utilization;

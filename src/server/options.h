@@ -26,6 +26,7 @@ struct ServerOptions {
   int tensor_parallel = 1;               // --tp: GPUs that split every layer's heads and FFN (NCCL)
   int pipeline_parallel = 1;             // --pp: GPUs that each run a contiguous block of layers
   std::vector<int32_t> layer_split;      // layers per pipeline stage; empty = balanced
+  int micro_batches = 0;  // --micro-batches: pipeline micro-batches in flight; 0 = pp, 1 = off
   double gpu_memory_utilization = 0.90;  // CUDA: fraction of the device's memory to use
   int ctx_size = 0;  // tokens per sequence (prompt + output); 0 = training context, <= 8192
   // KV cache capacity of each replica, over its sequences; 0 = ctx_size * max_running

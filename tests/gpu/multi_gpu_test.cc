@@ -1,7 +1,8 @@
 // The multi-GPU executors against the single-GPU executor on the same model: tensor parallel
 // (tp=2), pipeline (pp=2, balanced and an explicit split) and both (tp=2 x pp=2, on "0,1,0,1"
 // where only two GPUs exist) give the same logits for prefill, mixed prefill/decode and
-// oversized batches, and the same greedy tokens step by step with CUDA graphs; an engine over
+// oversized batches, and the same greedy tokens step by step with CUDA graphs; pp=2 with
+// micro-batches in flight gives exactly what it gives with the stages in turn; an engine over
 // each layout runs concurrent requests with cancellations and leaves every KV block free and
 // every byte of device memory returned. Skips below 2 GPUs.
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "backend/cuda/peer_all_reduce.h"
@@ -93,6 +95,16 @@ ExecutorOptions small(const std::string& devices, int tp, int pp) {
   o.max_batch_tokens = 64;             // batches above it run in pieces
   o.max_seqs = 16;
   o.max_context_tokens = 512;
+  // The stages in turn (the tests of micro-batches in flight ask for them): a micro-batch's
+  // rows may take other kernels (matvec or cuBLAS, by row count) than the whole pass's.
+  o.pipeline_micro_batches = 1;
+  return o;
+}
+
+// small() with pipeline micro-batches in flight from one row per micro-batch.
+ExecutorOptions micro_batched(ExecutorOptions o) {
+  o.pipeline_micro_batches = 2;
+  o.micro_batch_min_rows = 1;
   return o;
 }
 
@@ -333,6 +345,7 @@ TEST_F(MultiGpuTest, DeviceSamplingOnEveryLayout) {
   std::vector<std::unique_ptr<Executor>> layouts;
   layouts.push_back(make(model, small("0,1", 2, 1)));
   layouts.push_back(make(model, small("0,1", 1, 2)));
+  layouts.push_back(make(model, micro_batched(small("0,1", 1, 2))));
   layouts.push_back(make_layout(model, {0, 1, 0, 1}, 2, 2));
   for (auto& ex : layouts) {
     ASSERT_NE(ex, nullptr);
@@ -409,6 +422,138 @@ TEST_F(MultiGpuTest, TensorTimesPipelineQ8_0MatchesOneGpu) {
   expect_same_as_single(model, make_layout(model, {1, 0, 1, 0}, 2, 2), 2.5e-2);
 }
 
+// pp 2 on "0,1" with small()'s limits, KV blocks for six sequences, up to `micro_batches` in
+// flight (1: the stages in turn) from one row each, and every product through the matvec
+// kernels: their rows do not depend on the pass's other rows (cuBLAS may choose another
+// kernel, and another summation order, for another row count), so a micro-batched pass must
+// give exactly the logits of the whole pass.
+std::unique_ptr<Executor> make_row_exact_pipeline(std::shared_ptr<const LoadedModel> model,
+                                                  int32_t micro_batches) {
+  const ExecutorOptions o = small("0,1", 1, 2);
+  CudaExecutorOptions base;
+  base.kv_capacity_tokens = 6 * kBlocksPerSeq * o.kv_block_size;
+  base.kv_block_size = o.kv_block_size;
+  base.max_batch_tokens = o.max_batch_tokens;
+  base.max_seqs = o.max_seqs;
+  base.max_context_tokens = o.max_context_tokens;
+  base.gpu_memory_utilization = o.gpu_memory_utilization;
+  base.gemm_min_rows = base.float_gemm_min_rows = o.max_batch_tokens + 1;
+  MultiGpuOptions multi;
+  multi.devices = {0, 1};
+  multi.pipeline_parallel = 2;
+  multi.pipeline_micro_batches = micro_batches;
+  multi.micro_batch_min_rows = 1;
+  auto executor = create_multi_gpu_executor(std::move(model), base, multi);
+  EXPECT_TRUE(executor.is_ok()) << executor.status().to_string();
+  return executor.is_ok() ? std::move(executor).value() : nullptr;
+}
+
+// Micro-batches in flight against the same pipeline with the stages in turn: a prefill of six
+// sequences (58 rows: two micro-batches of three sequences), their next chunks (144 rows: the
+// pass in turn runs in pieces of 64 rows, each micro-batch in its own pieces, cut elsewhere),
+// then 10 decode steps of six rows (micro-batches of three decode rows, replayed from CUDA
+// graphs). Every other row draws its token at a temperature, the rest greedily: the same
+// logits, exactly, and the same tokens.
+TEST_F(MultiGpuTest, PipelineMicroBatchesMatchTheStagesInTurn) {
+  auto model = tiny_q8_0();
+  ASSERT_NE(model, nullptr);
+  auto in_turn = make_row_exact_pipeline(model, 1);
+  auto in_flight = make_row_exact_pipeline(model, 2);
+  ASSERT_TRUE(in_turn && in_flight);
+  EXPECT_NE(in_flight->describe().find("up to 2 micro-batches in flight"), std::string::npos)
+      << in_flight->describe();
+  EXPECT_NE(in_turn->describe().find("micro-batches off"), std::string::npos)
+      << in_turn->describe();
+  const int64_t n_vocab = model->config.n_vocab;
+  constexpr int32_t kSeqs = 6;
+  uint64_t step = 0;
+  // Both executors run `batch`; returns the tokens drawn (the in-turn executor's).
+  auto run_both = [&](const Batch& batch, const std::string& what) {
+    const size_t n = batch.logit_rows.size();
+    std::vector<RowSampling> params(n);
+    for (size_t i = 1; i < n; i += 2) {
+      params[i].temperature = 0.9f;
+      params[i].top_k = 40;
+      params[i].seed = 7 + i;
+      params[i].offset = step;
+    }
+    ++step;
+    std::vector<float> want(n * n_vocab, NAN), got(n * n_vocab, NAN);
+    std::vector<int32_t> want_tokens(n, -1), got_tokens(n, -2);
+    const Status a = in_turn->forward_sampled(batch, params, want_tokens, want);
+    const Status b = in_flight->forward_sampled(batch, params, got_tokens, got);
+    EXPECT_TRUE(a.is_ok()) << a.to_string();
+    EXPECT_TRUE(b.is_ok()) << b.to_string();
+    EXPECT_LE(max_rel_error(got, want, n_vocab), 1e-6) << what;
+    EXPECT_EQ(got_tokens, want_tokens) << what;
+    return want_tokens;
+  };
+
+  const std::vector<int32_t> first = {9, 14, 5, 11, 7, 12};
+  constexpr int32_t kChunk = 24;
+  std::vector<Rows> rows;
+  for (int32_t s = 0; s < kSeqs; ++s)
+    rows.push_back({s, tokens(first[static_cast<size_t>(s)], n_vocab, 10 + s), 0});
+  run_both(build(rows, kSeqs), "prefill");
+  rows.clear();
+  for (int32_t s = 0; s < kSeqs; ++s)
+    rows.push_back({s, tokens(kChunk, n_vocab, 20 + s), first[static_cast<size_t>(s)]});
+  const std::vector<int32_t> drawn = run_both(build(rows, kSeqs), "second chunks");
+  ASSERT_EQ(drawn.size(), static_cast<size_t>(kSeqs * kChunk));
+
+  std::vector<int32_t> next, length;
+  for (int32_t s = 0; s < kSeqs; ++s) {
+    next.push_back(drawn[static_cast<size_t>((s + 1) * kChunk - 1)]);
+    length.push_back(first[static_cast<size_t>(s)] + kChunk);
+  }
+  for (int d = 0; d < 10; ++d) {
+    rows.clear();
+    for (int32_t s = 0; s < kSeqs; ++s)
+      rows.push_back({s, {next[static_cast<size_t>(s)]}, length[static_cast<size_t>(s)]++});
+    next = run_both(build(rows, kSeqs), "decode step " + std::to_string(d));
+    ASSERT_EQ(next.size(), static_cast<size_t>(kSeqs));
+  }
+  // Every pass (two prefills, ten decode steps) ran as two micro-batches; none in turn did.
+  EXPECT_EQ(pipeline_counters(*in_flight).passes, 12u);
+  EXPECT_EQ(pipeline_counters(*in_flight).micro_batches, 24u);
+  EXPECT_EQ(pipeline_counters(*in_turn).passes, 0u);
+}
+
+// A device in two stages: the stages take turns (NCCL communicators sharing a device must not
+// run at once), whatever the micro-batch option says.
+TEST_F(MultiGpuTest, MicroBatchesStayOffWhereADeviceServesTwoStages) {
+  auto model = tiny_q8_0();
+  ASSERT_NE(model, nullptr);
+  const ExecutorOptions o = small("0", 2, 2);
+  CudaExecutorOptions base;
+  base.kv_capacity_tokens = o.kv_capacity_tokens;
+  base.max_batch_tokens = o.max_batch_tokens;
+  base.max_seqs = o.max_seqs;
+  base.max_context_tokens = o.max_context_tokens;
+  MultiGpuOptions multi;
+  multi.devices = {0, 1, 0, 1};
+  multi.tensor_parallel = 2;
+  multi.pipeline_parallel = 2;
+  multi.pipeline_micro_batches = 2;
+  multi.micro_batch_min_rows = 1;
+  auto executor = create_multi_gpu_executor(model, base, multi);
+  ASSERT_TRUE(executor.is_ok()) << executor.status().to_string();
+  EXPECT_NE((*executor)->describe().find("micro-batches off: cuda:0 serves two stages"),
+            std::string::npos)
+      << (*executor)->describe();
+  const int64_t n_vocab = model->config.n_vocab;
+  const Batch batch = build(
+      {{0, tokens(5, n_vocab, 1), 0}, {1, tokens(6, n_vocab, 2), 0}, {2, tokens(7, n_vocab, 3), 0}},
+      3);
+  run(**executor, batch);
+  EXPECT_EQ(pipeline_counters(**executor).passes, 0u);
+  multi.pipeline_micro_batches = -1;
+  const Status bad = create_multi_gpu_executor(model, base, multi).status();
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("pipeline micro-batches = -1 must be in [0, 64]"), std::string::npos)
+      << bad.message();
+}
+
 // A LLaMA-2-7B-shaped model (32 layers, 4096 wide; `llamaserve synth`, F16) when
 // LLAMASERVE_TEST_7B names one: tensor parallel and pipeline against one GPU.
 TEST_F(MultiGpuTest, SevenBShapeLayoutsMatchOneGpu) {
@@ -453,9 +598,9 @@ TEST_F(MultiGpuTest, InvalidLayoutsAreRefusedClearly) {
       << twice.message();
 }
 
-// An engine on each layout (tp 2, pp 2, tp 2 x pp 2): 24 concurrent requests, a third cancelled
-// mid-stream; afterwards every KV block is free, and once the engine is gone the devices have their
-// memory back.
+// An engine on each layout (tp 2, pp 2 with the stages in turn and with micro-batches in flight,
+// tp 2 x pp 2): 24 concurrent requests, a third cancelled mid-stream; afterwards every KV block is
+// free, and once the engine is gone the devices have their memory back.
 TEST_F(MultiGpuTest, EngineLoadWithCancellationsLeavesNothingBehind) {
   auto model = tiny_q8_0();
   ASSERT_NE(model, nullptr);
@@ -468,17 +613,20 @@ TEST_F(MultiGpuTest, EngineLoadWithCancellationsLeavesNothingBehind) {
   // the process (contexts, peer mappings); the second must give back all it took.
   size_t free_after_first[2] = {0, 0};
   int cycle = 0;
-  for (const auto& [tp, pp] : {std::pair{2, 1}, std::pair{2, 1}, std::pair{1, 2}, std::pair{1, 2},
-                               std::pair{2, 2}, std::pair{2, 2}}) {
+  for (const auto& [tp, pp, micro] :
+       {std::tuple{2, 1, false}, std::tuple{2, 1, false}, std::tuple{1, 2, false},
+        std::tuple{1, 2, false}, std::tuple{1, 2, true}, std::tuple{1, 2, true},
+        std::tuple{2, 2, false}, std::tuple{2, 2, false}}) {
     const bool second = cycle++ % 2 == 1;
     size_t total;
     {
-      ExecutorOptions o = small("0,1", tp, pp);
+      ExecutorOptions o = micro ? micro_batched(small("0,1", tp, pp)) : small("0,1", tp, pp);
       o.kv_capacity_tokens = 128 * 16;
       // tp 2 x pp 2 on the two GPUs: one rank of each stage on each.
       auto executor = tp * pp == 4 ? make_layout(model, {0, 1, 0, 1}, tp, pp, o.kv_capacity_tokens)
                                    : make(model, o);
       ASSERT_NE(executor, nullptr);
+      const Executor* executor_seen = executor.get();  // the engine owns it from here
       EngineConfig config;
       config.max_running = 8;
       config.max_waiting = 64;
@@ -518,7 +666,11 @@ TEST_F(MultiGpuTest, EngineLoadWithCancellationsLeavesNothingBehind) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
       EXPECT_EQ((*engine)->stats().kv_blocks_free, (*engine)->stats().kv_blocks_total)
-          << "tp " << tp << " pp " << pp;
+          << "tp " << tp << " pp " << pp << (micro ? " micro-batched" : "");
+      // Up to 8 running sequences: decode steps and mixed steps of several sequences split.
+      if (micro) {
+        EXPECT_GT(pipeline_counters(*executor_seen).passes, 0u);
+      }
     }
     for (int d = 0; d < 2; ++d) {
       size_t free_after;
@@ -529,7 +681,7 @@ TEST_F(MultiGpuTest, EngineLoadWithCancellationsLeavesNothingBehind) {
       } else {
         // The pools are 70 MB per device here; allow for allocator granularity only.
         EXPECT_GE(free_after + (8ull << 20), free_after_first[d])
-            << "device " << d << " tp " << tp << " pp " << pp;
+            << "device " << d << " tp " << tp << " pp " << pp << (micro ? " micro-batched" : "");
       }
     }
   }

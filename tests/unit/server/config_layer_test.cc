@@ -179,6 +179,22 @@ TEST_F(ConfigPrecedence, LayerSplitAsAStringInTheFile) {
   EXPECT_EQ(options_.layer_split, (std::vector<int32_t>{12, 18}));
 }
 
+TEST_F(ConfigPrecedence, MicroBatchesReachTheExecutorOptions) {
+  EXPECT_EQ(base_executor_options(options_).pipeline_micro_batches, 0);  // one per stage
+  env_.set("LLAMASERVE_MICRO_BATCHES", "1");
+  Status status = parse({"-m", "m.gguf", "--devices", "0,1", "--pp", "2"});
+  ASSERT_TRUE(status.is_ok()) << status.to_string();
+  EXPECT_EQ(options_.micro_batches, 1);
+  EXPECT_EQ(base_executor_options(options_).pipeline_micro_batches, 1);
+}
+
+TEST_F(ConfigPrecedence, MicroBatchesFlagBeatsTheFile) {
+  write_config(R"({"model": "m.gguf", "devices": "0,1", "pp": 2, "micro-batches": 3})");
+  Status status = parse({"--config", config_path_.string(), "--micro-batches", "4"});
+  ASSERT_TRUE(status.is_ok()) << status.to_string();
+  EXPECT_EQ(base_executor_options(options_).pipeline_micro_batches, 4);
+}
+
 // Each case is checked before the model loads, with a message that names what is wrong.
 TEST(ServerOptionsCheck, BadParallelCombinations) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
@@ -207,6 +223,14 @@ TEST(ServerOptionsCheck, BadParallelCombinations) {
     add_server_options(app, options);
     EXPECT_THROW(app.parse(std::vector<std::string>{"0", zero, "m.gguf", "-m"}), CLI::ParseError)
         << zero;
+  }
+  for (const char* bad : {"-1", "65"}) {
+    CLI::App app{"test"};
+    ServerOptions options;
+    add_server_options(app, options);
+    EXPECT_THROW(app.parse(std::vector<std::string>{bad, "--micro-batches", "m.gguf", "-m"}),
+                 CLI::ParseError)
+        << bad;
   }
 }
 
