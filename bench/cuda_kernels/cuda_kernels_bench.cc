@@ -1,5 +1,6 @@
-// Times the decode matvec of every weight type at LLaMA-7B shapes and the prefill GEMM path,
-// and prints achieved bandwidth against a device-to-device copy measured here.
+// Times the decode matvec of every weight type at LLaMA-7B shapes, prefill attention (both
+// kernels) and the prefill GEMM path, and prints achieved bandwidth against a device-to-device
+// copy measured here (FLOP/s for attention and GEMMs).
 //
 // Weights rotate through enough copies to exceed the L2 cache several times, so every launch
 // streams from HBM as in a real forward pass. Each figure is the median over groups of
@@ -11,6 +12,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -22,6 +24,7 @@
 #include <fmt/format.h>
 
 #include "backend/cuda/act_quant.h"
+#include "backend/cuda/attention.h"
 #include "backend/cuda/bandwidth.h"
 #include "backend/cuda/device_matrix.h"
 #include "backend/cuda/gemm.h"
@@ -139,6 +142,138 @@ void make_weights(TensorType type, int64_t rows, int64_t cols, size_t min_total_
     }
   }
   BENCH_CHECK(cudaFree(staging));
+}
+
+std::vector<float> normal_floats(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+template <typename T>
+T* upload(const std::vector<T>& host) {
+  void* p = nullptr;
+  BENCH_CHECK(cudaMalloc(&p, host.size() * sizeof(T)));
+  BENCH_CHECK(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return static_cast<T*>(p);
+}
+
+// Prefill attention of one 512-token prompt (positions 0..511, tiles of kMaxAttentionQueries /
+// group rows as the executor makes them), 32 query heads of head_dim 128: LLaMA-2-7B (32 KV
+// heads) and LLaMA-3-8B (8), with the CUDA-core and the tensor-core kernel. FLOPs count the
+// causal half: Q·Kᵀ and P·V are 4 · head_dim FLOPs per (query head, row, visible position).
+// Also prints the largest difference between the two kernels' outputs.
+std::string bench_prefill_attention(int groups, FILE* csv, cudaStream_t stream) {
+  constexpr int kPositions = 512, kHeads = 32, kHeadDim = 128, kBlockSize = 16;
+  constexpr int kBlocks = kPositions / kBlockSize;
+  BENCH_OK(configure_attention_kernels());
+  std::printf("\nattention (prefill, %d positions, %d heads x %d, f16 KV cache)\n", kPositions,
+              kHeads, kHeadDim);
+  std::string table =
+      "\n| attention prefill 512 | KV heads | kernel | us | TFLOP/s |\n| --- | ---: | --- | ---: | "
+      "---: |\n";
+  std::vector<int32_t> positions(kPositions), block_table(kBlocks);
+  for (int i = 0; i < kPositions; ++i) positions[i] = i;
+  for (int i = 0; i < kBlocks; ++i) block_table[i] = i;
+  int32_t* positions_dev = upload(positions);
+  int32_t* seq_index_dev = upload(std::vector<int32_t>(kPositions, 0));
+  int32_t* block_table_dev = upload(block_table);
+  const int64_t q_dim = static_cast<int64_t>(kHeads) * kHeadDim;
+  float* q = upload(normal_floats(kPositions * q_dim, 51));
+  float* out = device_floats(kPositions * q_dim);
+  const double flops = 4.0 * kHeadDim * kHeads * (kPositions * (kPositions + 1) / 2.0);
+
+  for (int n_head_kv : {32, 8}) {
+    const int group = kHeads / n_head_kv;
+    const int64_t kv_dim = static_cast<int64_t>(n_head_kv) * kHeadDim;
+    float* k_new = upload(normal_floats(kPositions * kv_dim, 52));
+    float* v_new = upload(normal_floats(kPositions * kv_dim, 53));
+    void *k_cache = nullptr, *v_cache = nullptr;
+    BENCH_CHECK(cudaMalloc(&k_cache, kPositions * kv_dim * sizeof(uint16_t)));
+    BENCH_CHECK(cudaMalloc(&v_cache, kPositions * kv_dim * sizeof(uint16_t)));
+    KvWriteArgs w;
+    w.k = k_new;
+    w.k_stride = kv_dim;
+    w.v = v_new;
+    w.v_stride = kv_dim;
+    w.k_cache = k_cache;
+    w.v_cache = v_cache;
+    w.positions = positions_dev;
+    w.seq_index = seq_index_dev;
+    w.block_tables = block_table_dev;
+    w.blocks_per_seq = kBlocks;
+    w.block_size = kBlockSize;
+    w.n_rows = kPositions;
+    w.kv_dim = kv_dim;
+    BENCH_OK(write_kv(w, stream));
+
+    const int tile_rows = kMaxAttentionQueries / group;
+    std::vector<AttentionTile> tiles;
+    for (int r = 0; r < kPositions; r += tile_rows) {
+      tiles.push_back({r, std::min(tile_rows, kPositions - r)});
+    }
+    AttentionTile* tiles_dev = upload(tiles);
+    AttentionArgs a;
+    a.q = q;
+    a.q_stride = q_dim;
+    a.k_cache = k_cache;
+    a.v_cache = v_cache;
+    a.positions = positions_dev;
+    a.seq_index = seq_index_dev;
+    a.block_tables = block_table_dev;
+    a.blocks_per_seq = kBlocks;
+    a.block_size = kBlockSize;
+    a.tiles = tiles_dev;
+    a.n_tiles = static_cast<int32_t>(tiles.size());
+    a.max_tile_rows = tile_rows;
+    a.n_head = kHeads;
+    a.n_head_kv = n_head_kv;
+    a.head_dim = kHeadDim;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+    a.out = out;
+    a.out_stride = q_dim;
+    a.n_batch_rows = kPositions;
+
+    std::vector<float> outputs[2];
+    double seconds[2];
+    const AttentionKernel kernels[2] = {AttentionKernel::kCudaCores, AttentionKernel::kTensorCores};
+    const char* names[2] = {"cuda_cores", "tensor_cores"};
+    for (int k = 0; k < 2; ++k) {
+      a.kernel = kernels[k];
+      seconds[k] = time_launches([&](int) { BENCH_OK(attention(a, stream)); }, groups, 20, stream);
+      BENCH_CHECK(cudaStreamSynchronize(stream));
+      outputs[k].resize(static_cast<size_t>(kPositions * q_dim));
+      BENCH_CHECK(cudaMemcpy(outputs[k].data(), out, outputs[k].size() * sizeof(float),
+                             cudaMemcpyDeviceToHost));
+      const std::string line = fmt::format("| | {} | {} | {:.2f} | {:.1f} |", n_head_kv, names[k],
+                                           seconds[k] * 1e6, flops / seconds[k] / 1e12);
+      std::printf("%s\n", line.c_str());
+      table += line + "\n";
+      if (csv != nullptr) {
+        std::fprintf(csv, "attention_prefill,%s,%d,%d,%d,%.3f,,,%.2f\n", names[k], kHeads, kHeadDim,
+                     kPositions, seconds[k] * 1e6, flops / seconds[k] / 1e12);
+      }
+    }
+    double max_diff = 0.0;
+    for (size_t i = 0; i < outputs[0].size(); ++i) {
+      max_diff = std::max(max_diff, static_cast<double>(std::fabs(outputs[0][i] - outputs[1][i])));
+    }
+    std::printf("KV heads %d: tensor cores %.2fx the CUDA cores; largest output difference %.2e\n",
+                n_head_kv, seconds[0] / seconds[1], max_diff);
+    BENCH_CHECK(cudaFree(tiles_dev));
+    BENCH_CHECK(cudaFree(k_cache));
+    BENCH_CHECK(cudaFree(v_cache));
+    BENCH_CHECK(cudaFree(k_new));
+    BENCH_CHECK(cudaFree(v_new));
+  }
+  BENCH_CHECK(cudaFree(positions_dev));
+  BENCH_CHECK(cudaFree(seq_index_dev));
+  BENCH_CHECK(cudaFree(block_table_dev));
+  BENCH_CHECK(cudaFree(q));
+  BENCH_CHECK(cudaFree(out));
+  return table;
 }
 
 int run(const Options& options) {
@@ -282,6 +417,8 @@ int run(const Options& options) {
     }
   }
   BENCH_CHECK(cudaFree(q8_storage));
+
+  table += bench_prefill_attention(groups, csv, stream);
 
   std::printf("\ngemm (prefill, cuBLAS; quantized weights dequantized to f16 per call)\n");
   table += "\n| gemm | rows x cols | N | us | TFLOP/s |\n| --- | --- | ---: | ---: | ---: |\n";

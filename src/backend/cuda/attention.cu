@@ -1,11 +1,14 @@
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include <cuda_fp16.h>
 #include <cuda_pipeline.h>
 
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/attention.h"
+#include "backend/cuda/attention_mma.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/launch.cuh"
 
@@ -364,9 +367,21 @@ Status launch_attention(const AttentionArgs& a, cudaStream_t stream) {
   return Status::ok();
 }
 
+// LLAMASERVE_ATTENTION_MMA=1 lets kAuto pick the tensor-core kernel (read once). Off by default
+// until that kernel has passed Cases/AttentionTest.MatchesReference/Mma* on the H200: an
+// untested kernel must not serve.
+bool tensor_core_attention_enabled() {
+  static const bool enabled = [] {
+    const char* value = std::getenv("LLAMASERVE_ATTENTION_MMA");
+    return value != nullptr && std::strcmp(value, "1") == 0;
+  }();
+  return enabled;
+}
+
 }  // namespace
 
 Status configure_attention_kernels() {
+  LS_RETURN_IF_ERROR(configure_attention_mma_kernels());
   // The largest block: kMaxAttentionQueries query vectors.
   LS_CUDA_CHECK(
       cudaFuncSetAttribute(attention_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -412,10 +427,27 @@ Status attention(const AttentionArgs& a, cudaStream_t stream) {
   LS_CUDA_REQUIRE(a.out_q.qs == nullptr ||
                   (a.out_q.ds != nullptr && a.out_q.qs_stride % 16 == 0 &&
                    a.out_q.qs_stride >= static_cast<int64_t>(a.n_head) * a.head_dim));
+  const int group_size = a.n_head / a.n_head_kv;
+  const bool tensor_cores_apply = a.n_splits == 1 && a.out_q.qs == nullptr &&
+                                  a.max_tile_rows * group_size >= kMinTensorCoreQueries;
+  if (a.kernel == AttentionKernel::kTensorCores && !tensor_cores_apply) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "attention: the tensor-core kernel needs one split (got {}), no 8-bit "
+                      "output (got {}) and at least {} query vectors per tile (got {} rows x {} "
+                      "query heads per KV head)",
+                      a.n_splits, a.out_q.qs != nullptr ? "one" : "none", kMinTensorCoreQueries,
+                      a.max_tile_rows, group_size);
+  }
+  const bool tensor_cores =
+      tensor_cores_apply &&
+      (a.kernel == AttentionKernel::kTensorCores ||
+       (a.kernel == AttentionKernel::kAuto && tensor_core_attention_enabled()));
   if (a.n_tiles == 0) return Status::ok();
   switch (a.head_dim) {
-    case 64: return launch_attention<64>(a, stream);
-    case 128: return launch_attention<128>(a, stream);
+    case 64:
+      return tensor_cores ? launch_attention_mma<64>(a, stream) : launch_attention<64>(a, stream);
+    case 128:
+      return tensor_cores ? launch_attention_mma<128>(a, stream) : launch_attention<128>(a, stream);
     default:
       return make_error(StatusCode::kUnsupported,
                         "attention: the CUDA kernel handles head_dim 64 or 128, not {}",

@@ -10,6 +10,11 @@
 // heads of that KV head read every K/V row of the split once, with an online softmax per
 // chunk of 128 positions. With n_splits > 1 (flash decoding: long contexts and few rows), the
 // splits' partial results are combined by a second kernel.
+//
+// Two kernels do this. The CUDA-core kernel (fp32 FMAs) handles every case. The tensor-core
+// kernel (attention_mma.cu: mma.sync on f16 Q, K, V with fp32 scores and sums, FlashAttention-2
+// style) is for prefill tiles: one split, no 8-bit output, and tiles of at least
+// kMinTensorCoreQueries query vectors.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +28,10 @@ namespace llamaserve::cuda {
 
 // Query vectors (tile rows × query heads per KV head) one attention block holds.
 inline constexpr int kMaxAttentionQueries = 64;
+
+// The tensor-core kernel computes query vectors in sixteens (the M of one mma.m16n8k16): with
+// fewer per tile (decode) most of its work would be padding.
+inline constexpr int kMinTensorCoreQueries = 16;
 
 struct KvWriteArgs {
   const float* k = nullptr;  // row r: kv_dim values at k + r * k_stride
@@ -47,6 +56,12 @@ Status write_kv(const KvWriteArgs& args, cudaStream_t stream);
 struct AttentionTile {
   int32_t first_row;
   int32_t n_rows;
+};
+
+enum class AttentionKernel {
+  kAuto,         // tensor cores where they apply and LLAMASERVE_ATTENTION_MMA=1, else CUDA cores
+  kCudaCores,    // the fp32 kernel, whatever the shape
+  kTensorCores,  // the mma.sync kernel; attention() refuses shapes it does not handle
 };
 
 struct AttentionArgs {
@@ -76,6 +91,8 @@ struct AttentionArgs {
   int32_t n_splits = 1;
   float* partial = nullptr;
   int64_t n_batch_rows = 0;  // rows of the batch (sizes the partial buffer)
+  // Tests and benchmarks name a kernel; the forward pass leaves kAuto.
+  AttentionKernel kernel = AttentionKernel::kAuto;
 };
 
 // Floats of the `partial` buffer for n_splits > 1: per (row, head, split) head_dim sums plus a
@@ -91,6 +108,12 @@ Status configure_attention_kernels();
 // PRECONDITIONS: configure_attention_kernels() ran on this device; K/V of every row already written
 // (write_kv); tiles as described above; max_tile_rows * (n_head / n_head_kv) <=
 // kMaxAttentionQueries.
+// The tensor-core kernel runs when it applies (n_splits == 1, out_q.qs == nullptr and
+// max_tile_rows * (n_head / n_head_kv) >= kMinTensorCoreQueries) and either args.kernel is
+// kTensorCores or args.kernel is kAuto and the environment sets LLAMASERVE_ATTENTION_MMA=1.
+// That variable is off by default until the kernel has passed the GPU tests
+// (Cases/AttentionTest.MatchesReference/Mma*) on the H200, so that an untested kernel does not
+// serve.
 Status attention(const AttentionArgs& args, cudaStream_t stream);
 
 }  // namespace llamaserve::cuda
