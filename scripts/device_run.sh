@@ -184,19 +184,23 @@ multi7b() {
   local json="$OUT/bench-multi.json" md="$OUT/bench-multi.md" first=1
   echo "{" >"$json"
   : >"$md"
-  # tp2-peer: the small all-reduces through the peer-to-peer kernel instead of NCCL.
-  for layout in "one/0/1/1" "tp2/0,1/2/1" "tp2-peer/0,1/2/1" "pp2/0,1/1/2"; do
-    IFS=/ read -r name devices tp pp <<<"$layout"
+  # NAME/DEVICES/TP/PP[/MICRO_BATCHES] (default: one per stage). tp2-peer: the small
+  # all-reduces through the peer-to-peer kernel instead of NCCL; pp2-inturn: the stages one
+  # after the other (no micro-batches in flight).
+  local layouts
+  read -r -a layouts <<<"${MULTI_LAYOUTS:-one/0/1/1 tp2/0,1/2/1 tp2-peer/0,1/2/1 pp2/0,1/1/2 pp2-inturn/0,1/1/2/1}"
+  for layout in "${layouts[@]}"; do
+    IFS=/ read -r name devices tp pp mb <<<"$layout"
     local mode=nccl
     [[ $name == *-peer ]] && mode=peer
     step "bench-7b-f16-$name" "${MULTI_TIMEOUT:-400}" env LLAMASERVE_TP_ALLREDUCE=$mode "$bin" bench -m "$model" --devices "$devices" --tp "$tp" --pp "$pp" \
-      "${args[@]}" --json-file "$logs/bench-multi-$name.json" \
+      --micro-batches "${mb:-0}" "${args[@]}" --json-file "$logs/bench-multi-$name.json" \
       --markdown-file "$logs/bench-multi-$name.md" || continue
     [[ $first -eq 1 ]] || echo "," >>"$json"
     first=0
     printf '"%s": ' "$name" >>"$json"
     cat "$logs/bench-multi-$name.json" >>"$json"
-    { echo "## LLaMA-2-7B shape, F16, $name (--devices $devices --tp $tp --pp $pp)"; echo
+    { echo "## LLaMA-2-7B shape, F16, $name (--devices $devices --tp $tp --pp $pp --micro-batches ${mb:-0})"; echo
       cat "$logs/bench-multi-$name.md"; echo; } >>"$md"
   done
   echo "}" >>"$json"
