@@ -10,9 +10,11 @@
 #include <fmt/format.h>
 
 #include "parallel/cpu_executor.h"
+#include "parallel/rendezvous.h"
 #if LLAMASERVE_HAS_CUDA
 #include "backend/cuda/bandwidth.h"
 #include "parallel/cuda_executor.h"
+#include "parallel/distributed_tp.h"
 #include "parallel/multi_gpu_executor.h"
 #endif
 
@@ -28,6 +30,22 @@ Result<int> parse_index(std::string_view digits, std::string_view text) {
   }
   return value;
 }
+
+#if LLAMASERVE_HAS_CUDA
+// A CUDA part's options on `device` from the caller's (every part of an executor starts from
+// these).
+CudaExecutorOptions cuda_options(const ExecutorOptions& options, int device) {
+  CudaExecutorOptions cuda;
+  cuda.device = device;
+  cuda.gpu_memory_utilization = options.gpu_memory_utilization;
+  cuda.kv_capacity_tokens = options.kv_capacity_tokens;
+  cuda.kv_block_size = options.kv_block_size;
+  if (options.max_batch_tokens > 0) cuda.max_batch_tokens = options.max_batch_tokens;
+  if (options.max_seqs > 0) cuda.max_seqs = options.max_seqs;
+  cuda.max_context_tokens = options.max_context_tokens;
+  return cuda;
+}
+#endif
 
 }  // namespace
 
@@ -148,14 +166,7 @@ Result<std::unique_ptr<Executor>> create_executor(std::shared_ptr<const LoadedMo
                       devices.size());
   }
 #if LLAMASERVE_HAS_CUDA
-  CudaExecutorOptions cuda;
-  cuda.device = devices.front().index;
-  cuda.gpu_memory_utilization = options.gpu_memory_utilization;
-  cuda.kv_capacity_tokens = options.kv_capacity_tokens;
-  cuda.kv_block_size = options.kv_block_size;
-  if (options.max_batch_tokens > 0) cuda.max_batch_tokens = options.max_batch_tokens;
-  if (options.max_seqs > 0) cuda.max_seqs = options.max_seqs;
-  cuda.max_context_tokens = options.max_context_tokens;
+  CudaExecutorOptions cuda = cuda_options(options, devices.front().index);
   if (n_ranks == 1) {
     cuda.on_upload_progress = options.on_upload_progress;
     return create_cuda_executor(std::move(model), cuda);
@@ -174,6 +185,85 @@ Result<std::unique_ptr<Executor>> create_executor(std::shared_ptr<const LoadedMo
                     "device {}: this build has no CUDA support (configure with "
                     "-DLLAMASERVE_CUDA=ON)",
                     devices.front().name());
+#endif
+}
+
+Result<int> tp_process_device(const ExecutorOptions& options, const TpProcessOptions& process) {
+  if (options.tensor_parallel < 2 || options.pipeline_parallel != 1) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "tensor parallel across processes needs --tp 2 or more (the ranks of the "
+                      "group) and no pipeline stages; got --tp {} --pp {}",
+                      options.tensor_parallel, options.pipeline_parallel);
+  }
+  if (process.rank < 0 || process.rank >= options.tensor_parallel) {
+    return make_error(StatusCode::kInvalidArgument, "--tp-rank {} outside [0, {}] (--tp {})",
+                      process.rank, options.tensor_parallel - 1, options.tensor_parallel);
+  }
+  if (process.rank > 0) {
+    auto coordinator = parse_host_port(process.coordinator);
+    if (!coordinator.is_ok()) return coordinator.status().with_context("--tp-coordinator");
+  }
+  LS_ASSIGN_OR_RETURN(const std::vector<DeviceChoice> devices, parse_devices(options.device));
+  if (devices.size() != 1 || devices.front().kind != DeviceChoice::Kind::kCuda) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "with one process per GPU each process runs on one CUDA device "
+                      "(--device cuda:N), not '{}'",
+                      options.device);
+  }
+  return devices.front().index;
+}
+
+Result<std::unique_ptr<Executor>> create_tp_rank0_executor(std::shared_ptr<const LoadedModel> model,
+                                                           const ExecutorOptions& options,
+                                                           const TpProcessOptions& process) {
+  LS_ASSIGN_OR_RETURN(const int device, tp_process_device(options, process));
+  if (process.rank != 0) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "the server is rank 0 of its tensor-parallel group, not rank {}: start the "
+                      "other ranks with `llamaserve tp-worker`",
+                      process.rank);
+  }
+#if LLAMASERVE_HAS_CUDA
+  CudaExecutorOptions cuda = cuda_options(options, device);
+  cuda.on_upload_progress = options.on_upload_progress;
+  DistributedTpOptions group;
+  group.world = options.tensor_parallel;
+  group.listen_host = process.listen_host;
+  group.port = process.listen_port;
+  group.device = device;
+  group.rendezvous_timeout = std::chrono::milliseconds(process.rendezvous_timeout_ms);
+  group.on_listening = process.on_listening;
+  return create_distributed_tp_executor(std::move(model), cuda, group);
+#else
+  (void)model;
+  return make_error(StatusCode::kUnsupported, "device cuda:{}: this build has no CUDA support",
+                    device);
+#endif
+}
+
+Status run_tp_worker_process(std::shared_ptr<const LoadedModel> model,
+                             const ExecutorOptions& options, const TpProcessOptions& process) {
+  LS_ASSIGN_OR_RETURN(const int device, tp_process_device(options, process));
+  if (process.rank == 0) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "rank 0 of a tensor-parallel group is the server (`llamaserve serve "
+                      "--tp-rank 0`), not a worker");
+  }
+  LS_ASSIGN_OR_RETURN(const HostPort coordinator, parse_host_port(process.coordinator));
+#if LLAMASERVE_HAS_CUDA
+  CudaExecutorOptions cuda = cuda_options(options, device);
+  cuda.on_upload_progress = options.on_upload_progress;
+  TpWorkerOptions worker;
+  worker.rank = process.rank;
+  worker.world = options.tensor_parallel;
+  worker.coordinator = coordinator;
+  worker.device = device;
+  worker.connect_timeout = std::chrono::milliseconds(process.rendezvous_timeout_ms);
+  return run_tp_worker(std::move(model), cuda, worker);
+#else
+  (void)model;
+  return make_error(StatusCode::kUnsupported, "device cuda:{}: this build has no CUDA support",
+                    device);
 #endif
 }
 

@@ -1,7 +1,7 @@
 // How the ranks of a tensor-parallel group that live in separate processes (one per GPU, on
 // one host or several) find each other, and how rank 0 hands them each step's work: plain TCP,
 // no CUDA (the NCCL unique id is 128 opaque bytes here). The messages and their bytes are in
-// tp_protocol.h.
+// tp_protocol.h, the sockets in tp_connection.h.
 //
 // Rank 0 (the server) listens on a port; every other rank connects to it, retrying until a
 // deadline because rank 0 may not be listening yet:
@@ -30,6 +30,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -38,57 +39,10 @@
 
 #include "backend/batch.h"
 #include "core/status.h"
+#include "parallel/tp_connection.h"
 #include "parallel/tp_protocol.h"
 
 namespace llamaserve {
-
-using TpClock = std::chrono::steady_clock;
-using TpDeadline = TpClock::time_point;
-inline constexpr TpDeadline kTpNoDeadline = TpDeadline::max();
-
-inline TpDeadline tp_deadline_after(std::chrono::milliseconds timeout) {
-  return TpClock::now() + timeout;
-}
-
-struct HostPort {
-  std::string host;
-  int port = 0;
-};
-
-// "host:port", "10.0.0.7:29500" or "[fd00::7]:29500"; the port in [1, 65535].
-Result<HostPort> parse_host_port(std::string_view text);
-
-// One connected TCP socket carrying frames, with the peer's name for errors.
-class TpConnection {
- public:
-  TpConnection(int fd, std::string peer);
-  ~TpConnection();
-  TpConnection(const TpConnection&) = delete;
-  TpConnection& operator=(const TpConnection&) = delete;
-
-  int fd() const { return fd_; }
-  const std::string& peer() const { return peer_; }
-  void set_peer(std::string peer) { peer_ = std::move(peer); }
-
-  // Sends one whole frame. Errors: kIo naming the peer (it reset or closed the connection).
-  Status send(std::span<const uint8_t> frame);
-  // Reads one frame into `message` (see TpMessage), waiting at most until `deadline`. Errors:
-  // kUnavailable when the peer closed the connection between frames; kIo when it closed it in
-  // the middle of one (naming how many bytes came) or the socket failed; kDeadlineExceeded;
-  // kInvalidArgument for a malformed frame (decode_frame_header / decode_frame_payload).
-  Status receive(TpMessage& message, TpDeadline deadline);
-  // Whether the peer has shut its side down or the socket failed (pending data is not read).
-  bool peer_closed() const;
-  // Shuts both directions down: a peer blocked reading sees the connection end.
-  void shutdown();
-
- private:
-  Status read_exact(std::span<uint8_t> out, TpDeadline deadline, size_t& got);
-
-  int fd_;
-  std::string peer_;
-  std::vector<uint8_t> payload_;
-};
 
 // What rank 0 checks every joining rank against and tells it.
 struct TpGroupConfig {
@@ -130,11 +84,13 @@ class TpCoordinator {
 
   // One step: sends `batch` to every rank.
   Status send_batch(uint32_t step, const Batch& batch);
-  // Waits for step `step`'s status from every rank and for `local_done_fd` to turn readable
-  // (the caller's own pass is done; it is not read here), in whatever order. Returns at once on
-  // the first failure, without waiting for the local pass, so that the caller can abort its
-  // communicator; ok once every rank succeeded and the local pass is done.
-  Status await_step(uint32_t step, int local_done_fd, TpDeadline deadline);
+  // Waits for step `step`'s status from every rank and for the caller's own pass, in whatever
+  // order: once `local_done_fd` turns readable, local_result() gives that pass's outcome.
+  // Returns at once on the first failure, a rank's or the local one, so that the caller can
+  // abort its communicator while its own pass may still wait in a collective; ok once every
+  // rank and the local pass succeeded.
+  Status await_step(uint32_t step, int local_done_fd, const std::function<Status()>& local_result,
+                    TpDeadline deadline);
 
   // Ends the group cleanly: shutdown to every rank, then waits for each one's goodbye (its
   // last status). Ok when all said it.
@@ -149,10 +105,10 @@ class TpCoordinator {
   Status check_hello(const TpHello& hello, const std::string& address,
                      const TpGroupConfig& config) const;
   Status broadcast(std::string_view what);
-  // Statuses of `step` from every rank (values filled unless null), with `local_done_fd` (>= 0)
-  // as described at await_step.
-  Status collect(uint32_t step, int local_done_fd, TpDeadline deadline, std::string_view phase,
-                 std::vector<int64_t>* values);
+  // Statuses of `step` from every rank (values filled unless null), and with local_done_fd >= 0
+  // the local pass, as described at await_step.
+  Status collect(uint32_t step, int local_done_fd, const std::function<Status()>* local_result,
+                 TpDeadline deadline, std::string_view phase, std::vector<int64_t>* values);
   void close_listener();
 
   int listener_;

@@ -70,13 +70,17 @@ Batch batch_of(int32_t first_token, int32_t rows) {
   return b;
 }
 
-// An eventfd standing for rank 0's own pass: readable once signalled.
+// Rank 0's own pass, played by an eventfd: readable once done(), with `result` its outcome.
 struct LocalPass {
   int fd = eventfd(0, EFD_CLOEXEC);
+  Status result;
   ~LocalPass() { close(fd); }
   void done() const {
     const uint64_t one = 1;
     EXPECT_EQ(write(fd, &one, sizeof(one)), 8);
+  }
+  std::function<Status()> outcome() const {
+    return [this] { return result; };
   }
 };
 
@@ -183,7 +187,7 @@ TEST(RendezvousTest, HandshakeStepsAndShutdownOfThreeRanks) {
     LocalPass local;
     ASSERT_TRUE(c->send_batch(s + 1, batches[s]).is_ok());
     local.done();
-    ASSERT_TRUE(c->await_step(s + 1, local.fd, tp_deadline_after(10s)).is_ok())
+    ASSERT_TRUE(c->await_step(s + 1, local.fd, local.outcome(), tp_deadline_after(10s)).is_ok())
         << c->failure().to_string();
   }
   EXPECT_TRUE(c->shutdown(tp_deadline_after(10s)).is_ok()) << c->failure().to_string();
@@ -213,9 +217,32 @@ TEST(RendezvousTest, AStepWaitsForTheLocalPassToo) {
     local.done();
   });
   const auto start = std::chrono::steady_clock::now();
-  EXPECT_TRUE(p.coordinator->await_step(1, local.fd, tp_deadline_after(10s)).is_ok());
+  EXPECT_TRUE(
+      p.coordinator->await_step(1, local.fd, local.outcome(), tp_deadline_after(10s)).is_ok());
   EXPECT_GE(std::chrono::steady_clock::now() - start, 250ms);
   later.join();
+}
+
+// Rank 0's own pass fails (before a collective, say) while rank 1 waits in one and never
+// answers: the step fails at once, and rank 1, watching its connection, hears why.
+TEST(RendezvousTest, RankZerosOwnFailureEndsTheStepAtOnce) {
+  Pair p = handshaken_pair();
+  ASSERT_TRUE(p.coordinator && p.worker);
+  ASSERT_TRUE(p.coordinator->send_batch(1, batch_of(1, 2)).is_ok());
+  ASSERT_EQ(p.worker->next().value(), TpWorkerLink::Command::kBatch);
+  LocalPass worker_pass;  // never done: waits in the collective
+  auto hangup =
+      std::async(std::launch::async, [&] { return p.worker->wait_for_hangup(worker_pass.fd); });
+  LocalPass local;
+  local.result = Status(StatusCode::kInternal, "cuda:0: an illegal memory access");
+  local.done();
+  const Status step =
+      p.coordinator->await_step(1, local.fd, local.outcome(), tp_deadline_after(10s));
+  EXPECT_EQ(step.code(), StatusCode::kInternal);
+  EXPECT_ERROR_HAS(step, "step 1: rank 0: cuda:0: an illegal memory access");
+  ASSERT_EQ(hangup.wait_for(10s), std::future_status::ready);
+  EXPECT_TRUE(hangup.get());
+  EXPECT_ERROR_HAS(p.worker->next().status(), "rank 0: step 1: rank 0: cuda:0: an illegal memory");
 }
 
 TEST(RendezvousTest, AnotherWorldSizeIsRefusedOnBothSides) {
@@ -275,7 +302,8 @@ TEST(RendezvousTest, ARankFailingAStepFailsRankZeroAndTheGroup) {
   ASSERT_EQ(p.worker->next().value(), TpWorkerLink::Command::kBatch);
   ASSERT_TRUE(
       p.worker->send_status(1, Status(StatusCode::kResourceExhausted, "cuda:1 ran out")).is_ok());
-  const Status step = p.coordinator->await_step(1, local.fd, tp_deadline_after(10s));
+  const Status step =
+      p.coordinator->await_step(1, local.fd, local.outcome(), tp_deadline_after(10s));
   EXPECT_EQ(step.code(), StatusCode::kResourceExhausted);
   EXPECT_ERROR_HAS(step, "step 1: rank 1 (test rank 1 from 127.0.0.1:");
   EXPECT_ERROR_HAS(step, "): cuda:1 ran out");
@@ -320,7 +348,8 @@ TEST(RendezvousTest, ARankThatHangsUpMidFrameFailsTheStep) {
     ASSERT_EQ(send(p.worker->fd(), status_frame.data(), cut, MSG_NOSIGNAL),
               static_cast<ssize_t>(cut));
     p.worker.reset();  // closes the connection
-    const Status step = p.coordinator->await_step(1, local.fd, tp_deadline_after(10s));
+    const Status step =
+        p.coordinator->await_step(1, local.fd, local.outcome(), tp_deadline_after(10s));
     EXPECT_EQ(step.code(), StatusCode::kIo) << step.to_string();
     if (cut < kTpFrameHeaderBytes) {
       EXPECT_ERROR_HAS(step, "closed the connection after 7 of the 20 bytes of a frame header");
@@ -334,7 +363,8 @@ TEST(RendezvousTest, ARankThatHangsUpMidFrameFailsTheStep) {
   LocalPass local;
   ASSERT_TRUE(p.coordinator->send_batch(1, batch_of(1, 2)).is_ok());
   p.worker.reset();
-  const Status step = p.coordinator->await_step(1, local.fd, tp_deadline_after(10s));
+  const Status step =
+      p.coordinator->await_step(1, local.fd, local.outcome(), tp_deadline_after(10s));
   EXPECT_EQ(step.code(), StatusCode::kUnavailable);
   EXPECT_ERROR_HAS(step, "step 1: rank 1 (test rank 1 from 127.0.0.1:");
   EXPECT_ERROR_HAS(step, ") closed the connection");
@@ -350,7 +380,7 @@ TEST(RendezvousTest, CorruptOrWrongFramesFailTheStep) {
   ASSERT_TRUE(p.coordinator->send_batch(1, batch_of(1, 2)).is_ok());
   ASSERT_EQ(send(p.worker->fd(), frame.data(), frame.size(), MSG_NOSIGNAL),
             static_cast<ssize_t>(frame.size()));
-  EXPECT_ERROR_HAS(p.coordinator->await_step(1, local.fd, tp_deadline_after(10s)),
+  EXPECT_ERROR_HAS(p.coordinator->await_step(1, local.fd, local.outcome(), tp_deadline_after(10s)),
                    "status frame of step 1: checksum");
 
   // A status of the wrong step.
@@ -358,7 +388,7 @@ TEST(RendezvousTest, CorruptOrWrongFramesFailTheStep) {
   ASSERT_TRUE(q.coordinator && q.worker);
   ASSERT_TRUE(q.coordinator->send_batch(1, batch_of(1, 2)).is_ok());
   ASSERT_TRUE(q.worker->send_status(7, Status::ok()).is_ok());
-  EXPECT_ERROR_HAS(q.coordinator->await_step(1, local.fd, tp_deadline_after(10s)),
+  EXPECT_ERROR_HAS(q.coordinator->await_step(1, local.fd, local.outcome(), tp_deadline_after(10s)),
                    "answered with a status message of step 7; expected the status of step 1");
 
   // A rank receiving a corrupt batch from rank 0 reports it (rank 0 played by hand here).
@@ -439,7 +469,7 @@ TEST(RendezvousTest, ConnectingGivesUpAtTheDeadlineNamingTheAddress) {
   const auto took = std::chrono::steady_clock::now() - start;
   close(reserved);
   EXPECT_EQ(status.code(), StatusCode::kDeadlineExceeded);
-  EXPECT_ERROR_HAS(status, "could not connect to rank 0 at 127.0.0.1:" + std::to_string(port));
+  EXPECT_ERROR_HAS(status, "rank 0 unreachable: could not connect to 127.0.0.1:" + std::to_string(port));
   EXPECT_ERROR_HAS(status, "Connection refused");
   EXPECT_GE(took, 500ms);  // it retried until close to the deadline
   EXPECT_LT(took, 5s);
@@ -464,7 +494,8 @@ TEST(RendezvousTest, RankZeroGivesUpWaitingForRanksAndForSteps) {
   LocalPass local;
   local.done();
   ASSERT_TRUE(p.coordinator->send_batch(1, batch_of(1, 2)).is_ok());
-  const Status silent = p.coordinator->await_step(1, local.fd, tp_deadline_after(300ms));
+  const Status silent =
+      p.coordinator->await_step(1, local.fd, local.outcome(), tp_deadline_after(300ms));
   EXPECT_EQ(silent.code(), StatusCode::kDeadlineExceeded);
   EXPECT_ERROR_HAS(silent, "step 1: no answer from rank(s) 1 within");
 }
