@@ -5,6 +5,8 @@
 // Order of events: bind and start answering (/health 200, /ready 503), load the model,
 // build one executor and engine per replica (--replicas, each on its own devices), run a
 // short warm-up generation on each, then /ready turns 200.
+// With --tp N --tp-rank 0 the server is rank 0 of a tensor-parallel group of N processes, one
+// GPU each, and waits for ranks 1..N-1 (`llamaserve tp-worker`) before /ready (docs/multi-gpu.md).
 // On SIGTERM or SIGINT: /ready and new requests get 503, admitted requests finish (up to
 // --drain-timeout-ms, after which they are cancelled), the listener closes, the engine and
 // the model are freed, and the process exits 0. Every option is also read from
@@ -116,8 +118,12 @@ Result<std::shared_ptr<server::ServedModel>> load_served_model(const ServerOptio
   executor_options.kv_capacity_tokens =
       options.kv_cache_tokens > 0 ? options.kv_cache_tokens : context * options.max_running;
   executor_options.max_context_tokens = context;
-  LS_ASSIGN_OR_RETURN(const std::vector<ExecutorOptions> replica_executor_options,
-                      replica_options(executor_options, options.replicas));
+  // --tp-rank 0: one replica, rank 0 of a group of processes.
+  std::vector<ExecutorOptions> replica_executor_options = {executor_options};
+  if (options.tp_rank < 0) {
+    LS_ASSIGN_OR_RETURN(replica_executor_options,
+                        replica_options(executor_options, options.replicas));
+  }
 
   EngineConfig engine_config;
   engine_config.max_running = options.max_running;
@@ -132,7 +138,9 @@ Result<std::shared_ptr<server::ServedModel>> load_served_model(const ServerOptio
     ExecutorOptions replica = replica_executor_options[i];
     LoadProgress upload(options.model_path);  // weights going to a GPU
     replica.on_upload_progress = upload.callback();
-    auto executor = create_executor(model, replica);
+    auto executor = options.tp_rank >= 0 ? create_tp_rank0_executor(
+                                               model, replica, server::tp_process_options(options))
+                                         : create_executor(model, replica);
     upload.finish();
     if (!executor.is_ok() && options.replicas > 1) {
       return executor.status().with_context(fmt::format("replica {} ({})", i, replica.device));

@@ -38,6 +38,20 @@ void add_server_options(CLI::App& app, ServerOptions& o) {
                  "Layers per pipeline stage, e.g. 16,16 (default: balanced by weight bytes)")
       ->delimiter(',')
       ->check(CLI::Range(1, 1 << 16));
+  app.add_option("--tp-rank", o.tp_rank,
+                 "Tensor parallel with one process per GPU: 0 makes this server rank 0 of --tp "
+                 "processes on the one GPU of --device; the others run `llamaserve tp-worker` "
+                 "(default: the --tp ranks are threads of this server)")
+      ->check(CLI::Range(0, 63));
+  app.add_option("--tp-listen", o.tp_listen_port,
+                 "With --tp-rank 0: the TCP port the other ranks connect to (every interface)")
+      ->check(CLI::Range(1, 65535))
+      ->capture_default_str();
+  app.add_option("--tp-timeout-ms", o.tp_timeout_ms,
+                 "With --tp-rank 0: how long each phase of the rendezvous may take (the ranks "
+                 "joining, uploading their weights)")
+      ->check(CLI::Range(int64_t{1}, int64_t{86400000}))
+      ->capture_default_str();
   app.add_option("--micro-batches", o.micro_batches,
                  "Pipeline: micro-batches in flight when a step has many sequences, so that every "
                  "stage works at once (0 = one per stage, 1 = the stages in turn)")
@@ -161,7 +175,22 @@ Status finalize_server_options(CLI::App& app, ServerOptions& o) {
                       o.layer_split.size(), o.pipeline_parallel);
   }
   // Device counts and combinations are checked now, before the model loads.
-  LS_RETURN_IF_ERROR(replica_options(base_executor_options(o), o.replicas).status());
+  if (o.tp_rank >= 0) {
+    if (o.tp_rank != 0) {
+      return make_error(StatusCode::kInvalidArgument,
+                        "--tp-rank {}: the server is rank 0 of its tensor-parallel group; start "
+                        "the other ranks with `llamaserve tp-worker --tp-rank R`",
+                        o.tp_rank);
+    }
+    if (o.replicas != 1) {
+      return make_error(StatusCode::kInvalidArgument,
+                        "--tp-rank 0 serves one replica, the group's; --replicas is {}",
+                        o.replicas);
+    }
+    LS_RETURN_IF_ERROR(tp_process_device(base_executor_options(o), tp_process_options(o)).status());
+  } else {
+    LS_RETURN_IF_ERROR(replica_options(base_executor_options(o), o.replicas).status());
+  }
   const int admitted = o.admission_limit();
   if (o.http_threads == 0) o.http_threads = admitted + 16;
   if (o.http_threads <= admitted) {
@@ -173,6 +202,14 @@ Status finalize_server_options(CLI::App& app, ServerOptions& o) {
                       o.http_threads, admitted);
   }
   return Status::ok();
+}
+
+TpProcessOptions tp_process_options(const ServerOptions& o) {
+  TpProcessOptions process;
+  process.rank = o.tp_rank;
+  process.listen_port = o.tp_listen_port;
+  process.rendezvous_timeout_ms = o.tp_timeout_ms;
+  return process;
 }
 
 ExecutorOptions base_executor_options(const ServerOptions& o) {

@@ -33,6 +33,13 @@ struct ServerOptions {
   int kv_cache_tokens = 0;
   int max_batch_tokens = 0;   // tokens per engine step (chunked prefill budget); 0 = engine default
   std::string chat_template;  // llama2 | llama3 | chatml; empty = detect from the model
+  // Tensor parallel with one process per GPU (--tp-rank 0): this server is rank 0 of a group
+  // of --tp processes, on the one CUDA device of --device, and the other ranks (`llamaserve
+  // tp-worker`) connect to its port tp_listen_port. -1: the --tp ranks are threads of this
+  // process on the devices of --devices.
+  int tp_rank = -1;
+  int tp_listen_port = 29500;
+  int64_t tp_timeout_ms = 600000;  // each phase of the rendezvous (ranks joining, uploading)
 
   // Transport.
   std::string host = "127.0.0.1";
@@ -69,6 +76,9 @@ struct ServerOptions {
 // memory limits); the caller adds what depends on the model (context, KV capacity) and
 // splits it with replica_options().
 ExecutorOptions base_executor_options(const ServerOptions& options);
+
+// With --tp-rank 0: this server's part in its group of tensor-parallel processes.
+TpProcessOptions tp_process_options(const ServerOptions& options);
 
 // Declares every option on `app` (bound to `options`) and gives each an LLAMASERVE_*
 // environment variable. --model is not marked required here because it may come from the

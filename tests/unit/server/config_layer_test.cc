@@ -234,6 +234,51 @@ TEST(ServerOptionsCheck, BadParallelCombinations) {
   }
 }
 
+// --tp-rank 0: the server is rank 0 of a group of processes on one CUDA device; the flags,
+// their variables and what the executor gets.
+TEST_F(ConfigPrecedence, TensorParallelProcessFlags) {
+  env_.set("LLAMASERVE_TP_LISTEN", "29600");
+  Status status = parse({"-m", "m.gguf", "--device", "cuda:1", "--tp", "4", "--tp-rank", "0"});
+  ASSERT_TRUE(status.is_ok()) << status.to_string();
+  const TpProcessOptions process = tp_process_options(options_);
+  EXPECT_EQ(process.rank, 0);
+  EXPECT_EQ(process.listen_port, 29600);
+  EXPECT_EQ(process.rendezvous_timeout_ms, 600000);
+  EXPECT_EQ(tp_process_device(base_executor_options(options_), process).value(), 1);
+  EXPECT_EQ(base_executor_options(options_).tensor_parallel, 4);
+}
+
+TEST(ServerOptionsCheck, BadTensorParallelProcessCombinations) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--tp", "2", "--tp-rank", "1", "--devices", "0"}, "the server is rank 0 of its"},
+      {{"--tp", "2", "--tp-rank", "0", "--replicas", "2", "--devices", "0"},
+       "serves one replica, the group's; --replicas is 2"},
+      {{"--tp-rank", "0", "--devices", "0"}, "needs --tp 2 or more"},
+      {{"--tp", "2", "--pp", "2", "--tp-rank", "0", "--devices", "0"}, "no pipeline stages"},
+      {{"--tp", "2", "--tp-rank", "0", "--devices", "0,1"}, "one CUDA device"},
+      {{"--tp", "2", "--tp-rank", "0"}, "one CUDA device (--device cuda:N), not 'cpu'"},
+      // Without --tp-rank, --tp still means ranks as threads on the listed devices.
+      {{"--tp", "2", "--devices", "0"}, "need 2 devices"},
+  };
+  for (const auto& [flags, expected] : cases) {
+    CLI::App app{"test"};
+    ServerOptions options;
+    add_server_options(app, options);
+    std::vector<std::string> args = {"-m", "m.gguf"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    std::reverse(args.begin(), args.end());
+    app.parse(args);
+    Status status = finalize_server_options(app, options);
+    ASSERT_FALSE(status.is_ok()) << fmt::format("{}", fmt::join(flags, " "));
+    EXPECT_NE(status.message().find(expected), std::string::npos) << status.message();
+  }
+  CLI::App app{"test"};
+  ServerOptions options;
+  add_server_options(app, options);
+  EXPECT_THROW(app.parse(std::vector<std::string>{"0", "--tp-listen", "m.gguf", "-m"}),
+               CLI::ParseError);
+}
+
 TEST(EnvVarName, FromLongName) {
   EXPECT_EQ(env_var_name("LLAMASERVE_", "max-running"), "LLAMASERVE_MAX_RUNNING");
   EXPECT_EQ(env_var_name("LLAMASERVE_", "api-key-file"), "LLAMASERVE_API_KEY_FILE");
