@@ -469,7 +469,8 @@ TEST(RendezvousTest, ConnectingGivesUpAtTheDeadlineNamingTheAddress) {
   const auto took = std::chrono::steady_clock::now() - start;
   close(reserved);
   EXPECT_EQ(status.code(), StatusCode::kDeadlineExceeded);
-  EXPECT_ERROR_HAS(status, "rank 0 unreachable: could not connect to 127.0.0.1:" + std::to_string(port));
+  EXPECT_ERROR_HAS(status,
+                   "rank 0 unreachable: could not connect to 127.0.0.1:" + std::to_string(port));
   EXPECT_ERROR_HAS(status, "Connection refused");
   EXPECT_GE(took, 500ms);  // it retried until close to the deadline
   EXPECT_LT(took, 5s);
