@@ -47,7 +47,7 @@ struct MultiGpuOptions {
   // serves two stages (they would only take turns on it, and NCCL communicators sharing a
   // device must not run at once).
   int32_t pipeline_micro_batches = 0;
-  int32_t micro_batch_min_rows = 32;
+  int32_t micro_batch_min_rows = 128;
 };
 
 // What a pipeline executor has run as micro-batches in flight: passes, and the micro-batches

@@ -367,13 +367,12 @@ Status launch_attention(const AttentionArgs& a, cudaStream_t stream) {
   return Status::ok();
 }
 
-// LLAMASERVE_ATTENTION_MMA=1 lets kAuto pick the tensor-core kernel (read once). Off by default
-// until that kernel has passed Cases/AttentionTest.MatchesReference/Mma* on the H200: an
-// untested kernel must not serve.
+// kAuto picks the tensor-core kernel where it applies unless LLAMASERVE_ATTENTION_MMA=0 (read
+// once), which keeps every tile on the CUDA-core kernel (for comparisons).
 bool tensor_core_attention_enabled() {
   static const bool enabled = [] {
     const char* value = std::getenv("LLAMASERVE_ATTENTION_MMA");
-    return value != nullptr && std::strcmp(value, "1") == 0;
+    return value == nullptr || std::strcmp(value, "0") != 0;
   }();
   return enabled;
 }
