@@ -28,13 +28,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The source tree: LLAMASERVE_SOURCE_DIR from the environment when set (the GPU machine runs
-// the binaries in a copy of the tree at another path), else where the build saw it.
-fs::path source_dir() {
-  const char* env = std::getenv("LLAMASERVE_SOURCE_DIR");
-  return env != nullptr ? fs::path(env) : fs::path(LLAMASERVE_SOURCE_DIR);
-}
-
 const fs::path kFixtures = source_dir() / "tests" / "fixtures" / "reference";
 
 std::shared_ptr<const LoadedModel> load(const std::string& file) {

@@ -21,19 +21,10 @@ namespace llamaserve {
 namespace {
 
 namespace fs = std::filesystem;
+using cuda::testing::source_dir;
+using cuda::testing::vocab_path;
 
-fs::path source_dir() {
-  const char* env = std::getenv("LLAMASERVE_SOURCE_DIR");
-  return env != nullptr ? fs::path(env) : fs::path(LLAMASERVE_SOURCE_DIR);
-}
 
-// The LLaMA 2 vocabulary synth copies: LLAMASERVE_FIXTURES_DIR (the GPU machine's carried
-// copy) or ../shared/fixtures beside the source tree.
-std::string vocab_path() {
-  const char* env = std::getenv("LLAMASERVE_FIXTURES_DIR");
-  const fs::path dir = env != nullptr ? fs::path(env) : source_dir() / ".." / "shared" / "fixtures";
-  return (dir / "vocab-llama2-spm.gguf").string();
-}
 
 class GpuEngineTest : public cuda::testing::GpuTest {
  protected:

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <ostream>
 #include <random>
 #include <string>
@@ -27,6 +28,24 @@ inline void PrintTo(TensorType type, std::ostream* os) { *os << type_name(type);
 }  // namespace llamaserve
 
 namespace llamaserve::cuda::testing {
+
+#ifdef LLAMASERVE_SOURCE_DIR
+// The source tree: LLAMASERVE_SOURCE_DIR from the environment when set (the GPU machine runs
+// the binaries in a copy of the tree at another path), else where the build saw it.
+inline std::filesystem::path source_dir() {
+  const char* env = std::getenv("LLAMASERVE_SOURCE_DIR");
+  return env != nullptr ? std::filesystem::path(env) : std::filesystem::path(LLAMASERVE_SOURCE_DIR);
+}
+
+// The LLaMA 2 vocabulary synth copies: LLAMASERVE_FIXTURES_DIR (the GPU machine's carried
+// copy) or ../shared/fixtures beside the source tree.
+inline std::string vocab_path() {
+  const char* env = std::getenv("LLAMASERVE_FIXTURES_DIR");
+  const std::filesystem::path dir =
+      env != nullptr ? std::filesystem::path(env) : source_dir() / ".." / "shared" / "fixtures";
+  return (dir / "vocab-llama2-spm.gguf").string();
+}
+#endif
 
 #define ASSERT_OK(expr)                        \
   do {                                         \

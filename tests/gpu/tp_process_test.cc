@@ -42,11 +42,8 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using cuda::testing::max_rel_error;
+using cuda::testing::source_dir;
 
-fs::path source_dir() {
-  const char* env = std::getenv("LLAMASERVE_SOURCE_DIR");
-  return env != nullptr ? fs::path(env) : fs::path(LLAMASERVE_SOURCE_DIR);
-}
 
 // The llamaserve binary the worker runs, or empty.
 fs::path llamaserve_binary() {
@@ -153,14 +150,11 @@ const fs::path kF16 = "tests/fixtures/reference/tiny-llama-f16.gguf";
 fs::path tiny_q8_0_path() {
   static const fs::path path = [] {
     const fs::path out = fs::temp_directory_path() / "llamaserve-tp-process-tiny-q8_0.gguf";
-    const char* fixtures = std::getenv("LLAMASERVE_FIXTURES_DIR");
-    const fs::path vocab_dir =
-        fixtures != nullptr ? fs::path(fixtures) : source_dir() / ".." / "shared" / "fixtures";
     SynthOptions o;
     o.shape = "tiny";
     o.type = "q8_0";
     o.output_path = out.string();
-    o.vocab_path = (vocab_dir / "vocab-llama2-spm.gguf").string();
+    o.vocab_path = cuda::testing::vocab_path();
     o.seed = 11;
     auto written = write_synthetic_model(o);
     EXPECT_TRUE(written.is_ok()) << written.status().to_string();
