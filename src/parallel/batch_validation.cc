@@ -101,4 +101,12 @@ Status validate_sampling(const Batch& batch, std::span<const RowSampling> sampli
   return Status::ok();
 }
 
+Status validate_sampled_batch(const Batch& batch, const KvCacheInfo& kv, int64_t n_vocab,
+                              std::span<const RowSampling> sampling, std::span<int32_t> tokens,
+                              size_t logits_size) {
+  const size_t needed = batch.logit_rows.size() * static_cast<size_t>(n_vocab);
+  LS_RETURN_IF_ERROR(validate_batch(batch, kv, n_vocab, logits_size == 0 ? needed : logits_size));
+  return validate_sampling(batch, sampling, tokens);
+}
+
 }  // namespace llamaserve

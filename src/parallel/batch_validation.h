@@ -23,4 +23,10 @@ Status validate_batch(const Batch& batch, const KvCacheInfo& kv, int64_t n_vocab
 Status validate_sampling(const Batch& batch, std::span<const RowSampling> sampling,
                          std::span<int32_t> tokens);
 
+// Both, for Executor::forward_sampled, whose logits are optional: logits_size 0 means none are
+// wanted.
+Status validate_sampled_batch(const Batch& batch, const KvCacheInfo& kv, int64_t n_vocab,
+                              std::span<const RowSampling> sampling, std::span<int32_t> tokens,
+                              size_t logits_size);
+
 }  // namespace llamaserve

@@ -363,10 +363,8 @@ Status CudaExecutor::forward(const Batch& batch, std::span<float> logits) {
 Status CudaExecutor::forward_sampled(const Batch& batch, std::span<const RowSampling> sampling,
                                      std::span<int32_t> tokens, std::span<float> logits) {
   const int64_t n_vocab = model_->config.n_vocab;
-  const size_t needed = batch.logit_rows.size() * static_cast<size_t>(n_vocab);
-  LS_RETURN_IF_ERROR(validate_batch(batch, kv_info(), n_vocab,
-                                    has_head() && !logits.empty() ? logits.size() : needed));
-  LS_RETURN_IF_ERROR(validate_sampling(batch, sampling, tokens));
+  LS_RETURN_IF_ERROR(validate_sampled_batch(batch, kv_info(), n_vocab, sampling, tokens,
+                                            has_head() ? logits.size() : 0));
   LS_CUDA_CHECK(cudaSetDevice(options_.device));
   const PassOutputs out{has_head() ? logits : std::span<float>(), sampling, tokens};
   return run_in_pieces(batch, options_.max_batch_tokens, n_vocab, out, pieces_,

@@ -276,10 +276,8 @@ class MultiGpuExecutor final : public Executor {
   bool samples_on_device() const override { return true; }
   Status forward_sampled(const Batch& batch, std::span<const RowSampling> sampling,
                          std::span<int32_t> tokens, std::span<float> logits) override {
-    const size_t needed = batch.logit_rows.size() * static_cast<size_t>(model_->config.n_vocab);
-    LS_RETURN_IF_ERROR(validate_batch(batch, kv_info(), model_->config.n_vocab,
-                                      logits.empty() ? needed : logits.size()));
-    LS_RETURN_IF_ERROR(validate_sampling(batch, sampling, tokens));
+    LS_RETURN_IF_ERROR(validate_sampled_batch(batch, kv_info(), model_->config.n_vocab, sampling,
+                                              tokens, logits.size()));
     return run(batch, PassOutputs{logits, sampling, tokens});
   }
 

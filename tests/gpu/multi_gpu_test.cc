@@ -29,6 +29,7 @@
 #include "parallel/executor_factory.h"
 #include "parallel/multi_gpu_executor.h"
 #include "parallel/tp_shard.h"
+#include "batch_builders.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -128,48 +129,11 @@ std::unique_ptr<Executor> make_layout(std::shared_ptr<const LoadedModel> model,
   return executor.is_ok() ? std::move(executor).value() : nullptr;
 }
 
-constexpr int32_t kBlocksPerSeq = 32;
-
-// Sequences s = 0..n-1 with blocks [s * kBlocksPerSeq, ...): rows (seq, tokens from position).
-struct Rows {
-  int32_t seq;
-  std::vector<int32_t> tokens;
-  int32_t first_position;
-};
-
-Batch build(const std::vector<Rows>& rows, int32_t n_seqs) {
-  Batch b;
-  b.blocks_per_seq = kBlocksPerSeq;
-  b.seq_lengths.assign(static_cast<size_t>(n_seqs), 0);
-  for (int32_t s = 0; s < n_seqs; ++s) {
-    for (int32_t i = 0; i < kBlocksPerSeq; ++i) b.block_tables.push_back(s * kBlocksPerSeq + i);
-  }
-  for (const Rows& r : rows) {
-    for (size_t i = 0; i < r.tokens.size(); ++i) {
-      b.tokens.push_back(r.tokens[i]);
-      b.positions.push_back(r.first_position + static_cast<int32_t>(i));
-      b.seq_index.push_back(r.seq);
-    }
-    b.seq_lengths[static_cast<size_t>(r.seq)] =
-        r.first_position + static_cast<int32_t>(r.tokens.size());
-  }
-  for (int32_t r = 0; r < b.n_tokens(); ++r) b.logit_rows.push_back(r);
-  return b;
-}
-
-std::vector<int32_t> tokens(size_t n, int64_t n_vocab, int32_t salt) {
-  std::vector<int32_t> out(n);
-  for (size_t i = 0; i < n; ++i)
-    out[i] = static_cast<int32_t>((i * 7919 + salt * 104729) % n_vocab);
-  return out;
-}
-
-std::vector<float> run(Executor& ex, const Batch& batch) {
-  std::vector<float> logits(batch.logit_rows.size() * ex.config().n_vocab, NAN);
-  const Status status = ex.forward(batch, logits);
-  EXPECT_TRUE(status.is_ok()) << status.to_string();
-  return logits;
-}
+using gpu_testing::build;
+using gpu_testing::kBlocksPerSeq;
+using gpu_testing::Rows;
+using gpu_testing::run;
+using gpu_testing::tokens;
 
 using cuda::testing::max_rel_error;
 
