@@ -28,6 +28,8 @@ def main() -> int:
     ap.add_argument("--title", required=True)
     ap.add_argument("--command", required=True, help="the command run on the device")
     ap.add_argument("--note", action="append", default=[], help="a line for the header (repeatable)")
+    ap.add_argument("--commit", help="the commit the carried binaries were built from "
+                    "(default: HEAD when this file is written, said so)")
     ap.add_argument("--raw-name", help="copy logs.tar.gz to bench/results/raw/RAW-NAME-logs.tar.gz")
     ap.add_argument("-o", "--output", required=True, type=pathlib.Path)
     args = ap.parse_args()
@@ -37,15 +39,20 @@ def main() -> int:
         print(f"{out}: no summary.txt (not a device_run.sh output folder)", file=sys.stderr)
         return 1
     root = pathlib.Path(__file__).resolve().parent.parent
-    commit = subprocess.run(["git", "-C", str(root), "log", "-1", "--format=%h %s"],
+    rev = args.commit or "HEAD"
+    commit = subprocess.run(["git", "-C", str(root), "log", "-1", "--format=%h %s", rev],
                             capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True).stdout.strip()
+    if len(commit) > 110:
+        commit = commit[:107] + "..."
+    dirty = not args.commit and subprocess.run(
+        ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True, text=True).stdout.strip()
     stamp = datetime.datetime.fromtimestamp((out / "summary.txt").stat().st_mtime,
                                             datetime.timezone.utc)
     lines = [f"# {args.title}", "",
              f"- date: {stamp:%Y-%m-%d %H:%M} UTC (when the run's summary was written)",
-             f"- commit: {commit}" + (" (with uncommitted changes)" if dirty else ""),
+             f"- commit: {commit}" + ("" if args.commit else " (HEAD when this file was written)")
+             + (" (with uncommitted changes)" if dirty else ""),
              f"- command (on the device): `{args.command}`"]
     lines += [f"- {note}" for note in args.note]
     if args.raw_name:

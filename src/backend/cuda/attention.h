@@ -59,7 +59,7 @@ struct AttentionTile {
 };
 
 enum class AttentionKernel {
-  kAuto,         // tensor cores where they apply and LLAMASERVE_ATTENTION_MMA=1, else CUDA cores
+  kAuto,         // tensor cores where they apply (unless LLAMASERVE_ATTENTION_MMA=0), else CUDA cores
   kCudaCores,    // the fp32 kernel, whatever the shape
   kTensorCores,  // the mma.sync kernel; attention() refuses shapes it does not handle
 };
@@ -110,10 +110,8 @@ Status configure_attention_kernels();
 // kMaxAttentionQueries.
 // The tensor-core kernel runs when it applies (n_splits == 1, out_q.qs == nullptr and
 // max_tile_rows * (n_head / n_head_kv) >= kMinTensorCoreQueries) and either args.kernel is
-// kTensorCores or args.kernel is kAuto and the environment sets LLAMASERVE_ATTENTION_MMA=1.
-// That variable is off by default until the kernel has passed the GPU tests
-// (Cases/AttentionTest.MatchesReference/Mma*) on the H200, so that an untested kernel does not
-// serve.
+// kTensorCores or args.kernel is kAuto and the environment does not set
+// LLAMASERVE_ATTENTION_MMA=0 (which keeps every tile on the CUDA-core kernel, for comparisons).
 Status attention(const AttentionArgs& args, cudaStream_t stream);
 
 }  // namespace llamaserve::cuda
