@@ -375,8 +375,9 @@ Status run_bench(const BenchOptions& o) {
   // (The profiled steps follow a case's timed ones.)
   const int32_t other_seq_blocks =
       blocks_for(o.batch_prompt_tokens + o.decode_tokens + o.profile_steps);
-  const int32_t first_seq_blocks = std::max(
-      {blocks_for(o.prompt_tokens), blocks_for(o.decode_tokens + o.profile_steps), other_seq_blocks});
+  const int32_t first_seq_blocks =
+      std::max({blocks_for(o.prompt_tokens), blocks_for(o.decode_tokens + o.profile_steps),
+                other_seq_blocks});
   ExecutorOptions eo;
   eo.device = o.device;
   eo.tensor_parallel = o.tensor_parallel;

@@ -14,10 +14,10 @@
 namespace llamaserve {
 
 struct SamplingParams {
-  float temperature = 1.0f;  // 0 = greedy
-  int32_t top_k = 0;         // 0 = off
-  float top_p = 1.0f;        // 1 = off
-  float min_p = 0.0f;        // 0 = off
+  float temperature = 1.0f;         // 0 = greedy
+  int32_t top_k = 0;                // 0 = off
+  float top_p = 1.0f;               // 1 = off
+  float min_p = 0.0f;               // 0 = off
   float repetition_penalty = 1.0f;  // 1 = off; applied to every token seen (prompt + output)
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
@@ -27,7 +27,7 @@ struct SamplingParams {
 };
 
 struct GenerationRequest {
-  std::string id;                  // for logs; generated when empty
+  std::string id;                      // for logs; generated when empty
   std::vector<int32_t> prompt_tokens;  // already tokenized (chat template applied by the caller)
   int32_t max_new_tokens = 256;
   SamplingParams sampling;
@@ -51,9 +51,9 @@ struct TokenLogprob {
 struct Usage {
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
-  double queue_ms = 0;    // submit -> first scheduled
-  double ttft_ms = 0;     // submit -> first token
-  double total_ms = 0;    // submit -> finish
+  double queue_ms = 0;  // submit -> first scheduled
+  double ttft_ms = 0;   // submit -> first token
+  double total_ms = 0;  // submit -> finish
   double decode_tokens_per_s = 0;
 };
 
@@ -61,13 +61,13 @@ struct Usage {
 // exactly one kFinish event.
 struct GenerationEvent {
   enum class Kind { kDelta, kFinish } kind = Kind::kDelta;
-  std::string text;               // kDelta: UTF-8 text (never a broken sequence)
-  std::vector<int32_t> tokens;    // kDelta: the tokens this text came from
-  std::vector<std::vector<TokenLogprob>> logprobs;  // kDelta with logprobs: per token, the
-                                                    // chosen one first, then the alternatives
+  std::string text;                                  // kDelta: UTF-8 text (never a broken sequence)
+  std::vector<int32_t> tokens;                       // kDelta: the tokens this text came from
+  std::vector<std::vector<TokenLogprob>> logprobs;   // kDelta with logprobs: per token, the
+                                                     // chosen one first, then the alternatives
   FinishReason finish_reason = FinishReason::kNone;  // kFinish
-  Status error;                   // kFinish with kError/kTimeout: why
-  Usage usage;                    // kFinish
+  Status error;                                      // kFinish with kError/kTimeout: why
+  Usage usage;                                       // kFinish
 };
 
 class RequestChannel;  // engine internal

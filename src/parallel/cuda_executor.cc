@@ -262,8 +262,7 @@ Status CudaExecutor::run_graph(const DeviceBatch& b, int32_t n_splits) {
 // One piece of at most max_batch_tokens rows; its logits go to `logits` (unless null) and
 // its drawn tokens to `tokens` (when sampling is given) when this part has the head.
 Status CudaExecutor::run_piece(const Batch& piece, float* logits, const StageInput* input,
-                               std::span<const RowSampling> sampling,
-                               std::span<int32_t> tokens) {
+                               std::span<const RowSampling> sampling, std::span<int32_t> tokens) {
   LS_CUDA_CHECK(cudaSetDevice(options_.device));
   const ModelConfig& c = model_->config;
   const int32_t n = piece.n_tokens();
@@ -312,8 +311,7 @@ Status CudaExecutor::run_piece(const Batch& piece, float* logits, const StageInp
   auto emit = [&](int32_t first, int32_t count) -> Status {
     if (sample) {
       LS_RETURN_IF_ERROR(cuda::sample_tokens(act_.logits, act_.vocab_stride, count, c.n_vocab,
-                                             drawn.params + first, drawn.tokens + first,
-                                             stream_));
+                                             drawn.params + first, drawn.tokens + first, stream_));
     }
     if (logits != nullptr) {
       LS_CUDA_CHECK(cudaMemcpy2DAsync(logits + static_cast<size_t>(first) * c.n_vocab, row_bytes,
@@ -367,13 +365,12 @@ Status CudaExecutor::forward_sampled(const Batch& batch, std::span<const RowSamp
                                             has_head() ? logits.size() : 0));
   LS_CUDA_CHECK(cudaSetDevice(options_.device));
   const PassOutputs out{has_head() ? logits : std::span<float>(), sampling, tokens};
-  return run_in_pieces(batch, options_.max_batch_tokens, n_vocab, out, pieces_,
-                       [&](const Batch& piece, const PassOutputs& piece_out) {
-                         float* piece_logits =
-                             piece_out.logits.empty() ? nullptr : piece_out.logits.data();
-                         return run_piece(piece, piece_logits, nullptr, piece_out.sampling,
-                                          piece_out.tokens);
-                       });
+  return run_in_pieces(
+      batch, options_.max_batch_tokens, n_vocab, out, pieces_,
+      [&](const Batch& piece, const PassOutputs& piece_out) {
+        float* piece_logits = piece_out.logits.empty() ? nullptr : piece_out.logits.data();
+        return run_piece(piece, piece_logits, nullptr, piece_out.sampling, piece_out.tokens);
+      });
 }
 
 }  // namespace

@@ -47,7 +47,7 @@ struct ExecutorOptions {
   // Pipeline: micro-batches in flight per pass (MultiGpuOptions); 0 = one per stage, 1 = off.
   int32_t pipeline_micro_batches = 0;
   int32_t micro_batch_min_rows = 0;  // rows each micro-batch needs at least; 0 = the default
-  int threads = 0;  // CPU threads; 0 = all online cores
+  int threads = 0;                   // CPU threads; 0 = all online cores
   // KV capacity in tokens over all sequences. CPU: 0 = four sequences of min(n_ctx, 8192);
   // CUDA: 0 = everything the memory budget leaves.
   int64_t kv_capacity_tokens = 0;

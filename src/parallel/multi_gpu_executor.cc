@@ -298,22 +298,22 @@ class MultiGpuExecutor final : public Executor {
   }
 
   Status run_in_turn(const Batch& batch, const PassOutputs& out) {
-    return run_in_pieces(
-        batch, max_rows_, model_->config.n_vocab, out, pieces_,
-        [&](const Batch& piece, const PassOutputs& piece_out) -> Status {
-          StageInput input;
-          for (size_t s = 0; s < stages_.size(); ++s) {
-            const bool last = s + 1 == stages_.size();
-            float* piece_logits =
-                last && !piece_out.logits.empty() ? piece_out.logits.data() : nullptr;
-            LS_RETURN_IF_ERROR(stages_[s]->run(
-                piece, piece_logits, s == 0 ? nullptr : &input,
-                last ? piece_out.sampling : std::span<const RowSampling>(),
-                last ? piece_out.tokens : std::span<int32_t>()));
-            input = stages_[s]->output(max_rows_);
-          }
-          return Status::ok();
-        });
+    return run_in_pieces(batch, max_rows_, model_->config.n_vocab, out, pieces_,
+                         [&](const Batch& piece, const PassOutputs& piece_out) -> Status {
+                           StageInput input;
+                           for (size_t s = 0; s < stages_.size(); ++s) {
+                             const bool last = s + 1 == stages_.size();
+                             float* piece_logits = last && !piece_out.logits.empty()
+                                                       ? piece_out.logits.data()
+                                                       : nullptr;
+                             LS_RETURN_IF_ERROR(stages_[s]->run(
+                                 piece, piece_logits, s == 0 ? nullptr : &input,
+                                 last ? piece_out.sampling : std::span<const RowSampling>(),
+                                 last ? piece_out.tokens : std::span<int32_t>()));
+                             input = stages_[s]->output(max_rows_);
+                           }
+                           return Status::ok();
+                         });
   }
 
   // The micro-batches (in pieces of at most max_rows_ rows) through the stage threads. Stage

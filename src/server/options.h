@@ -22,10 +22,10 @@ struct ServerOptions {
   // cpu | cuda:N | N | a CUDA device list "0,1,2,3" (parallel/executor_factory.h): replicas x
   // tensor_parallel x pipeline_parallel devices, consecutive groups per replica.
   std::string device = "cpu";
-  int replicas = 1;                      // whole-model engines behind the least-loaded router
-  int tensor_parallel = 1;               // --tp: GPUs that split every layer's heads and FFN (NCCL)
-  int pipeline_parallel = 1;             // --pp: GPUs that each run a contiguous block of layers
-  std::vector<int32_t> layer_split;      // layers per pipeline stage; empty = balanced
+  int replicas = 1;                  // whole-model engines behind the least-loaded router
+  int tensor_parallel = 1;           // --tp: GPUs that split every layer's heads and FFN (NCCL)
+  int pipeline_parallel = 1;         // --pp: GPUs that each run a contiguous block of layers
+  std::vector<int32_t> layer_split;  // layers per pipeline stage; empty = balanced
   int micro_batches = 0;  // --micro-batches: pipeline micro-batches in flight; 0 = pp, 1 = off
   double gpu_memory_utilization = 0.90;  // CUDA: fraction of the device's memory to use
   int ctx_size = 0;  // tokens per sequence (prompt + output); 0 = training context, <= 8192

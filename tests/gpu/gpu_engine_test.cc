@@ -24,8 +24,6 @@ namespace fs = std::filesystem;
 using cuda::testing::source_dir;
 using cuda::testing::vocab_path;
 
-
-
 class GpuEngineTest : public cuda::testing::GpuTest {
  protected:
   void SetUp() override {
@@ -72,7 +70,8 @@ class GpuEngineTest : public cuda::testing::GpuTest {
   GenerationRequest request(int32_t salt, int32_t n_prompt) const {
     GenerationRequest r;
     const auto n_vocab = static_cast<int32_t>(model_->config.n_vocab);
-    for (int32_t i = 0; i < n_prompt; ++i) r.prompt_tokens.push_back((i * 7919 + salt * 104729) % n_vocab);
+    for (int32_t i = 0; i < n_prompt; ++i)
+      r.prompt_tokens.push_back((i * 7919 + salt * 104729) % n_vocab);
     r.max_new_tokens = 20;
     r.ignore_eos = true;
     r.sampling.temperature = 0.0f;
@@ -84,7 +83,8 @@ class GpuEngineTest : public cuda::testing::GpuTest {
     size_t logprob_entries = 0;
   };
   // Submits every request at once and collects each one's tokens.
-  static std::vector<Output> run_all(Engine& engine, const std::vector<GenerationRequest>& requests) {
+  static std::vector<Output> run_all(Engine& engine,
+                                     const std::vector<GenerationRequest>& requests) {
     std::vector<RequestHandle> handles;
     for (const GenerationRequest& r : requests) {
       auto handle = engine.submit(r);

@@ -23,13 +23,13 @@
 
 #include "backend/cuda/peer_all_reduce.h"
 #include "backend/cuda/sampling.h"
+#include "batch_builders.h"
 #include "engine/engine.h"
 #include "model/importers/synth_model.h"
 #include "parallel/cuda_executor.h"
 #include "parallel/executor_factory.h"
 #include "parallel/multi_gpu_executor.h"
 #include "parallel/tp_shard.h"
-#include "batch_builders.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -39,8 +39,6 @@ namespace {
 namespace fs = std::filesystem;
 using cuda::testing::source_dir;
 using cuda::testing::vocab_path;
-
-
 
 int device_count() {
   int n = 0;

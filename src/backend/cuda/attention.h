@@ -59,8 +59,8 @@ struct AttentionTile {
 };
 
 enum class AttentionKernel {
-  kAuto,         // tensor cores where they apply (unless LLAMASERVE_ATTENTION_MMA=0), else CUDA cores
-  kCudaCores,    // the fp32 kernel, whatever the shape
+  kAuto,       // tensor cores where they apply (unless LLAMASERVE_ATTENTION_MMA=0), else CUDA cores
+  kCudaCores,  // the fp32 kernel, whatever the shape
   kTensorCores,  // the mma.sync kernel; attention() refuses shapes it does not handle
 };
 

@@ -19,8 +19,7 @@ CudaBackend::CudaBackend(const ModelConfig& config, CudaWeights weights, cublasH
     : config_(config), weights_(std::move(weights)), cublas_(cublas), options_(options) {}
 
 bool CudaBackend::uses_gemm(int64_t n_rows, const DeviceMatrix& w) const {
-  return n_rows >=
-         (matvec_uses_q8(w.type) ? options_.gemm_min_rows : options_.float_gemm_min_rows);
+  return n_rows >= (matvec_uses_q8(w.type) ? options_.gemm_min_rows : options_.float_gemm_min_rows);
 }
 
 bool CudaBackend::wants_q8(int64_t n_rows,
