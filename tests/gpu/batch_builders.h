@@ -49,6 +49,19 @@ inline std::vector<int32_t> tokens(size_t n, int64_t n_vocab, int32_t salt) {
   return out;
 }
 
+// The first two passes of the executor comparisons: a prefill of two sequences (90 and 41
+// rows) and a mixed pass (a decode row of sequence 0, a chunk of sequence 1, a new sequence 2);
+// the decode steps that follow start at lengths 91, 50 and 17.
+inline std::vector<Batch> opening_batches(int64_t n_vocab) {
+  std::vector<Batch> batches;
+  batches.push_back(build({{0, tokens(90, n_vocab, 1), 0}, {1, tokens(41, n_vocab, 2), 0}}, 2));
+  batches.push_back(build({{0, tokens(1, n_vocab, 3), 90},
+                           {1, tokens(9, n_vocab, 4), 41},
+                           {2, tokens(17, n_vocab, 5), 0}},
+                          3));
+  return batches;
+}
+
 inline std::vector<float> run(Executor& ex, const Batch& batch) {
   std::vector<float> logits(batch.logit_rows.size() * ex.config().n_vocab, NAN);
   const Status status = ex.forward(batch, logits);

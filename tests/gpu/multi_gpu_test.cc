@@ -129,6 +129,7 @@ std::unique_ptr<Executor> make_layout(std::shared_ptr<const LoadedModel> model,
 
 using gpu_testing::build;
 using gpu_testing::kBlocksPerSeq;
+using gpu_testing::opening_batches;
 using gpu_testing::Rows;
 using gpu_testing::run;
 using gpu_testing::tokens;
@@ -144,13 +145,7 @@ void expect_same_as_single(std::shared_ptr<const LoadedModel> model,
   ASSERT_TRUE(single && parallel);
   EXPECT_EQ(parallel->kv_info().n_blocks, single->kv_info().n_blocks);
   const int64_t n_vocab = model->config.n_vocab;
-  std::vector<Batch> batches;
-  batches.push_back(build({{0, tokens(90, n_vocab, 1), 0}, {1, tokens(41, n_vocab, 2), 0}}, 2));
-  batches.push_back(build({{0, tokens(1, n_vocab, 3), 90},
-                           {1, tokens(9, n_vocab, 4), 41},
-                           {2, tokens(17, n_vocab, 5), 0}},
-                          3));
-  for (const Batch& b : batches) {
+  for (const Batch& b : opening_batches(n_vocab)) {
     const auto want = run(*single, b);
     const auto got = run(*parallel, b);
     EXPECT_LE(max_rel_error(got, want, n_vocab), tolerance) << parallel->describe();

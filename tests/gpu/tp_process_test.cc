@@ -191,6 +191,7 @@ Result<std::unique_ptr<Executor>> make_group(std::shared_ptr<const LoadedModel> 
 
 using gpu_testing::build;
 using gpu_testing::kBlocksPerSeq;
+using gpu_testing::opening_batches;
 using gpu_testing::Rows;
 using gpu_testing::run;
 using gpu_testing::tokens;
@@ -214,13 +215,7 @@ void expect_same_as_in_process(const fs::path& path, double tolerance) {
     EXPECT_EQ(ex.kv_info().n_blocks, (*in_process)->kv_info().n_blocks);
     EXPECT_TRUE(ex.samples_on_device());
 
-    std::vector<Batch> batches;
-    batches.push_back(build({{0, tokens(90, n_vocab, 1), 0}, {1, tokens(41, n_vocab, 2), 0}}, 2));
-    batches.push_back(build({{0, tokens(1, n_vocab, 3), 90},
-                             {1, tokens(9, n_vocab, 4), 41},
-                             {2, tokens(17, n_vocab, 5), 0}},
-                            3));
-    for (const Batch& b : batches) {
+    for (const Batch& b : opening_batches(n_vocab)) {
       const auto want = run(**in_process, b);
       const auto got = run(ex, b);
       EXPECT_LE(max_rel_error(got, want, n_vocab), tolerance);
