@@ -30,9 +30,9 @@
 #include <thread>
 #include <vector>
 
+#include "batch_builders.h"
 #include "model/importers/synth_model.h"
 #include "parallel/executor_factory.h"
-#include "batch_builders.h"
 #include "test_util.h"
 
 extern char** environ;
@@ -44,7 +44,6 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using cuda::testing::max_rel_error;
 using cuda::testing::source_dir;
-
 
 // The llamaserve binary the worker runs, or empty.
 fs::path llamaserve_binary() {
