@@ -1,0 +1,337 @@
+// The attention kernels against a CPU reference of causal grouped-query attention over the
+// paged KV cache: KV writes, decode and prefill tiles, flash-decoding splits, the CUDA-core and
+// the tensor-core kernel, and which shapes the tensor-core kernel refuses.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+
+#include "backend/cpu/ref_kernels.h"
+#include "backend/cuda/act_quant.h"
+#include "backend/cuda/attention.h"
+#include "quant/blocks.h"
+#include "test_util.h"
+
+namespace llamaserve::cuda::testing {
+namespace {
+
+// ---------------------------------------------------------------------------------------
+// KV cache and attention
+
+struct AttentionCase {
+  const char* name;
+  int head_dim;
+  int n_head;
+  int n_head_kv;
+  // Per sequence: tokens already in the cache, and new rows this batch adds after them.
+  std::vector<std::pair<int, int>> seqs;
+  int n_splits;
+  AttentionKernel kernel = AttentionKernel::kAuto;
+};
+
+constexpr AttentionKernel kTensorCores = AttentionKernel::kTensorCores;
+
+class AttentionTest : public GpuTest, public ::testing::WithParamInterface<AttentionCase> {};
+
+TEST_P(AttentionTest, MatchesReference) {
+  const AttentionCase c = GetParam();
+  const bool tensor_cores = c.kernel == AttentionKernel::kTensorCores;
+  const int block_size = 16;
+  const int group = c.n_head / c.n_head_kv;
+  const int64_t kv_dim = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
+  const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+
+  // Block tables: a shuffled permutation of physical blocks, so that logical and physical
+  // order differ.
+  int blocks_per_seq = 0, total_blocks = 0;
+  for (auto [cached, added] : c.seqs) {
+    const int blocks = (cached + added + block_size - 1) / block_size;
+    blocks_per_seq = std::max(blocks_per_seq, blocks);
+    total_blocks += blocks;
+  }
+  total_blocks += 3;  // unused blocks
+  std::vector<int32_t> physical(total_blocks);
+  std::iota(physical.begin(), physical.end(), 0);
+  std::shuffle(physical.begin(), physical.end(), std::mt19937(7));
+  std::vector<int32_t> tables(c.seqs.size() * blocks_per_seq, -1);
+  int next = 0;
+  for (size_t s = 0; s < c.seqs.size(); ++s) {
+    const int blocks = (c.seqs[s].first + c.seqs[s].second + block_size - 1) / block_size;
+    for (int i = 0; i < blocks; ++i) tables[s * blocks_per_seq + i] = physical[next++];
+  }
+
+  // Cache with random history; the batch's rows are written by write_kv.
+  const size_t cache_elems = static_cast<size_t>(total_blocks) * block_size * kv_dim;
+  std::vector<uint16_t> k_cache(cache_elems), v_cache(cache_elems);
+  {
+    const std::vector<float> kr = random_floats(cache_elems, 31),
+                             vr = random_floats(cache_elems, 32);
+    for (size_t i = 0; i < cache_elems; ++i) {
+      k_cache[i] = float_to_half(kr[i]).bits;
+      v_cache[i] = float_to_half(vr[i]).bits;
+    }
+  }
+  std::vector<int32_t> positions, seq_index;
+  for (size_t s = 0; s < c.seqs.size(); ++s) {
+    for (int i = 0; i < c.seqs[s].second; ++i) {
+      positions.push_back(c.seqs[s].first + i);
+      seq_index.push_back(static_cast<int32_t>(s));
+    }
+  }
+  const int64_t rows = static_cast<int64_t>(positions.size());
+  const int64_t q_stride = q_dim + 4, out_stride = q_dim + 2;
+  const std::vector<float> q = random_floats(rows * q_stride, 33);
+  const std::vector<float> k_new = random_floats(rows * kv_dim, 34),
+                           v_new = random_floats(rows * kv_dim, 35);
+
+  // Tiles: consecutive rows of one sequence, at most kMaxAttentionQueries / group rows each.
+  const int max_rows = std::max(1, kMaxAttentionQueries / group);
+  std::vector<AttentionTile> tiles;
+  int max_tile_rows = 1;
+  for (int64_t r = 0; r < rows;) {
+    int n = 1;
+    while (r + n < rows && n < max_rows && seq_index[r + n] == seq_index[r]) ++n;
+    tiles.push_back({static_cast<int32_t>(r), n});
+    max_tile_rows = std::max(max_tile_rows, n);
+    r += n;
+  }
+
+  DeviceArray<uint16_t> k_dev(k_cache), v_dev(v_cache);
+  DeviceArray<float> q_dev(q), k_new_dev(k_new), v_new_dev(v_new), out_dev(rows * out_stride);
+  DeviceArray<int32_t> pos_dev(positions), seq_dev(seq_index), table_dev(tables);
+  DeviceArray<AttentionTile> tile_dev(tiles);
+  DeviceArray<float> partial(
+      std::max<int64_t>(1, attention_workspace_floats(rows, c.n_head, c.head_dim, c.n_splits)));
+  out_dev.poison();
+  partial.poison();
+
+  KvWriteArgs w;
+  w.k = k_new_dev.get();
+  w.k_stride = kv_dim;
+  w.v = v_new_dev.get();
+  w.v_stride = kv_dim;
+  w.k_cache = k_dev.get();
+  w.v_cache = v_dev.get();
+  w.positions = pos_dev.get();
+  w.seq_index = seq_dev.get();
+  w.block_tables = table_dev.get();
+  w.blocks_per_seq = blocks_per_seq;
+  w.block_size = block_size;
+  w.n_rows = rows;
+  w.kv_dim = kv_dim;
+  ASSERT_OK(write_kv(w, nullptr));
+
+  AttentionArgs a;
+  a.q = q_dev.get();
+  a.q_stride = q_stride;
+  a.k_cache = k_dev.get();
+  a.v_cache = v_dev.get();
+  a.positions = pos_dev.get();
+  a.seq_index = seq_dev.get();
+  a.block_tables = table_dev.get();
+  a.blocks_per_seq = blocks_per_seq;
+  a.block_size = block_size;
+  a.tiles = tile_dev.get();
+  a.n_tiles = static_cast<int32_t>(tiles.size());
+  a.max_tile_rows = max_tile_rows;
+  a.n_head = c.n_head;
+  a.n_head_kv = c.n_head_kv;
+  a.head_dim = c.head_dim;
+  a.scale = scale;
+  a.out = out_dev.get();
+  a.out_stride = out_stride;
+  a.n_splits = c.n_splits;
+  a.partial = partial.get();
+  a.n_batch_rows = rows;
+  a.kernel = c.kernel;
+  // The output also as 8-bit blocks (for the output projection's integer matvec), which only
+  // the CUDA-core kernel writes.
+  DeviceArray<uint8_t> out_q8(q8_rows_bytes(rows, q_dim));
+  out_q8.poison();
+  if (!tensor_cores) a.out_q = q8_rows_view(out_q8.get(), rows, q_dim);
+  ASSERT_OK(configure_attention_kernels());
+  ASSERT_OK(attention(a, nullptr));
+  ASSERT_CUDA(cudaDeviceSynchronize());
+  if (!tensor_cores) {
+    EXPECT_EQ(count_q8_mismatches(out_dev.download(), out_stride, rows, q_dim, out_q8, a.out_q), 0)
+        << "8-bit output";
+  }
+
+  // The cache after write_kv: history plus the batch's rows at their slots.
+  auto slot = [&](int seq, int pos) {
+    return (static_cast<size_t>(tables[seq * blocks_per_seq + pos / block_size]) * block_size +
+            pos % block_size) *
+           kv_dim;
+  };
+  for (int64_t r = 0; r < rows; ++r) {
+    const size_t base = slot(seq_index[r], positions[r]);
+    for (int64_t e = 0; e < kv_dim; ++e) {
+      k_cache[base + e] = float_to_half(k_new[r * kv_dim + e]).bits;
+      v_cache[base + e] = float_to_half(v_new[r * kv_dim + e]).bits;
+    }
+  }
+  EXPECT_EQ(k_dev.download(), k_cache) << "write_kv";
+  EXPECT_EQ(v_dev.download(), v_cache) << "write_kv";
+
+  // Tolerance. The CUDA-core kernel computes in fp32: 2e-4 absolute. The tensor-core kernel
+  // rounds Q (scaled) and the probabilities P to f16 (unit roundoff u = 2^-11 = 4.9e-4), and its
+  // error scales with the V values it averages, so its bound is relative to
+  // m = sum_t p_t |v_t| / sum_t p_t, the probability-weighted mean |v| of the output element:
+  //   - P in f16: every p_t is off by at most u relative, which moves the output by <= u m;
+  //   - Q in f16: score t is off by d_t, |d_t| <= u * scale * sum_d |q_d k_td|, which moves the
+  //     output by sum_t p_t (d_t - mean d) v_t / sum_t p_t, at most 2 max|d_t| m. For these
+  //     standard-normal inputs the roundings are independent and d_t stays near
+  //     u * scale * sqrt(head_dim / 3) (about 3e-4), far from its worst case.
+  // A CPU emulation of the kernel's arithmetic (f16 Q and P, fp32 sums, chunks of 64 positions)
+  // on such data over contexts of 1 to 1000 positions stays below 7.6e-4 m. 4e-3 m leaves a
+  // factor of 5, and still fails a position wrongly masked or unmasked within the first hundred,
+  // which moves the output by about m / (position + 1) >= 1e-2 m.
+  constexpr double kTensorCoreRelTolerance = 4e-3;
+  const std::vector<float> out = out_dev.download();
+  int failures = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t e = q_dim; e < out_stride; ++e) {
+      if (!std::isnan(out[r * out_stride + e]) && ++failures <= 5) {
+        ADD_FAILURE() << "row " << r << ": column " << e << " past the heads was written";
+      }
+    }
+    for (int h = 0; h < c.n_head; ++h) {
+      const int kvh = h / group;
+      const int ctx = positions[r] + 1;
+      std::vector<double> p(ctx);
+      double max_score = -INFINITY;
+      for (int t = 0; t < ctx; ++t) {
+        const size_t base = slot(seq_index[r], t) + static_cast<size_t>(kvh) * c.head_dim;
+        double dot = 0.0;
+        for (int d = 0; d < c.head_dim; ++d) {
+          dot += static_cast<double>(q[r * q_stride + h * c.head_dim + d]) *
+                 half_to_float(Half{k_cache[base + d]});
+        }
+        p[t] = dot * scale;
+        max_score = std::max(max_score, p[t]);
+      }
+      double sum = 0.0;
+      for (double& v : p) sum += (v = std::exp(v - max_score));
+      for (int d = 0; d < c.head_dim; ++d) {
+        double expected = 0.0, weighted_abs = 0.0;
+        for (int t = 0; t < ctx; ++t) {
+          const size_t base = slot(seq_index[r], t) + static_cast<size_t>(kvh) * c.head_dim;
+          const double v = half_to_float(Half{v_cache[base + d]});
+          expected += p[t] * v;
+          weighted_abs += p[t] * std::fabs(v);
+        }
+        expected /= sum;
+        const double tolerance =
+            tensor_cores ? kTensorCoreRelTolerance * (weighted_abs / sum) : 2e-4;
+        const float got = out[r * out_stride + h * c.head_dim + d];
+        if (!(std::fabs(got - expected) <= tolerance) && ++failures <= 5) {
+          ADD_FAILURE() << "row " << r << " (pos " << positions[r] << ") head " << h << " dim " << d
+                        << ": got " << got << ", expected " << expected;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(failures, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, AttentionTest,
+    ::testing::Values(
+        AttentionCase{
+            "DecodeGqa4Hd128", 128, 8, 2, {{0, 1}, {4, 1}, {129, 1}, {699, 1}, {1499, 1}}, 1},
+        AttentionCase{
+            "DecodeGqa4Hd128Split4", 128, 8, 2, {{0, 1}, {4, 1}, {129, 1}, {699, 1}, {1499, 1}}, 4},
+        AttentionCase{"DecodeGqa3Hd64Split3", 64, 9, 3, {{0, 1}, {299, 1}, {1024, 1}}, 3},
+        // One or two query vectors per KV head: groups of threads split the positions.
+        AttentionCase{"DecodeMhaHd128", 128, 4, 4, {{0, 1}, {5, 1}, {130, 1}, {700, 1}}, 1},
+        AttentionCase{"DecodeMhaHd128Split2", 128, 4, 4, {{0, 1}, {130, 1}, {700, 1}}, 2},
+        AttentionCase{"DecodeMhaHd64", 64, 3, 3, {{3, 1}, {129, 1}, {333, 1}}, 1},
+        AttentionCase{"DecodeGqa2Hd64", 64, 4, 2, {{0, 1}, {200, 1}, {257, 1}}, 1},
+        AttentionCase{"PrefillGqa3Hd64", 64, 9, 3, {{40, 100}, {7, 1}}, 1},
+        AttentionCase{"PrefillGqa3Hd64Split2", 64, 9, 3, {{40, 100}, {7, 1}}, 2},
+        AttentionCase{"PrefillMhaHd128", 128, 4, 4, {{0, 70}}, 1},
+        AttentionCase{"MixedGqa8Hd128", 128, 16, 2, {{0, 33}, {250, 1}, {17, 5}}, 1},
+        // The tensor-core kernel (tiles of at least 16 query vectors, one split): prompts of 17,
+        // 100 and 333 rows; chunks after cached positions that are not multiples of the block
+        // size (16); several sequences in one batch, with decode rows (tiles of fewer than 16
+        // query vectors, in a grid sized for more) among them.
+        AttentionCase{"MmaPromptMhaHd128Rows17", 128, 4, 4, {{0, 17}}, 1, kTensorCores},
+        AttentionCase{"MmaPromptGqa3Hd64Rows100", 64, 9, 3, {{0, 100}}, 1, kTensorCores},
+        AttentionCase{"MmaPromptGqa4Hd128Rows333", 128, 8, 2, {{0, 333}}, 1, kTensorCores},
+        AttentionCase{"MmaPromptGqa8Hd64Rows333", 64, 16, 2, {{0, 333}}, 1, kTensorCores},
+        AttentionCase{"MmaChunkMhaHd64After21", 64, 4, 4, {{21, 100}}, 1, kTensorCores},
+        AttentionCase{"MmaChunkGqa8Hd128After45", 128, 16, 2, {{45, 17}}, 1, kTensorCores},
+        AttentionCase{"MmaChunkGqa4Hd64After300", 64, 8, 2, {{300, 333}}, 1, kTensorCores},
+        AttentionCase{"MmaBatchGqa4Hd128",
+                      128,
+                      8,
+                      2,
+                      {{0, 17}, {130, 100}, {5, 1}, {333, 3}},
+                      1,
+                      kTensorCores},
+        AttentionCase{"MmaBatchMhaHd64", 64, 6, 6, {{0, 100}, {19, 17}, {700, 1}}, 1, kTensorCores},
+        AttentionCase{
+            "MmaBatchGqa3Hd128", 128, 6, 2, {{33, 333}, {0, 17}, {64, 40}}, 1, kTensorCores}),
+    [](const ::testing::TestParamInfo<AttentionCase>& info) {
+      return std::string(info.param.name);
+    });
+
+class AttentionKernelChoiceTest : public GpuTest {};
+
+// Asked for by name, the tensor-core kernel refuses what it does not handle (split contexts,
+// 8-bit output, tiles of fewer than 16 query vectors) with a message instead of computing
+// something else; the refusal comes before any launch.
+TEST_F(AttentionKernelChoiceTest, TensorCoresRefuseShapesTheyDoNotHandle) {
+  DeviceArray<float> q(4096), out(4096), partial(4096);
+  DeviceArray<uint16_t> k_cache(4096), v_cache(4096);
+  DeviceArray<int32_t> positions(std::vector<int32_t>{0}), seq_index(std::vector<int32_t>{0}),
+      tables(std::vector<int32_t>{0});
+  DeviceArray<AttentionTile> tiles(std::vector<AttentionTile>{{0, 1}});
+  DeviceArray<uint8_t> out_q8(q8_rows_bytes(1, 1024));
+  AttentionArgs a;
+  a.q = q.get();
+  a.q_stride = 1024;
+  a.k_cache = k_cache.get();
+  a.v_cache = v_cache.get();
+  a.positions = positions.get();
+  a.seq_index = seq_index.get();
+  a.block_tables = tables.get();
+  a.blocks_per_seq = 1;
+  a.block_size = 16;
+  a.tiles = tiles.get();
+  a.n_tiles = 0;  // nothing would run even if accepted
+  a.max_tile_rows = 16;
+  a.n_head = 8;
+  a.n_head_kv = 8;
+  a.head_dim = 128;
+  a.scale = 0.125f;
+  a.out = out.get();
+  a.out_stride = 1024;
+  a.n_batch_rows = 16;
+  a.kernel = AttentionKernel::kTensorCores;
+  ASSERT_OK(attention(a, nullptr));  // 16 query vectors per tile, one split: accepted
+
+  auto expect_refused = [](const AttentionArgs& args, const char* what) {
+    const Status s = attention(args, nullptr);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << what << ": " << s.to_string();
+    EXPECT_NE(s.to_string().find("tensor-core kernel"), std::string::npos) << s.to_string();
+  };
+  AttentionArgs fewer = a;
+  fewer.max_tile_rows = 15;
+  expect_refused(fewer, "15 query vectors per tile");
+  AttentionArgs gqa = a;
+  gqa.max_tile_rows = 3;
+  gqa.n_head_kv = 2;  // 3 rows x 4 query heads per KV head
+  expect_refused(gqa, "12 query vectors per tile");
+  AttentionArgs split = a;
+  split.n_splits = 2;
+  split.partial = partial.get();
+  expect_refused(split, "two splits");
+  AttentionArgs q8 = a;
+  q8.out_q = q8_rows_view(out_q8.get(), 1, 1024);
+  expect_refused(q8, "8-bit output");
+}
+
+}  // namespace
+}  // namespace llamaserve::cuda::testing
