@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -71,20 +72,19 @@ struct NcclComm {
     LS_NCCL_CHECK(ncclCommInitRank(&comm, world, unique, rank));
     return Status::ok();
   }
-  // Makes a pass that waits in a collective return (with an error). Safe from another thread.
+  // Makes a pass that waits in a collective return (with an error). Safe from another thread;
+  // only the first call aborts.
   void abort() {
-    if (comm == nullptr || aborted) return;
+    if (comm == nullptr || aborted.exchange(true)) return;
     ncclCommAbort(comm);
-    aborted = true;
   }
   // ncclCommDestroy after every rank said goodbye; otherwise ncclCommAbort, which never waits
-  // for a rank that may be gone.
+  // for a rank that may be gone. Nothing once abort() has begun.
   void finish(bool clean) {
-    if (comm == nullptr || aborted) return;
+    if (comm == nullptr || aborted.exchange(true)) return;
     if (cudaSetDevice(device) == cudaSuccess) {
       clean ? ncclCommDestroy(comm) : ncclCommAbort(comm);
     }
-    comm = nullptr;
   }
 
   RankAllReduceFn all_reduce_hook(std::shared_ptr<NcclComm> self) const {
@@ -95,7 +95,7 @@ struct NcclComm {
 
   int device;
   ncclComm_t comm = nullptr;
-  bool aborted = false;
+  std::atomic<bool> aborted{false};
 };
 
 // Runs a rank's own share of each pass on a thread of its own, so that the thread that talks
@@ -131,6 +131,12 @@ class PassThread {
       finished_ = false;
     }
     wake_.notify_all();
+  }
+
+  // True once the pass has finished, waiting at most `timeout` for it.
+  bool finished_within(milliseconds timeout) {
+    std::unique_lock lock(mutex_);
+    return done_.wait_for(lock, timeout, [&] { return finished_; });
   }
 
   // Blocks until the pass has finished; its outcome (again on later calls).
@@ -173,6 +179,26 @@ class PassThread {
   std::thread thread_;  // last: starts once the members it uses exist
 };
 
+// A rank's pass may wait in a collective that will never complete (another rank is gone):
+// aborts the communicator, on a thread of its own since ncclCommAbort itself can block, and
+// waits up to kAbortGrace for the pass to return. False when it did not: the pass thread, the
+// part and the communicator are then stuck in the driver for good, and the caller must leave
+// them to the process exit (joining or freeing them would hang too).
+constexpr milliseconds kAbortGrace{10000};
+
+bool abort_pass(const std::shared_ptr<NcclComm>& comm, PassThread& pass) {
+  std::thread([comm] { comm->abort(); }).detach();
+  if (pass.finished_within(kAbortGrace)) {
+    (void)pass.wait();
+    return true;
+  }
+  spdlog::error(
+      "tensor parallel: the pass on cuda:{} did not return within {} ms of aborting the NCCL "
+      "communicator; its thread and device memory stay with the process until it exits",
+      comm->device, kAbortGrace.count());
+  return false;
+}
+
 std::string origin_of(int device) {
   char host[256] = "unknown-host";
   gethostname(host, sizeof(host) - 1);
@@ -197,6 +223,13 @@ class DistributedTpExecutor final : public Executor {
         step_timeout_(step_timeout) {}
 
   ~DistributedTpExecutor() override {
+    if (stuck_) {
+      // abort_pass: nothing of the group can be joined or freed any more (the part's
+      // all-reduce hook keeps the communicator from being finished).
+      (void)pass_.release();
+      (void)part_.release();
+      return;
+    }
     pass_.reset();  // no pass runs between calls
     bool clean = false;
     if (broken_.is_ok()) {
@@ -267,8 +300,8 @@ class DistributedTpExecutor final : public Executor {
   // The group has failed: rank 0's pass may wait in a collective that will never complete, so
   // the communicator is aborted; then every later pass fails with the reason.
   Status stop(const Status& reason) {
-    comm_->abort();
-    (void)pass_->wait();
+    spdlog::error("tensor parallel: {}; aborting the NCCL communicator", reason.to_string());
+    stuck_ = !abort_pass(comm_, *pass_);
     broken_ = reason.with_context(fmt::format(
         "tensor-parallel group of {} processes stopped (rank 0 on cuda:{})", world_, device_));
     spdlog::error("{}", broken_.to_string());
@@ -287,6 +320,7 @@ class DistributedTpExecutor final : public Executor {
   PieceScratch pieces_;
   uint32_t step_ = 0;
   Status broken_;
+  bool stuck_ = false;  // abort_pass gave up on the pass thread
 };
 
 Status check_group(int rank, int world, int device) {
@@ -486,8 +520,16 @@ Status run_tp_worker(std::shared_ptr<const LoadedModel> model, const CudaExecuto
     });
     if (link->wait_for_hangup(pass->done_fd())) {
       // Rank 0 gave up on the group (or vanished) while this pass may wait in a collective.
-      comm->abort();
-      (void)pass->wait();
+      spdlog::error(
+          "tensor parallel rank {}: rank 0 hung up during step {}; aborting the NCCL "
+          "communicator",
+          rank, step);
+      if (!abort_pass(comm, *pass)) {
+        (void)pass.release();
+        (void)part.release();
+        return make_error(StatusCode::kUnavailable,
+                          "rank 0 hung up during step {} and the pass could not be stopped", step);
+      }
       auto why = link->next();
       result = !why.is_ok() ? why.status()
                             : make_error(StatusCode::kUnavailable,
