@@ -1,7 +1,9 @@
 #include "parallel/cuda_executor.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -32,6 +34,11 @@ constexpr int64_t kMaxGemmScratchElems = 64ll << 20;  // 128 MiB of f16 weight r
 constexpr int32_t kMaxGraphTokens = 256;
 constexpr int32_t kSplitTokens = 512;  // context per flash-decoding split
 
+bool op_times_requested() {
+  const char* env = std::getenv("LLAMASERVE_OP_TIMES");
+  return env != nullptr && *env != '\0' && std::string_view(env) != "0";
+}
+
 int32_t next_pow2(int64_t n) {
   int32_t p = 1;
   while (p < n) p *= 2;
@@ -49,6 +56,10 @@ class CudaExecutor final : public Executor, public CudaPart {
   ~CudaExecutor() override {
     if (cudaSetDevice(options_.device) != cudaSuccess) return;
     if (stream_ != nullptr) LS_CUDA_LOG_ERROR(cudaStreamSynchronize(stream_));
+    if (op_timer_) {
+      spdlog::info("operation times (LLAMASERVE_OP_TIMES):{}", op_timer_->report());
+      op_timer_.reset();
+    }
     for (auto& [key, exec] : graphs_) LS_CUDA_LOG_ERROR(cudaGraphExecDestroy(exec));
     if (cublas_ != nullptr) cublasDestroy(cublas_);
     staging_.reset();
@@ -72,10 +83,11 @@ class CudaExecutor final : public Executor, public CudaPart {
   }
   std::string describe() const override {
     return fmt::format(
-        "cuda:{} ({}){}, {}, max {} tokens per pass, CUDA graphs {}, programmatic launch {}",
+        "cuda:{} ({}){}, {}, max {} tokens per pass, CUDA graphs {}, programmatic launch {}{}",
         options_.device, device_name_, role(), plan_.describe(options_.kv_block_size),
         options_.max_batch_tokens, options_.cuda_graphs ? "on" : "off",
-        cuda::programmatic_launch_enabled() ? "on" : "off");
+        cuda::programmatic_launch_enabled() ? "on" : "off",
+        op_timer_ ? ", operation timing on (LLAMASERVE_OP_TIMES)" : "");
   }
 
   Status forward(const Batch& batch, std::span<float> logits) override;
@@ -106,6 +118,7 @@ class CudaExecutor final : public Executor, public CudaPart {
   CudaKvCache kv_;
   CudaActivations act_;
   std::unique_ptr<cuda::BatchStaging> staging_;
+  std::unique_ptr<cuda::OpTimer> op_timer_;                        // LLAMASERVE_OP_TIMES
   std::map<std::pair<int32_t, int32_t>, cudaGraphExec_t> graphs_;  // (padded rows, splits)
   PieceScratch pieces_;  // for batches above max_batch_tokens
 };
@@ -209,6 +222,11 @@ Status CudaExecutor::init(int32_t kv_blocks) {
   backend_options.float_gemm_min_rows = options_.float_gemm_min_rows;
   backend_options.all_reduce = options_.all_reduce;
   backend_options.primary_rank = options_.primary_rank;
+  if (op_times_requested()) {
+    op_timer_ = std::make_unique<cuda::OpTimer>(options_.device);
+    options_.cuda_graphs = false;  // events between the operations of eager passes
+    backend_options.op_timer = op_timer_.get();
+  }
   backend_ = std::make_unique<CudaBackend>(c, std::move(weights), cublas_, backend_options);
   LS_CUDA_CHECK(cudaStreamSynchronize(stream_));
   return Status::ok();
@@ -276,8 +294,10 @@ Status CudaExecutor::run_piece(const Batch& piece, float* logits, const StageInp
   const int32_t padded = decode_shape ? next_pow2(n) : n;
   const int32_t tile_rows =
       std::max<int32_t>(1, cuda::kMaxAttentionQueries / static_cast<int32_t>(c.group_size()));
+  if (op_timer_) LS_RETURN_IF_ERROR(op_timer_->begin(n, stream_));
   LS_ASSIGN_OR_RETURN(const DeviceBatch b, staging_->stage(piece, padded, options_.kv_block_size,
                                                            plan_.kv_blocks, tile_rows, stream_));
+  if (op_timer_) LS_RETURN_IF_ERROR(op_timer_->mark("stage", stream_));
   const bool sample = has_head() && !sampling.empty();
   cuda::DeviceSampling drawn;
   if (sample) {
@@ -339,7 +359,9 @@ Status CudaExecutor::run_piece(const Batch& piece, float* logits, const StageInp
     LS_CUDA_CHECK(cudaMemcpyAsync(drawn.host_tokens, drawn.tokens, n_logits * sizeof(int32_t),
                                   cudaMemcpyDeviceToHost, stream_));
   }
+  if (op_timer_) LS_RETURN_IF_ERROR(op_timer_->mark("sample+copy", stream_));
   LS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (op_timer_) LS_RETURN_IF_ERROR(op_timer_->end());
   if (sample) std::copy_n(drawn.host_tokens, n_logits, tokens.begin());
   return Status::ok();
 }

@@ -115,6 +115,7 @@ Status CudaBackend::run_layer(const DeviceBatch& b, int32_t layer, const CudaKvC
                               {&w.wk, act.k, act.kv_stride, w.bk, false},
                               {&w.wv, act.v, act.kv_stride, w.bv, false}},
                              act.normed, act.embd_stride, n, qkv_q8, act, stream));
+  LS_RETURN_IF_ERROR(timed("norm+qkv", stream));
 
   RopeArgs rope_args;
   rope_args.q = act.q;
@@ -145,6 +146,7 @@ Status CudaBackend::run_layer(const DeviceBatch& b, int32_t layer, const CudaKvC
   write.n_rows = n;
   write.kv_dim = c.kv_dim();
   LS_RETURN_IF_ERROR(rope_write_kv(rope_args, write, stream));
+  LS_RETURN_IF_ERROR(timed("rope+kv", stream));
 
   AttentionArgs at;
   at.q = act.q;
@@ -171,9 +173,11 @@ Status CudaBackend::run_layer(const DeviceBatch& b, int32_t layer, const CudaKvC
   const bool wo_q8 = wants_q8(n, {&w.wo});
   at.out_q = wo_q8 ? act.q8 : Q8Rows{};
   LS_RETURN_IF_ERROR(attention(at, stream));
+  LS_RETURN_IF_ERROR(timed("attention", stream));
   const bool add_residual = options_.primary_rank;
   LS_RETURN_IF_ERROR(project({{&w.wo, act.hidden, act.embd_stride, nullptr, add_residual}},
                              act.attn, act.q_stride, n, wo_q8, act, stream));
+  LS_RETURN_IF_ERROR(timed("o-proj", stream));
   LS_RETURN_IF_ERROR(reduce_hidden(n, act, stream));
 
   // Feed-forward block: hidden += w_down · (silu(w_gate · x) * (w_up · x)), x = norm(hidden)
@@ -184,17 +188,22 @@ Status CudaBackend::run_layer(const DeviceBatch& b, int32_t layer, const CudaKvC
   LS_RETURN_IF_ERROR(project({{&w.w_gate, act.gate, act.ff_stride, nullptr, false},
                               {&w.w_up, act.up, act.ff_stride, nullptr, false}},
                              act.normed, act.embd_stride, n, ffn_q8, act, stream));
+  LS_RETURN_IF_ERROR(timed("norm+gate/up", stream));
   const bool down_q8 = wants_q8(n, {&w.w_down});
   LS_RETURN_IF_ERROR(silu_mul(act.gate, act.ff_stride, act.up, act.ff_stride, n, c.n_ff, act.gate,
                               act.ff_stride, stream, down_q8 ? act.q8 : Q8Rows{}));
+  LS_RETURN_IF_ERROR(timed("silu", stream));
   LS_RETURN_IF_ERROR(project({{&w.w_down, act.hidden, act.embd_stride, nullptr, add_residual}},
                              act.gate, act.ff_stride, n, down_q8, act, stream));
+  LS_RETURN_IF_ERROR(timed("down", stream));
   return reduce_hidden(n, act, stream);
 }
 
 Status CudaBackend::reduce_hidden(int64_t n_rows, CudaActivations& act, cudaStream_t stream) const {
   if (!options_.all_reduce) return Status::ok();
-  return options_.all_reduce(act.hidden, static_cast<size_t>(n_rows * act.embd_stride), stream);
+  LS_RETURN_IF_ERROR(
+      options_.all_reduce(act.hidden, static_cast<size_t>(n_rows * act.embd_stride), stream));
+  return timed("all-reduce", stream);
 }
 
 Status CudaBackend::forward(const DeviceBatch& b, const LayerRange& range, const CudaKvCache& kv,
@@ -216,6 +225,7 @@ Status CudaBackend::forward(const DeviceBatch& b, const LayerRange& range, const
     embed.dst = act.hidden;
     embed.dst_stride = act.embd_stride;
     LS_RETURN_IF_ERROR(dequantize_rows(embed, stream));
+    LS_RETURN_IF_ERROR(timed("embed", stream));
   }
   for (int32_t layer = range.begin; layer < range.end; ++layer) {
     LS_RETURN_IF_ERROR(run_layer(b, layer, kv, act, n_splits, stream));
@@ -239,8 +249,9 @@ Status CudaBackend::head(const DeviceBatch& b, int32_t first, int32_t count, Cud
   const bool q8 = wants_q8(count, {&weights_.output});
   norm.yq = q8 ? act.q8 : Q8Rows{};
   LS_RETURN_IF_ERROR(rmsnorm(norm, stream));
-  return project({{&weights_.output, act.logits, act.vocab_stride, nullptr, false}}, act.head_rows,
-                 act.embd_stride, count, q8, act, stream);
+  LS_RETURN_IF_ERROR(project({{&weights_.output, act.logits, act.vocab_stride, nullptr, false}},
+                             act.head_rows, act.embd_stride, count, q8, act, stream));
+  return timed("head", stream);
 }
 
 }  // namespace llamaserve::cuda

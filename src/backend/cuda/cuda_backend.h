@@ -13,6 +13,7 @@
 
 #include "backend/cuda/cuda_state.h"
 #include "backend/cuda/cuda_weights.h"
+#include "backend/cuda/op_timer.h"
 #include "backend/layer_range.h"
 #include "core/status.h"
 #include "model/weights.h"
@@ -36,6 +37,8 @@ struct CudaBackendOptions {
   // alone, so that the sum is the residual plus every partial. Empty: one rank.
   AllReduceFn all_reduce;
   bool primary_rank = true;
+  // When set, an event after each operation (op_timer.h); eager passes only.
+  OpTimer* op_timer = nullptr;
 };
 
 class CudaBackend {
@@ -60,6 +63,10 @@ class CudaBackend {
               cudaStream_t stream) const;
 
  private:
+  // Closes the interval of `label` when op timing is on.
+  Status timed(const char* label, cudaStream_t stream) const {
+    return options_.op_timer != nullptr ? options_.op_timer->mark(label, stream) : Status::ok();
+  }
   Status run_layer(const DeviceBatch& batch, int32_t layer, const CudaKvCache& kv,
                    CudaActivations& act, int32_t n_splits, cudaStream_t stream) const;
   // One product y (+)= W x (+ bias) of a layer.
