@@ -9,7 +9,10 @@
 #
 # Usage: OUT=/path scripts/device_run.sh [STEP...]
 #   steps: env tests bench (the default, in that order), bench7b, multi7b, serve, sanitize,
-#   allreduce, replicas7b, transformers7b, profile7b, tp70b
+#   allreduce, replicas7b, transformers7b, profile7b, tp70b, layouts
+#   layouts: cuda_executor_test and gpu_engine_test (GPU_LAYOUT_TESTS) once per multi-GPU
+#     layout of GPU_TEST_LAYOUTS (default "tp2 pp2 pp2mb tp2xpp2 replicas2";
+#     LLAMASERVE_TEST_LAYOUT, tests/gpu/test_layout.h)
 #   bench7b: writes LLaMA-2-7B-shaped models with random weights (llamaserve synth) to
 #     BENCH7B_DIR (default /tmp; reused when present) for each of BENCH7B_TYPES (default
 #     "q4_k_m q8_0 f16") and runs `llamaserve bench` on cuda:0 with BENCH7B_ARGS (default
@@ -245,6 +248,23 @@ for s in "${steps[@]}"; do
         note tests "FAIL (no $build/tests/gpu/*_test)"
         failures=$((failures + 1))
       fi
+      ;;
+    layouts)
+      # The executor and engine tests again in each multi-GPU layout (tests/gpu/test_layout.h):
+      # GPU_TEST_LAYOUTS (default "tp2 pp2 pp2mb tp2xpp2 replicas2"), binaries GPU_LAYOUT_TESTS.
+      for layout in ${GPU_TEST_LAYOUTS:-tp2 pp2 pp2mb tp2xpp2 replicas2}; do
+        for name in ${GPU_LAYOUT_TESTS:-cuda_executor_test gpu_engine_test}; do
+          bin="$build/tests/gpu/$name"
+          need_binary "$name" "$bin" || continue
+          tag="$name.layout-$layout"
+          step "$tag" "${GPU_TEST_TIMEOUT:-300}" env LLAMASERVE_TEST_LAYOUT="$layout" "$bin" \
+            --gtest_color=no --gtest_output="xml:$logs/$tag.xml"
+          { grep -E '^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$logs/$tag.log"
+            grep -E '^\[ +(FAILED|SKIPPED) +\] [A-Za-z]' "$logs/$tag.log" |
+              sed -E 's/,? where .*//; s/ \([0-9]+ ms\)$//' | sort -u | head -40; } |
+            sed "s/^/    /" | tee -a "$summary"
+        done
+      done
       ;;
     sanitize)
       # Optional (not in the default steps): compute-sanitizer memcheck on the kernel tests with

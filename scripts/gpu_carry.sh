@@ -5,7 +5,13 @@
 # The binaries are stripped: the carried tree (tracked files + this folder) must stay under the
 # device tool's 64 MiB.
 #
-# Usage: scripts/gpu_carry.sh [--build-dir build/cuda-dev] [--carry build/carry] [TARGET...]
+# Usage: scripts/gpu_carry.sh [--build-dir build/cuda-dev] [--carry build/carry] [--pack]
+#                             [TARGET...]
+#   --pack: also packs the folder as <carry>-pack/carry.tar.xz (the CUDA binaries shrink about
+#     five times), for calls that carry more than the binaries; carry <carry>-pack instead and
+#     unpack it there first:
+#       python3 -c 'import tarfile; tarfile.open("build/carry-pack/carry.tar.xz").extractall("build")'
+
 #   TARGETs: GPU test binaries (cuda_kernels_test cuda_executor_test multi_gpu_test
 #   gpu_engine_test), cuda_kernels_bench, all_reduce_bench, logits_tool; llamaserve, the
 #   runtime libraries and the fixtures always come along. Default: every GPU test binary.
@@ -16,10 +22,12 @@ cd "$root"
 build=build/cuda-dev
 carry=build/carry
 targets=()
+pack=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --build-dir) build=$2; shift 2 ;;
     --carry) carry=$2; shift 2 ;;
+    --pack) pack=1; shift ;;
     *) targets+=("$1"); shift ;;
   esac
 done
@@ -42,6 +50,12 @@ for t in "${targets[@]}"; do
 done
 cp -r "$build/runtime-libs" "$build/fixtures" "$carry/"
 tracked=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
+if [[ $pack -eq 1 ]]; then
+  rm -rf "$carry-pack"
+  mkdir -p "$carry-pack"
+  tar -C "$(dirname "$carry")" -cf - "$(basename "$carry")" | xz -T0 -6 >"$carry-pack/carry.tar.xz"
+  carry="$carry-pack"
+fi
 staged=$(du -sb "$carry" | cut -f1)
 total=$((tracked + staged))
 echo "gpu_carry: $carry holds $((staged / 1048576)) MiB; with the tracked tree $((total / 1048576)) MiB (limit 64)"

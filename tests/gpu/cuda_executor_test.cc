@@ -2,7 +2,8 @@
 // against Hugging Face transformers (tests/fixtures/reference, as backend/reference_test.cc
 // does for the CPU), the same logits as the CPU executor for batched, interleaved, mixed
 // prefill/decode and oversized batches, CUDA graph replay equal to eager runs, and the memory
-// plan refusing what does not fit.
+// plan refusing what does not fit. Every executor is built in the layout test_layout.h names
+// (LLAMASERVE_TEST_LAYOUT: one GPU, tensor parallel, pipeline, tp x pp, a replica's GPU).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -21,6 +22,7 @@
 #include "backend/cuda/sampling.h"
 #include "parallel/cpu_executor.h"
 #include "parallel/cuda_executor.h"
+#include "test_layout.h"
 #include "test_util.h"
 
 namespace llamaserve::cuda::testing {
@@ -45,9 +47,17 @@ CudaExecutorOptions small_options() {
   return o;
 }
 
+const llamaserve::testing::TestLayout& layout() {
+  static const llamaserve::testing::TestLayout kLayout = llamaserve::testing::test_layout();
+  return kLayout;
+}
+
+#define SKIP_UNLESS_LAYOUT_FITS(model) LLAMASERVE_SKIP_UNLESS_LAYOUT_FITS(layout(), model)
+
+// The executor of the test's layout.
 std::unique_ptr<Executor> make_cuda(std::shared_ptr<const LoadedModel> model,
                                     const CudaExecutorOptions& options = small_options()) {
-  auto executor = create_cuda_executor(std::move(model), options);
+  auto executor = llamaserve::testing::create_layout_executor(std::move(model), options, layout());
   EXPECT_TRUE(executor.is_ok()) << executor.status().to_string();
   return executor.is_ok() ? std::move(executor).value() : nullptr;
 }
@@ -171,6 +181,7 @@ TEST_P(ReferenceTest, LogitsAndGreedyMatchTransformers) {
   if (!fs::exists(ref.model_path)) GTEST_SKIP() << ref.model_path << " is missing";
   auto model = load_model(ref.model_path.string());
   ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+  SKIP_UNLESS_LAYOUT_FITS(**model);
   CudaExecutorOptions options = small_options();
   options.gemm_min_rows = c.gemm_min_rows;
   options.float_gemm_min_rows = c.gemm_min_rows;
@@ -266,6 +277,7 @@ bool uses_q8_matvec(const LoadedModel& model) {
 TEST_P(CpuParityTest, BatchedInterleavedMixedAndOversizedBatches) {
   auto model = load(GetParam());
   ASSERT_NE(model, nullptr);
+  SKIP_UNLESS_LAYOUT_FITS(*model);
   const int64_t n_vocab = model->config.n_vocab;
   const std::vector<std::vector<int32_t>> prompts = {
       random_tokens(5, n_vocab, 1), random_tokens(40, n_vocab, 2), random_tokens(23, n_vocab, 3)};
@@ -354,10 +366,13 @@ INSTANTIATE_TEST_SUITE_P(Models, CpuParityTest,
 // Graphs, plan, validation.
 
 class CudaExecutorTest : public GpuTest {};
+// The same on two models: grouped-query Q4_K, and an F16 one that tensor parallelism splits.
+class CudaExecutorModelTest : public GpuTest, public ::testing::WithParamInterface<const char*> {};
 
-TEST_F(CudaExecutorTest, GraphReplayEqualsEagerRun) {
-  auto model = load("tiny-gqa-q4_k.gguf");
+TEST_P(CudaExecutorModelTest, GraphReplayEqualsEagerRun) {
+  auto model = load(GetParam());
   ASSERT_NE(model, nullptr);
+  SKIP_UNLESS_LAYOUT_FITS(*model);
   CudaExecutorOptions eager_options = small_options();
   eager_options.cuda_graphs = false;
   auto graphs = make_cuda(model);
@@ -391,9 +406,10 @@ TEST_F(CudaExecutorTest, GraphReplayEqualsEagerRun) {
 // Tokens drawn on the device: what the sampling kernel draws from the pass's own logits with
 // each row's parameters (greedy rows: the argmax), for whole batches, batches in pieces and
 // graph-replayed decode steps, with and without the logits coming back.
-TEST_F(CudaExecutorTest, DeviceSamplingDrawsFromThePassLogits) {
-  auto model = load("tiny-gqa-q4_k.gguf");
+TEST_P(CudaExecutorModelTest, DeviceSamplingDrawsFromThePassLogits) {
+  auto model = load(GetParam());
   ASSERT_NE(model, nullptr);
+  SKIP_UNLESS_LAYOUT_FITS(*model);
   CudaExecutorOptions pieces_options = small_options();
   pieces_options.max_batch_tokens = 8;
   auto whole = make_cuda(model);
@@ -471,31 +487,42 @@ TEST_F(CudaExecutorTest, DeviceSamplingDrawsFromThePassLogits) {
             StatusCode::kInvalidArgument);
 }
 
+INSTANTIATE_TEST_SUITE_P(Models, CudaExecutorModelTest,
+                         ::testing::Values("tiny-gqa-q4_k.gguf", "tiny-llama-f16.gguf"),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           std::string name = info.param;
+                           name = name.substr(0, name.find('.'));
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
 TEST_F(CudaExecutorTest, RefusesWhatDoesNotFitWithSizes) {
   auto model = load("tiny-llama-f16.gguf");
   ASSERT_NE(model, nullptr);
+  SKIP_UNLESS_LAYOUT_FITS(*model);
   CudaExecutorOptions huge_kv = small_options();
   huge_kv.kv_capacity_tokens = int64_t{1} << 40;
-  auto a = create_cuda_executor(model, huge_kv);
+  auto a = llamaserve::testing::create_layout_executor(model, huge_kv, layout());
   ASSERT_FALSE(a.is_ok());
   EXPECT_EQ(a.status().code(), StatusCode::kResourceExhausted);
   EXPECT_NE(a.status().message().find("KV cache of"), std::string::npos) << a.status().message();
 
   CudaExecutorOptions no_budget = small_options();
   no_budget.gpu_memory_utilization = 1e-6;
-  auto b = create_cuda_executor(model, no_budget);
+  auto b = llamaserve::testing::create_layout_executor(model, no_budget, layout());
   ASSERT_FALSE(b.is_ok());
   EXPECT_NE(b.status().message().find("does not fit"), std::string::npos) << b.status().message();
 
   auto ok = make_cuda(model);
   ASSERT_NE(ok, nullptr);
   EXPECT_EQ(ok->kv_info().n_blocks, 64);
-  EXPECT_NE(ok->describe().find("cuda:0"), std::string::npos) << ok->describe();
+  EXPECT_NE(ok->describe().find("cuda:"), std::string::npos) << ok->describe();
 }
 
 TEST_F(CudaExecutorTest, RefusesMalformedBatches) {
   auto model = load("tiny-llama-f16.gguf");
   ASSERT_NE(model, nullptr);
+  SKIP_UNLESS_LAYOUT_FITS(*model);
   auto ex = make_cuda(model);
   ASSERT_NE(ex, nullptr);
   Batch bad_token = single_sequence({1, 2, static_cast<int32_t>(model->config.n_vocab)}, 0);

@@ -2,7 +2,9 @@
 // outputs equal those of an engine that samples every token on the host from copied logits,
 // also under concurrency; a request that needs the host sampler (log probabilities) shares
 // steps with device-sampled ones and gets its log probabilities; seeded random requests
-// repeat; the stats count the device-sampled steps.
+// repeat; the stats count the device-sampled steps. The engines run in the layout
+// test_layout.h names (LLAMASERVE_TEST_LAYOUT): one GPU, tensor parallel, pipeline, tp x pp, or
+// a group of one-GPU replicas behind the router.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -12,8 +14,10 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/engine_group.h"
 #include "model/importers/synth_model.h"
 #include "parallel/cuda_executor.h"
+#include "test_layout.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -46,25 +50,34 @@ class GpuEngineTest : public cuda::testing::GpuTest {
     auto tokenizer = Tokenizer::from_gguf(**vocab);
     ASSERT_TRUE(tokenizer.is_ok()) << tokenizer.status().to_string();
     tokenizer_ = std::make_shared<const Tokenizer>(std::move(tokenizer).value());
+    LLAMASERVE_SKIP_UNLESS_LAYOUT_FITS(layout_, *model_);
   }
 
-  std::unique_ptr<Engine> engine(bool device_sampling) {
+  // The layout's replicas (one unless replicasN) behind the router.
+  std::unique_ptr<EngineGroup> engine(bool device_sampling) {
     CudaExecutorOptions o;
     o.kv_capacity_tokens = 256 * 16;
     o.max_batch_tokens = 128;
     o.max_seqs = 16;
     o.max_context_tokens = 512;
-    auto executor = create_cuda_executor(model_, o);
-    EXPECT_TRUE(executor.is_ok()) << executor.status().to_string();
-    if (!executor.is_ok()) return nullptr;
-    EXPECT_TRUE((*executor)->samples_on_device());
-    EngineConfig config;
-    config.max_running = 8;
-    config.max_batch_tokens = 128;
-    config.device_sampling = device_sampling;
-    auto created = Engine::create(std::move(executor).value(), tokenizer_, config);
-    EXPECT_TRUE(created.is_ok()) << created.status().to_string();
-    return created.is_ok() ? std::move(created).value() : nullptr;
+    std::vector<std::unique_ptr<Engine>> replicas;
+    for (int r = 0; r < layout_.replicas; ++r) {
+      auto executor = testing::create_layout_executor(model_, o, layout_, r);
+      EXPECT_TRUE(executor.is_ok()) << executor.status().to_string();
+      if (!executor.is_ok()) return nullptr;
+      EXPECT_TRUE((*executor)->samples_on_device());
+      EngineConfig config;
+      config.max_running = 8;
+      config.max_batch_tokens = 128;
+      config.device_sampling = device_sampling;
+      auto created = Engine::create(std::move(executor).value(), tokenizer_, config);
+      EXPECT_TRUE(created.is_ok()) << created.status().to_string();
+      if (!created.is_ok()) return nullptr;
+      replicas.push_back(std::move(created).value());
+    }
+    auto group = EngineGroup::create(std::move(replicas));
+    EXPECT_TRUE(group.is_ok()) << group.status().to_string();
+    return group.is_ok() ? std::move(group).value() : nullptr;
   }
 
   GenerationRequest request(int32_t salt, int32_t n_prompt) const {
@@ -83,7 +96,7 @@ class GpuEngineTest : public cuda::testing::GpuTest {
     size_t logprob_entries = 0;
   };
   // Submits every request at once and collects each one's tokens.
-  static std::vector<Output> run_all(Engine& engine,
+  static std::vector<Output> run_all(EngineGroup& engine,
                                      const std::vector<GenerationRequest>& requests) {
     std::vector<RequestHandle> handles;
     for (const GenerationRequest& r : requests) {
@@ -106,6 +119,7 @@ class GpuEngineTest : public cuda::testing::GpuTest {
     return outputs;
   }
 
+  const testing::TestLayout layout_ = testing::test_layout();
   std::shared_ptr<const LoadedModel> model_;
   std::shared_ptr<const Tokenizer> tokenizer_;
 };
@@ -139,6 +153,10 @@ TEST_F(GpuEngineTest, DeviceSamplingGivesTheHostSamplersGreedyTokens) {
   }
   EXPECT_EQ(together[2].logprob_entries, together[2].tokens.size());
   EXPECT_EQ(device->stats().device_sampled_steps_total, device->stats().steps_total);
+  // The router spread the six requests: every replica ran steps of its own.
+  for (size_t r = 0; r < device->size(); ++r) {
+    EXPECT_GT(device->replica_stats(r).steps_total, 0u) << "replica " << r;
+  }
 }
 
 TEST_F(GpuEngineTest, SeededRequestsRepeatOnTheDevice) {
