@@ -33,6 +33,9 @@ constexpr uint64_t kCublasWorkspaceBytes = 32ull << 20;
 constexpr int64_t kMaxGemmScratchElems = 64ll << 20;  // 128 MiB of f16 weight rows
 constexpr int32_t kMaxGraphTokens = 256;
 constexpr int32_t kSplitTokens = 512;  // context per flash-decoding split
+// The same for decode steps (one row per tile): the decode kernel's blocks take 16 positions a
+// step, so few sequences of short contexts split finer to fill the GPU.
+constexpr int32_t kDecodeSplitTokens = 64;
 
 bool op_times_requested() {
   const char* env = std::getenv("LLAMASERVE_OP_TIMES");
@@ -239,7 +242,8 @@ int32_t CudaExecutor::choose_splits(const Batch& piece, const DeviceBatch& b) co
   int32_t max_len = 1;
   for (int32_t len : piece.seq_lengths) max_len = std::max(max_len, len);
   const int64_t blocks = static_cast<int64_t>(b.n_tiles) * model_->config.n_head_kv;
-  int32_t splits = std::min(next_pow2((max_len + kSplitTokens - 1) / kSplitTokens),
+  const int32_t split_tokens = b.max_tile_rows == 1 ? kDecodeSplitTokens : kSplitTokens;
+  int32_t splits = std::min(next_pow2((max_len + split_tokens - 1) / split_tokens),
                             next_pow2((2 * sm_count_ + blocks - 1) / blocks));
   // The partials are per (row, head, split).
   while (splits > 1 && static_cast<int64_t>(splits) * b.n_tokens > limits_.max_split_rows)

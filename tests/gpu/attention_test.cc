@@ -30,6 +30,8 @@ struct AttentionCase {
 };
 
 constexpr AttentionKernel kTensorCores = AttentionKernel::kTensorCores;
+constexpr AttentionKernel kCudaCores = AttentionKernel::kCudaCores;
+constexpr AttentionKernel kDecode = AttentionKernel::kDecode;
 
 class AttentionTest : public GpuTest, public ::testing::WithParamInterface<AttentionCase> {};
 
@@ -248,6 +250,35 @@ INSTANTIATE_TEST_SUITE_P(
         AttentionCase{"DecodeMhaHd128Split2", 128, 4, 4, {{0, 1}, {130, 1}, {700, 1}}, 2},
         AttentionCase{"DecodeMhaHd64", 64, 3, 3, {{3, 1}, {129, 1}, {333, 1}}, 1},
         AttentionCase{"DecodeGqa2Hd64", 64, 4, 2, {{0, 1}, {200, 1}, {257, 1}}, 1},
+        // The decode cases above run on the decode kernel (kAuto, one row per tile); the same
+        // shapes on the CUDA-core kernel, then the decode kernel by name on every group size it
+        // is built for, with more splits than some contexts have positions (empty splits).
+        AttentionCase{"CoresDecodeGqa4Hd128Split4",
+                      128,
+                      8,
+                      2,
+                      {{0, 1}, {4, 1}, {129, 1}, {699, 1}, {1499, 1}},
+                      4,
+                      kCudaCores},
+        AttentionCase{
+            "CoresDecodeMhaHd128", 128, 4, 4, {{0, 1}, {5, 1}, {130, 1}, {700, 1}}, 1, kCudaCores},
+        AttentionCase{
+            "CoresDecodeGqa3Hd64Split3", 64, 9, 3, {{0, 1}, {299, 1}, {1024, 1}}, 3, kCudaCores},
+        AttentionCase{
+            "DecodeKernelMhaHd64Split7", 64, 5, 5, {{0, 1}, {2, 1}, {97, 1}, {510, 1}}, 7, kDecode},
+        AttentionCase{"DecodeKernelGqa5Hd64", 64, 10, 2, {{13, 1}, {77, 1}, {1000, 1}}, 1, kDecode},
+        AttentionCase{
+            "DecodeKernelGqa6Hd128Split3", 128, 12, 2, {{0, 1}, {63, 1}, {333, 1}}, 3, kDecode},
+        AttentionCase{"DecodeKernelGqa7Hd64Split2", 64, 7, 1, {{6, 1}, {150, 1}}, 2, kDecode},
+        AttentionCase{"DecodeKernelGqa8Hd128Split5",
+                      128,
+                      16,
+                      2,
+                      {{0, 1}, {16, 1}, {31, 1}, {255, 1}, {2047, 1}},
+                      5,
+                      kDecode},
+        AttentionCase{
+            "DecodeKernelGqa2Hd128Split16", 128, 4, 2, {{0, 1}, {9, 1}, {3000, 1}}, 16, kDecode},
         AttentionCase{"PrefillGqa3Hd64", 64, 9, 3, {{40, 100}, {7, 1}}, 1},
         AttentionCase{"PrefillGqa3Hd64Split2", 64, 9, 3, {{40, 100}, {7, 1}}, 2},
         AttentionCase{"PrefillMhaHd128", 128, 4, 4, {{0, 70}}, 1},
@@ -281,7 +312,8 @@ class AttentionKernelChoiceTest : public GpuTest {};
 
 // Asked for by name, the tensor-core kernel refuses what it does not handle (split contexts,
 // 8-bit output, tiles of fewer than 16 query vectors) with a message instead of computing
-// something else; the refusal comes before any launch.
+// something else; the refusal comes before any launch. So does the decode kernel (tiles of
+// several rows, groups of more than 8 query heads).
 TEST_F(AttentionKernelChoiceTest, TensorCoresRefuseShapesTheyDoNotHandle) {
   DeviceArray<float> q(4096), out(4096), partial(4096);
   DeviceArray<uint16_t> k_cache(4096), v_cache(4096);
@@ -331,6 +363,24 @@ TEST_F(AttentionKernelChoiceTest, TensorCoresRefuseShapesTheyDoNotHandle) {
   AttentionArgs q8 = a;
   q8.out_q = q8_rows_view(out_q8.get(), 1, 1024);
   expect_refused(q8, "8-bit output");
+
+  // The decode kernel by name: tiles of one row, up to 8 query heads per KV head.
+  AttentionArgs decode = a;
+  decode.kernel = AttentionKernel::kDecode;
+  decode.max_tile_rows = 1;
+  decode.n_head_kv = 1;  // 8 query heads per KV head
+  ASSERT_OK(attention(decode, nullptr));
+  auto expect_decode_refused = [](const AttentionArgs& args, const char* what) {
+    const Status s = attention(args, nullptr);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << what << ": " << s.to_string();
+    EXPECT_NE(s.to_string().find("decode kernel"), std::string::npos) << s.to_string();
+  };
+  AttentionArgs two_rows = decode;
+  two_rows.max_tile_rows = 2;
+  expect_decode_refused(two_rows, "tiles of two rows");
+  AttentionArgs wide_group = decode;
+  wide_group.n_head = 16;  // 16 query heads per KV head
+  expect_decode_refused(wide_group, "16 query heads per KV head");
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/attention.h"
+#include "backend/cuda/attention_decode.h"
 #include "backend/cuda/attention_mma.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/launch.cuh"
@@ -352,14 +353,19 @@ __global__ void write_kv_kernel(const KvWriteArgs a) {
   static_cast<__half*>(a.v_cache)[dst] = __float2half_rn(a.v[row * a.v_stride + e]);
 }
 
+// The CUDA-core kernel or the decode kernel, then the splits' reduction where there are several.
 template <int D>
-Status launch_attention(const AttentionArgs& a, cudaStream_t stream) {
-  const int nq8 = (a.max_tile_rows * (a.n_head / a.n_head_kv) + 7) & ~7;
-  const int64_t smem = SmemLayout::bytes(nq8, D);
-  const dim3 grid(static_cast<unsigned>(a.n_tiles), static_cast<unsigned>(a.n_head_kv),
-                  static_cast<unsigned>(a.n_splits));
-  LS_CUDA_CHECK(
-      launch_kernel(attention_kernel<D>, grid, kThreads, static_cast<size_t>(smem), stream, a));
+Status launch_attention(const AttentionArgs& a, bool decode, cudaStream_t stream) {
+  if (decode) {
+    LS_RETURN_IF_ERROR(launch_attention_decode<D>(a, stream));
+  } else {
+    const int nq8 = (a.max_tile_rows * (a.n_head / a.n_head_kv) + 7) & ~7;
+    const int64_t smem = SmemLayout::bytes(nq8, D);
+    const dim3 grid(static_cast<unsigned>(a.n_tiles), static_cast<unsigned>(a.n_head_kv),
+                    static_cast<unsigned>(a.n_splits));
+    LS_CUDA_CHECK(
+        launch_kernel(attention_kernel<D>, grid, kThreads, static_cast<size_t>(smem), stream, a));
+  }
   if (a.n_splits > 1) {
     const dim3 reduce_grid(static_cast<unsigned>(a.n_batch_rows), static_cast<unsigned>(a.n_head));
     LS_CUDA_CHECK(launch_kernel(attention_reduce_kernel<D>, reduce_grid, D, 0, stream, a));
@@ -372,6 +378,16 @@ Status launch_attention(const AttentionArgs& a, cudaStream_t stream) {
 bool tensor_core_attention_enabled() {
   static const bool enabled = [] {
     const char* value = std::getenv("LLAMASERVE_ATTENTION_MMA");
+    return value == nullptr || std::strcmp(value, "0") != 0;
+  }();
+  return enabled;
+}
+
+// The same for the decode kernel: LLAMASERVE_ATTENTION_DECODE=0 keeps decode rows on the
+// CUDA-core kernel.
+bool decode_attention_enabled() {
+  static const bool enabled = [] {
+    const char* value = std::getenv("LLAMASERVE_ATTENTION_DECODE");
     return value == nullptr || std::strcmp(value, "0") != 0;
   }();
   return enabled;
@@ -441,12 +457,24 @@ Status attention(const AttentionArgs& a, cudaStream_t stream) {
       tensor_cores_apply &&
       (a.kernel == AttentionKernel::kTensorCores ||
        (a.kernel == AttentionKernel::kAuto && tensor_core_attention_enabled()));
+  const bool decode_applies = a.max_tile_rows == 1 && group_size <= kMaxDecodeGroup;
+  if (a.kernel == AttentionKernel::kDecode && !decode_applies) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "attention: the decode kernel needs tiles of one row (got up to {}) and at "
+                      "most {} query heads per KV head (got {})",
+                      a.max_tile_rows, kMaxDecodeGroup, group_size);
+  }
+  const bool decode =
+      decode_applies && (a.kernel == AttentionKernel::kDecode ||
+                         (a.kernel == AttentionKernel::kAuto && decode_attention_enabled()));
   if (a.n_tiles == 0) return Status::ok();
   switch (a.head_dim) {
     case 64:
-      return tensor_cores ? launch_attention_mma<64>(a, stream) : launch_attention<64>(a, stream);
+      return tensor_cores ? launch_attention_mma<64>(a, stream)
+                          : launch_attention<64>(a, decode, stream);
     case 128:
-      return tensor_cores ? launch_attention_mma<128>(a, stream) : launch_attention<128>(a, stream);
+      return tensor_cores ? launch_attention_mma<128>(a, stream)
+                          : launch_attention<128>(a, decode, stream);
     default:
       return make_error(StatusCode::kUnsupported,
                         "attention: the CUDA kernel handles head_dim 64 or 128, not {}",

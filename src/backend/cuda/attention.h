@@ -11,10 +11,12 @@
 // chunk of 128 positions. With n_splits > 1 (flash decoding: long contexts and few rows), the
 // splits' partial results are combined by a second kernel.
 //
-// Two kernels do this. The CUDA-core kernel (fp32 FMAs) handles every case. The tensor-core
+// Three kernels do this. The CUDA-core kernel (fp32 FMAs) handles every case. The tensor-core
 // kernel (attention_mma.cu: mma.sync on f16 Q, K, V with fp32 scores and sums, FlashAttention-2
 // style) is for prefill tiles: one split, no 8-bit output, and tiles of at least
-// kMinTensorCoreQueries query vectors.
+// kMinTensorCoreQueries query vectors. The decode kernel (attention_decode.cu: warps streaming
+// whole K/V rows, fp32) is for batches whose tiles are all one row, up to 8 query heads per KV
+// head; LLAMASERVE_ATTENTION_DECODE=0 leaves those to the CUDA-core kernel.
 #pragma once
 
 #include <cstdint>
@@ -62,6 +64,7 @@ enum class AttentionKernel {
   kAuto,       // tensor cores where they apply (unless LLAMASERVE_ATTENTION_MMA=0), else CUDA cores
   kCudaCores,  // the fp32 kernel, whatever the shape
   kTensorCores,  // the mma.sync kernel; attention() refuses shapes it does not handle
+  kDecode,       // the decode kernel (one row per tile, up to 8 query heads per KV head); likewise
 };
 
 struct AttentionArgs {

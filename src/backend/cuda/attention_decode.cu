@@ -1,0 +1,234 @@
+// Decode attention: one block per (row, KV head, split), four warps that each take every
+// fourth run of kUnroll positions of the split. A warp reads a position's K and V rows whole
+// (lane l holds dims [l E, l E + E), E = D / 32: one coalesced 128- or 256-byte row per load),
+// with kUnroll positions' loads in flight at once; scores are warp sums (butterfly shuffles),
+// the online softmax and the P·V sums stay in registers, and no barrier stands in the loop.
+// The four warps' partial results are combined once at the end through shared memory. This
+// is the shape of decode steps: one query row per sequence, where the CUDA-core kernel's
+// chunk-and-barrier phases (built for tiles of many query vectors) leave the memory system idle.
+#include "backend/cuda/attention_decode.h"
+
+#include <cuda_fp16.h>
+
+#include "backend/cuda/act_quant.cuh"
+#include "backend/cuda/check.h"
+#include "backend/cuda/launch.cuh"
+
+namespace llamaserve::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kUnroll = 4;  // positions per warp per step, their loads in flight together
+
+// E halves of one K or V row per lane: 2 (head_dim 64, 4 bytes) or 4 (head_dim 128, 8 bytes).
+template <int E>
+struct HalfLanes;
+template <>
+struct HalfLanes<2> {
+  using Type = uint32_t;
+};
+template <>
+struct HalfLanes<4> {
+  using Type = uint2;
+};
+
+template <int E>
+__device__ __forceinline__ void halves_to_float(const typename HalfLanes<E>::Type& v,
+                                                float (&f)[E]) {
+  const auto* h = reinterpret_cast<const __half2*>(&v);
+#pragma unroll
+  for (int i = 0; i < E / 2; ++i) {
+    const float2 p = __half22float2(h[i]);
+    f[2 * i] = p.x;
+    f[2 * i + 1] = p.y;
+  }
+}
+
+template <int D, int G>
+__global__ void __launch_bounds__(kThreads) attention_decode_kernel(const AttentionArgs a) {
+  pdl_launch_dependents();
+  pdl_wait();
+  constexpr int E = D / 32;
+  using Lanes = typename HalfLanes<E>::Type;
+  __shared__ float m_s[kWarps][G];
+  __shared__ float l_s[kWarps][G];
+  __shared__ float acc_s[kWarps][G][D];
+
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const AttentionTile tile = a.tiles[blockIdx.x];
+  const int row = tile.first_row;
+  const int kv_head = blockIdx.y;
+  const int split = blockIdx.z;
+  const int seq = a.seq_index[row];
+  const int ctx = a.positions[row] + 1;
+  const int per_split = (ctx + a.n_splits - 1) / a.n_splits;
+  const int start = split * per_split;
+  const int end = min(ctx, start + per_split);
+  const int32_t* block_table = a.block_tables + static_cast<int64_t>(seq) * a.blocks_per_seq;
+  const auto* k_cache = static_cast<const __half*>(a.k_cache);
+  const auto* v_cache = static_cast<const __half*>(a.v_cache);
+
+  float q[G][E];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    const float* qp =
+        a.q + static_cast<int64_t>(row) * a.q_stride + (kv_head * G + g) * D + lane * E;
+#pragma unroll
+    for (int e = 0; e < E; ++e) q[g][e] = qp[e] * a.scale;
+  }
+  float m[G], l[G], acc[G][E];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[g][e] = 0.0f;
+  }
+
+  for (int t0 = start + warp * kUnroll; t0 < end; t0 += kWarps * kUnroll) {
+    Lanes k_raw[kUnroll], v_raw[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int t = t0 + u;
+      if (t < end) {
+        const int64_t block = block_table[t / a.block_size];
+        const int64_t slot =
+            ((block * a.block_size + t % a.block_size) * a.n_head_kv + kv_head) * D + lane * E;
+        k_raw[u] = __ldg(reinterpret_cast<const Lanes*>(k_cache + slot));
+        v_raw[u] = __ldg(reinterpret_cast<const Lanes*>(v_cache + slot));
+      } else {
+        k_raw[u] = Lanes{};
+        v_raw[u] = Lanes{};
+      }
+    }
+    float k[kUnroll][E], v[kUnroll][E];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      halves_to_float<E>(k_raw[u], k[u]);
+      halves_to_float<E>(v_raw[u], v[u]);
+    }
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      float s[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        float dot = 0.0f;
+#pragma unroll
+        for (int e = 0; e < E; ++e) dot = fmaf(q[g][e], k[u][e], dot);
+        s[u] = dot;
+      }
+#pragma unroll
+      for (int offset = 16; offset > 0; offset >>= 1) {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) s[u] += __shfl_xor_sync(0xffffffffu, s[u], offset);
+      }
+      float m_new = m[g];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (t0 + u >= end) s[u] = -INFINITY;
+        m_new = fmaxf(m_new, s[u]);
+      }
+      // Position t0 < end is visible: m_new is finite.
+      const float alpha = __expf(m[g] - m_new);  // 0 while m[g] is -inf
+      float p_sum = 0.0f;
+      float p[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        p[u] = __expf(s[u] - m_new);
+        p_sum += p[u];
+      }
+      l[g] = fmaf(l[g], alpha, p_sum);
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        float sum = acc[g][e] * alpha;
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) sum = fmaf(p[u], v[u][e], sum);
+        acc[g][e] = sum;
+      }
+      m[g] = m_new;
+    }
+  }
+
+  // The four warps' (max, sum, P·V) per query head into one.
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    if (lane == 0) {
+      m_s[warp][g] = m[g];
+      l_s[warp][g] = l[g];
+    }
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc_s[warp][g][lane * E + e] = acc[g][e];
+  }
+  __syncthreads();
+  const int64_t acc_floats = a.n_batch_rows * a.n_head * a.n_splits * D;
+  // G * D is a multiple of 64: each warp's 32 consecutive indices are 32 dims of one head
+  // (one 8-bit block for quantize_q8_warp), and the loop is warp-uniform.
+  for (int i = threadIdx.x; i < G * D; i += kThreads) {
+    const int g = i / D;
+    const int d = i % D;
+    float m_max = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) m_max = fmaxf(m_max, m_s[w][g]);
+    float num = 0.0f, den = 0.0f;
+    if (m_max != -INFINITY) {  // else an empty split: nothing visible
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float scale = __expf(m_s[w][g] - m_max);
+        num = fmaf(scale, acc_s[w][g][d], num);
+        den = fmaf(scale, l_s[w][g], den);
+      }
+    }
+    const int head = kv_head * G + g;
+    if (a.n_splits == 1) {
+      const float o = num / den;
+      a.out[static_cast<int64_t>(row) * a.out_stride + head * D + d] = o;
+      if (a.out_q.qs != nullptr) {
+        quantize_q8_warp(o, lane, a.out_q.qs + row * a.out_q.qs_stride + head * D + (d & ~31),
+                         a.out_q.ds + row * a.out_q.ds_stride + (head * D + d) / kQ8Block);
+      }
+    } else {
+      const int64_t part = (static_cast<int64_t>(row) * a.n_head + head) * a.n_splits + split;
+      a.partial[part * D + d] = num;
+      if (d == 0) {
+        a.partial[acc_floats + 2 * part] = m_max;
+        a.partial[acc_floats + 2 * part + 1] = den;
+      }
+    }
+  }
+}
+
+template <int D, int G>
+Status launch_group(const AttentionArgs& a, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(a.n_tiles), static_cast<unsigned>(a.n_head_kv),
+                  static_cast<unsigned>(a.n_splits));
+  LS_CUDA_CHECK(launch_kernel(attention_decode_kernel<D, G>, grid, kThreads, 0, stream, a));
+  return Status::ok();
+}
+
+}  // namespace
+
+template <int D>
+Status launch_attention_decode(const AttentionArgs& a, cudaStream_t stream) {
+  switch (a.n_head / a.n_head_kv) {
+    case 1: return launch_group<D, 1>(a, stream);
+    case 2: return launch_group<D, 2>(a, stream);
+    case 3: return launch_group<D, 3>(a, stream);
+    case 4: return launch_group<D, 4>(a, stream);
+    case 5: return launch_group<D, 5>(a, stream);
+    case 6: return launch_group<D, 6>(a, stream);
+    case 7: return launch_group<D, 7>(a, stream);
+    case 8: return launch_group<D, 8>(a, stream);
+    default:
+      return make_error(StatusCode::kInvalidArgument,
+                        "attention: the decode kernel handles up to {} query heads per KV head, "
+                        "not {}",
+                        kMaxDecodeGroup, a.n_head / a.n_head_kv);
+  }
+}
+
+template Status launch_attention_decode<64>(const AttentionArgs&, cudaStream_t);
+template Status launch_attention_decode<128>(const AttentionArgs&, cudaStream_t);
+
+}  // namespace llamaserve::cuda
