@@ -32,6 +32,12 @@ Status OpTimer::mark(const char* label, cudaStream_t stream) {
 Status OpTimer::end() {
   if (used_ < 2) return Status::ok();
   Totals& t = by_rows_[rows_];
+  if (!t.warmed_up) {
+    // The first pass of a size loads kernels and lets cuBLAS choose: not counted.
+    t.warmed_up = true;
+    used_ = 0;
+    return Status::ok();
+  }
   ++t.passes;
   for (size_t i = 0; i + 1 < used_; ++i) {
     float ms = 0.0f;
@@ -54,6 +60,7 @@ std::string OpTimer::report() const {
   std::string out;
   for (const auto& [rows, t] : by_rows_) {
     const double pass_us = 1e3 * t.pass_ms / static_cast<double>(t.passes);
+    if (t.passes == 0) continue;
     out += fmt::format("\n  cuda:{} passes of {} rows: {}, {:.1f} us each:", device_, rows,
                        t.passes, pass_us);
     for (const auto& [label, ms] : t.label_ms) {

@@ -1,7 +1,8 @@
 // Per-operation GPU times of eager passes, from CUDA events recorded between the operations of
 // every layer (LLAMASERVE_OP_TIMES=1 turns it on in the CUDA executor; it then runs without
 // CUDA graphs). Passes are grouped by their row count, so that a prompt's 512-row passes and
-// the one-row decode steps of the same run are reported apart. Events add a little time of
+// the one-row decode steps of the same run are reported apart; the first pass of each size
+// (kernel loading, cuBLAS's choices) is left out. Events add a little time of
 // their own to each operation: the shares matter, not the last microsecond.
 #pragma once
 
@@ -37,6 +38,7 @@ class OpTimer {
 
  private:
   struct Totals {
+    bool warmed_up = false;  // the first pass of each size is not counted
     int64_t passes = 0;
     double pass_ms = 0.0;
     std::vector<std::pair<std::string, double>> label_ms;  // first-seen order
