@@ -79,6 +79,9 @@ class CudaExecutor final : public Executor, public CudaPart {
   StageInput output(int32_t rows) const override {
     return {act_.hidden, options_.device, act_.embd_stride, rows};
   }
+  Status check_batch(const Batch& batch) const override {
+    return cuda::check_context_width(batch, options_.kv_block_size, limits_.max_blocks_per_seq);
+  }
 
   const ModelConfig& config() const override { return model_->config; }
   KvCacheInfo kv_info() const override {

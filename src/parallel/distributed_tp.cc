@@ -274,6 +274,9 @@ class DistributedTpExecutor final : public Executor {
   // The other ranks cut the batch into the same pieces (run_tp_worker).
   Status run(const Batch& batch, const PassOutputs& out) {
     if (!broken_.is_ok()) return broken_;
+    // The other ranks have rank 0's limits: a batch they would refuse is refused here, before
+    // any rank waits in a collective for one that did.
+    LS_RETURN_IF_ERROR(part_->check_batch(batch));
     step_ = step_ == UINT32_MAX ? 1 : step_ + 1;
     Status sent = coordinator_->send_batch(step_, batch);
     if (!sent.is_ok()) {

@@ -284,6 +284,9 @@ class MultiGpuExecutor final : public Executor {
  private:
   Status run(const Batch& batch, const PassOutputs& out) {
     if (!broken_.is_ok()) return broken_;
+    // Every part has the same limits: what one refuses, all would, possibly after another
+    // already waits in a collective (which would end the executor).
+    LS_RETURN_IF_ERROR(stages_.front()->ranks().front()->check_batch(batch));
     const MicroBatchSplit split =
         micro_batching_.max_count > 1
             ? plan_micro_batches(batch, micro_batching_.max_count, micro_batching_.min_rows)

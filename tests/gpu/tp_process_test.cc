@@ -196,8 +196,9 @@ using gpu_testing::run;
 using gpu_testing::tokens;
 
 // The group against the in-process tp=2 executor: a prefill of two sequences (in pieces), a
-// mixed batch, 12 greedy decode steps of three sequences (CUDA graph shapes), the last ones
-// drawn on the device; then the worker exits 0 once the executor is gone.
+// mixed batch, a batch both refuse (too long), 12 greedy decode steps of three sequences (CUDA
+// graph shapes), the last ones drawn on the device; then the worker exits 0 once the executor is
+// gone.
 void expect_same_as_in_process(const fs::path& path, double tolerance) {
   auto model = load(path);
   ASSERT_NE(model, nullptr);
@@ -219,6 +220,19 @@ void expect_same_as_in_process(const fs::path& path, double tolerance) {
       const auto got = run(ex, b);
       EXPECT_LE(max_rel_error(got, want, n_vocab), tolerance);
     }
+    // A sequence past max_context_tokens (512) is refused up front by both groups, which go on:
+    // no rank may start a pass that another refuses.
+    Batch too_long;
+    too_long.tokens = {1};
+    too_long.positions = {512};
+    too_long.seq_index = {0};
+    too_long.blocks_per_seq = 33;
+    too_long.block_tables.assign(33, 3);
+    too_long.seq_lengths = {513};
+    too_long.logit_rows = {0};
+    std::vector<float> refused(n_vocab);
+    EXPECT_EQ((*in_process)->forward(too_long, refused).code(), StatusCode::kOutOfRange);
+    EXPECT_EQ(ex.forward(too_long, refused).code(), StatusCode::kOutOfRange);
     std::vector<int32_t> next = {0, 0, 0};
     std::vector<int32_t> length = {91, 50, 17};
     for (int step = 0; step < 12; ++step) {

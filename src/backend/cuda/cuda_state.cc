@@ -146,6 +146,21 @@ BatchStaging::~BatchStaging() {
   if (host_ != nullptr) LS_CUDA_LOG_ERROR(cudaFreeHost(host_));
 }
 
+Status check_context_width(const Batch& batch, int32_t block_size, int32_t max_blocks_per_seq) {
+  for (int32_t s = 0; s < batch.n_seqs(); ++s) {
+    const int32_t needed = (batch.seq_lengths[s] + block_size - 1) / block_size;
+    if (needed > max_blocks_per_seq) {
+      return make_error(StatusCode::kOutOfRange,
+                        "sequence {} of the batch has {} tokens; the CUDA executor was sized for "
+                        "{} ({} blocks of {})",
+                        s, batch.seq_lengths[s],
+                        static_cast<int64_t>(max_blocks_per_seq) * block_size, max_blocks_per_seq,
+                        block_size);
+    }
+  }
+  return Status::ok();
+}
+
 Result<DeviceBatch> BatchStaging::stage(const Batch& batch, int32_t padded_tokens,
                                         int32_t block_size, int32_t scratch_block,
                                         int32_t tile_rows, cudaStream_t stream) {
@@ -193,6 +208,7 @@ Result<DeviceBatch> BatchStaging::stage(const Batch& batch, int32_t padded_token
     r += len;
   }
 
+  LS_RETURN_IF_ERROR(check_context_width(batch, block_size, stride));
   int32_t width = 1;
   for (int32_t s = 0; s < n_seqs; ++s) {
     const int32_t needed = (batch.seq_lengths[s] + block_size - 1) / block_size;
@@ -200,13 +216,6 @@ Result<DeviceBatch> BatchStaging::stage(const Batch& batch, int32_t padded_token
       return make_error(StatusCode::kInvalidArgument,
                         "sequence {} has {} tokens but its block table only {} entries", s,
                         batch.seq_lengths[s], batch.blocks_per_seq);
-    }
-    if (needed > stride) {
-      return make_error(StatusCode::kOutOfRange,
-                        "sequence {} of the batch has {} tokens; the CUDA executor was sized for "
-                        "{} ({} blocks of {})",
-                        s, batch.seq_lengths[s], static_cast<int64_t>(stride) * block_size, stride,
-                        block_size);
     }
     std::copy_n(batch.block_table(s), needed, tables + static_cast<size_t>(s) * stride);
     width = std::max(width, needed);

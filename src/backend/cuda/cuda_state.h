@@ -102,6 +102,12 @@ struct DeviceSampling {
   int32_t n_rows = 0;
 };
 
+// Refuses (kOutOfRange) a batch with a sequence longer than max_blocks_per_seq blocks of
+// block_size tokens: what a staging sized by those limits cannot hold. BatchStaging::stage
+// checks it too; multi-part executors check it before any part starts, so that a batch every
+// part would refuse cannot leave one part waiting for another in a collective.
+Status check_context_width(const Batch& batch, int32_t block_size, int32_t max_blocks_per_seq);
+
 // Packs Batches into a pinned host buffer and copies them to their device mirror.
 class BatchStaging {
  public:
