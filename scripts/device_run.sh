@@ -125,7 +125,8 @@ bench7b() {
 }
 
 # Nsight Compute breakdown of decode steps of the 7B shape: for each of PROFILE_TYPES (default
-# f16) and PROFILE_BATCHES (default "1 16 256"), 4 steps after the case's timed runs are
+# f16) and PROFILE_BATCHES (default "1 16 256"), with PROFILE_ARGS (default "-p 16 -n 8"; the
+# context of the profiled steps is about -p + -n), 4 steps after the case's timed runs are
 # profiled (kernel time and DRAM bytes per kernel) and tabulated by scripts/ncu_breakdown.py
 # into $OUT/profile-7b.md, beside the step time bench7b measured without the profiler (its
 # JSON from the same call, when there).
@@ -151,7 +152,7 @@ profile7b() {
       step "profile-7b-$type-b$b" 400 "$ncu" --csv --print-units base --clock-control none \
         --profile-from-start off --log-file "$csv" \
         --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
-        "$bin" bench -m "$model" --device cuda:0 -p 16 -n 8 -b "$b" --reps 1 \
+        "$bin" bench -m "$model" --device cuda:0 ${PROFILE_ARGS:--p 16 -n 8} -b "$b" --reps 1 \
         --profile-steps 4 --profile-batch "$b" --json-file "$logs/profile-bench-$type-b$b.json" ||
         continue
       local ref="$logs/bench-7b-$type.json"
