@@ -33,9 +33,9 @@ constexpr uint64_t kCublasWorkspaceBytes = 32ull << 20;
 constexpr int64_t kMaxGemmScratchElems = 64ll << 20;  // 128 MiB of f16 weight rows
 constexpr int32_t kMaxGraphTokens = 256;
 constexpr int32_t kSplitTokens = 512;  // context per flash-decoding split
-// The same for decode steps (one row per tile): the decode kernel's blocks take 16 positions a
-// step, so few sequences of short contexts split finer to fill the GPU.
-constexpr int32_t kDecodeSplitTokens = 64;
+// The same for decode steps (one row per tile): the decode kernel gives small grids 16 warps
+// per block (64 positions a step), so few sequences of a few hundred tokens need no split.
+constexpr int32_t kDecodeSplitTokens = 256;
 
 bool op_times_requested() {
   const char* env = std::getenv("LLAMASERVE_OP_TIMES");

@@ -27,6 +27,7 @@ struct AttentionCase {
   std::vector<std::pair<int, int>> seqs;
   int n_splits;
   AttentionKernel kernel = AttentionKernel::kAuto;
+  int decode_warps = 0;  // the decode kernel's warps per block; 0: its own choice
 };
 
 constexpr AttentionKernel kTensorCores = AttentionKernel::kTensorCores;
@@ -147,6 +148,7 @@ TEST_P(AttentionTest, MatchesReference) {
   a.partial = partial.get();
   a.n_batch_rows = rows;
   a.kernel = c.kernel;
+  a.decode_warps = c.decode_warps;
   // The output also as 8-bit blocks (for the output projection's integer matvec), which only
   // the CUDA-core kernel writes.
   DeviceArray<uint8_t> out_q8(q8_rows_bytes(rows, q_dim));
@@ -279,6 +281,27 @@ INSTANTIATE_TEST_SUITE_P(
                       kDecode},
         AttentionCase{
             "DecodeKernelGqa2Hd128Split16", 128, 4, 2, {{0, 1}, {9, 1}, {3000, 1}}, 16, kDecode},
+        // Both block sizes of the decode kernel by name (small grids get 16 warps by default).
+        AttentionCase{
+            "DecodeKernel4WarpsGqa4Hd128", 128, 8, 2, {{0, 1}, {700, 1}, {1499, 1}}, 1, kDecode, 4},
+        AttentionCase{"DecodeKernel16WarpsGqa4Hd128Split2",
+                      128,
+                      8,
+                      2,
+                      {{0, 1}, {31, 1}, {700, 1}, {1499, 1}},
+                      2,
+                      kDecode,
+                      16},
+        AttentionCase{
+            "DecodeKernel16WarpsMhaHd64", 64, 3, 3, {{5, 1}, {64, 1}, {1000, 1}}, 1, kDecode, 16},
+        AttentionCase{"DecodeKernel4WarpsGqa3Hd64Split3",
+                      64,
+                      9,
+                      3,
+                      {{0, 1}, {299, 1}, {1024, 1}},
+                      3,
+                      kDecode,
+                      4},
         AttentionCase{"PrefillGqa3Hd64", 64, 9, 3, {{40, 100}, {7, 1}}, 1},
         AttentionCase{"PrefillGqa3Hd64Split2", 64, 9, 3, {{40, 100}, {7, 1}}, 2},
         AttentionCase{"PrefillMhaHd128", 128, 4, 4, {{0, 70}}, 1},
@@ -381,6 +404,14 @@ TEST_F(AttentionKernelChoiceTest, TensorCoresRefuseShapesTheyDoNotHandle) {
   AttentionArgs wide_group = decode;
   wide_group.n_head = 16;  // 16 query heads per KV head
   expect_decode_refused(wide_group, "16 query heads per KV head");
+  AttentionArgs many_warps = decode;  // 8 query heads per KV head: 4 warps per block only
+  many_warps.n_tiles = 1;             // the block size is checked before the launch
+  many_warps.decode_warps = 16;
+  expect_decode_refused(many_warps, "16 warps for 8 query heads per KV head");
+  AttentionArgs odd_warps = decode;
+  odd_warps.n_tiles = 1;
+  odd_warps.decode_warps = 8;
+  expect_decode_refused(odd_warps, "8 warps");
 }
 
 }  // namespace

@@ -96,6 +96,9 @@ struct AttentionArgs {
   int64_t n_batch_rows = 0;  // rows of the batch (sizes the partial buffer)
   // Tests and benchmarks name a kernel; the forward pass leaves kAuto.
   AttentionKernel kernel = AttentionKernel::kAuto;
+  // The decode kernel's warps per block (4, or 16 for up to 4 query heads per KV head); 0: 16
+  // when the grid has fewer than 4 blocks per SM, else 4. Tests name it.
+  int32_t decode_warps = 0;
 };
 
 // Floats of the `partial` buffer for n_splits > 1: per (row, head, split) head_dim sums plus a

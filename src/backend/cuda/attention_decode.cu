@@ -10,6 +10,8 @@
 
 #include <cuda_fp16.h>
 
+#include <atomic>
+
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/check.h"
 #include "backend/cuda/launch.cuh"
@@ -17,8 +19,11 @@
 namespace llamaserve::cuda {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = 32 * kWarps;
+// Warps per block: 4, or 16 where the grid is small (few rows and short contexts: each warp
+// then takes fewer positions, and no split reduction is needed to fill the GPU).
+constexpr int kFewWarps = 4;
+constexpr int kManyWarps = 16;
+constexpr int kMaxManyWarpsGroup = 4;  // registers: 16 warps of wider groups do not fit an SM
 constexpr int kUnroll = 4;  // positions per warp per step, their loads in flight together
 
 // E halves of one K or V row per lane: 2 (head_dim 64, 4 bytes) or 4 (head_dim 128, 8 bytes).
@@ -45,8 +50,10 @@ __device__ __forceinline__ void halves_to_float(const typename HalfLanes<E>::Typ
   }
 }
 
-template <int D, int G>
-__global__ void __launch_bounds__(kThreads) attention_decode_kernel(const AttentionArgs a) {
+template <int D, int G, int W>
+__global__ void __launch_bounds__(32 * W) attention_decode_kernel(const AttentionArgs a) {
+  constexpr int kWarps = W;
+  constexpr int kThreads = 32 * W;
   pdl_launch_dependents();
   pdl_wait();
   constexpr int E = D / 32;
@@ -199,11 +206,47 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(const Attent
   }
 }
 
+// The current device's SM count, asked once per device.
+int sm_count() {
+  constexpr int kDevices = 64;
+  static std::atomic<int> counts[kDevices];
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kDevices) return 132;
+  int count = counts[device].load(std::memory_order_relaxed);
+  if (count == 0) {
+    if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+      return 132;
+    }
+    counts[device].store(count, std::memory_order_relaxed);
+  }
+  return count;
+}
+
 template <int D, int G>
 Status launch_group(const AttentionArgs& a, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(a.n_tiles), static_cast<unsigned>(a.n_head_kv),
                   static_cast<unsigned>(a.n_splits));
-  LS_CUDA_CHECK(launch_kernel(attention_decode_kernel<D, G>, grid, kThreads, 0, stream, a));
+  int warps = a.decode_warps;
+  if (warps == 0) {
+    const int64_t blocks = static_cast<int64_t>(a.n_tiles) * a.n_head_kv * a.n_splits;
+    warps = G <= kMaxManyWarpsGroup && blocks < 4 * static_cast<int64_t>(sm_count()) ? kManyWarps
+                                                                                     : kFewWarps;
+  }
+  if constexpr (G <= kMaxManyWarpsGroup) {
+    if (warps == kManyWarps) {
+      LS_CUDA_CHECK(launch_kernel(attention_decode_kernel<D, G, kManyWarps>, grid, 32 * kManyWarps,
+                                  0, stream, a));
+      return Status::ok();
+    }
+  }
+  if (warps != kFewWarps) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "attention: the decode kernel runs 4 warps per block, or 16 for up to {} "
+                      "query heads per KV head; not {} for {}",
+                      kMaxManyWarpsGroup, warps, G);
+  }
+  LS_CUDA_CHECK(
+      launch_kernel(attention_decode_kernel<D, G, kFewWarps>, grid, 32 * kFewWarps, 0, stream, a));
   return Status::ok();
 }
 
