@@ -36,6 +36,8 @@ constexpr int32_t kSplitTokens = 512;  // context per flash-decoding split
 // The same for decode steps (one row per tile): the decode kernel gives small grids 16 warps
 // per block (64 positions a step), so few sequences of a few hundred tokens need no split.
 constexpr int32_t kDecodeSplitTokens = 256;
+// Tensor-parallel passes split in halves for overlapping from this many rows per half.
+constexpr int32_t kOverlapMinRows = 128;
 
 bool op_times_requested() {
   const char* env = std::getenv("LLAMASERVE_OP_TIMES");
@@ -64,6 +66,10 @@ class CudaExecutor final : public Executor, public CudaPart {
       op_timer_.reset();
     }
     for (auto& [key, exec] : graphs_) LS_CUDA_LOG_ERROR(cudaGraphExecDestroy(exec));
+    for (cudaEvent_t e : {ready_[0], ready_[1], reduced_[0], reduced_[1]}) {
+      if (e != nullptr) LS_CUDA_LOG_ERROR(cudaEventDestroy(e));
+    }
+    if (comm_stream_ != nullptr) LS_CUDA_LOG_ERROR(cudaStreamDestroy(comm_stream_));
     if (cublas_ != nullptr) cublasDestroy(cublas_);
     staging_.reset();
     pool_.reset();
@@ -107,6 +113,10 @@ class CudaExecutor final : public Executor, public CudaPart {
   std::string role() const;
   int32_t choose_splits(const Batch& piece, const DeviceBatch& b) const;
   Status run_eager(const DeviceBatch& b, int32_t n_splits);
+  // Where a tensor-parallel pass runs in halves (run_overlapped): the first row of the second
+  // half, else 0.
+  int32_t overlap_split_row(const Batch& piece, bool graph) const;
+  Status run_overlapped(const Batch& piece, const DeviceBatch& b);
   Status run_graph(const DeviceBatch& b, int32_t n_splits);
 
   std::shared_ptr<const LoadedModel> model_;
@@ -124,9 +134,15 @@ class CudaExecutor final : public Executor, public CudaPart {
   CudaKvCache kv_;
   CudaActivations act_;
   std::unique_ptr<cuda::BatchStaging> staging_;
-  std::unique_ptr<cuda::OpTimer> op_timer_;                        // LLAMASERVE_OP_TIMES
+  std::unique_ptr<cuda::OpTimer> op_timer_;  // LLAMASERVE_OP_TIMES
+  // Tensor-parallel ranks: the stream of the overlapped all-reduces, and per half the events
+  // "its block is computed" and "its all-reduce is done".
+  cudaStream_t comm_stream_ = nullptr;
+  cudaEvent_t ready_[2] = {nullptr, nullptr};
+  cudaEvent_t reduced_[2] = {nullptr, nullptr};
   std::map<std::pair<int32_t, int32_t>, cudaGraphExec_t> graphs_;  // (padded rows, splits)
-  PieceScratch pieces_;  // for batches above max_batch_tokens
+  PieceScratch pieces_;                         // for batches above max_batch_tokens
+  mutable std::vector<int32_t> split_scratch_;  // overlap_split_row's per-sequence positions
 };
 
 std::string CudaExecutor::role() const {
@@ -234,8 +250,79 @@ Status CudaExecutor::init(int32_t kv_blocks) {
     backend_options.op_timer = op_timer_.get();
   }
   backend_ = std::make_unique<CudaBackend>(c, std::move(weights), cublas_, backend_options);
+  if (options_.all_reduce && options_.overlap_all_reduce) {
+    // The highest priority: the all-reduce's blocks get SMs as soon as the running products
+    // free any, instead of queueing behind the other half's whole GEMM.
+    int least = 0, greatest = 0;
+    LS_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    LS_CUDA_CHECK(cudaStreamCreateWithPriority(&comm_stream_, cudaStreamNonBlocking, greatest));
+    for (int p = 0; p < 2; ++p) {
+      LS_CUDA_CHECK(cudaEventCreateWithFlags(&ready_[p], cudaEventDisableTiming));
+      LS_CUDA_CHECK(cudaEventCreateWithFlags(&reduced_[p], cudaEventDisableTiming));
+    }
+  }
   LS_CUDA_CHECK(cudaStreamSynchronize(stream_));
   return Status::ok();
+}
+
+int32_t CudaExecutor::overlap_split_row(const Batch& piece, bool graph) const {
+  const int32_t n = piece.n_tokens();
+  const int32_t half = n / 2;
+  if (comm_stream_ == nullptr || graph || half < kOverlapMinRows || half < options_.gemm_min_rows ||
+      half < options_.float_gemm_min_rows) {
+    return 0;
+  }
+  // Each half computes its attention block by itself, the first before the second: a
+  // sequence's rows in the second half must all come after its rows in the first (as prompt
+  // chunks do), else the first half would read keys the second has not written yet.
+  std::vector<int32_t>& last = split_scratch_;
+  last.assign(static_cast<size_t>(piece.n_seqs()), -1);
+  for (int32_t r = 0; r < half; ++r) {
+    int32_t& p = last[static_cast<size_t>(piece.seq_index[r])];
+    p = std::max(p, piece.positions[r]);
+  }
+  for (int32_t r = half; r < n; ++r) {
+    if (piece.positions[r] <= last[static_cast<size_t>(piece.seq_index[r])]) return 0;
+  }
+  return half;
+}
+
+// The layers over two halves of the rows: each block (attention, FFN) of half p is followed by
+// its all-reduce on comm_stream_, which runs while the other half's block computes on stream_.
+// The order of the all-reduces (per layer: attention of half 0, of half 1, FFN of half 0, of
+// half 1) is the same on every rank.
+Status CudaExecutor::run_overlapped(const Batch& piece, const DeviceBatch& b) {
+  const DeviceBatch part[2] = {cuda::split_part(b, 0), cuda::split_part(b, 1)};
+  CudaActivations acts[2] = {act_, act_.rows_from(b.split_row)};
+  const int32_t splits[2] = {choose_splits(piece, part[0]), choose_splits(piece, part[1])};
+  if (range_.embeddings) LS_RETURN_IF_ERROR(backend_->embed(b, act_, stream_));
+  auto reduce = [&](int p) -> Status {
+    LS_CUDA_CHECK(cudaEventRecord(ready_[p], stream_));
+    LS_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, ready_[p], 0));
+    LS_RETURN_IF_ERROR(options_.all_reduce(
+        acts[p].hidden, static_cast<size_t>(part[p].n_tokens) * act_.embd_stride, comm_stream_));
+    LS_CUDA_CHECK(cudaEventRecord(reduced_[p], comm_stream_));
+    return Status::ok();
+  };
+  auto reduced = [&](int p) -> Status {
+    LS_CUDA_CHECK(cudaStreamWaitEvent(stream_, reduced_[p], 0));
+    return Status::ok();
+  };
+  for (int32_t layer = range_.begin; layer < range_.end; ++layer) {
+    for (int p = 0; p < 2; ++p) {
+      if (layer > range_.begin) LS_RETURN_IF_ERROR(reduced(p));
+      LS_RETURN_IF_ERROR(
+          backend_->attention_block(part[p], layer, kv_, acts[p], splits[p], stream_));
+      LS_RETURN_IF_ERROR(reduce(p));
+    }
+    for (int p = 0; p < 2; ++p) {
+      LS_RETURN_IF_ERROR(reduced(p));
+      LS_RETURN_IF_ERROR(backend_->ffn_block(part[p], layer, kv_, acts[p], stream_));
+      LS_RETURN_IF_ERROR(reduce(p));
+    }
+  }
+  LS_RETURN_IF_ERROR(reduced(0));
+  return reduced(1);
 }
 
 // Flash-decoding splits: enough (tile, KV head, split) blocks to fill the GPU twice, each split
@@ -302,8 +389,10 @@ Status CudaExecutor::run_piece(const Batch& piece, float* logits, const StageInp
   const int32_t tile_rows =
       std::max<int32_t>(1, cuda::kMaxAttentionQueries / static_cast<int32_t>(c.group_size()));
   if (op_timer_) LS_RETURN_IF_ERROR(op_timer_->begin(n, stream_));
-  LS_ASSIGN_OR_RETURN(const DeviceBatch b, staging_->stage(piece, padded, options_.kv_block_size,
-                                                           plan_.kv_blocks, tile_rows, stream_));
+  const int32_t split_row = overlap_split_row(piece, decode_shape);
+  LS_ASSIGN_OR_RETURN(const DeviceBatch b,
+                      staging_->stage(piece, padded, options_.kv_block_size, plan_.kv_blocks,
+                                      tile_rows, stream_, split_row));
   if (op_timer_) LS_RETURN_IF_ERROR(op_timer_->mark("stage", stream_));
   const bool sample = has_head() && !sampling.empty();
   cuda::DeviceSampling drawn;
@@ -347,13 +436,17 @@ Status CudaExecutor::run_piece(const Batch& piece, float* logits, const StageInp
     }
     return Status::ok();
   };
+  if (split_row > 0) {
+    LS_RETURN_IF_ERROR(run_overlapped(piece, b));
+  } else if (!graph) {
+    LS_RETURN_IF_ERROR(run_eager(b, n_splits));
+  }
   if (!has_head()) {
-    LS_RETURN_IF_ERROR(graph ? run_graph(b, n_splits) : run_eager(b, n_splits));
+    if (graph) LS_RETURN_IF_ERROR(run_graph(b, n_splits));
   } else if (graph) {
     LS_RETURN_IF_ERROR(run_graph(b, n_splits));
     if (n_logits > 0) LS_RETURN_IF_ERROR(emit(0, n_logits));
   } else {
-    LS_RETURN_IF_ERROR(run_eager(b, n_splits));
     for (int32_t first = 0; first < n_logits;
          first += static_cast<int32_t>(limits_.max_logit_rows)) {
       const int32_t count =

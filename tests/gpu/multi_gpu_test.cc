@@ -268,6 +268,53 @@ TEST_F(MultiGpuTest, TensorParallelF16MatchesOneGpu) {
   expect_same_as_single(model, small("0,1", 2, 1), 2e-3);
 }
 
+// Prompt passes of 256 rows or more run on each tensor-parallel rank in two halves, one half's
+// all-reduce overlapping the other's products: the same logits as with the halves off and as
+// one GPU, for one long prompt (an odd row count), two prompts split across the halves, a chunk
+// after cached positions, and the decode steps that follow (whole passes again); F16 and Q8_0.
+TEST_F(MultiGpuTest, TensorParallelPromptHalvesMatchOneGpu) {
+  for (const auto& [model, tolerance] :
+       {std::pair{load(source_dir() / "tests" / "fixtures" / "reference" / "tiny-llama-f16.gguf"),
+                  2e-3},
+        std::pair{tiny_q8_0(), 2.5e-2}}) {
+    ASSERT_NE(model, nullptr);
+    const int64_t n_vocab = model->config.n_vocab;
+    auto make_tp = [&](int tp, bool overlap) {
+      CudaExecutorOptions base;
+      base.kv_capacity_tokens = 3 * 32 * 16;
+      base.max_batch_tokens = 512;
+      base.max_seqs = 16;
+      base.max_context_tokens = 512;
+      base.overlap_all_reduce = overlap;
+      MultiGpuOptions multi;
+      multi.devices = tp == 2 ? std::vector<int>{0, 1} : std::vector<int>{0};
+      multi.tensor_parallel = tp;
+      auto executor = tp == 2 ? create_multi_gpu_executor(model, base, multi)
+                              : create_cuda_executor(model, base);
+      EXPECT_TRUE(executor.is_ok()) << executor.status().to_string();
+      return executor.is_ok() ? std::move(executor).value() : nullptr;
+    };
+    auto single = make_tp(1, false);
+    auto halves = make_tp(2, true);
+    auto whole = make_tp(2, false);
+    ASSERT_TRUE(single && halves && whole);
+    const std::vector<Batch> passes = {
+        build({{0, tokens(301, n_vocab, 1), 0}}, 1),
+        build({{0, {6}, 301}, {1, tokens(140, n_vocab, 2), 0}, {2, tokens(200, n_vocab, 3), 0}}, 3),
+        build(
+            {{0, tokens(180, n_vocab, 4), 302}, {1, tokens(100, n_vocab, 5), 140}, {2, {10}, 200}},
+            3),
+        build({{0, {7}, 482}, {1, {8}, 240}, {2, {9}, 201}}, 3)};
+    for (size_t i = 0; i < passes.size(); ++i) {
+      const auto want = run(*single, passes[i]);
+      const auto got = run(*halves, passes[i]);
+      EXPECT_LE(max_rel_error(got, want, n_vocab), tolerance) << "pass " << i;
+      // The same shards and sums, only the rows' order of work differs.
+      EXPECT_LE(max_rel_error(got, run(*whole, passes[i]), n_vocab), 1e-4) << "pass " << i;
+    }
+  }
+}
+
 TEST_F(MultiGpuTest, TensorParallelThroughThePeerKernelMatchesOneGpu) {
   auto model = load(source_dir() / "tests" / "fixtures" / "reference" / "tiny-llama-f16.gguf");
   ASSERT_NE(model, nullptr);

@@ -94,6 +94,15 @@ Status CudaBackend::project(std::initializer_list<Projection> projections, const
 
 Status CudaBackend::run_layer(const DeviceBatch& b, int32_t layer, const CudaKvCache& kv,
                               CudaActivations& act, int32_t n_splits, cudaStream_t stream) const {
+  LS_RETURN_IF_ERROR(attention_block(b, layer, kv, act, n_splits, stream));
+  LS_RETURN_IF_ERROR(reduce_hidden(b.n_tokens, act, stream));
+  LS_RETURN_IF_ERROR(ffn_block(b, layer, kv, act, stream));
+  return reduce_hidden(b.n_tokens, act, stream);
+}
+
+Status CudaBackend::attention_block(const DeviceBatch& b, int32_t layer, const CudaKvCache& kv,
+                                    CudaActivations& act, int32_t n_splits,
+                                    cudaStream_t stream) const {
   const ModelConfig& c = config_;
   const CudaLayerWeights& w = weights_.layers[static_cast<size_t>(layer - kv.first_layer)];
   const int64_t n = b.n_tokens;
@@ -177,10 +186,25 @@ Status CudaBackend::run_layer(const DeviceBatch& b, int32_t layer, const CudaKvC
   const bool add_residual = options_.primary_rank;
   LS_RETURN_IF_ERROR(project({{&w.wo, act.hidden, act.embd_stride, nullptr, add_residual}},
                              act.attn, act.q_stride, n, wo_q8, act, stream));
-  LS_RETURN_IF_ERROR(timed("o-proj", stream));
-  LS_RETURN_IF_ERROR(reduce_hidden(n, act, stream));
+  return timed("o-proj", stream);
+}
+
+Status CudaBackend::ffn_block(const DeviceBatch& b, int32_t layer, const CudaKvCache& kv,
+                              CudaActivations& act, cudaStream_t stream) const {
+  const ModelConfig& c = config_;
+  const CudaLayerWeights& w = weights_.layers[static_cast<size_t>(layer - kv.first_layer)];
+  const int64_t n = b.n_tokens;
+  const bool add_residual = options_.primary_rank;
 
   // Feed-forward block: hidden += w_down · (silu(w_gate · x) * (w_up · x)), x = norm(hidden)
+  RmsNormArgs norm;
+  norm.x = act.hidden;
+  norm.x_stride = act.embd_stride;
+  norm.y = act.normed;
+  norm.y_stride = act.embd_stride;
+  norm.n_rows = n;
+  norm.n = c.n_embd;
+  norm.eps = c.norm_eps;
   norm.weight = w.ffn_norm;
   const bool ffn_q8 = wants_q8(n, {&w.w_gate, &w.w_up});
   norm.yq = ffn_q8 ? act.q8 : Q8Rows{};
@@ -195,8 +219,7 @@ Status CudaBackend::run_layer(const DeviceBatch& b, int32_t layer, const CudaKvC
   LS_RETURN_IF_ERROR(timed("silu", stream));
   LS_RETURN_IF_ERROR(project({{&w.w_down, act.hidden, act.embd_stride, nullptr, add_residual}},
                              act.gate, act.ff_stride, n, down_q8, act, stream));
-  LS_RETURN_IF_ERROR(timed("down", stream));
-  return reduce_hidden(n, act, stream);
+  return timed("down", stream);
 }
 
 Status CudaBackend::reduce_hidden(int64_t n_rows, CudaActivations& act, cudaStream_t stream) const {
@@ -216,21 +239,23 @@ Status CudaBackend::forward(const DeviceBatch& b, const LayerRange& range, const
                       range.begin, range.end, weights_.layers.size(), kv.first_layer,
                       kv.first_layer + kv.n_layers);
   }
-  if (range.embeddings) {
-    DequantArgs embed;
-    embed.w = weights_.token_embd;
-    embed.row_ids = b.tokens;
-    embed.n_rows = b.n_tokens;
-    embed.out_type = DequantOut::kF32;
-    embed.dst = act.hidden;
-    embed.dst_stride = act.embd_stride;
-    LS_RETURN_IF_ERROR(dequantize_rows(embed, stream));
-    LS_RETURN_IF_ERROR(timed("embed", stream));
-  }
+  if (range.embeddings) LS_RETURN_IF_ERROR(embed(b, act, stream));
   for (int32_t layer = range.begin; layer < range.end; ++layer) {
     LS_RETURN_IF_ERROR(run_layer(b, layer, kv, act, n_splits, stream));
   }
   return Status::ok();
+}
+
+Status CudaBackend::embed(const DeviceBatch& b, CudaActivations& act, cudaStream_t stream) const {
+  DequantArgs embed;
+  embed.w = weights_.token_embd;
+  embed.row_ids = b.tokens;
+  embed.n_rows = b.n_tokens;
+  embed.out_type = DequantOut::kF32;
+  embed.dst = act.hidden;
+  embed.dst_stride = act.embd_stride;
+  LS_RETURN_IF_ERROR(dequantize_rows(embed, stream));
+  return timed("embed", stream);
 }
 
 Status CudaBackend::head(const DeviceBatch& b, int32_t first, int32_t count, CudaActivations& act,

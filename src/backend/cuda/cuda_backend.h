@@ -57,6 +57,18 @@ class CudaBackend {
   Status forward(const DeviceBatch& batch, const LayerRange& range, const CudaKvCache& kv,
                  CudaActivations& act, int32_t n_splits, cudaStream_t stream) const;
 
+  // The pieces of forward(), for executors that interleave several row ranges of one pass
+  // (tensor-parallel prompts overlapping one range's all-reduce with another's products):
+  // the embeddings of the batch's tokens into act.hidden; a layer's attention block (norm,
+  // Q/K/V, RoPE and KV write, attention, output projection added to act.hidden) and its FFN
+  // block (norm, gate/up, SwiGLU, down projection added to act.hidden), each without the
+  // all-reduce that follows it under tensor parallelism (options().all_reduce, the caller's).
+  Status embed(const DeviceBatch& batch, CudaActivations& act, cudaStream_t stream) const;
+  Status attention_block(const DeviceBatch& batch, int32_t layer, const CudaKvCache& kv,
+                         CudaActivations& act, int32_t n_splits, cudaStream_t stream) const;
+  Status ffn_block(const DeviceBatch& batch, int32_t layer, const CudaKvCache& kv,
+                   CudaActivations& act, cudaStream_t stream) const;
+
   // Final norm and output projection of logit rows [first, first + count) of the batch into
   // act.logits (row stride act.vocab_stride). PRECONDITION: count <= max_logit_rows.
   Status head(const DeviceBatch& batch, int32_t first, int32_t count, CudaActivations& act,

@@ -118,6 +118,19 @@ Result<CudaKvCache> CudaKvCache::allocate(DevicePool& pool, const ModelConfig& c
   return kv;
 }
 
+CudaActivations CudaActivations::rows_from(int64_t first_row) const {
+  CudaActivations v = *this;
+  v.hidden += first_row * embd_stride;
+  v.normed += first_row * embd_stride;
+  v.q += first_row * q_stride;
+  v.k += first_row * kv_stride;
+  v.v += first_row * kv_stride;
+  v.attn += first_row * q_stride;
+  v.gate += first_row * ff_stride;
+  v.up += first_row * ff_stride;
+  return v;
+}
+
 uint64_t CudaKvCache::layer_bytes() const {
   return static_cast<uint64_t>(n_blocks) * block_size * static_cast<uint64_t>(kv_dim) * 2;
 }
@@ -161,9 +174,28 @@ Status check_context_width(const Batch& batch, int32_t block_size, int32_t max_b
   return Status::ok();
 }
 
+DeviceBatch split_part(const DeviceBatch& batch, int part) {
+  DeviceBatch d = batch;
+  d.n_logit_rows = 0;
+  d.split_row = 0;
+  d.split_tiles = 0;
+  if (part == 0) {
+    d.n_tokens = batch.split_row;
+    d.n_tiles = batch.split_tiles;
+  } else {
+    d.tokens += batch.split_row;
+    d.positions += batch.split_row;
+    d.seq_index += batch.split_row;
+    d.tiles += batch.split_tiles;
+    d.n_tokens = batch.n_tokens - batch.split_row;
+    d.n_tiles = batch.n_tiles - batch.split_tiles;
+  }
+  return d;
+}
+
 Result<DeviceBatch> BatchStaging::stage(const Batch& batch, int32_t padded_tokens,
                                         int32_t block_size, int32_t scratch_block,
-                                        int32_t tile_rows, cudaStream_t stream) {
+                                        int32_t tile_rows, cudaStream_t stream, int32_t split_row) {
   const int32_t n = batch.n_tokens();
   const int32_t n_seqs = batch.n_seqs();
   const int64_t t_max = limits_.max_tokens;
@@ -196,14 +228,17 @@ Result<DeviceBatch> BatchStaging::stage(const Batch& batch, int32_t padded_token
   for (int32_t row : batch.logit_rows) logit_rows[n_logit_rows++] = row;
   for (int32_t r = n; r < padded_tokens; ++r) logit_rows[n_logit_rows++] = r;
 
-  int32_t n_tiles = 0, max_tile_rows = 1;
+  if (split_row < 0 || split_row >= padded_tokens) split_row = 0;
+  int32_t n_tiles = 0, max_tile_rows = 1, split_tiles = 0;
   for (int32_t r = 0; r < padded_tokens;) {
     int32_t len = 1;
-    while (r + len < padded_tokens && len < tile_rows && seq_index[r + len] == seq_index[r] &&
-           positions[r + len] == positions[r + len - 1] + 1) {
+    while (r + len < padded_tokens && r + len != split_row && len < tile_rows &&
+           seq_index[r + len] == seq_index[r] && positions[r + len] == positions[r + len - 1] + 1) {
       ++len;
     }
-    tiles[n_tiles++] = {r, len};
+    const bool after_split = split_row > 0 && r >= split_row;
+    tiles[n_tiles++] = {after_split ? r - split_row : r, len};
+    if (split_row > 0 && !after_split) ++split_tiles;
     max_tile_rows = std::max(max_tile_rows, len);
     r += len;
   }
@@ -240,6 +275,8 @@ Result<DeviceBatch> BatchStaging::stage(const Batch& batch, int32_t padded_token
   d.n_logit_rows = n_logit_rows;
   d.n_tiles = n_tiles;
   d.max_tile_rows = max_tile_rows;
+  d.split_row = split_row;
+  d.split_tiles = split_tiles;
   return d;
 }
 

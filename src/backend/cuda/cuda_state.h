@@ -55,6 +55,12 @@ struct CudaActivations {
   static uint64_t bytes(const ModelConfig& config, const CudaLimits& limits);
   static Result<CudaActivations> allocate(DevicePool& pool, const ModelConfig& config,
                                           const CudaLimits& limits);
+
+  // The same buffers from batch row `first_row` on (hidden, normed, q, k, v, attn, gate, up),
+  // for running a range of a pass's rows by itself. The other buffers are shared: the q8 rows
+  // (the range must run its products as GEMMs), the GEMM workspace, the attention partials and
+  // the head's rows, so ranges that use them run one after the other on one stream.
+  CudaActivations rows_from(int64_t first_row) const;
 };
 
 // K and V of layers [first_layer, first_layer + n_layers), each
@@ -91,7 +97,17 @@ struct DeviceBatch {
   int32_t n_logit_rows = 0;
   int32_t n_tiles = 0;
   int32_t max_tile_rows = 1;
+  // Staged with a split row (BatchStaging::stage): no tile spans it, the first split_tiles
+  // tiles cover the rows before it, and the others count their rows from it, so that
+  // split_part() can run each side by itself. The whole batch's tiles are then not for
+  // attention over all its rows.
+  int32_t split_row = 0;
+  int32_t split_tiles = 0;
 };
+
+// Rows [0, split_row) (part 0) or [split_row, n_tokens) (part 1) of a batch staged with a split
+// row, as a batch of their own without logit rows. PRECONDITION: batch.split_row > 0.
+DeviceBatch split_part(const DeviceBatch& batch, int part);
 
 // Sampling parameters of a pass's logit rows on the device, and where their tokens go: the
 // sampling kernel writes `tokens` (device), which are copied back to `host_tokens` (pinned).
@@ -117,10 +133,12 @@ class BatchStaging {
   // Stages `batch` (validated; n_tokens <= max_tokens, n_seqs <= max_seqs), padded to
   // `padded_tokens` rows: padding rows are token 0 at position 0 of an extra sequence whose
   // blocks are all `scratch_block`, and they also get logit rows. Attention tiles group
-  // consecutive rows of one sequence with consecutive positions, at most tile_rows each.
+  // consecutive rows of one sequence with consecutive positions, at most tile_rows each; with
+  // split_row in (0, padded_tokens), none spans it (see DeviceBatch::split_row).
   // The copy is queued on `stream`; the host buffer may be reused after the stream passes it.
   Result<DeviceBatch> stage(const Batch& batch, int32_t padded_tokens, int32_t block_size,
-                            int32_t scratch_block, int32_t tile_rows, cudaStream_t stream);
+                            int32_t scratch_block, int32_t tile_rows, cudaStream_t stream,
+                            int32_t split_row = 0);
   // Stages one RowSampling per logit row (at most max_tokens), queued on `stream` like stage().
   Result<DeviceSampling> stage_sampling(std::span<const RowSampling> rows, cudaStream_t stream);
 
