@@ -118,6 +118,9 @@ Result<std::shared_ptr<server::ServedModel>> load_served_model(const ServerOptio
   executor_options.kv_capacity_tokens =
       options.kv_cache_tokens > 0 ? options.kv_cache_tokens : context * options.max_running;
   executor_options.max_context_tokens = context;
+  // A decode step of max-running sequences, and the padding sequence the CUDA executor adds to
+  // decode steps it replays as graphs.
+  executor_options.max_seqs = std::max(256, options.max_running + 1);
   // --tp-rank 0: one replica, rank 0 of a group of processes.
   std::vector<ExecutorOptions> replica_executor_options = {executor_options};
   if (options.tp_rank < 0) {

@@ -86,6 +86,12 @@ class CudaExecutor final : public Executor, public CudaPart {
     return {act_.hidden, options_.device, act_.embd_stride, rows};
   }
   Status check_batch(const Batch& batch) const override {
+    // Pieces carry every sequence of the batch: its count is each piece's.
+    if (batch.n_seqs() > limits_.max_seqs) {
+      return make_error(StatusCode::kInvalidArgument,
+                        "batch of {} sequences; the CUDA executor was sized for {} per pass",
+                        batch.n_seqs(), limits_.max_seqs);
+    }
     return cuda::check_context_width(batch, options_.kv_block_size, limits_.max_blocks_per_seq);
   }
 

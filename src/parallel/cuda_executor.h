@@ -94,7 +94,8 @@ class CudaPart {
                            std::span<int32_t> tokens = {}) = 0;
   virtual StageInput output(int32_t rows) const = 0;
   // What this part's limits refuse of a whole batch before anything runs (a sequence longer
-  // than max_context_tokens: kOutOfRange), for executors of several parts to check up front.
+  // than max_context_tokens: kOutOfRange; more sequences than max_seqs: kInvalidArgument), for
+  // executors of several parts to check up front.
   virtual Status check_batch(const Batch& batch) const = 0;
 };
 

@@ -542,6 +542,17 @@ TEST_F(CudaExecutorTest, RefusesMalformedBatches) {
   too_long.logit_rows = {0};
   const Status s = ex->forward(too_long, logits);
   EXPECT_EQ(s.code(), StatusCode::kOutOfRange) << s.to_string();
+  // More sequences than max_seqs (16) in one pass.
+  std::vector<Piece> rows;
+  std::vector<std::vector<int32_t>> tables;
+  for (int32_t q = 0; q < 17; ++q) {
+    rows.push_back({q, {1}, 0});
+    tables.push_back({q});
+  }
+  Batch crowded = build(rows, tables, std::vector<int32_t>(17, 1));
+  std::vector<float> crowded_logits(17 * model->config.n_vocab);
+  const Status many = ex->forward(crowded, crowded_logits);
+  EXPECT_EQ(many.code(), StatusCode::kInvalidArgument) << many.to_string();
   // The executor still works after refusing.
   Batch fine = single_sequence({1, 2, 3}, 0);
   EXPECT_TRUE(ex->forward(fine, logits).is_ok());
