@@ -108,18 +108,8 @@ Status CudaBackend::attention_block(const DeviceBatch& b, int32_t layer, const C
   const int64_t n = b.n_tokens;
 
   // Attention block: hidden += wo · attention(rope(wq · norm(hidden)), ...)
-  RmsNormArgs norm;
-  norm.x = act.hidden;
-  norm.x_stride = act.embd_stride;
-  norm.weight = w.attn_norm;
-  norm.y = act.normed;
-  norm.y_stride = act.embd_stride;
-  norm.n_rows = n;
-  norm.n = c.n_embd;
-  norm.eps = c.norm_eps;
   const bool qkv_q8 = wants_q8(n, {&w.wq, &w.wk, &w.wv});
-  norm.yq = qkv_q8 ? act.q8 : Q8Rows{};
-  LS_RETURN_IF_ERROR(rmsnorm(norm, stream));
+  LS_RETURN_IF_ERROR(norm_hidden(w.attn_norm, n, qkv_q8, act, stream));
   LS_RETURN_IF_ERROR(project({{&w.wq, act.q, act.q_stride, w.bq, false},
                               {&w.wk, act.k, act.kv_stride, w.bk, false},
                               {&w.wv, act.v, act.kv_stride, w.bv, false}},
@@ -197,18 +187,8 @@ Status CudaBackend::ffn_block(const DeviceBatch& b, int32_t layer, const CudaKvC
   const bool add_residual = options_.primary_rank;
 
   // Feed-forward block: hidden += w_down · (silu(w_gate · x) * (w_up · x)), x = norm(hidden)
-  RmsNormArgs norm;
-  norm.x = act.hidden;
-  norm.x_stride = act.embd_stride;
-  norm.y = act.normed;
-  norm.y_stride = act.embd_stride;
-  norm.n_rows = n;
-  norm.n = c.n_embd;
-  norm.eps = c.norm_eps;
-  norm.weight = w.ffn_norm;
   const bool ffn_q8 = wants_q8(n, {&w.w_gate, &w.w_up});
-  norm.yq = ffn_q8 ? act.q8 : Q8Rows{};
-  LS_RETURN_IF_ERROR(rmsnorm(norm, stream));
+  LS_RETURN_IF_ERROR(norm_hidden(w.ffn_norm, n, ffn_q8, act, stream));
   LS_RETURN_IF_ERROR(project({{&w.w_gate, act.gate, act.ff_stride, nullptr, false},
                               {&w.w_up, act.up, act.ff_stride, nullptr, false}},
                              act.normed, act.embd_stride, n, ffn_q8, act, stream));
@@ -244,6 +224,21 @@ Status CudaBackend::forward(const DeviceBatch& b, const LayerRange& range, const
     LS_RETURN_IF_ERROR(run_layer(b, layer, kv, act, n_splits, stream));
   }
   return Status::ok();
+}
+
+Status CudaBackend::norm_hidden(const float* weight, int64_t n_rows, bool q8, CudaActivations& act,
+                                cudaStream_t stream) const {
+  RmsNormArgs norm;
+  norm.x = act.hidden;
+  norm.x_stride = act.embd_stride;
+  norm.weight = weight;
+  norm.y = act.normed;
+  norm.y_stride = act.embd_stride;
+  norm.n_rows = n_rows;
+  norm.n = config_.n_embd;
+  norm.eps = config_.norm_eps;
+  norm.yq = q8 ? act.q8 : Q8Rows{};
+  return rmsnorm(norm, stream);
 }
 
 Status CudaBackend::embed(const DeviceBatch& b, CudaActivations& act, cudaStream_t stream) const {

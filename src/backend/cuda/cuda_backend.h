@@ -102,6 +102,10 @@ class CudaBackend {
 
   // Tensor parallelism: sums the rows of act.hidden over the ranks (no-op for one rank).
   Status reduce_hidden(int64_t n_rows, CudaActivations& act, cudaStream_t stream) const;
+  // act.normed = rmsnorm(act.hidden) with `weight` over n_rows rows, also as 8-bit blocks in
+  // act.q8 when `q8` (the next products run as integer matvecs).
+  Status norm_hidden(const float* weight, int64_t n_rows, bool q8, CudaActivations& act,
+                     cudaStream_t stream) const;
 
   ModelConfig config_;
   CudaWeights weights_;
