@@ -250,6 +250,7 @@ Status CudaExecutor::init(int32_t kv_blocks) {
   backend_options.float_gemm_min_rows = options_.float_gemm_min_rows;
   backend_options.all_reduce = options_.all_reduce;
   backend_options.primary_rank = options_.primary_rank;
+  backend_options.peer_reduce = options_.peer_reduce;
   if (op_times_requested()) {
     op_timer_ = std::make_unique<cuda::OpTimer>(options_.device);
     options_.cuda_graphs = false;  // events between the operations of eager passes

@@ -13,6 +13,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "backend/cuda/peer_all_reduce.h"
 #include "backend/layer_range.h"
 #include "core/status.h"
 #include "model/weights.h"
@@ -45,6 +46,10 @@ struct CudaExecutorOptions {
   // residual and computes logits.
   RankAllReduceFn all_reduce;
   bool primary_rank = true;
+  // With all_reduce, on devices with peer access: this rank's handles of the group's fused
+  // reductions (decode passes sum their output projections without a separate all-reduce;
+  // cuda_backend.h). Every rank of a group has them, or none.
+  cuda::PeerReduceView peer_reduce;
   // A tensor-parallel rank runs prompt passes of at least 256 rows in two halves, each half's
   // all-reduce on a second, high-priority stream while the other half computes. Every rank of
   // a group must agree (the NCCL calls differ). Off by default: on two H200s with the 7B shape

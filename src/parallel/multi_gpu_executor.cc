@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/matvec.h"
 #include "backend/cuda/peer_access.h"
 #include "backend/cuda/peer_all_reduce.h"
 #include "parallel/batch_pieces.h"
@@ -29,10 +30,22 @@
 namespace llamaserve {
 namespace {
 
-// With LLAMASERVE_TP_ALLREDUCE=peer: up to 8 rows of a 4096-wide hidden state (decode steps
-// of small batches, where latency rules) through the peer-to-peer kernel; larger all-reduces
-// are bandwidth-bound and NCCL's.
-constexpr size_t kPeerAllReduceFloats = 32768;
+// How a tensor-parallel stage sums its ranks' partials (LLAMASERVE_TP_ALLREDUCE).
+enum class TpSums {
+  kFused,  // decode passes (matvec products) through fused peer-to-peer reductions, the rest NCCL
+  kPeer,   // tensors of up to the peer group's capacity through the one-kernel peer all-reduce
+  kNccl,   // NCCL only
+};
+
+Result<TpSums> tp_sums_from_env() {
+  const char* mode = std::getenv("LLAMASERVE_TP_ALLREDUCE");
+  const std::string_view m = mode != nullptr ? mode : "fused";
+  if (m == "fused") return TpSums::kFused;
+  if (m == "peer") return TpSums::kPeer;
+  if (m == "nccl") return TpSums::kNccl;
+  return make_error(StatusCode::kInvalidArgument,
+                    "LLAMASERVE_TP_ALLREDUCE={}: expected fused, peer or nccl", m);
+}
 
 using PartSpec = std::pair<std::shared_ptr<const LoadedModel>, CudaExecutorOptions>;
 
@@ -70,10 +83,11 @@ std::string join_described(const std::vector<std::unique_ptr<CudaPart>>& parts,
 class Stage {
  public:
   Stage(std::vector<int> devices, std::vector<ncclComm_t> comms,
-        std::unique_ptr<cuda::PeerAllReduce> peer_all_reduce)
+        std::unique_ptr<cuda::PeerAllReduce> peer_all_reduce, TpSums sums)
       : devices_(std::move(devices)),
         comms_(std::move(comms)),
-        peer_all_reduce_(std::move(peer_all_reduce)) {}
+        peer_all_reduce_(std::move(peer_all_reduce)),
+        sums_(sums) {}
   Stage(const Stage&) = delete;
   Stage& operator=(const Stage&) = delete;
 
@@ -92,9 +106,10 @@ class Stage {
     }
   }
 
-  // Small tensors (decode rows) through the peer-to-peer kernel, the rest through NCCL.
+  // With TpSums::kPeer small tensors (decode rows) through the peer-to-peer kernel; the rest
+  // (and everything otherwise) through NCCL.
   Status all_reduce(int rank, float* data, size_t count, cudaStream_t stream) const {
-    if (peer_all_reduce_ && count <= peer_all_reduce_->capacity()) {
+    if (sums_ == TpSums::kPeer && peer_all_reduce_ && count <= peer_all_reduce_->capacity()) {
       return peer_all_reduce_->run(rank, data, count, stream);
     }
     return nccl_all_reduce_sum(comms_[static_cast<size_t>(rank)], data, count, stream);
@@ -108,17 +123,26 @@ class Stage {
     for (size_t r = 0; r < ranks_.size(); ++r) workers_.emplace_back([this, r] { work(r); });
   }
 
+  // Rank r's handles of fused reductions (inactive unless TpSums::kFused found peer access).
+  cuda::PeerReduceView peer_reduce(int rank) const {
+    return sums_ == TpSums::kFused && peer_all_reduce_ ? peer_all_reduce_->view(rank)
+                                                        : cuda::PeerReduceView{};
+  }
+
   const std::vector<std::unique_ptr<CudaPart>>& ranks() const { return ranks_; }
   bool aborted() const { return aborted_; }
   // The rows the next stage reads: the primary rank's hidden state.
   StageInput output(int32_t rows) const { return ranks_.front()->output(rows); }
 
   std::string describe_all_reduce() const {
-    return fmt::format("all-reduce: {}NCCL {}",
-                       peer_all_reduce_ ? fmt::format("peer-to-peer up to {} floats, then ",
-                                                      peer_all_reduce_->capacity())
-                                        : std::string(),
-                       NCCL_VERSION_CODE);
+    std::string peer;
+    if (peer_all_reduce_ && sums_ == TpSums::kFused) {
+      peer = fmt::format("fused into the decode products up to {} floats, else ",
+                         peer_all_reduce_->capacity());
+    } else if (peer_all_reduce_) {
+      peer = fmt::format("peer-to-peer up to {} floats, then ", peer_all_reduce_->capacity());
+    }
+    return fmt::format("all-reduce: {}NCCL {}", peer, NCCL_VERSION_CODE);
   }
 
   // Every rank runs `piece` (input rows from `input` unless null; logits from the primary rank
@@ -138,7 +162,8 @@ class Stage {
     done_.wait(lock, [&] { return pending_ == 0 || failed_; });
     if (failed_ && pending_ > 0) {
       // A rank failed while the others may wait in a collective that will never complete:
-      // abort the communicator so that they return, then wait for them.
+      // abort the communicator (and the peer reductions) so that they return, then wait.
+      if (peer_all_reduce_) peer_all_reduce_->abort();
       for (ncclComm_t comm : comms_) ncclCommAbort(comm);
       aborted_ = true;
       done_.wait(lock, [&] { return pending_ == 0; });
@@ -185,6 +210,7 @@ class Stage {
   std::vector<int> devices_;
   std::vector<ncclComm_t> comms_;  // empty for a single rank
   std::unique_ptr<cuda::PeerAllReduce> peer_all_reduce_;
+  TpSums sums_;
   std::vector<std::unique_ptr<CudaPart>> ranks_;
   std::vector<std::thread> workers_;
   std::mutex mutex_;
@@ -364,21 +390,21 @@ class MultiGpuExecutor final : public Executor {
   std::unique_ptr<StagePipeline> pipeline_;  // with micro-batching; its threads end first
 };
 
-// One stage's communicator (and, with LLAMASERVE_TP_ALLREDUCE=peer, its peer-to-peer
-// all-reduce); a stage of one rank needs neither.
-Result<std::unique_ptr<Stage>> create_stage(std::vector<int> devices) {
+// One stage's communicator and, unless LLAMASERVE_TP_ALLREDUCE=nccl, its peer-to-peer group
+// (room for kMaxMatvecRows rows of n_embd floats: the decode passes); a stage of one rank needs
+// neither.
+Result<std::unique_ptr<Stage>> create_stage(std::vector<int> devices, int64_t n_embd) {
   const int n = static_cast<int>(devices.size());
-  if (n == 1)
-    return std::make_unique<Stage>(std::move(devices), std::vector<ncclComm_t>(), nullptr);
+  LS_ASSIGN_OR_RETURN(const TpSums sums, tp_sums_from_env());
+  if (n == 1) {
+    return std::make_unique<Stage>(std::move(devices), std::vector<ncclComm_t>(), nullptr, sums);
+  }
   std::vector<ncclComm_t> comms(static_cast<size_t>(n));
   LS_NCCL_CHECK(ncclCommInitAll(comms.data(), n, devices.data()));
-  // LLAMASERVE_TP_ALLREDUCE=peer sends the small all-reduces through the peer-to-peer kernel.
-  // Not the default: on the H200 pair it measured no faster than NCCL (bench/results,
-  // 2026-11-29-h200x2-7b-f16-tp-pp.md).
   std::unique_ptr<cuda::PeerAllReduce> peer;
-  const char* mode = std::getenv("LLAMASERVE_TP_ALLREDUCE");
-  if (mode != nullptr && std::string_view(mode) == "peer") {
-    auto group = cuda::PeerAllReduce::create(devices, kPeerAllReduceFloats);
+  if (sums != TpSums::kNccl) {
+    const size_t capacity = static_cast<size_t>(cuda::kMaxMatvecRows * ((n_embd + 3) / 4 * 4));
+    auto group = cuda::PeerAllReduce::create(devices, capacity);
     if (group.is_ok()) {
       peer = std::move(group).value();
     } else {
@@ -386,7 +412,7 @@ Result<std::unique_ptr<Stage>> create_stage(std::vector<int> devices) {
                    group.status().to_string());
     }
   }
-  return std::make_unique<Stage>(std::move(devices), std::move(comms), std::move(peer));
+  return std::make_unique<Stage>(std::move(devices), std::move(comms), std::move(peer), sums);
 }
 
 // "cuda:0 -> cuda:1 peer-to-peer" per copy between stages, enabling access where possible.
@@ -510,7 +536,7 @@ Result<std::unique_ptr<Executor>> create_multi_gpu_executor(
 
   std::vector<std::unique_ptr<Stage>> stages;
   for (int s = 0; s < pp; ++s) {
-    auto stage = create_stage(layout.stage_devices(s));
+    auto stage = create_stage(layout.stage_devices(s), model->config.n_embd);
     if (!stage.is_ok()) {
       if (pp == 1) return stage.status();
       return stage.status().with_context(
@@ -536,6 +562,7 @@ Result<std::unique_ptr<Executor>> create_multi_gpu_executor(
         part.all_reduce = [owner, r](float* data, size_t count, cudaStream_t stream) {
           return owner->all_reduce(r, data, count, stream);
         };
+        part.peer_reduce = owner->peer_reduce(r);
       }
       // Parts on one device plan before any of them allocates: each gets its share.
       const int sharing = layout.parts_on(part.device);

@@ -17,11 +17,11 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <tuple>
 #include <vector>
 
-#include "backend/cuda/peer_all_reduce.h"
 #include "backend/cuda/sampling.h"
 #include "batch_builders.h"
 #include "engine/engine.h"
@@ -187,76 +187,6 @@ void expect_same_as_single(std::shared_ptr<const LoadedModel> model, const Execu
   expect_same_as_single(std::move(model), std::move(parallel), tolerance);
 }
 
-// The peer-to-peer all-reduce alone: two ranks on their own threads and streams, many calls
-// of changing sizes (the epochs alternate the slots), eager and replayed from CUDA graphs; both
-// ranks get 0 + a + b exactly.
-TEST_F(MultiGpuTest, PeerAllReduceSumsExactlyOnBothRanks) {
-  constexpr size_t kCapacity = 32768;
-  auto group = cuda::PeerAllReduce::create({0, 1}, kCapacity);
-  ASSERT_TRUE(group.is_ok()) << group.status().to_string();
-  std::vector<size_t> sizes;
-  for (int i = 0; i < 60; ++i)
-    sizes.push_back(4 * static_cast<size_t>(1 + (i * 2654435761u) % (kCapacity / 4)));
-  sizes.push_back(kCapacity);
-  std::vector<std::vector<float>> host(2);
-  for (int r = 0; r < 2; ++r) {
-    host[static_cast<size_t>(r)].resize(kCapacity);
-    for (size_t i = 0; i < kCapacity; ++i)
-      host[static_cast<size_t>(r)][i] =
-          static_cast<float>((i * 37 + r * 101) % 1000) * 1e-3f - 0.5f + r;
-  }
-  std::atomic<int> failures{0};
-  auto rank_thread = [&](int r) {
-    cudaSetDevice(r);
-    cudaStream_t stream;
-    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-    float* data = nullptr;
-    cudaMalloc(reinterpret_cast<void**>(&data), kCapacity * sizeof(float));
-    std::vector<float> out(kCapacity);
-    auto check = [&](size_t n) {
-      cudaMemcpyAsync(out.data(), data, n * sizeof(float), cudaMemcpyDeviceToHost, stream);
-      if (cudaStreamSynchronize(stream) != cudaSuccess) {
-        ++failures;
-        return;
-      }
-      for (size_t i = 0; i < n; ++i) {
-        const float want = (0.0f + host[0][i]) + host[1][i];
-        if (out[i] != want) {
-          ++failures;
-          return;
-        }
-      }
-    };
-    for (size_t n : sizes) {
-      cudaMemcpyAsync(data, host[static_cast<size_t>(r)].data(), n * sizeof(float),
-                      cudaMemcpyHostToDevice, stream);
-      if (!(*group)->run(r, data, n, stream).is_ok()) ++failures;
-      check(n);
-    }
-    // Captured once, replayed: the epoch lives in device memory and advances per replay.
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
-    cudaMemcpyAsync(data, host[static_cast<size_t>(r)].data(), 4096 * sizeof(float),
-                    cudaMemcpyHostToDevice, stream);
-    if (!(*group)->run(r, data, 4096, stream).is_ok()) ++failures;
-    cudaStreamEndCapture(stream, &graph);
-    cudaGraphInstantiate(&exec, graph, 0);
-    for (int i = 0; i < 20; ++i) {
-      cudaGraphLaunch(exec, stream);
-      check(4096);
-    }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    cudaFree(data);
-    cudaStreamDestroy(stream);
-  };
-  std::thread a(rank_thread, 0), b(rank_thread, 1);
-  a.join();
-  b.join();
-  EXPECT_EQ(failures.load(), 0);
-}
-
 // Tolerances: the residual stream is summed in another order (residual + p0 + p1 instead of
 // residual + p), float rounding that the next layers carry on. Measured on the H200s: F16
 // 1.04e-3; Q8_0 1.2e-2, where an element that lands on the other side of an 8-bit rounding
@@ -315,12 +245,32 @@ TEST_F(MultiGpuTest, TensorParallelPromptHalvesMatchOneGpu) {
   }
 }
 
-TEST_F(MultiGpuTest, TensorParallelThroughThePeerKernelMatchesOneGpu) {
+// Each way of summing the ranks' partials (LLAMASERVE_TP_ALLREDUCE): fused into the decode
+// matvecs (the default; the prompt passes' GEMMs through NCCL), the one-kernel peer all-reduce
+// for small tensors, NCCL alone. The decode steps of expect_same_as_single have 3 rows: matvecs.
+TEST_F(MultiGpuTest, TensorParallelThroughEachWayOfSummingMatchesOneGpu) {
   auto model = load(source_dir() / "tests" / "fixtures" / "reference" / "tiny-llama-f16.gguf");
   ASSERT_NE(model, nullptr);
-  setenv("LLAMASERVE_TP_ALLREDUCE", "peer", 1);
-  expect_same_as_single(model, small("0,1", 2, 1), 2e-3);
+  for (const char* mode : {"fused", "peer", "nccl"}) {
+    SCOPED_TRACE(mode);
+    setenv("LLAMASERVE_TP_ALLREDUCE", mode, 1);
+    auto parallel = make(model, small("0,1", 2, 1));
+    ASSERT_NE(parallel, nullptr);
+    const std::string described = parallel->describe();
+    EXPECT_EQ(described.find("fused into the decode products") != std::string::npos,
+              std::string_view(mode) == "fused")
+        << described;
+    EXPECT_EQ(described.find("peer-to-peer up to") != std::string::npos,
+              std::string_view(mode) == "peer")
+        << described;
+    expect_same_as_single(model, std::move(parallel), 2e-3);
+  }
+  setenv("LLAMASERVE_TP_ALLREDUCE", "bogus", 1);
+  auto refused = create_executor(model, small("0,1", 2, 1));
   unsetenv("LLAMASERVE_TP_ALLREDUCE");
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("expected fused, peer or nccl"), std::string::npos)
+      << refused.status().to_string();
 }
 
 TEST_F(MultiGpuTest, TensorParallelQ8_0MatchesOneGpu) {

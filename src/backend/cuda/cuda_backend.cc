@@ -51,6 +51,9 @@ Status CudaBackend::project(std::initializer_list<Projection> projections, const
       return make_error(StatusCode::kInternal, "projections of one input differ in width");
     }
     if (uses_gemm(n_rows, *p.w)) {
+      if (p.reduce != nullptr) {
+        return make_error(StatusCode::kInternal, "a fused reduction's partial from a GEMM");
+      }
       LS_RETURN_IF_ERROR(flush());
       GemmArgs g;
       g.w = *p.w;
@@ -88,28 +91,53 @@ Status CudaBackend::project(std::initializer_list<Projection> projections, const
     a.y_stride = p.y_stride;
     a.bias = p.bias;
     a.accumulate = p.accumulate;
+    a.reduce = p.reduce;
+    if (p.reduce != nullptr) LS_RETURN_IF_ERROR(flush());  // alone in its launch
   }
   return flush();
 }
 
+bool CudaBackend::fuses_reduction(int64_t n_rows, const DeviceMatrix& w) const {
+  const PeerReduceView& v = options_.peer_reduce;
+  return v.active() && !uses_gemm(n_rows, w) && n_rows <= kMaxMatvecRows &&
+         n_rows * w.rows <= v.capacity;
+}
+
+Status CudaBackend::output_projection(const DeviceMatrix& w, const float* x, int64_t x_stride,
+                                      int64_t n_rows, bool x_q8_ready, CudaActivations& act,
+                                      cudaStream_t stream, bool* pending) const {
+  if (pending != nullptr && fuses_reduction(n_rows, w)) {
+    LS_RETURN_IF_ERROR(project(
+        {{&w, act.hidden, act.embd_stride, nullptr, false, &options_.peer_reduce}}, x, x_stride,
+        n_rows, x_q8_ready, act, stream));
+    *pending = true;
+    return Status::ok();
+  }
+  // Only the primary rank adds the residual: the sum over the ranks has it once.
+  return project({{&w, act.hidden, act.embd_stride, nullptr, options_.primary_rank}}, x, x_stride,
+                 n_rows, x_q8_ready, act, stream);
+}
+
 Status CudaBackend::run_layer(const DeviceBatch& b, int32_t layer, const CudaKvCache& kv,
-                              CudaActivations& act, int32_t n_splits, cudaStream_t stream) const {
-  LS_RETURN_IF_ERROR(attention_block(b, layer, kv, act, n_splits, stream));
-  LS_RETURN_IF_ERROR(reduce_hidden(b.n_tokens, act, stream));
-  LS_RETURN_IF_ERROR(ffn_block(b, layer, kv, act, stream));
-  return reduce_hidden(b.n_tokens, act, stream);
+                              CudaActivations& act, int32_t n_splits, bool& pending,
+                              cudaStream_t stream) const {
+  LS_RETURN_IF_ERROR(attention_block(b, layer, kv, act, n_splits, stream, &pending));
+  if (!pending) LS_RETURN_IF_ERROR(reduce_hidden(b.n_tokens, act, stream));
+  LS_RETURN_IF_ERROR(ffn_block(b, layer, kv, act, stream, &pending));
+  if (!pending) LS_RETURN_IF_ERROR(reduce_hidden(b.n_tokens, act, stream));
+  return Status::ok();
 }
 
 Status CudaBackend::attention_block(const DeviceBatch& b, int32_t layer, const CudaKvCache& kv,
-                                    CudaActivations& act, int32_t n_splits,
-                                    cudaStream_t stream) const {
+                                    CudaActivations& act, int32_t n_splits, cudaStream_t stream,
+                                    bool* pending) const {
   const ModelConfig& c = config_;
   const CudaLayerWeights& w = weights_.layers[static_cast<size_t>(layer - kv.first_layer)];
   const int64_t n = b.n_tokens;
 
   // Attention block: hidden += wo · attention(rope(wq · norm(hidden)), ...)
   const bool qkv_q8 = wants_q8(n, {&w.wq, &w.wk, &w.wv});
-  LS_RETURN_IF_ERROR(norm_hidden(w.attn_norm, n, qkv_q8, act, stream));
+  LS_RETURN_IF_ERROR(norm_hidden(w.attn_norm, n, qkv_q8, act, stream, pending));
   LS_RETURN_IF_ERROR(project({{&w.wq, act.q, act.q_stride, w.bq, false},
                               {&w.wk, act.k, act.kv_stride, w.bk, false},
                               {&w.wv, act.v, act.kv_stride, w.bv, false}},
@@ -173,22 +201,20 @@ Status CudaBackend::attention_block(const DeviceBatch& b, int32_t layer, const C
   at.out_q = wo_q8 ? act.q8 : Q8Rows{};
   LS_RETURN_IF_ERROR(attention(at, stream));
   LS_RETURN_IF_ERROR(timed("attention", stream));
-  const bool add_residual = options_.primary_rank;
-  LS_RETURN_IF_ERROR(project({{&w.wo, act.hidden, act.embd_stride, nullptr, add_residual}},
-                             act.attn, act.q_stride, n, wo_q8, act, stream));
+  LS_RETURN_IF_ERROR(
+      output_projection(w.wo, act.attn, act.q_stride, n, wo_q8, act, stream, pending));
   return timed("o-proj", stream);
 }
 
 Status CudaBackend::ffn_block(const DeviceBatch& b, int32_t layer, const CudaKvCache& kv,
-                              CudaActivations& act, cudaStream_t stream) const {
+                              CudaActivations& act, cudaStream_t stream, bool* pending) const {
   const ModelConfig& c = config_;
   const CudaLayerWeights& w = weights_.layers[static_cast<size_t>(layer - kv.first_layer)];
   const int64_t n = b.n_tokens;
-  const bool add_residual = options_.primary_rank;
 
   // Feed-forward block: hidden += w_down · (silu(w_gate · x) * (w_up · x)), x = norm(hidden)
   const bool ffn_q8 = wants_q8(n, {&w.w_gate, &w.w_up});
-  LS_RETURN_IF_ERROR(norm_hidden(w.ffn_norm, n, ffn_q8, act, stream));
+  LS_RETURN_IF_ERROR(norm_hidden(w.ffn_norm, n, ffn_q8, act, stream, pending));
   LS_RETURN_IF_ERROR(project({{&w.w_gate, act.gate, act.ff_stride, nullptr, false},
                               {&w.w_up, act.up, act.ff_stride, nullptr, false}},
                              act.normed, act.embd_stride, n, ffn_q8, act, stream));
@@ -197,8 +223,8 @@ Status CudaBackend::ffn_block(const DeviceBatch& b, int32_t layer, const CudaKvC
   LS_RETURN_IF_ERROR(silu_mul(act.gate, act.ff_stride, act.up, act.ff_stride, n, c.n_ff, act.gate,
                               act.ff_stride, stream, down_q8 ? act.q8 : Q8Rows{}));
   LS_RETURN_IF_ERROR(timed("silu", stream));
-  LS_RETURN_IF_ERROR(project({{&w.w_down, act.hidden, act.embd_stride, nullptr, add_residual}},
-                             act.gate, act.ff_stride, n, down_q8, act, stream));
+  LS_RETURN_IF_ERROR(
+      output_projection(w.w_down, act.gate, act.ff_stride, n, down_q8, act, stream, pending));
   return timed("down", stream);
 }
 
@@ -220,14 +246,18 @@ Status CudaBackend::forward(const DeviceBatch& b, const LayerRange& range, const
                       kv.first_layer + kv.n_layers);
   }
   if (range.embeddings) LS_RETURN_IF_ERROR(embed(b, act, stream));
+  bool pending = false;  // act.hidden awaits the ranks' partials of a fused reduction
   for (int32_t layer = range.begin; layer < range.end; ++layer) {
-    LS_RETURN_IF_ERROR(run_layer(b, layer, kv, act, n_splits, stream));
+    LS_RETURN_IF_ERROR(run_layer(b, layer, kv, act, n_splits, pending, stream));
   }
-  return Status::ok();
+  if (!pending) return Status::ok();
+  LS_RETURN_IF_ERROR(peer_reduce_add(options_.peer_reduce, act.hidden, act.embd_stride,
+                                     b.n_tokens, config_.n_embd, stream));
+  return timed("all-reduce", stream);
 }
 
 Status CudaBackend::norm_hidden(const float* weight, int64_t n_rows, bool q8, CudaActivations& act,
-                                cudaStream_t stream) const {
+                                cudaStream_t stream, bool* pending) const {
   RmsNormArgs norm;
   norm.x = act.hidden;
   norm.x_stride = act.embd_stride;
@@ -238,6 +268,10 @@ Status CudaBackend::norm_hidden(const float* weight, int64_t n_rows, bool q8, Cu
   norm.n = config_.n_embd;
   norm.eps = config_.norm_eps;
   norm.yq = q8 ? act.q8 : Q8Rows{};
+  if (pending != nullptr && *pending) {
+    norm.reduce = options_.peer_reduce;
+    *pending = false;
+  }
   return rmsnorm(norm, stream);
 }
 

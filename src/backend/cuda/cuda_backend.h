@@ -14,6 +14,7 @@
 #include "backend/cuda/cuda_state.h"
 #include "backend/cuda/cuda_weights.h"
 #include "backend/cuda/op_timer.h"
+#include "backend/cuda/peer_all_reduce.h"
 #include "backend/layer_range.h"
 #include "core/status.h"
 #include "model/weights.h"
@@ -37,6 +38,11 @@ struct CudaBackendOptions {
   // alone, so that the sum is the residual plus every partial. Empty: one rank.
   AllReduceFn all_reduce;
   bool primary_rank = true;
+  // Tensor parallelism over peer-accessible devices (active when set): passes whose output
+  // projections run as matvecs sum them through fused reductions instead of all_reduce (the
+  // projection writes its partial into every rank's inbox, the next RMSNorm adds them up;
+  // peer_all_reduce.h). Every rank of the group must have it, or none.
+  PeerReduceView peer_reduce;
   // When set, an event after each operation (op_timer.h); eager passes only.
   OpTimer* op_timer = nullptr;
 };
@@ -64,10 +70,15 @@ class CudaBackend {
   // block (norm, gate/up, SwiGLU, down projection added to act.hidden), each without the
   // all-reduce that follows it under tensor parallelism (options().all_reduce, the caller's).
   Status embed(const DeviceBatch& batch, CudaActivations& act, cudaStream_t stream) const;
+  //
+  // `pending` (forward()'s own use): when given, the block may end with a fused reduction
+  // instead of the all-reduce (setting *pending; act.hidden then lacks the ranks' partials) and
+  // must start by completing one (when *pending is set). Without it, the caller all-reduces.
   Status attention_block(const DeviceBatch& batch, int32_t layer, const CudaKvCache& kv,
-                         CudaActivations& act, int32_t n_splits, cudaStream_t stream) const;
+                         CudaActivations& act, int32_t n_splits, cudaStream_t stream,
+                         bool* pending = nullptr) const;
   Status ffn_block(const DeviceBatch& batch, int32_t layer, const CudaKvCache& kv,
-                   CudaActivations& act, cudaStream_t stream) const;
+                   CudaActivations& act, cudaStream_t stream, bool* pending = nullptr) const;
 
   // Final norm and output projection of logit rows [first, first + count) of the batch into
   // act.logits (row stride act.vocab_stride). PRECONDITION: count <= max_logit_rows.
@@ -79,8 +90,10 @@ class CudaBackend {
   Status timed(const char* label, cudaStream_t stream) const {
     return options_.op_timer != nullptr ? options_.op_timer->mark(label, stream) : Status::ok();
   }
+  // One layer; `pending` as for attention_block.
   Status run_layer(const DeviceBatch& batch, int32_t layer, const CudaKvCache& kv,
-                   CudaActivations& act, int32_t n_splits, cudaStream_t stream) const;
+                   CudaActivations& act, int32_t n_splits, bool& pending,
+                   cudaStream_t stream) const;
   // One product y (+)= W x (+ bias) of a layer.
   struct Projection {
     const DeviceMatrix* w;
@@ -88,6 +101,7 @@ class CudaBackend {
     int64_t y_stride;
     const float* bias;
     bool accumulate;
+    const PeerReduceView* reduce = nullptr;  // a fused reduction's partial (matvec.h)
   };
   // Whether a product of n_rows rows with `w` runs as a cuBLAS GEMM (else a matvec).
   bool uses_gemm(int64_t n_rows, const DeviceMatrix& w) const;
@@ -100,12 +114,20 @@ class CudaBackend {
   Status project(std::initializer_list<Projection> projections, const float* x, int64_t x_stride,
                  int64_t n_rows, bool x_q8_ready, CudaActivations& act, cudaStream_t stream) const;
 
+  // Whether an output projection (w) of n_rows rows sums over the ranks by a fused reduction.
+  bool fuses_reduction(int64_t n_rows, const DeviceMatrix& w) const;
+  // The output projection of a block: act.hidden (+)= w x, then the sum over the ranks, fused
+  // (setting *pending) when `pending` is given and fuses_reduction, else through all_reduce.
+  Status output_projection(const DeviceMatrix& w, const float* x, int64_t x_stride, int64_t n_rows,
+                           bool x_q8_ready, CudaActivations& act, cudaStream_t stream,
+                           bool* pending) const;
   // Tensor parallelism: sums the rows of act.hidden over the ranks (no-op for one rank).
   Status reduce_hidden(int64_t n_rows, CudaActivations& act, cudaStream_t stream) const;
   // act.normed = rmsnorm(act.hidden) with `weight` over n_rows rows, also as 8-bit blocks in
-  // act.q8 when `q8` (the next products run as integer matvecs).
+  // act.q8 when `q8` (the next products run as integer matvecs). With *pending, first adds the
+  // ranks' partials of the fused reduction to act.hidden (and clears it).
   Status norm_hidden(const float* weight, int64_t n_rows, bool q8, CudaActivations& act,
-                     cudaStream_t stream) const;
+                     cudaStream_t stream, bool* pending = nullptr) const;
 
   ModelConfig config_;
   CudaWeights weights_;

@@ -62,6 +62,12 @@ Status matvec_parts(std::span<const MatvecArgs> parts, cudaStream_t stream) {
     launch.parts[i].y_stride = a.y_stride;
     launch.parts[i].bias = a.bias;
   }
+  if (first.reduce != nullptr && first.reduce->active()) {
+    LS_CUDA_REQUIRE(parts.size() == 1 && first.bias == nullptr && !first.accumulate);
+    LS_CUDA_REQUIRE(first.n_rows <= kMaxMatvecRows &&
+                    first.n_rows * first.w.rows <= first.reduce->capacity);
+    launch.reduce = *first.reduce;
+  }
   switch (first.w.type) {
     case TensorType::F32: return launch_matvec<TensorType::F32>(launch, stream);
     case TensorType::F16: return launch_matvec<TensorType::F16>(launch, stream);

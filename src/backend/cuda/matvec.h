@@ -17,6 +17,7 @@
 
 #include "backend/cuda/act_quant.h"
 #include "backend/cuda/device_matrix.h"
+#include "backend/cuda/peer_all_reduce.h"
 #include "core/status.h"
 
 namespace llamaserve::cuda {
@@ -39,6 +40,11 @@ struct MatvecArgs {
   int64_t y_stride = 0;         // >= w.rows
   const float* bias = nullptr;  // (rows) or null
   bool accumulate = false;      // add to y (the residual stream) instead of overwriting it
+  // When set (active), the product is this rank's partial of a fused tensor-parallel
+  // reduction (peer_all_reduce.h): row b's outputs go to every rank's inbox at [b * w.rows + r]
+  // instead of y, and the launch publishes them. PRECONDITIONS then: one part, no bias, no
+  // accumulate, n_rows <= kMaxMatvecRows, n_rows * w.rows <= reduce->capacity.
+  const PeerReduceView* reduce = nullptr;
 };
 
 // PRECONDITIONS (checked, an error Status otherwise): the contract above; w is a matrix of a

@@ -28,7 +28,8 @@ struct MatvecLaunch {
   Q8Rows xq;
   int32_t n_rows = 0;
   bool accumulate = false;
-  int64_t n_groups = 0;  // row groups of all parts (set by the launcher)
+  PeerReduceView reduce;  // a fused reduction's partial (MatvecArgs::reduce), when active
+  int64_t n_groups = 0;   // row groups of all parts (set by the launcher)
 };
 
 // PRECONDITION: the parts passed the checks of matvec_parts() and have type T.

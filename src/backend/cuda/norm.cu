@@ -2,6 +2,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/norm.h"
+#include "backend/cuda/peer_reduce.cuh"
 
 namespace llamaserve::cuda {
 namespace {
@@ -28,6 +29,8 @@ __device__ float block_sum(float v, float* shared) {
 __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const RmsNormArgs a) {
   pdl_launch_dependents();
   pdl_wait();
+  const bool reduce = peer_reduce_active(a.reduce);
+  const int slot = reduce ? peer_reduce_wait(a.reduce) : 0;
   __shared__ float shared[kNormThreads / 32];
   const int64_t row = blockIdx.x;
   const int64_t in_row = a.row_ids != nullptr ? a.row_ids[row] : row;
@@ -39,6 +42,9 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const RmsNormArgs
     float v = x[c];
     if (residual != nullptr) {
       v += residual[c];
+      x[c] = v;
+    } else if (reduce) {
+      v += peer_reduce_sum(a.reduce, slot, row * a.n + c);
       x[c] = v;
     }
     sum_sq = fmaf(v, v, sum_sq);
@@ -70,6 +76,8 @@ Status rmsnorm(const RmsNormArgs& a, cudaStream_t stream) {
   LS_CUDA_REQUIRE(a.n > 0 && a.n_rows >= 0 && a.eps >= 0.0f);
   LS_CUDA_REQUIRE(a.residual == nullptr || a.row_ids == nullptr);
   LS_CUDA_REQUIRE(a.residual == nullptr || a.y != a.x);
+  LS_CUDA_REQUIRE(!a.reduce.active() || (a.residual == nullptr && a.row_ids == nullptr &&
+                                         a.y != a.x && a.n_rows * a.n <= a.reduce.capacity));
   LS_CUDA_REQUIRE(a.n_rows <= 0x7fffffff);
   LS_CUDA_REQUIRE(a.yq.qs == nullptr || (a.n % kQ8Block == 0 && a.yq.ds != nullptr &&
                                          a.yq.qs_stride % 16 == 0 && a.yq.qs_stride >= a.n));

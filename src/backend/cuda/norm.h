@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/act_quant.h"
+#include "backend/cuda/peer_all_reduce.h"
 #include "core/status.h"
 
 namespace llamaserve::cuda {
@@ -20,6 +21,10 @@ struct RmsNormArgs {
   // x and normalized (saves a pass over the hidden state). Not combinable with row_ids.
   const float* residual = nullptr;
   int64_t residual_stride = 0;
+  // When active, the consumer of a fused tensor-parallel reduction (peer_all_reduce.h): waits
+  // for the peers, then x[r] += the sum of the ranks' partials of row r (at [r * n + c]), kept
+  // in x and normalized. Not combinable with row_ids or residual; n_rows * n <= its capacity.
+  PeerReduceView reduce;
   const float* weight = nullptr;  // (n)
   float* y = nullptr;             // may alias x only when residual is null
   int64_t y_stride = 0;

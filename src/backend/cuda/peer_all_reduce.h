@@ -1,14 +1,29 @@
-// A one-shot all-reduce for small tensors across the GPUs of one host, for tensor-parallel
-// decode: each rank writes its partial straight into every peer's memory (peer-to-peer
-// stores), raises a flag there, waits for the peers' flags, and sums the partials in rank
-// order (so that every rank gets bit-identical sums). One kernel of one block per call: no
-// host round trip, capturable in CUDA graphs. Opt-in (LLAMASERVE_TP_ALLREDUCE=peer): on two
-// NVLink-joined H200s it measured 9.1 us per 16 KB call against NCCL's 9.8 us, and no faster
-// end to end. Larger tensors always go through NCCL.
+// Sums small tensors over the tensor-parallel ranks of one host through peer-to-peer stores
+// (NVLink), for decode steps where an all-reduce's latency, not its bandwidth, is the cost.
 //
-// Every rank must call run() for the same sequence of counts, each from its own stream (the
-// ranks run concurrently, as the tensor-parallel executor's threads do). Needs peer access
-// between every pair of devices.
+// The protocol (peer_reduce.cuh has the device side). Every rank holds on its device an inbox
+// of two slots, each with room for every rank's partial (capacity floats each), one flag per
+// rank, and two counters of its own: the epoch (reductions this rank has published) and the
+// arrivals (CTAs of the running producer that are done). A reduction has a producer and a
+// consumer, two kernels or one:
+//   - the producer writes its partial into slot (epoch + 1) % 2, row `rank`, of every rank's
+//     inbox; its last CTA to finish raises the epoch and publishes it in every peer's flag for
+//     this rank (after a system-wide fence, so the stores are visible before the flag);
+//   - the consumer waits until every peer's flag reaches its own epoch, then sums the partials
+//     of slot epoch % 2 in rank order, so that every rank gets bit-identical sums.
+// Two slots suffice: a rank cannot publish reduction e + 2 before every peer has consumed e
+// (its producer of e + 2 follows its consumer of e + 1 in stream order, which waited for this
+// rank's e + 1, published after this rank's consumer of e).
+//
+// Two uses: run() is a whole all-reduce in one kernel (one block); view() gives the handles for
+// a fused reduction, where the matvec that computes the partial is the producer (no separate
+// kernel) and the RMSNorm that reads the sum is the consumer (matvec.h, norm.h). Either way,
+// every rank must make the same sequence of reductions, each rank on its own stream, the ranks
+// on distinct devices with peer access between every pair.
+//
+// A rank that waits for a peer checks the group's abort flag (host memory): abort() lets every
+// waiting kernel return (with wrong sums; the caller then discards the pass and the group).
+// Without it a wait gives up after about 10 s and traps (the device context is lost).
 #pragma once
 
 #include <cstddef>
@@ -22,13 +37,29 @@
 
 namespace llamaserve::cuda {
 
+inline constexpr int kMaxPeerRanks = 8;
+
+// One rank's handles, passed by value to the kernels of a fused reduction. n_ranks == 0: none.
+struct PeerReduceView {
+  int32_t rank = 0;
+  int32_t n_ranks = 0;
+  int64_t capacity = 0;                          // floats of one partial
+  float* inbox[kMaxPeerRanks] = {};              // rank d's inbox: [2 slots][n_ranks][capacity]
+  unsigned long long* flags[kMaxPeerRanks] = {};  // rank d's flags: [n_ranks]
+  unsigned long long* epoch = nullptr;           // this rank's
+  unsigned int* arrivals = nullptr;              // this rank's
+  const volatile int* abort = nullptr;           // the group's (mapped host memory)
+
+  bool active() const { return n_ranks > 1; }  // (device code: peer_reduce_active)
+};
+
 class PeerAllReduce {
  public:
-  static constexpr int kMaxRanks = 8;
+  static constexpr int kMaxRanks = kMaxPeerRanks;
 
-  // Allocates on each device two slots of n_ranks x capacity floats (the peers' partials),
-  // the flags and an epoch counter, and enables peer access between every pair. Fails (the
-  // caller then uses NCCL alone) when some pair has no peer access.
+  // Allocates each rank's inbox (2 x n_ranks x capacity floats), flags and counters on its
+  // device and enables peer access between every pair. Fails (the caller then uses NCCL alone)
+  // when some pair has no peer access, or a device is listed twice.
   static Result<std::unique_ptr<PeerAllReduce>> create(const std::vector<int>& devices,
                                                        size_t capacity);
   ~PeerAllReduce();
@@ -36,19 +67,36 @@ class PeerAllReduce {
   PeerAllReduce& operator=(const PeerAllReduce&) = delete;
 
   size_t capacity() const { return capacity_; }
+  int n_ranks() const { return static_cast<int>(devices_.size()); }
 
   // data[0, count) = the sum over ranks of each rank's data[0, count), in place, on `stream`
   // (rank `rank`'s device current). PRECONDITIONS: count <= capacity(), count % 4 == 0, data
   // 16-byte aligned.
   Status run(int rank, float* data, size_t count, cudaStream_t stream) const;
 
+  // The handles of rank `rank` for fused reductions (kernels of its device only).
+  PeerReduceView view(int rank) const;
+
+  // Makes every kernel waiting for a peer, now or later, return without its peers' partials.
+  // For a group whose ranks failed apart; the group is unusable afterwards.
+  void abort();
+
  private:
   PeerAllReduce() = default;
   std::vector<int> devices_;
   size_t capacity_ = 0;
-  std::vector<float*> inbox_;     // per rank, on its device: [2 slots][n_ranks][capacity]
-  std::vector<uint32_t*> flags_;  // per rank, on its device: [2 slots][n_ranks]
-  std::vector<uint32_t*> epoch_;  // per rank, on its device: calls completed
+  std::vector<float*> inbox_;                // per rank, on its device
+  std::vector<unsigned long long*> flags_;   // per rank, on its device: [n_ranks]
+  std::vector<unsigned long long*> epoch_;   // per rank, on its device
+  std::vector<unsigned int*> arrivals_;      // per rank, on its device
+  int* abort_host_ = nullptr;                // mapped, pinned host memory
+  int* abort_device_ = nullptr;              // its device address
 };
+
+// Fused reductions' last consumer, where no RMSNorm follows (the end of a layer range):
+// x[r, c] += the sum over ranks of the latest reduction's partials [r * n + c], for r <
+// n_rows, c < n. PRECONDITION: n_rows * n <= view.capacity.
+Status peer_reduce_add(const PeerReduceView& view, float* x, int64_t x_stride, int64_t n_rows,
+                       int64_t n, cudaStream_t stream);
 
 }  // namespace llamaserve::cuda
