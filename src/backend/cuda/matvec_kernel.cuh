@@ -17,10 +17,10 @@
 // Launched with programmatic dependent launch: the first step's weight loads are issued before
 // the wait for the kernel that produced the activations (launch.cuh).
 //
-// No shared memory and no CTA-wide barrier (except at the end of a fused reduction's partial,
-// peer_reduce.cuh): warps without a group simply return. The parameter
+// No shared memory and no CTA-wide barrier: warps without a group simply return. The parameter
 // is __grid_constant__ so that picking a part by index reads it in place instead of copying the
-// whole struct to local memory.
+// whole struct to local memory. As a fused reduction's producer (MatvecLaunch::reduce) each
+// output goes to every rank's inbox as one tagged word (peer_reduce.cuh): still no barrier.
 #pragma once
 
 #include <algorithm>
@@ -104,11 +104,12 @@ __device__ __forceinline__ void locate_group(const MatvecLaunch& a, int rows_per
   c.row0 = (c.group - a.parts[p].first_group) * rows_per_group;
 }
 
-// One warp's share of the launch (returns at once for a warp without a group).
 template <TensorType T, int B, int RW, int U>
-__device__ __forceinline__ void matvec_warp(const MatvecLaunch& a) {
+__global__ void __launch_bounds__(kMatvecThreads)
+    matvec_kernel(const __grid_constant__ MatvecLaunch a) {
   using F = DotFormat<T>;
   using Raw = typename F::Raw;
+  pdl_launch_dependents();
   const int lane = threadIdx.x & 31;
   const int64_t n_warps = static_cast<int64_t>(gridDim.x) * kMatvecWarps;
   MatvecCursor cur{static_cast<int64_t>(blockIdx.x) * kMatvecWarps + (threadIdx.x >> 5), 0, 0, 0};
@@ -146,7 +147,7 @@ __device__ __forceinline__ void matvec_warp(const MatvecLaunch& a) {
   // that writes the activations (programmatic dependent launch, launch.cuh).
   load_step(cur, raw);
   pdl_wait();
-  const int reduce_slot = peer_reduce_active(a.reduce) ? peer_reduce_write_slot(a.reduce) : 0;
+  const uint32_t reduce_epoch = peer_reduce_active(a.reduce) ? peer_reduce_epoch(a.reduce) : 0;
   while (true) {
     MatvecCursor next = cur;
     if (++next.step == n_steps) {
@@ -194,7 +195,7 @@ __device__ __forceinline__ void matvec_warp(const MatvecLaunch& a) {
           float out = sum;
           if (part.bias != nullptr) out += part.bias[row];
           if (peer_reduce_active(a.reduce)) {
-            peer_reduce_store(a.reduce, reduce_slot, b * part.w.rows + row, out);
+            peer_reduce_store(a.reduce, reduce_epoch, b * part.w.rows + row, out);
           } else {
             float* y = part.y + b * part.y_stride + row;
             *y = a.accumulate ? *y + out : out;
@@ -215,14 +216,6 @@ __device__ __forceinline__ void matvec_warp(const MatvecLaunch& a) {
       for (int r = 0; r < RW; ++r) raw[u][r] = next_raw[u][r];
     }
   }
-}
-
-template <TensorType T, int B, int RW, int U>
-__global__ void __launch_bounds__(kMatvecThreads)
-    matvec_kernel(const __grid_constant__ MatvecLaunch a) {
-  pdl_launch_dependents();
-  matvec_warp<T, B, RW, U>(a);
-  if (peer_reduce_active(a.reduce)) peer_reduce_arrive(a.reduce);
 }
 
 // CTAs of `kernel` one SM keeps resident (at least 1).

@@ -30,7 +30,7 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const RmsNormArgs
   pdl_launch_dependents();
   pdl_wait();
   const bool reduce = peer_reduce_active(a.reduce);
-  const int slot = reduce ? peer_reduce_wait(a.reduce) : 0;
+  const uint32_t epoch = reduce ? peer_reduce_epoch(a.reduce) : 0;
   __shared__ float shared[kNormThreads / 32];
   const int64_t row = blockIdx.x;
   const int64_t in_row = a.row_ids != nullptr ? a.row_ids[row] : row;
@@ -44,12 +44,13 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const RmsNormArgs
       v += residual[c];
       x[c] = v;
     } else if (reduce) {
-      v += peer_reduce_sum(a.reduce, slot, row * a.n + c);
+      v += peer_reduce_sum(a.reduce, epoch, row * a.n + c);
       x[c] = v;
     }
     sum_sq = fmaf(v, v, sum_sq);
   }
-  const float total = block_sum(sum_sq, shared);
+  const float total = block_sum(sum_sq, shared);  // (a barrier: every thread's sums are read)
+  if (reduce) peer_reduce_done(a.reduce);
   const float inv_rms = rsqrtf(total / static_cast<float>(a.n) + a.eps);
   float* y = a.y + row * a.y_stride;
   if (a.yq.qs == nullptr) {

@@ -14,30 +14,10 @@ constexpr int kThreads = 1024;
 // when it starts.
 __global__ void __launch_bounds__(kThreads)
     peer_all_reduce_kernel(float* data, int64_t count, const PeerReduceView v) {
-  const int write_slot = peer_reduce_write_slot(v);
-  const int64_t n4 = count / 4;
-  const float4* mine = reinterpret_cast<const float4*>(data);
-  for (int d = 0; d < v.n_ranks; ++d) {
-    float4* dst = reinterpret_cast<float4*>(
-        v.inbox[d] + (static_cast<int64_t>(write_slot) * v.n_ranks + v.rank) * v.capacity);
-    for (int64_t i = threadIdx.x; i < n4; i += kThreads) dst[i] = mine[i];
-  }
-  peer_reduce_arrive(v);
-  __syncthreads();  // thread 0 raised the epoch that peer_reduce_wait reads
-  const int slot = peer_reduce_wait(v);
-  const float* inbox = v.inbox[v.rank] + static_cast<int64_t>(slot) * v.n_ranks * v.capacity;
-  float4* out = reinterpret_cast<float4*>(data);
-  for (int64_t i = threadIdx.x; i < n4; i += kThreads) {
-    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int k = 0; k < v.n_ranks; ++k) {
-      const float4 x = __ldcv(reinterpret_cast<const float4*>(inbox + k * v.capacity) + i);
-      sum.x += x.x;
-      sum.y += x.y;
-      sum.z += x.z;
-      sum.w += x.w;
-    }
-    out[i] = sum;
-  }
+  const uint32_t epoch = peer_reduce_epoch(v);
+  for (int64_t i = threadIdx.x; i < count; i += kThreads) peer_reduce_store(v, epoch, i, data[i]);
+  for (int64_t i = threadIdx.x; i < count; i += kThreads) data[i] = peer_reduce_sum(v, epoch, i);
+  peer_reduce_done(v);
 }
 
 constexpr int kAddThreads = 1024;
@@ -47,12 +27,13 @@ __global__ void __launch_bounds__(kAddThreads)
     peer_reduce_add_kernel(const PeerReduceView v, float* x, int64_t x_stride, int64_t n) {
   pdl_launch_dependents();
   pdl_wait();
-  const int slot = peer_reduce_wait(v);
+  const uint32_t epoch = peer_reduce_epoch(v);
   const int64_t row = blockIdx.x;
   float* xr = x + row * x_stride;
   for (int64_t c = threadIdx.x; c < n; c += kAddThreads) {
-    xr[c] += peer_reduce_sum(v, slot, row * n + c);
+    xr[c] += peer_reduce_sum(v, epoch, row * n + c);
   }
+  peer_reduce_done(v);
 }
 
 }  // namespace
@@ -60,10 +41,10 @@ __global__ void __launch_bounds__(kAddThreads)
 Result<std::unique_ptr<PeerAllReduce>> PeerAllReduce::create(const std::vector<int>& devices,
                                                              size_t capacity) {
   const int n = static_cast<int>(devices.size());
-  if (n < 2 || n > kMaxRanks || capacity == 0 || capacity % 4 != 0) {
+  if (n < 2 || n > kMaxRanks || capacity == 0) {
     return make_error(StatusCode::kInvalidArgument,
-                      "peer all-reduce: {} ranks (2 to {}) of capacity {} (a multiple of 4)", n,
-                      kMaxRanks, capacity);
+                      "peer all-reduce: {} ranks (2 to {}) of capacity {}", n, kMaxRanks,
+                      capacity);
   }
   for (int a = 0; a < n; ++a) {
     for (int b = 0; b < n; ++b) {
@@ -95,19 +76,17 @@ Result<std::unique_ptr<PeerAllReduce>> PeerAllReduce::create(const std::vector<i
           enable_peer_access(devices[static_cast<size_t>(r)], devices[static_cast<size_t>(p)]));
     }
     LS_CUDA_CHECK(cudaSetDevice(devices[static_cast<size_t>(r)]));
-    float* inbox = nullptr;
-    LS_CUDA_CHECK(cudaMalloc(&inbox, 2 * static_cast<size_t>(n) * capacity * sizeof(float)));
+    unsigned long long* inbox = nullptr;
+    const size_t inbox_bytes = 2 * static_cast<size_t>(n) * capacity * sizeof(*inbox);
+    LS_CUDA_CHECK(cudaMalloc(&inbox, inbox_bytes));
     group->inbox_.push_back(inbox);
-    unsigned long long* flags = nullptr;
-    LS_CUDA_CHECK(cudaMalloc(&flags, static_cast<size_t>(n) * sizeof(unsigned long long)));
-    group->flags_.push_back(flags);
+    LS_CUDA_CHECK(cudaMemset(inbox, 0, inbox_bytes));  // epoch 0: no reduction's words
     unsigned long long* epoch = nullptr;
     LS_CUDA_CHECK(cudaMalloc(&epoch, sizeof(unsigned long long)));
     group->epoch_.push_back(epoch);
     unsigned int* arrivals = nullptr;
     LS_CUDA_CHECK(cudaMalloc(&arrivals, sizeof(unsigned int)));
     group->arrivals_.push_back(arrivals);
-    LS_CUDA_CHECK(cudaMemset(flags, 0, static_cast<size_t>(n) * sizeof(unsigned long long)));
     LS_CUDA_CHECK(cudaMemset(epoch, 0, sizeof(unsigned long long)));
     LS_CUDA_CHECK(cudaMemset(arrivals, 0, sizeof(unsigned int)));
     LS_CUDA_CHECK(cudaDeviceSynchronize());
@@ -119,7 +98,6 @@ PeerAllReduce::~PeerAllReduce() {
   for (size_t r = 0; r < devices_.size(); ++r) {
     if (cudaSetDevice(devices_[r]) != cudaSuccess) continue;
     if (r < inbox_.size()) LS_CUDA_LOG_ERROR(cudaFree(inbox_[r]));
-    if (r < flags_.size()) LS_CUDA_LOG_ERROR(cudaFree(flags_[r]));
     if (r < epoch_.size()) LS_CUDA_LOG_ERROR(cudaFree(epoch_[r]));
     if (r < arrivals_.size()) LS_CUDA_LOG_ERROR(cudaFree(arrivals_[r]));
   }
@@ -132,10 +110,7 @@ PeerReduceView PeerAllReduce::view(int rank) const {
   v.rank = rank;
   v.n_ranks = n;
   v.capacity = static_cast<int64_t>(capacity_);
-  for (int r = 0; r < n; ++r) {
-    v.inbox[r] = inbox_[static_cast<size_t>(r)];
-    v.flags[r] = flags_[static_cast<size_t>(r)];
-  }
+  for (int r = 0; r < n; ++r) v.inbox[r] = inbox_[static_cast<size_t>(r)];
   v.epoch = epoch_[static_cast<size_t>(rank)];
   v.arrivals = arrivals_[static_cast<size_t>(rank)];
   v.abort = abort_device_;
@@ -148,8 +123,7 @@ void PeerAllReduce::abort() {
 
 Status PeerAllReduce::run(int rank, float* data, size_t count, cudaStream_t stream) const {
   LS_CUDA_REQUIRE(rank >= 0 && rank < n_ranks());
-  LS_CUDA_REQUIRE(count <= capacity_ && count % 4 == 0);
-  LS_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(data) % 16 == 0);
+  LS_CUDA_REQUIRE(count <= capacity_ && data != nullptr);
   if (count == 0) return Status::ok();
   peer_all_reduce_kernel<<<1, kThreads, 0, stream>>>(data, static_cast<int64_t>(count),
                                                      view(rank));

@@ -2,18 +2,17 @@
 // (NVLink), for decode steps where an all-reduce's latency, not its bandwidth, is the cost.
 //
 // The protocol (peer_reduce.cuh has the device side). Every rank holds on its device an inbox
-// of two slots, each with room for every rank's partial (capacity floats each), one flag per
-// rank, and two counters of its own: the epoch (reductions this rank has published) and the
-// arrivals (CTAs of the running producer that are done). A reduction has a producer and a
-// consumer, two kernels or one:
-//   - the producer writes its partial into slot (epoch + 1) % 2, row `rank`, of every rank's
-//     inbox; its last CTA to finish raises the epoch and publishes it in every peer's flag for
-//     this rank (after a system-wide fence, so the stores are visible before the flag);
-//   - the consumer waits until every peer's flag reaches its own epoch, then sums the partials
-//     of slot epoch % 2 in rank order, so that every rank gets bit-identical sums.
-// Two slots suffice: a rank cannot publish reduction e + 2 before every peer has consumed e
-// (its producer of e + 2 follows its consumer of e + 1 in stream order, which waited for this
-// rank's e + 1, published after this rank's consumer of e).
+// of two slots, each with room for every rank's partial (capacity words each), and two counters
+// of its own: the epoch (reductions completed on this rank) and the arrivals (blocks of the
+// running consumer that are done). A word is a value and the epoch that wrote it, stored in one
+// 8-byte store. A reduction has a producer and a consumer, two kernels or one:
+//   - the producer writes its partial into slot e % 2, row `rank`, of every rank's inbox, where
+//     e = epoch + 1, each value tagged with e; it needs no fence, flag or barrier;
+//   - the consumer waits for each word of slot e % 2 to carry e and sums the rows in rank order,
+//     so that every rank gets bit-identical sums; its last block raises the epoch to e.
+// Two slots suffice: a rank cannot write reduction e + 2 before every peer has consumed e (its
+// producer of e + 2 follows its consumer of e + 1 in stream order, which waited for this rank's
+// words of e + 1, written after this rank's consumer of e).
 //
 // Two uses: run() is a whole all-reduce in one kernel (one block); view() gives the handles for
 // a fused reduction, where the matvec that computes the partial is the producer (no separate
@@ -43,12 +42,12 @@ inline constexpr int kMaxPeerRanks = 8;
 struct PeerReduceView {
   int32_t rank = 0;
   int32_t n_ranks = 0;
-  int64_t capacity = 0;                          // floats of one partial
-  float* inbox[kMaxPeerRanks] = {};              // rank d's inbox: [2 slots][n_ranks][capacity]
-  unsigned long long* flags[kMaxPeerRanks] = {};  // rank d's flags: [n_ranks]
-  unsigned long long* epoch = nullptr;           // this rank's
-  unsigned int* arrivals = nullptr;              // this rank's
-  const volatile int* abort = nullptr;           // the group's (mapped host memory)
+  int64_t capacity = 0;  // words (values) of one partial
+  // Rank d's inbox: [2 slots][n_ranks][capacity] words.
+  unsigned long long* inbox[kMaxPeerRanks] = {};
+  unsigned long long* epoch = nullptr;  // this rank's
+  unsigned int* arrivals = nullptr;     // this rank's
+  const volatile int* abort = nullptr;  // the group's (mapped host memory)
 
   bool active() const { return n_ranks > 1; }  // (device code: peer_reduce_active)
 };
@@ -57,8 +56,7 @@ class PeerAllReduce {
  public:
   static constexpr int kMaxRanks = kMaxPeerRanks;
 
-  // Allocates each rank's inbox (2 x n_ranks x capacity floats), flags and counters on its
-  // device and enables peer access between every pair. Fails (the caller then uses NCCL alone)
+  // Allocates each rank's inbox (2 x n_ranks x capacity words) and counters on its device and enables peer access between every pair. Fails (the caller then uses NCCL alone)
   // when some pair has no peer access, or a device is listed twice.
   static Result<std::unique_ptr<PeerAllReduce>> create(const std::vector<int>& devices,
                                                        size_t capacity);
@@ -70,8 +68,7 @@ class PeerAllReduce {
   int n_ranks() const { return static_cast<int>(devices_.size()); }
 
   // data[0, count) = the sum over ranks of each rank's data[0, count), in place, on `stream`
-  // (rank `rank`'s device current). PRECONDITIONS: count <= capacity(), count % 4 == 0, data
-  // 16-byte aligned.
+  // (rank `rank`'s device current). PRECONDITION: count <= capacity().
   Status run(int rank, float* data, size_t count, cudaStream_t stream) const;
 
   // The handles of rank `rank` for fused reductions (kernels of its device only).
@@ -85,8 +82,7 @@ class PeerAllReduce {
   PeerAllReduce() = default;
   std::vector<int> devices_;
   size_t capacity_ = 0;
-  std::vector<float*> inbox_;                // per rank, on its device
-  std::vector<unsigned long long*> flags_;   // per rank, on its device: [n_ranks]
+  std::vector<unsigned long long*> inbox_;   // per rank, on its device
   std::vector<unsigned long long*> epoch_;   // per rank, on its device
   std::vector<unsigned int*> arrivals_;      // per rank, on its device
   int* abort_host_ = nullptr;                // mapped, pinned host memory

@@ -1,9 +1,15 @@
-// Device side of the peer-to-peer reductions (the protocol is in peer_all_reduce.h). A producer
-// kernel calls peer_reduce_write_slot() once its inputs are ready (after pdl_wait), stores its
-// partial with peer_reduce_store(), and ends with peer_reduce_arrive() in every thread; a
-// consumer calls peer_reduce_wait() in every thread of its block (after pdl_wait), then reads
-// the sums with peer_reduce_sum().
+// Device side of the peer-to-peer reductions (the protocol is in peer_all_reduce.h). Every word
+// of an inbox carries its value and the epoch of the reduction that wrote it (low and high 32
+// bits, one 8-byte store), so a reader knows a word has arrived without any fence or flag.
+//
+// A producer kernel takes its epoch with peer_reduce_epoch() once its inputs are ready (after
+// pdl_wait) and stores its partial with peer_reduce_store(); nothing else. A consumer takes
+// the same epoch, reads the sums with peer_reduce_sum() (which waits for each word) and ends
+// with peer_reduce_done() in every thread of every block, which raises the epoch once all of
+// its blocks are through.
 #pragma once
+
+#include <cstdint>
 
 #include <cuda_runtime.h>
 
@@ -15,80 +21,71 @@ namespace llamaserve::cuda {
 // arrives (and was not aborted) is a bug, not a slow step.
 inline constexpr long long kPeerSpinLimitCycles = 20'000'000'000LL;  // about 10 s at H200 clocks
 
-__device__ __forceinline__ unsigned long long peer_load_acquire(const unsigned long long* p) {
-  unsigned long long v;
-  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ void peer_store_release(unsigned long long* p, unsigned long long v) {
-  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-
 __device__ __forceinline__ bool peer_reduce_active(const PeerReduceView& v) {
   return v.n_ranks > 1;
 }
 
-// The slot the running reduction's partials go to.
-__device__ __forceinline__ int peer_reduce_write_slot(const PeerReduceView& v) {
-  return static_cast<int>((__ldcg(v.epoch) + 1) & 1);
+// The running reduction's epoch (its low 32 bits: words are compared for equality, and a
+// slot's stale words are two epochs old).
+__device__ __forceinline__ uint32_t peer_reduce_epoch(const PeerReduceView& v) {
+  return static_cast<uint32_t>(__ldcg(v.epoch) + 1);
+}
+
+__device__ __forceinline__ unsigned long long* peer_reduce_word(const PeerReduceView& v,
+                                                                int dest, uint32_t epoch,
+                                                                int from, int64_t i) {
+  return v.inbox[dest] + ((static_cast<int64_t>(epoch & 1) * v.n_ranks + from) * v.capacity + i);
 }
 
 // Element i of this rank's partial, into every rank's inbox.
-__device__ __forceinline__ void peer_reduce_store(const PeerReduceView& v, int slot, int64_t i,
-                                                  float value) {
-  const int64_t at = (static_cast<int64_t>(slot) * v.n_ranks + v.rank) * v.capacity + i;
-#pragma unroll 1
-  for (int d = 0; d < v.n_ranks; ++d) v.inbox[d][at] = value;
-}
-
-// Every thread of every CTA of the producer, after its stores. The last CTA publishes the
-// reduction: the CTAs' fences before their arrival, and the last one's fence after it, order
-// every CTA's stores before the flags (the fence-and-counter pattern, at system scope).
-__device__ __forceinline__ void peer_reduce_arrive(const PeerReduceView& v) {
-  __threadfence_system();
-  __syncthreads();
-  if (threadIdx.x != 0 || threadIdx.y != 0 || threadIdx.z != 0) return;
-  const unsigned int ctas = gridDim.x * gridDim.y * gridDim.z;
-  if (atomicAdd(v.arrivals, 1u) != ctas - 1) return;
-  __threadfence_system();
-  *v.arrivals = 0;
-  const unsigned long long e = __ldcg(v.epoch) + 1;
-  *v.epoch = e;
-  __threadfence_system();
+__device__ __forceinline__ void peer_reduce_store(const PeerReduceView& v, uint32_t epoch,
+                                                  int64_t i, float value) {
+  const unsigned long long word =
+      static_cast<unsigned long long>(epoch) << 32 | __float_as_uint(value);
 #pragma unroll 1
   for (int d = 0; d < v.n_ranks; ++d) {
-    if (d != v.rank) peer_store_release(v.flags[d] + v.rank, e);
+    asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(peer_reduce_word(v, d, epoch, v.rank,
+                                                                               i)),
+                 "l"(word)
+                 : "memory");
   }
 }
 
-// Every thread of the consumer's block: waits until every peer has published this rank's latest
-// reduction (or the group was aborted). Returns the slot of its partials.
-__device__ __forceinline__ int peer_reduce_wait(const PeerReduceView& v) {
-  const unsigned long long e = __ldcg(v.epoch);
-  const int t = static_cast<int>(threadIdx.x);
-  if (t < v.n_ranks && t != v.rank) {
-    const unsigned long long* flag = v.flags[v.rank] + t;
-    const long long start = clock64();
-    for (unsigned int spins = 0; peer_load_acquire(flag) < e; ++spins) {
-      if ((spins & 1023u) == 1023u) {
-        if (*v.abort != 0) break;
-        if (clock64() - start > kPeerSpinLimitCycles) __trap();
-      }
-    }
-  }
-  __syncthreads();
-  return static_cast<int>(e & 1);
-}
-
-// The sum over ranks, in rank order, of element i of the partials in `slot` (read past the L1:
-// the peers wrote them).
-__device__ __forceinline__ float peer_reduce_sum(const PeerReduceView& v, int slot, int64_t i) {
-  const float* p = v.inbox[v.rank] + static_cast<int64_t>(slot) * v.n_ranks * v.capacity + i;
+// The sum over ranks, in rank order, of element i of the partials of `epoch`, each word waited
+// for (or taken as it is once the group is aborted).
+__device__ __forceinline__ float peer_reduce_sum(const PeerReduceView& v, uint32_t epoch,
+                                                 int64_t i) {
   float sum = 0.0f;
 #pragma unroll 1
-  for (int r = 0; r < v.n_ranks; ++r) sum += __ldcv(p + r * v.capacity);
+  for (int r = 0; r < v.n_ranks; ++r) {
+    const unsigned long long* p = peer_reduce_word(v, v.rank, epoch, r, i);
+    unsigned long long word;
+    asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(word) : "l"(p) : "memory");
+    if (static_cast<uint32_t>(word >> 32) != epoch) {
+      const long long start = clock64();
+      for (unsigned int spins = 1;; ++spins) {
+        asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(word) : "l"(p) : "memory");
+        if (static_cast<uint32_t>(word >> 32) == epoch) break;
+        if ((spins & 1023u) == 0) {
+          if (*v.abort != 0) break;
+          if (clock64() - start > kPeerSpinLimitCycles) __trap();
+        }
+      }
+    }
+    sum += __uint_as_float(static_cast<uint32_t>(word));
+  }
   return sum;
+}
+
+// Every thread of every block of a consumer, after its last peer_reduce_sum: the last block
+// through raises the epoch (for the kernels after this one).
+__device__ __forceinline__ void peer_reduce_done(const PeerReduceView& v) {
+  __syncthreads();
+  if (threadIdx.x != 0 || threadIdx.y != 0 || threadIdx.z != 0) return;
+  const unsigned int blocks = gridDim.x * gridDim.y * gridDim.z;
+  if (blocks > 1 && atomicAdd(v.arrivals, 1u) != blocks - 1) return;
+  *v.arrivals = 0;
+  *v.epoch = __ldcg(v.epoch) + 1;
 }
 
 }  // namespace llamaserve::cuda
