@@ -3,6 +3,7 @@
 // the tensor-core kernel, and which shapes the tensor-core kernel refuses.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <numeric>
 
@@ -160,6 +161,29 @@ TEST_P(AttentionTest, MatchesReference) {
   if (!tensor_cores) {
     EXPECT_EQ(count_q8_mismatches(out_dev.download(), out_stride, rows, q_dim, out_q8, a.out_q), 0)
         << "8-bit output";
+  }
+  // The decode kernel combining its own splits (split counters, no reduce kernel): the same
+  // bytes, twice in a row (each (row, KV head) counter is back at zero after a launch).
+  if (c.kernel == kDecode && c.n_splits > 1) {
+    const std::vector<float> by_reduce_kernel = out_dev.download();
+    const std::vector<unsigned int> zeros(static_cast<size_t>(rows * c.n_head_kv), 0u);
+    DeviceArray<unsigned int> counters(zeros);
+    a.split_counters = counters.get();
+    for (int launch = 0; launch < 2; ++launch) {
+      out_dev.poison();
+      out_q8.poison();
+      ASSERT_OK(attention(a, nullptr));
+      ASSERT_CUDA(cudaDeviceSynchronize());
+      const std::vector<float> combined = out_dev.download();
+      EXPECT_EQ(std::memcmp(combined.data(), by_reduce_kernel.data(),
+                            combined.size() * sizeof(float)),
+                0)
+          << "split counters, launch " << launch;
+      EXPECT_EQ(counters.download(), zeros) << "launch " << launch;
+      EXPECT_EQ(count_q8_mismatches(combined, out_stride, rows, q_dim, out_q8, a.out_q), 0)
+          << "8-bit output, split counters";
+    }
+    a.split_counters = nullptr;
   }
 
   // The cache after write_kv: history plus the batch's rows at their slots.

@@ -10,6 +10,7 @@
 #include "backend/cuda/attention.h"
 #include "backend/cuda/attention_decode.h"
 #include "backend/cuda/attention_mma.h"
+#include "backend/cuda/attention_splits.cuh"
 #include "backend/cuda/check.h"
 #include "backend/cuda/launch.cuh"
 
@@ -308,7 +309,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
   }
 }
 
-// Combines the splits of one (row, head): out = Σ e^(m_p - M) acc_p / Σ e^(m_p - M) l_p.
+// Combines the splits of one (row, head) (attention_splits.cuh).
 template <int D>
 __global__ void __launch_bounds__(D) attention_reduce_kernel(const AttentionArgs a) {
   pdl_launch_dependents();
@@ -316,20 +317,7 @@ __global__ void __launch_bounds__(D) attention_reduce_kernel(const AttentionArgs
   const int64_t row = blockIdx.x;
   const int head = blockIdx.y;
   const int d = threadIdx.x;
-  const int64_t acc_floats = a.n_batch_rows * a.n_head * a.n_splits * D;
-  const int64_t first = (row * a.n_head + head) * a.n_splits;
-  const float* ml = a.partial + acc_floats + 2 * first;
-  float m_max = -INFINITY;
-  for (int p = 0; p < a.n_splits; ++p) m_max = fmaxf(m_max, ml[2 * p]);
-  float num = 0.0f, den = 0.0f;
-  for (int p = 0; p < a.n_splits; ++p) {
-    const float m = ml[2 * p];
-    if (m == -INFINITY) continue;
-    const float w = __expf(m - m_max);
-    num = fmaf(w, a.partial[(first + p) * D + d], num);
-    den = fmaf(w, ml[2 * p + 1], den);
-  }
-  const float o = num / den;
+  const float o = combine_attention_splits<D>(a, row, head, d);
   a.out[row * a.out_stride + head * D + d] = o;
   // Warp w holds dims [32 w, 32 w + 32) of the head: one block.
   if (a.out_q.qs != nullptr) {
@@ -366,7 +354,7 @@ Status launch_attention(const AttentionArgs& a, bool decode, cudaStream_t stream
     LS_CUDA_CHECK(
         launch_kernel(attention_kernel<D>, grid, kThreads, static_cast<size_t>(smem), stream, a));
   }
-  if (a.n_splits > 1) {
+  if (a.n_splits > 1 && !(decode && a.split_counters != nullptr)) {
     const dim3 reduce_grid(static_cast<unsigned>(a.n_batch_rows), static_cast<unsigned>(a.n_head));
     LS_CUDA_CHECK(launch_kernel(attention_reduce_kernel<D>, reduce_grid, D, 0, stream, a));
   }

@@ -90,10 +90,13 @@ struct AttentionArgs {
   // the input of an integer matvec of the output projection.
   Q8Rows out_q;
   // Flash decoding. With n_splits > 1 the partials go to `partial` (see attention_workspace
-  // _floats) and a reduce kernel writes `out`.
+  // _floats) and a reduce kernel writes `out`; or, for the decode kernel given split_counters
+  // (n_batch_rows x n_head_kv of them, zero), the last split's block of each (row, KV head)
+  // combines them itself and sets its counter back to zero (no reduce kernel).
   int32_t n_splits = 1;
   float* partial = nullptr;
   int64_t n_batch_rows = 0;  // rows of the batch (sizes the partial buffer)
+  unsigned int* split_counters = nullptr;
   // Tests and benchmarks name a kernel; the forward pass leaves kAuto.
   AttentionKernel kernel = AttentionKernel::kAuto;
   // The decode kernel's warps per block (4, or 16 for up to 4 query heads per KV head); 0: 16

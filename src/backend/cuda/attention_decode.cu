@@ -13,6 +13,7 @@
 #include <atomic>
 
 #include "backend/cuda/act_quant.cuh"
+#include "backend/cuda/attention_splits.cuh"
 #include "backend/cuda/check.h"
 #include "backend/cuda/launch.cuh"
 
@@ -202,6 +203,31 @@ __global__ void __launch_bounds__(32 * W) attention_decode_kernel(const Attentio
         a.partial[acc_floats + 2 * part] = m_max;
         a.partial[acc_floats + 2 * part + 1] = den;
       }
+    }
+  }
+  if (a.n_splits == 1 || a.split_counters == nullptr) return;
+
+  // The last split's block of this (row, KV head) combines the splits: every block fences its
+  // partials before it counts itself, the last one fences after (the fence-and-counter pattern).
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned int* counter = a.split_counters + static_cast<int64_t>(row) * a.n_head_kv + kv_head;
+    last = atomicAdd(counter, 1u) == static_cast<unsigned int>(a.n_splits - 1);
+    if (last) *counter = 0;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int i = threadIdx.x; i < G * D; i += kThreads) {
+    const int head = kv_head * G + i / D;
+    const int d = i % D;
+    const float o = combine_attention_splits<D>(a, row, head, d);
+    a.out[static_cast<int64_t>(row) * a.out_stride + head * D + d] = o;
+    if (a.out_q.qs != nullptr) {
+      quantize_q8_warp(o, lane, a.out_q.qs + row * a.out_q.qs_stride + head * D + (d & ~31),
+                       a.out_q.ds + row * a.out_q.ds_stride + (head * D + d) / kQ8Block);
     }
   }
 }

@@ -25,6 +25,11 @@ uint64_t partial_floats(const ModelConfig& c, const CudaLimits& l) {
   return static_cast<uint64_t>(l.max_split_rows) * c.n_head * (c.head_dim + 2);
 }
 
+// The decode kernel's split arrivals: one per (row, KV head) of any pass with splits.
+uint64_t split_counters(const ModelConfig& c, const CudaLimits& l) {
+  return static_cast<uint64_t>(l.max_split_rows) * c.n_head_kv;
+}
+
 int64_t max_gemm_cols(const ModelConfig& c) { return std::max({c.n_embd, c.q_dim(), c.n_ff}); }
 
 // int32 slots of the staging buffers before the block tables: tokens, positions, seq_index,
@@ -52,7 +57,8 @@ uint64_t CudaActivations::bytes(const ModelConfig& c, const CudaLimits& l) {
                  r = static_cast<uint64_t>(l.max_logit_rows);
   return 2 * floats_bytes(t * s.embd) + 2 * floats_bytes(t * s.q) + 2 * floats_bytes(t * s.kv) +
          2 * floats_bytes(t * s.ff) + floats_bytes(r * s.embd) + floats_bytes(r * s.vocab) +
-         floats_bytes(partial_floats(c, l)) + q8_rows_bytes(l.max_matvec_rows, max_gemm_cols(c)) +
+         floats_bytes(partial_floats(c, l)) +
+         align_up(split_counters(c, l) * sizeof(uint32_t), kDeviceAlignment) + q8_rows_bytes(l.max_matvec_rows, max_gemm_cols(c)) +
          align_up(gemm_act_half_bytes(l.max_tokens, max_gemm_cols(c)), kDeviceAlignment) +
          align_up(static_cast<uint64_t>(l.gemm_scratch_elems) * 2, kDeviceAlignment) +
          align_up(staging_ints(l) * sizeof(int32_t), kDeviceAlignment);  // BatchStaging's mirror
@@ -81,6 +87,9 @@ Result<CudaActivations> CudaActivations::allocate(DevicePool& pool, const ModelC
   LS_ASSIGN_OR_RETURN(a.logits, pool.allocate_array<float>(r * s.vocab, "logits"));
   LS_ASSIGN_OR_RETURN(a.attention_partial,
                       pool.allocate_array<float>(partial_floats(c, l), "attention partials"));
+  LS_ASSIGN_OR_RETURN(a.attention_counters, pool.allocate_array<unsigned int>(
+                                                split_counters(c, l), "attention split counters"));
+  LS_CUDA_CHECK(cudaMemset(a.attention_counters, 0, split_counters(c, l) * sizeof(unsigned int)));
   if (l.max_matvec_rows > 0) {
     LS_ASSIGN_OR_RETURN(void* q8, pool.allocate(q8_rows_bytes(l.max_matvec_rows, max_gemm_cols(c)),
                                                 "8-bit activations"));

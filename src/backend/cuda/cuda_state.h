@@ -46,6 +46,7 @@ struct CudaActivations {
   float* head_rows = nullptr;  // (max_logit_rows, n_embd) final-normed rows that need logits
   float* logits = nullptr;     // (max_logit_rows, n_vocab)
   float* attention_partial = nullptr;
+  unsigned int* attention_counters = nullptr;  // zeros between passes (AttentionArgs)
   // (max_matvec_rows, max(n_embd, q_dim, n_ff)) as 8-bit blocks: the input of the integer
   // matvec, written by the producer of each projection's input (norm, silu_mul, quantize).
   Q8Rows q8;
