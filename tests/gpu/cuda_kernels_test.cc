@@ -162,46 +162,6 @@ TEST_P(MatvecTest, AccumulatesIntoOutputAndAddsBias) {
                kMatvecTolerance, extra);
 }
 
-// Float weights with a SwiGLU input (x_gate): the product with silu(gate) * up, computed as
-// the SwiGLU kernel does, for every row count up to 8 and two groups of 8; quantized weights
-// refuse it (their input is 8-bit blocks, written by the SwiGLU kernel).
-TEST_P(MatvecTest, SwiGluInput) {
-  const TensorType type = GetParam();
-  const int64_t cols = round_cols(type, 1100);
-  const int64_t rows = 133;
-  const int64_t stride = cols + 8;
-  const HostMatrix m = make_matrix(type, rows, cols, 81);
-  UploadedMatrix w = upload(m);
-  ASSERT_NE(w.view.quants, nullptr);
-  for (int64_t n_act : {1, 2, 3, 4, 5, 6, 7, 8, 16}) {
-    SCOPED_TRACE(n_act);
-    const std::vector<float> gate = random_floats(n_act * stride, 82);
-    const std::vector<float> up = random_floats(n_act * stride, 83);
-    DeviceArray<float> gate_dev(gate), up_dev(up), y_dev(n_act * rows);
-    y_dev.poison();
-    const MatvecInput in = prepare_input(type, up, stride, n_act, cols);
-    MatvecArgs args = matvec_args(w.view, in, stride, n_act, y_dev.get(), rows);
-    args.x = up_dev.get();
-    args.x_gate = gate_dev.get();
-    args.x_gate_stride = stride;
-    if (matvec_uses_q8(type)) {
-      EXPECT_FALSE(matvec(args, nullptr).is_ok());
-      return;
-    }
-    ASSERT_OK(matvec(args, nullptr));
-    ASSERT_CUDA(cudaDeviceSynchronize());
-    std::vector<float> swiglu(n_act * stride, 0.0f);
-    for (int64_t b = 0; b < n_act; ++b) {
-      for (int64_t c = 0; c < cols; ++c) {
-        const float g = gate[b * stride + c];
-        swiglu[b * stride + c] = g / (1.0f + std::exp(-g)) * up[b * stride + c];
-      }
-    }
-    expect_close(y_dev.download(), rows, reference_product(m, swiglu, stride, n_act), rows, n_act,
-                 kMatvecTolerance, {});
-  }
-}
-
 // Three matrices of different heights sharing one input in one launch (as Q, K and V do):
 // each output as its own matvec would give, the bias only where given.
 TEST_P(MatvecTest, PartsInOneLaunch) {

@@ -32,7 +32,7 @@ bool CudaBackend::wants_q8(int64_t n_rows,
 
 Status CudaBackend::project(std::initializer_list<Projection> projections, const float* x,
                             int64_t x_stride, int64_t n_rows, bool x_q8_ready, CudaActivations& act,
-                            cudaStream_t stream, const float* x_gate) const {
+                            cudaStream_t stream) const {
   const int64_t cols = projections.begin()->w->cols;
   bool q8_ready = x_q8_ready;
   // The half-precision type x was last converted to for a GEMM of this input (QKV and
@@ -51,8 +51,8 @@ Status CudaBackend::project(std::initializer_list<Projection> projections, const
       return make_error(StatusCode::kInternal, "projections of one input differ in width");
     }
     if (uses_gemm(n_rows, *p.w)) {
-      if (p.reduce != nullptr || x_gate != nullptr) {
-        return make_error(StatusCode::kInternal, "a GEMM with a fused reduction or SwiGLU");
+      if (p.reduce != nullptr) {
+        return make_error(StatusCode::kInternal, "a fused reduction's partial from a GEMM");
       }
       LS_RETURN_IF_ERROR(flush());
       GemmArgs g;
@@ -71,9 +71,6 @@ Status CudaBackend::project(std::initializer_list<Projection> projections, const
       continue;
     }
     const bool q8 = matvec_uses_q8(p.w->type);
-    if (q8 && x_gate != nullptr) {
-      return make_error(StatusCode::kInternal, "an integer matvec with a fused SwiGLU");
-    }
     if (q8 && !q8_ready) {
       LS_RETURN_IF_ERROR(quantize_q8(x, x_stride, n_rows, cols, act.q8, stream));
       q8_ready = true;
@@ -88,8 +85,6 @@ Status CudaBackend::project(std::initializer_list<Projection> projections, const
     a.w = *p.w;
     a.x = x;
     a.x_stride = x_stride;
-    a.x_gate = x_gate;
-    a.x_gate_stride = x_stride;
     if (q8) a.xq = act.q8;
     a.n_rows = static_cast<int32_t>(n_rows);
     a.y = p.y;
@@ -110,18 +105,17 @@ bool CudaBackend::fuses_reduction(int64_t n_rows, const DeviceMatrix& w) const {
 
 Status CudaBackend::output_projection(const DeviceMatrix& w, const float* x, int64_t x_stride,
                                       int64_t n_rows, bool x_q8_ready, CudaActivations& act,
-                                      cudaStream_t stream, bool* pending,
-                                      const float* x_gate) const {
+                                      cudaStream_t stream, bool* pending) const {
   if (pending != nullptr && fuses_reduction(n_rows, w)) {
     LS_RETURN_IF_ERROR(project(
         {{&w, act.hidden, act.embd_stride, nullptr, false, &options_.peer_reduce}}, x, x_stride,
-        n_rows, x_q8_ready, act, stream, x_gate));
+        n_rows, x_q8_ready, act, stream));
     *pending = true;
     return Status::ok();
   }
   // Only the primary rank adds the residual: the sum over the ranks has it once.
   return project({{&w, act.hidden, act.embd_stride, nullptr, options_.primary_rank}}, x, x_stride,
-                 n_rows, x_q8_ready, act, stream, x_gate);
+                 n_rows, x_q8_ready, act, stream);
 }
 
 Status CudaBackend::run_layer(const DeviceBatch& b, int32_t layer, const CudaKvCache& kv,
@@ -227,13 +221,6 @@ Status CudaBackend::ffn_block(const DeviceBatch& b, int32_t layer, const CudaKvC
                              act.normed, act.embd_stride, n, ffn_q8, act, stream));
   LS_RETURN_IF_ERROR(timed("norm+gate/up", stream));
   const bool down_q8 = wants_q8(n, {&w.w_down});
-  // A float matvec computes the SwiGLU as it reads its input; GEMMs and integer matvecs take
-  // it from its own kernel (which also writes the 8-bit blocks).
-  if (!matvec_uses_q8(w.w_down.type) && !uses_gemm(n, w.w_down)) {
-    LS_RETURN_IF_ERROR(output_projection(w.w_down, act.up, act.ff_stride, n, false, act, stream,
-                                         pending, act.gate));
-    return timed("silu+down", stream);
-  }
   LS_RETURN_IF_ERROR(silu_mul(act.gate, act.ff_stride, act.up, act.ff_stride, n, c.n_ff, act.gate,
                               act.ff_stride, stream, down_q8 ? act.q8 : Q8Rows{}));
   LS_RETURN_IF_ERROR(timed("silu", stream));

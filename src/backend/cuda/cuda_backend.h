@@ -111,10 +111,8 @@ class CudaBackend {
   // The projections of one input x (n_rows rows): cuBLAS GEMMs where uses_gemm, else
   // matvecs, consecutive ones of one weight type in one launch. x_q8_ready: act.q8 already holds x
   // as 8-bit blocks (written by the producer of x); otherwise it is quantized here if needed.
-  // x_gate: the input is silu(x_gate) * x (float matvecs only; x_gate has x's row stride).
   Status project(std::initializer_list<Projection> projections, const float* x, int64_t x_stride,
-                 int64_t n_rows, bool x_q8_ready, CudaActivations& act, cudaStream_t stream,
-                 const float* x_gate = nullptr) const;
+                 int64_t n_rows, bool x_q8_ready, CudaActivations& act, cudaStream_t stream) const;
 
   // Whether an output projection (w) of n_rows rows sums over the ranks by a fused reduction.
   bool fuses_reduction(int64_t n_rows, const DeviceMatrix& w) const;
@@ -122,7 +120,7 @@ class CudaBackend {
   // (setting *pending) when `pending` is given and fuses_reduction, else through all_reduce.
   Status output_projection(const DeviceMatrix& w, const float* x, int64_t x_stride, int64_t n_rows,
                            bool x_q8_ready, CudaActivations& act, cudaStream_t stream,
-                           bool* pending, const float* x_gate = nullptr) const;
+                           bool* pending) const;
   // Tensor parallelism: sums the rows of act.hidden over the ranks (no-op for one rank).
   Status reduce_hidden(int64_t n_rows, CudaActivations& act, cudaStream_t stream) const;
   // act.normed = rmsnorm(act.hidden) with `weight` over n_rows rows, also as 8-bit blocks in

@@ -39,8 +39,6 @@ Status matvec_parts(std::span<const MatvecArgs> parts, cudaStream_t stream) {
   } else {
     launch.x = first.x;
     launch.x_stride = first.x_stride;
-    launch.x_gate = first.x_gate;
-    launch.x_gate_stride = first.x_gate_stride;
   }
   for (size_t i = 0; i < parts.size(); ++i) {
     const MatvecArgs& a = parts[i];
@@ -50,7 +48,7 @@ Status matvec_parts(std::span<const MatvecArgs> parts, cudaStream_t stream) {
     LS_CUDA_REQUIRE(a.y != nullptr && (a.n_rows == 1 || a.y_stride >= a.w.rows));
     if (q8) {
       LS_CUDA_REQUIRE(a.xq.qs == first.xq.qs && a.xq.ds == first.xq.ds);
-      LS_CUDA_REQUIRE(a.xq.qs != nullptr && a.xq.ds != nullptr && a.x_gate == nullptr);
+      LS_CUDA_REQUIRE(a.xq.qs != nullptr && a.xq.ds != nullptr);
       LS_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.xq.qs) % 16 == 0 && a.xq.qs_stride % 16 == 0);
       LS_CUDA_REQUIRE(a.n_rows == 1 ||
                       (a.xq.qs_stride >= a.w.cols && a.xq.ds_stride >= a.w.cols / kQ8Block));
@@ -58,10 +56,6 @@ Status matvec_parts(std::span<const MatvecArgs> parts, cudaStream_t stream) {
       LS_CUDA_REQUIRE(a.x == first.x && a.x_stride == first.x_stride && a.x != nullptr);
       LS_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.x_stride % 4 == 0);
       LS_CUDA_REQUIRE(a.n_rows == 1 || a.x_stride >= a.w.cols);
-      LS_CUDA_REQUIRE(a.x_gate == first.x_gate && a.x_gate_stride == first.x_gate_stride);
-      LS_CUDA_REQUIRE(a.x_gate == nullptr ||
-                      (reinterpret_cast<uintptr_t>(a.x_gate) % 16 == 0 &&
-                       a.x_gate_stride % 4 == 0 && (a.n_rows == 1 || a.x_gate_stride >= a.w.cols)));
     }
     launch.parts[i].w = a.w;
     launch.parts[i].y = a.y;

@@ -33,10 +33,6 @@ struct MatvecArgs {
   // Float weight types: row b at x + b * x_stride; 16-byte aligned, x_stride % 4 == 0.
   const float* x = nullptr;
   int64_t x_stride = 0;  // >= w.cols
-  // Float weight types, when set: the activations are silu(x_gate) * x, element by element
-  // (the FFN's SwiGLU, computed as the product reads them), row b at x_gate + b * x_gate_stride.
-  const float* x_gate = nullptr;
-  int64_t x_gate_stride = 0;
   // Quantized weight types: the same rows as 8-bit blocks (quantize_q8 of x).
   Q8Rows xq;
   int32_t n_rows = 1;           // activation rows, >= 1

@@ -76,22 +76,12 @@ __device__ __forceinline__ float warp_transpose_sum(float (&v)[P], int lane) {
   return s;
 }
 
-// The activation elements item `item` of row b meets (with x_gate: silu(gate) * x, computed
-// as the SwiGLU kernel does).
 template <TensorType T>
-__device__ __forceinline__ typename DotFormat<T>::Act load_activation(const MatvecLaunch& a,
-                                                                      int b, int item) {
-  using F = DotFormat<T>;
-  if constexpr (F::kQ8) {
-    return F::load_act(q8_row(a.xq, b), item);
+__device__ __forceinline__ auto activation_row(const MatvecLaunch& a, int b) {
+  if constexpr (DotFormat<T>::kQ8) {
+    return q8_row(a.xq, b);
   } else {
-    typename F::Act x = F::load_act(a.x + b * a.x_stride, item);
-    if (a.x_gate != nullptr) {
-      const typename F::Act g = F::load_act(a.x_gate + b * a.x_gate_stride, item);
-#pragma unroll
-      for (int k = 0; k < F::kItemElems; ++k) x.x[k] = g.x[k] / (1.0f + __expf(-g.x[k])) * x.x[k];
-    }
-    return x;
+    return a.x + b * a.x_stride;
   }
 }
 
@@ -180,7 +170,7 @@ __global__ void __launch_bounds__(kMatvecThreads)
         for (int r = 0; r < RW; ++r) dec[r] = F::decode(raw[u][r], item);
 #pragma unroll
         for (int b = 0; b < B; ++b) {
-          const typename F::Act x = load_activation<T>(a, b, item);
+          const typename F::Act x = F::load_act(activation_row<T>(a, b), item);
 #pragma unroll
           for (int r = 0; r < RW; ++r) acc[r][b] += F::dot(dec[r], x);
         }

@@ -25,8 +25,6 @@ struct MatvecLaunch {
   int32_t n_parts = 0;
   const float* x = nullptr;
   int64_t x_stride = 0;
-  const float* x_gate = nullptr;  // MatvecArgs::x_gate
-  int64_t x_gate_stride = 0;
   Q8Rows xq;
   int32_t n_rows = 0;
   bool accumulate = false;
