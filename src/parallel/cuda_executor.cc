@@ -39,6 +39,22 @@ constexpr int32_t kDecodeSplitTokens = 256;
 // Tensor-parallel passes split in halves for overlapping from this many rows per half.
 constexpr int32_t kOverlapMinRows = 128;
 
+// Context per split of decode steps: kDecodeSplitTokens, or LLAMASERVE_DECODE_SPLIT_TOKENS
+// (16 to 65536, read once; for measurements).
+int32_t decode_split_tokens() {
+  static const int32_t tokens = [] {
+    const char* env = std::getenv("LLAMASERVE_DECODE_SPLIT_TOKENS");
+    const long value = env != nullptr ? std::strtol(env, nullptr, 10) : 0;
+    if (value >= 16 && value <= 65536) return static_cast<int32_t>(value);
+    if (env != nullptr) {
+      spdlog::warn("LLAMASERVE_DECODE_SPLIT_TOKENS={}: not 16 to 65536, using {}", env,
+                   kDecodeSplitTokens);
+    }
+    return kDecodeSplitTokens;
+  }();
+  return tokens;
+}
+
 bool op_times_requested() {
   const char* env = std::getenv("LLAMASERVE_OP_TIMES");
   return env != nullptr && *env != '\0' && std::string_view(env) != "0";
@@ -339,7 +355,7 @@ int32_t CudaExecutor::choose_splits(const Batch& piece, const DeviceBatch& b) co
   int32_t max_len = 1;
   for (int32_t len : piece.seq_lengths) max_len = std::max(max_len, len);
   const int64_t blocks = static_cast<int64_t>(b.n_tiles) * model_->config.n_head_kv;
-  const int32_t split_tokens = b.max_tile_rows == 1 ? kDecodeSplitTokens : kSplitTokens;
+  const int32_t split_tokens = b.max_tile_rows == 1 ? decode_split_tokens() : kSplitTokens;
   int32_t splits = std::min(next_pow2((max_len + split_tokens - 1) / split_tokens),
                             next_pow2((2 * sm_count_ + blocks - 1) / blocks));
   // The partials are per (row, head, split).
