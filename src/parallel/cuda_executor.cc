@@ -33,9 +33,11 @@ constexpr uint64_t kCublasWorkspaceBytes = 32ull << 20;
 constexpr int64_t kMaxGemmScratchElems = 64ll << 20;  // 128 MiB of f16 weight rows
 constexpr int32_t kMaxGraphTokens = 256;
 constexpr int32_t kSplitTokens = 512;  // context per flash-decoding split
-// The same for decode steps (one row per tile): the decode kernel gives small grids 16 warps
-// per block (64 positions a step), so few sequences of a few hundred tokens need no split.
-constexpr int32_t kDecodeSplitTokens = 256;
+// The same for decode steps (one row per tile): one step of a 16-warp decode block, whose
+// splits combine in the kernel itself; short contexts of few sequences then still spread over
+// the SMs (bench/results/2026-11-30-h200x2-decode-split-tokens.md: 256 to 64 gained 2-4% at
+// tp=2 and nothing lost on one GPU).
+constexpr int32_t kDecodeSplitTokens = 64;
 // Tensor-parallel passes split in halves for overlapping from this many rows per half.
 constexpr int32_t kOverlapMinRows = 128;
 
