@@ -24,10 +24,32 @@ __device__ float block_sum(float v, float* shared) {
   return total;
 }
 
+// Elements of a row one thread holds the norm weights of before the wait (4096-wide rows).
+constexpr int kPrefetchedWeights = 4;
+
 // One block per row. The row is read twice (sum of squares, then the scaled write); the second
-// read hits L1/L2.
+// read hits L1/L2. The weights are constant: a thread's first ones are loaded before the wait
+// for the kernel that wrote the row (programmatic dependent launch, launch.cuh).
 __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const RmsNormArgs a) {
   pdl_launch_dependents();
+  float weights[kPrefetchedWeights];
+#pragma unroll
+  for (int k = 0; k < kPrefetchedWeights; ++k) {
+    const int64_t c = threadIdx.x + static_cast<int64_t>(k) * kNormThreads;
+    weights[k] = c < a.n ? __ldg(a.weight + c) : 0.0f;
+  }
+  // body(c, weight[c]) for this thread's elements c of the row.
+  auto for_each_weighted = [&](auto body) {
+#pragma unroll
+    for (int k = 0; k < kPrefetchedWeights; ++k) {
+      const int64_t c = threadIdx.x + static_cast<int64_t>(k) * kNormThreads;
+      if (c < a.n) body(c, weights[k]);
+    }
+    for (int64_t c = threadIdx.x + static_cast<int64_t>(kPrefetchedWeights) * kNormThreads;
+         c < a.n; c += kNormThreads) {
+      body(c, a.weight[c]);
+    }
+  };
   pdl_wait();
   const bool reduce = peer_reduce_active(a.reduce);
   const uint32_t epoch = reduce ? peer_reduce_epoch(a.reduce) : 0;
@@ -54,20 +76,18 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const RmsNormArgs
   const float inv_rms = rsqrtf(total / static_cast<float>(a.n) + a.eps);
   float* y = a.y + row * a.y_stride;
   if (a.yq.qs == nullptr) {
-#pragma unroll 4
-    for (int64_t c = threadIdx.x; c < a.n; c += kNormThreads) y[c] = x[c] * inv_rms * a.weight[c];
+    for_each_weighted([&](int64_t c, float w) { y[c] = x[c] * inv_rms * w; });
     return;
   }
   // Warp w handles elements [32 (w + 32k), 32 (w + 32k) + 32): whole blocks, since n % 32 == 0.
   const int lane = threadIdx.x & 31;
   int8_t* yq = a.yq.qs + row * a.yq.qs_stride;
   float4* ds = a.yq.ds + row * a.yq.ds_stride;
-#pragma unroll 4
-  for (int64_t c = threadIdx.x; c < a.n; c += kNormThreads) {
-    const float v = x[c] * inv_rms * a.weight[c];
+  for_each_weighted([&](int64_t c, float w) {
+    const float v = x[c] * inv_rms * w;
     y[c] = v;
     quantize_q8_warp(v, lane, yq + (c - lane), ds + c / kQ8Block);
-  }
+  });
 }
 
 }  // namespace
