@@ -1,20 +1,9 @@
 #include "backend/cuda/matvec.h"
 
-#include <cstdlib>
-#include <cstring>
-
 #include "backend/cuda/check.h"
 #include "backend/cuda/matvec_launch.h"
 
 namespace llamaserve::cuda {
-
-bool matvec_prefetch_enabled() {
-  static const bool enabled = [] {
-    const char* value = std::getenv("LLAMASERVE_MATVEC_PREFETCH");
-    return value == nullptr || std::strcmp(value, "0") != 0;
-  }();
-  return enabled;
-}
 
 bool matvec_uses_q8(TensorType type) {
   switch (type) {

@@ -15,10 +15,7 @@
 // before it computes the current one, so its loads stay in flight while it computes.
 //
 // Launched with programmatic dependent launch: the first step's weight loads are issued before
-// the wait for the kernel that produced the activations (launch.cuh), and so are L2 prefetches
-// of the rest of each warp's first rows, up to a share of the L2 for the whole launch: while the
-// kernel before it finishes (attention, a norm), the weights stream into the L2 instead of
-// waiting for the first loads after it.
+// the wait for the kernel that produced the activations (launch.cuh).
 //
 // No shared memory and no CTA-wide barrier: warps without a group simply return. The parameter
 // is __grid_constant__ so that picking a part by index reads it in place instead of copying the
@@ -149,16 +146,6 @@ __global__ void __launch_bounds__(kMatvecThreads)
   // The weights are constant, so the first step's loads go out before the wait for the kernel
   // that writes the activations (programmatic dependent launch, launch.cuh).
   load_step(cur, raw);
-  if (a.prefetch_row_bytes > 0) {
-    const DeviceMatrix& w = a.parts[cur.part].w;
-#pragma unroll
-    for (int r = 0; r < RW; ++r) {
-      const uint8_t* row = quant_row(w, min(cur.row0 + r, w.rows - 1));
-      for (int64_t off = 128 * lane; off < a.prefetch_row_bytes; off += 32 * 128) {
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(row + off));
-      }
-    }
-  }
   pdl_wait();
   const uint32_t reduce_epoch = peer_reduce_active(a.reduce) ? peer_reduce_epoch(a.reduce) : 0;
   while (true) {
@@ -257,22 +244,14 @@ Status launch_matvec_rows(const MatvecLaunch& a, cudaStream_t stream) {
   // the kernel and the architecture only (the machines here have one kind of GPU), so it is
   // asked once per kernel; the SM count on every launch.
   static const int kCtasPerSm = ctas_per_sm(kernel);
-  int device = 0, sms = 0, l2_bytes = 0;
+  int device = 0, sms = 0;
   LS_CUDA_CHECK(cudaGetDevice(&device));
   LS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  LS_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
   const int64_t resident = static_cast<int64_t>(std::max(sms, 1)) * kCtasPerSm * kMatvecWarps;
   const int64_t per_warp = (launch.n_groups + resident - 1) / resident;
   const int64_t warps = (launch.n_groups + per_warp - 1) / per_warp;
   const int64_t ctas = (warps + kMatvecWarps - 1) / kMatvecWarps;
   LS_CUDA_REQUIRE(ctas <= 0x7fffffff);
-  // Half the L2 for the prefetched rows, so that they are still there when they are read.
-  if (matvec_prefetch_enabled()) {
-    const int64_t share = static_cast<int64_t>(l2_bytes) / 2 / std::max<int64_t>(warps * kRows, 1);
-    int64_t longest = 0;
-    for (int i = 0; i < a.n_parts; ++i) longest = std::max(longest, a.parts[i].w.quant_row_bytes);
-    launch.prefetch_row_bytes = std::min(share, longest);
-  }
   LS_CUDA_CHECK(
       launch_kernel(kernel, static_cast<unsigned>(ctas), kMatvecThreads, 0, stream, launch));
   return Status::ok();

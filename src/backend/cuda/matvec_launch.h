@@ -30,14 +30,7 @@ struct MatvecLaunch {
   bool accumulate = false;
   PeerReduceView reduce;  // a fused reduction's partial (MatvecArgs::reduce), when active
   int64_t n_groups = 0;   // row groups of all parts (set by the launcher)
-  // Bytes from the start of each quant row of a warp's first group that the warp asks the L2 to
-  // fetch before it waits for its input (set by the launcher: a share of the L2; 0: none).
-  int64_t prefetch_row_bytes = 0;
 };
-
-// Whether matvecs prefetch their first rows into the L2 before their input is ready (unless
-// LLAMASERVE_MATVEC_PREFETCH=0; read once).
-bool matvec_prefetch_enabled();
 
 // PRECONDITION: the parts passed the checks of matvec_parts() and have type T.
 template <TensorType T>
