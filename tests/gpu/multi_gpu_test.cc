@@ -38,21 +38,11 @@ namespace llamaserve {
 namespace {
 
 namespace fs = std::filesystem;
+using cuda::testing::device_count;
 using cuda::testing::source_dir;
 using cuda::testing::vocab_path;
 
-int device_count() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
-}
-
-class MultiGpuTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (device_count() < 2)
-      GTEST_SKIP() << "needs 2 CUDA devices, " << device_count() << " visible";
-  }
-};
+class MultiGpuTest : public cuda::testing::TwoGpuTest {};
 
 std::shared_ptr<const LoadedModel> load(const fs::path& path) {
   auto model = load_model(path.string());

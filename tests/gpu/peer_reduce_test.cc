@@ -30,18 +30,7 @@ using testing::random_floats;
 using testing::upload;
 using testing::UploadedMatrix;
 
-int device_count() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
-}
-
-class PeerReduceTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (device_count() < 2)
-      GTEST_SKIP() << "needs 2 CUDA devices, " << device_count() << " visible";
-  }
-};
+class PeerReduceTest : public testing::TwoGpuTest {};
 
 // Two ranks on their own threads, rank r on cuda:r.
 template <typename Fn>

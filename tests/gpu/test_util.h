@@ -64,6 +64,20 @@ inline bool have_device() {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
+inline int device_count() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
+// Fixtures of tests across devices: skip below two.
+class TwoGpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (device_count() < 2)
+      GTEST_SKIP() << "needs 2 CUDA devices, " << device_count() << " visible";
+  }
+};
+
 // Every test fixture: skips without a device (fails instead when LLAMASERVE_REQUIRE_GPU is
 // set, as on the GPU machine), and checks that no kernel left an error.
 class GpuTest : public ::testing::Test {
