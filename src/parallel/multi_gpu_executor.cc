@@ -126,7 +126,7 @@ class Stage {
   // Rank r's handles of fused reductions (inactive unless TpSums::kFused found peer access).
   cuda::PeerReduceView peer_reduce(int rank) const {
     return sums_ == TpSums::kFused && peer_all_reduce_ ? peer_all_reduce_->view(rank)
-                                                        : cuda::PeerReduceView{};
+                                                       : cuda::PeerReduceView{};
   }
 
   const std::vector<std::unique_ptr<CudaPart>>& ranks() const { return ranks_; }
@@ -403,7 +403,7 @@ Result<std::unique_ptr<Stage>> create_stage(std::vector<int> devices, int64_t n_
   LS_NCCL_CHECK(ncclCommInitAll(comms.data(), n, devices.data()));
   std::unique_ptr<cuda::PeerAllReduce> peer;
   if (sums != TpSums::kNccl) {
-    const size_t capacity = static_cast<size_t>(cuda::kMaxMatvecRows * ((n_embd + 3) / 4 * 4));
+    const size_t capacity = static_cast<size_t>(cuda::kMaxMatvecRows * n_embd);
     auto group = cuda::PeerAllReduce::create(devices, capacity);
     if (group.is_ok()) {
       peer = std::move(group).value();

@@ -175,9 +175,8 @@ TEST_P(AttentionTest, MatchesReference) {
       ASSERT_OK(attention(a, nullptr));
       ASSERT_CUDA(cudaDeviceSynchronize());
       const std::vector<float> combined = out_dev.download();
-      EXPECT_EQ(std::memcmp(combined.data(), by_reduce_kernel.data(),
-                            combined.size() * sizeof(float)),
-                0)
+      EXPECT_EQ(
+          std::memcmp(combined.data(), by_reduce_kernel.data(), combined.size() * sizeof(float)), 0)
           << "split counters, launch " << launch;
       EXPECT_EQ(counters.download(), zeros) << "launch " << launch;
       EXPECT_EQ(count_q8_mismatches(combined, out_stride, rows, q_dim, out_q8, a.out_q), 0)

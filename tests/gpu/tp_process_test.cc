@@ -42,6 +42,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
+using cuda::testing::device_count;
 using cuda::testing::max_rel_error;
 using cuda::testing::source_dir;
 
@@ -56,11 +57,6 @@ fs::path llamaserve_binary() {
     if (fs::exists(path)) return fs::canonical(path);
   }
   return {};
-}
-
-int device_count() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
 
 // A `llamaserve tp-worker` child process.

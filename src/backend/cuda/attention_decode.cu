@@ -10,8 +10,6 @@
 
 #include <cuda_fp16.h>
 
-#include <atomic>
-
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/attention_splits.cuh"
 #include "backend/cuda/check.h"
@@ -232,22 +230,6 @@ __global__ void __launch_bounds__(32 * W) attention_decode_kernel(const Attentio
   }
 }
 
-// The current device's SM count, asked once per device.
-int sm_count() {
-  constexpr int kDevices = 64;
-  static std::atomic<int> counts[kDevices];
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kDevices) return 132;
-  int count = counts[device].load(std::memory_order_relaxed);
-  if (count == 0) {
-    if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-      return 132;
-    }
-    counts[device].store(count, std::memory_order_relaxed);
-  }
-  return count;
-}
-
 template <int D, int G>
 Status launch_group(const AttentionArgs& a, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(a.n_tiles), static_cast<unsigned>(a.n_head_kv),
@@ -255,8 +237,9 @@ Status launch_group(const AttentionArgs& a, cudaStream_t stream) {
   int warps = a.decode_warps;
   if (warps == 0) {
     const int64_t blocks = static_cast<int64_t>(a.n_tiles) * a.n_head_kv * a.n_splits;
-    warps = G <= kMaxManyWarpsGroup && blocks < 4 * static_cast<int64_t>(sm_count()) ? kManyWarps
-                                                                                     : kFewWarps;
+    warps = G <= kMaxManyWarpsGroup && blocks < 4 * static_cast<int64_t>(current_device_sm_count())
+                ? kManyWarps
+                : kFewWarps;
   }
   if constexpr (G <= kMaxManyWarpsGroup) {
     if (warps == kManyWarps) {

@@ -107,9 +107,9 @@ Status CudaBackend::output_projection(const DeviceMatrix& w, const float* x, int
                                       int64_t n_rows, bool x_q8_ready, CudaActivations& act,
                                       cudaStream_t stream, bool* pending) const {
   if (pending != nullptr && fuses_reduction(n_rows, w)) {
-    LS_RETURN_IF_ERROR(project(
-        {{&w, act.hidden, act.embd_stride, nullptr, false, &options_.peer_reduce}}, x, x_stride,
-        n_rows, x_q8_ready, act, stream));
+    LS_RETURN_IF_ERROR(
+        project({{&w, act.hidden, act.embd_stride, nullptr, false, &options_.peer_reduce}}, x,
+                x_stride, n_rows, x_q8_ready, act, stream));
     *pending = true;
     return Status::ok();
   }
@@ -252,8 +252,8 @@ Status CudaBackend::forward(const DeviceBatch& b, const LayerRange& range, const
     LS_RETURN_IF_ERROR(run_layer(b, layer, kv, act, n_splits, pending, stream));
   }
   if (!pending) return Status::ok();
-  LS_RETURN_IF_ERROR(peer_reduce_add(options_.peer_reduce, act.hidden, act.embd_stride,
-                                     b.n_tokens, config_.n_embd, stream));
+  LS_RETURN_IF_ERROR(peer_reduce_add(options_.peer_reduce, act.hidden, act.embd_stride, b.n_tokens,
+                                     config_.n_embd, stream));
   return timed("all-reduce", stream);
 }
 

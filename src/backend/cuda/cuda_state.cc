@@ -58,7 +58,8 @@ uint64_t CudaActivations::bytes(const ModelConfig& c, const CudaLimits& l) {
   return 2 * floats_bytes(t * s.embd) + 2 * floats_bytes(t * s.q) + 2 * floats_bytes(t * s.kv) +
          2 * floats_bytes(t * s.ff) + floats_bytes(r * s.embd) + floats_bytes(r * s.vocab) +
          floats_bytes(partial_floats(c, l)) +
-         align_up(split_counters(c, l) * sizeof(uint32_t), kDeviceAlignment) + q8_rows_bytes(l.max_matvec_rows, max_gemm_cols(c)) +
+         align_up(split_counters(c, l) * sizeof(unsigned int), kDeviceAlignment) +
+         q8_rows_bytes(l.max_matvec_rows, max_gemm_cols(c)) +
          align_up(gemm_act_half_bytes(l.max_tokens, max_gemm_cols(c)), kDeviceAlignment) +
          align_up(static_cast<uint64_t>(l.gemm_scratch_elems) * 2, kDeviceAlignment) +
          align_up(staging_ints(l) * sizeof(int32_t), kDeviceAlignment);  // BatchStaging's mirror

@@ -242,11 +242,9 @@ Status launch_matvec_rows(const MatvecLaunch& a, cudaStream_t stream) {
   // Every warp gets the same number of groups (the last ones one fewer): as many warps as are
   // resident, or fewer when the groups do not divide evenly among them. Occupancy depends on
   // the kernel and the architecture only (the machines here have one kind of GPU), so it is
-  // asked once per kernel; the SM count on every launch.
+  // asked once per kernel; the SM count once per device.
   static const int kCtasPerSm = ctas_per_sm(kernel);
-  int device = 0, sms = 0;
-  LS_CUDA_CHECK(cudaGetDevice(&device));
-  LS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int sms = current_device_sm_count();
   const int64_t resident = static_cast<int64_t>(std::max(sms, 1)) * kCtasPerSm * kMatvecWarps;
   const int64_t per_warp = (launch.n_groups + resident - 1) / resident;
   const int64_t warps = (launch.n_groups + per_warp - 1) / per_warp;

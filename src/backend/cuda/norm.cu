@@ -45,8 +45,8 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const RmsNormArgs
       const int64_t c = threadIdx.x + static_cast<int64_t>(k) * kNormThreads;
       if (c < a.n) body(c, weights[k]);
     }
-    for (int64_t c = threadIdx.x + static_cast<int64_t>(kPrefetchedWeights) * kNormThreads;
-         c < a.n; c += kNormThreads) {
+    for (int64_t c = threadIdx.x + static_cast<int64_t>(kPrefetchedWeights) * kNormThreads; c < a.n;
+         c += kNormThreads) {
       body(c, a.weight[c]);
     }
   };

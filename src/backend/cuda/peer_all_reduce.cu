@@ -20,17 +20,15 @@ __global__ void __launch_bounds__(kThreads)
   peer_reduce_done(v);
 }
 
-constexpr int kAddThreads = 1024;
-
 // One block per row.
-__global__ void __launch_bounds__(kAddThreads)
+__global__ void __launch_bounds__(kThreads)
     peer_reduce_add_kernel(const PeerReduceView v, float* x, int64_t x_stride, int64_t n) {
   pdl_launch_dependents();
   pdl_wait();
   const uint32_t epoch = peer_reduce_epoch(v);
   const int64_t row = blockIdx.x;
   float* xr = x + row * x_stride;
-  for (int64_t c = threadIdx.x; c < n; c += kAddThreads) {
+  for (int64_t c = threadIdx.x; c < n; c += kThreads) {
     xr[c] += peer_reduce_sum(v, epoch, row * n + c);
   }
   peer_reduce_done(v);
@@ -43,8 +41,7 @@ Result<std::unique_ptr<PeerAllReduce>> PeerAllReduce::create(const std::vector<i
   const int n = static_cast<int>(devices.size());
   if (n < 2 || n > kMaxRanks || capacity == 0) {
     return make_error(StatusCode::kInvalidArgument,
-                      "peer all-reduce: {} ranks (2 to {}) of capacity {}", n, kMaxRanks,
-                      capacity);
+                      "peer all-reduce: {} ranks (2 to {}) of capacity {}", n, kMaxRanks, capacity);
   }
   for (int a = 0; a < n; ++a) {
     for (int b = 0; b < n; ++b) {
@@ -64,8 +61,8 @@ Result<std::unique_ptr<PeerAllReduce>> PeerAllReduce::create(const std::vector<i
   std::unique_ptr<PeerAllReduce> group(new PeerAllReduce());
   group->devices_ = devices;
   group->capacity_ = capacity;
-  LS_CUDA_CHECK(cudaHostAlloc(&group->abort_host_, sizeof(int), cudaHostAllocMapped |
-                                                                    cudaHostAllocPortable));
+  LS_CUDA_CHECK(
+      cudaHostAlloc(&group->abort_host_, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable));
   *group->abort_host_ = 0;
   LS_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&group->abort_device_),
                                          group->abort_host_, 0));
@@ -117,16 +114,13 @@ PeerReduceView PeerAllReduce::view(int rank) const {
   return v;
 }
 
-void PeerAllReduce::abort() {
-  reinterpret_cast<volatile int*>(abort_host_)[0] = 1;
-}
+void PeerAllReduce::abort() { reinterpret_cast<volatile int*>(abort_host_)[0] = 1; }
 
 Status PeerAllReduce::run(int rank, float* data, size_t count, cudaStream_t stream) const {
   LS_CUDA_REQUIRE(rank >= 0 && rank < n_ranks());
   LS_CUDA_REQUIRE(count <= capacity_ && data != nullptr);
   if (count == 0) return Status::ok();
-  peer_all_reduce_kernel<<<1, kThreads, 0, stream>>>(data, static_cast<int64_t>(count),
-                                                     view(rank));
+  peer_all_reduce_kernel<<<1, kThreads, 0, stream>>>(data, static_cast<int64_t>(count), view(rank));
   LS_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }
@@ -136,8 +130,8 @@ Status peer_reduce_add(const PeerReduceView& view, float* x, int64_t x_stride, i
   LS_CUDA_REQUIRE(view.active() && x != nullptr && n > 0 && n_rows >= 0);
   LS_CUDA_REQUIRE(n_rows * n <= view.capacity && (n_rows <= 1 || x_stride >= n));
   if (n_rows == 0) return Status::ok();
-  LS_CUDA_CHECK(launch_kernel(peer_reduce_add_kernel, static_cast<unsigned>(n_rows), kAddThreads,
-                              0, stream, view, x, x_stride, n));
+  LS_CUDA_CHECK(launch_kernel(peer_reduce_add_kernel, static_cast<unsigned>(n_rows), kThreads, 0,
+                              stream, view, x, x_stride, n));
   return Status::ok();
 }
 

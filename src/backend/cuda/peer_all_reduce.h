@@ -56,8 +56,9 @@ class PeerAllReduce {
  public:
   static constexpr int kMaxRanks = kMaxPeerRanks;
 
-  // Allocates each rank's inbox (2 x n_ranks x capacity words) and counters on its device and enables peer access between every pair. Fails (the caller then uses NCCL alone)
-  // when some pair has no peer access, or a device is listed twice.
+  // Allocates each rank's inbox (2 x n_ranks x capacity words) and counters on its device and
+  // enables peer access between every pair. Fails (the caller then uses NCCL alone) when some pair
+  // has no peer access, or a device is listed twice.
   static Result<std::unique_ptr<PeerAllReduce>> create(const std::vector<int>& devices,
                                                        size_t capacity);
   ~PeerAllReduce();
@@ -82,11 +83,11 @@ class PeerAllReduce {
   PeerAllReduce() = default;
   std::vector<int> devices_;
   size_t capacity_ = 0;
-  std::vector<unsigned long long*> inbox_;   // per rank, on its device
-  std::vector<unsigned long long*> epoch_;   // per rank, on its device
-  std::vector<unsigned int*> arrivals_;      // per rank, on its device
-  int* abort_host_ = nullptr;                // mapped, pinned host memory
-  int* abort_device_ = nullptr;              // its device address
+  std::vector<unsigned long long*> inbox_;  // per rank, on its device
+  std::vector<unsigned long long*> epoch_;  // per rank, on its device
+  std::vector<unsigned int*> arrivals_;     // per rank, on its device
+  int* abort_host_ = nullptr;               // mapped, pinned host memory
+  int* abort_device_ = nullptr;             // its device address
 };
 
 // Fused reductions' last consumer, where no RMSNorm follows (the end of a layer range):

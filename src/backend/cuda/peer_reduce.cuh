@@ -31,9 +31,9 @@ __device__ __forceinline__ uint32_t peer_reduce_epoch(const PeerReduceView& v) {
   return static_cast<uint32_t>(__ldcg(v.epoch) + 1);
 }
 
-__device__ __forceinline__ unsigned long long* peer_reduce_word(const PeerReduceView& v,
-                                                                int dest, uint32_t epoch,
-                                                                int from, int64_t i) {
+__device__ __forceinline__ unsigned long long* peer_reduce_word(const PeerReduceView& v, int dest,
+                                                                uint32_t epoch, int from,
+                                                                int64_t i) {
   return v.inbox[dest] + ((static_cast<int64_t>(epoch & 1) * v.n_ranks + from) * v.capacity + i);
 }
 
@@ -44,10 +44,10 @@ __device__ __forceinline__ void peer_reduce_store(const PeerReduceView& v, uint3
       static_cast<unsigned long long>(epoch) << 32 | __float_as_uint(value);
 #pragma unroll 1
   for (int d = 0; d < v.n_ranks; ++d) {
-    asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(peer_reduce_word(v, d, epoch, v.rank,
-                                                                               i)),
-                 "l"(word)
-                 : "memory");
+    asm volatile(
+        "st.relaxed.sys.global.u64 [%0], %1;" ::"l"(peer_reduce_word(v, d, epoch, v.rank, i)),
+        "l"(word)
+        : "memory");
   }
 }
 
