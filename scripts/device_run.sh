@@ -190,16 +190,20 @@ multi7b() {
   : >"$md"
   # NAME/DEVICES/TP/PP[/MICRO_BATCHES] (default: one per stage). tp2-peer: the small
   # all-reduces through the one-kernel peer-to-peer all-reduce, tp2-nccl: every one through
-  # NCCL (default: fused into the decode matvecs); pp2-inturn: the stages one after the other
-  # (no micro-batches in flight).
+  # NCCL (default: fused into the decode matvecs); a name with -floatsums: the GEMM partials
+  # summed as fp32 (default: halves); pp2-inturn: the stages one after the other (no
+  # micro-batches in flight).
   local layouts
   read -r -a layouts <<<"${MULTI_LAYOUTS:-one/0/1/1 tp2/0,1/2/1 tp2-nccl/0,1/2/1 pp2/0,1/1/2 pp2-inturn/0,1/1/2/1}"
   for layout in "${layouts[@]}"; do
     IFS=/ read -r name devices tp pp mb <<<"$layout"
     local mode=fused
-    [[ $name == *-peer ]] && mode=peer
-    [[ $name == *-nccl ]] && mode=nccl
-    step "bench-7b-f16-$name" "${MULTI_TIMEOUT:-400}" env LLAMASERVE_TP_ALLREDUCE=$mode "$bin" bench -m "$model" --devices "$devices" --tp "$tp" --pp "$pp" \
+    [[ $name == *-peer* ]] && mode=peer
+    [[ $name == *-nccl* ]] && mode=nccl
+    local sums=half
+    [[ $name == *-floatsums* ]] && sums=float
+    step "bench-7b-f16-$name" "${MULTI_TIMEOUT:-400}" env LLAMASERVE_TP_ALLREDUCE=$mode \
+      LLAMASERVE_TP_GEMM_SUMS=$sums "$bin" bench -m "$model" --devices "$devices" --tp "$tp" --pp "$pp" \
       --micro-batches "${mb:-0}" "${args[@]}" --json-file "$logs/bench-multi-$name.json" \
       --markdown-file "$logs/bench-multi-$name.md" || continue
     [[ $first -eq 1 ]] || echo "," >>"$json"

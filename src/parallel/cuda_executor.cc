@@ -57,6 +57,17 @@ int32_t decode_split_tokens() {
   return tokens;
 }
 
+// Whether a tensor-parallel rank sums the partials of its GEMM output projections in half
+// precision (CudaBackendOptions::half_sums): LLAMASERVE_TP_GEMM_SUMS=half (the default) or float.
+Result<bool> half_sums_from_env() {
+  const char* env = std::getenv("LLAMASERVE_TP_GEMM_SUMS");
+  const std::string_view mode = env != nullptr ? env : "half";
+  if (mode == "half") return true;
+  if (mode == "float") return false;
+  return make_error(StatusCode::kInvalidArgument,
+                    "LLAMASERVE_TP_GEMM_SUMS={}: expected half or float", mode);
+}
+
 bool op_times_requested() {
   const char* env = std::getenv("LLAMASERVE_OP_TIMES");
   return env != nullptr && *env != '\0' && std::string_view(env) != "0";
@@ -176,6 +187,7 @@ std::string CudaExecutor::role() const {
     role += fmt::format(", layers {}-{}", range_.begin, range_.end - 1);
   }
   if (options_.all_reduce) role += options_.primary_rank ? ", primary TP rank" : ", TP rank";
+  if (limits_.half_sums) role += ", GEMM partials summed as halves";
   return role;
 }
 
@@ -217,6 +229,9 @@ Result<int32_t> CudaExecutor::plan_kv_blocks() {
   limits_.gemm_scratch_elems = std::min(max_quantized, kMaxGemmScratchElems);
   limits_.max_matvec_rows =
       std::min<int64_t>(limits_.max_tokens, static_cast<int64_t>(options_.gemm_min_rows) - 1);
+  if (options_.all_reduce) {
+    LS_ASSIGN_OR_RETURN(limits_.half_sums, half_sums_from_env());
+  }
 
   request_.range = range_;
   request_.limits = limits_;
@@ -268,6 +283,7 @@ Status CudaExecutor::init(int32_t kv_blocks) {
   backend_options.float_gemm_min_rows = options_.float_gemm_min_rows;
   backend_options.all_reduce = options_.all_reduce;
   backend_options.primary_rank = options_.primary_rank;
+  backend_options.half_sums = limits_.half_sums;
   backend_options.peer_reduce = options_.peer_reduce;
   if (op_times_requested()) {
     op_timer_ = std::make_unique<cuda::OpTimer>(options_.device);
@@ -324,8 +340,9 @@ Status CudaExecutor::run_overlapped(const Batch& piece, const DeviceBatch& b) {
   auto reduce = [&](int p) -> Status {
     LS_CUDA_CHECK(cudaEventRecord(ready_[p], stream_));
     LS_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, ready_[p], 0));
-    LS_RETURN_IF_ERROR(options_.all_reduce(
-        acts[p].hidden, static_cast<size_t>(part[p].n_tokens) * act_.embd_stride, comm_stream_));
+    LS_RETURN_IF_ERROR(options_.all_reduce(acts[p].hidden,
+                                           static_cast<size_t>(part[p].n_tokens) * act_.embd_stride,
+                                           cuda::SumType::kF32, comm_stream_));
     LS_CUDA_CHECK(cudaEventRecord(reduced_[p], comm_stream_));
     return Status::ok();
   };

@@ -14,6 +14,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/peer_all_reduce.h"
+#include "backend/cuda/tp_sum.h"
 #include "backend/layer_range.h"
 #include "core/status.h"
 #include "model/weights.h"
@@ -21,8 +22,8 @@
 
 namespace llamaserve {
 
-// Sums `count` floats at `data` over the tensor-parallel ranks, in place, on `stream`.
-using RankAllReduceFn = std::function<Status(float* data, size_t count, cudaStream_t stream)>;
+// Sums `count` elements at `data` over the tensor-parallel ranks, in place, on `stream`.
+using RankAllReduceFn = cuda::AllReduceFn;
 
 struct CudaExecutorOptions {
   int device = 0;

@@ -88,8 +88,8 @@ struct NcclComm {
   }
 
   RankAllReduceFn all_reduce_hook(std::shared_ptr<NcclComm> self) const {
-    return [self](float* data, size_t count, cudaStream_t stream) {
-      return nccl_all_reduce_sum(self->comm, data, count, stream);
+    return [self](void* data, size_t count, cuda::SumType type, cudaStream_t stream) {
+      return nccl_all_reduce_sum(self->comm, data, count, type, stream);
     };
   }
 

@@ -108,11 +108,13 @@ class Stage {
 
   // With TpSums::kPeer small tensors (decode rows) through the peer-to-peer kernel; the rest
   // (and everything otherwise) through NCCL.
-  Status all_reduce(int rank, float* data, size_t count, cudaStream_t stream) const {
-    if (sums_ == TpSums::kPeer && peer_all_reduce_ && count <= peer_all_reduce_->capacity()) {
-      return peer_all_reduce_->run(rank, data, count, stream);
+  Status all_reduce(int rank, void* data, size_t count, cuda::SumType type,
+                    cudaStream_t stream) const {
+    if (sums_ == TpSums::kPeer && peer_all_reduce_ && type == cuda::SumType::kF32 &&
+        count <= peer_all_reduce_->capacity()) {
+      return peer_all_reduce_->run(rank, static_cast<float*>(data), count, stream);
     }
-    return nccl_all_reduce_sum(comms_[static_cast<size_t>(rank)], data, count, stream);
+    return nccl_all_reduce_sum(comms_[static_cast<size_t>(rank)], data, count, type, stream);
   }
 
   // PRECONDITION: ranks.size() == the devices given; rank r runs on devices[r].
@@ -559,8 +561,9 @@ Result<std::unique_ptr<Executor>> create_multi_gpu_executor(
       if (tp > 1) {
         part.primary_rank = r == 0;
         const Stage* owner = stages[static_cast<size_t>(s)].get();
-        part.all_reduce = [owner, r](float* data, size_t count, cudaStream_t stream) {
-          return owner->all_reduce(r, data, count, stream);
+        part.all_reduce = [owner, r](void* data, size_t count, cuda::SumType type,
+                                     cudaStream_t stream) {
+          return owner->all_reduce(r, data, count, type, stream);
         };
         part.peer_reduce = owner->peer_reduce(r);
       }

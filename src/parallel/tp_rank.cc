@@ -10,8 +10,12 @@ namespace llamaserve {
 
 void keep_nvls_off_by_default() { setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0); }
 
-Status nccl_all_reduce_sum(ncclComm_t comm, float* data, size_t count, cudaStream_t stream) {
-  LS_NCCL_CHECK(ncclAllReduce(data, data, count, ncclFloat, ncclSum, comm, stream));
+Status nccl_all_reduce_sum(ncclComm_t comm, void* data, size_t count, cuda::SumType type,
+                           cudaStream_t stream) {
+  const ncclDataType_t nccl_type = type == cuda::SumType::kF32   ? ncclFloat
+                                   : type == cuda::SumType::kF16 ? ncclHalf
+                                                                 : ncclBfloat16;
+  LS_NCCL_CHECK(ncclAllReduce(data, data, count, nccl_type, ncclSum, comm, stream));
   return Status::ok();
 }
 

@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include "backend/cuda/tp_sum.h"
 #include "core/status.h"
 #include "model/weights.h"
 
@@ -20,8 +21,9 @@ namespace llamaserve {
 // the communicator is created (NCCL reads the variable then).
 void keep_nvls_off_by_default();
 
-// Sums `count` floats at `data` in place over the ranks of `comm`, on `stream`.
-Status nccl_all_reduce_sum(ncclComm_t comm, float* data, size_t count, cudaStream_t stream);
+// Sums `count` elements of `type` at `data` in place over the ranks of `comm`, on `stream`.
+Status nccl_all_reduce_sum(ncclComm_t comm, void* data, size_t count, cuda::SumType type,
+                           cudaStream_t stream);
 
 // What a rank's shard holds of the full model, for the log:
 // "2 of 4 heads, 1 of 2 KV heads, 384 of 768 FFN columns".

@@ -407,6 +407,44 @@ TEST_P(GemmTest, AccumulatesAndAddsBias) {
                gemm_tolerance(type), extra);
 }
 
+// A tensor-parallel partial as halves (GemmArgs::y_half): the product rounded once more, to
+// f16 (bf16 for BF16 weights), 2^-11 (2^-8) of |w x| at most.
+TEST_P(GemmTest, WritesHalfOutput) {
+  const TensorType type = GetParam();
+  const int64_t cols = round_cols(type, 640);
+  const int64_t rows = 203, n_act = 19, y_stride = rows + 3;
+  const HostMatrix m = make_matrix(type, rows, cols, 41);
+  UploadedMatrix w = upload(m);
+  ASSERT_NE(w.view.quants, nullptr);
+  const std::vector<float> x = random_floats(n_act * cols, 42);
+  DeviceArray<float> x_dev(x);
+  DeviceArray<uint16_t> y_dev(n_act * y_stride);
+  y_dev.poison();
+  DeviceArray<uint8_t> act_half(gemm_act_half_bytes(n_act, cols));
+  // Room for 64 dequantized rows: the 203 rows go through 4 slices.
+  DeviceArray<uint8_t> weight_half(64 * ((cols + 7) / 8 * 8) * 2);
+  GemmWorkspace ws{act_half.get(), act_half.size(), weight_half.get(), weight_half.size()};
+  GemmArgs args;
+  args.w = w.view;
+  args.x = x_dev.get();
+  args.x_stride = cols;
+  args.n_rows = n_act;
+  args.y_half = y_dev.get();
+  args.y_stride = y_stride;
+  ASSERT_OK(gemm(handle_, args, ws, nullptr));
+  ASSERT_CUDA(cudaDeviceSynchronize());
+  const std::vector<uint16_t> h = y_dev.download();
+  std::vector<float> y(h.size());
+  for (size_t i = 0; i < h.size(); ++i) {
+    y[i] = type == TensorType::BF16 ? bf16_to_float(BF16{h[i]}) : half_to_float(Half{h[i]});
+  }
+  expect_close(y, y_stride, reference_product(m, x, cols, n_act), rows, n_act,
+               gemm_tolerance(type) + (type == TensorType::BF16 ? 4e-3 : 5e-4));
+  // Halves are a partial alone: no accumulating into them, no bias.
+  args.accumulate = true;
+  EXPECT_FALSE(gemm(handle_, args, ws, nullptr).is_ok());
+}
+
 INSTANTIATE_TEST_SUITE_P(AllTypes, GemmTest, ::testing::ValuesIn(weight_types()), type_param_name);
 
 }  // namespace

@@ -94,6 +94,42 @@ TEST_F(RmsNormTest, PlainResidualAndGatheredRows) {
   }
   expect_all_near(y_dev.download(), expected, 1e-5, 1e-6, "add + rmsnorm");
   expect_all_near(x_dev.download(), sum, 0.0, 0.0, "residual sum");
+
+  // Residual rows of halves (a tensor-parallel sum), f16 then bf16, at an odd stride; and the
+  // same sums by add_half.
+  for (const bool bf16 : {false, true}) {
+    const int64_t h_stride = n + 5;
+    std::vector<uint16_t> halves(rows * h_stride);
+    std::vector<float> before = sum;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < n; ++c) {
+        const float v = residual[r * n + c] * 7.0f;
+        halves[r * h_stride + c] = bf16 ? float_to_bf16(v).bits : float_to_half(v).bits;
+        const float back = bf16 ? bf16_to_float(BF16{halves[r * h_stride + c]})
+                                : half_to_float(Half{halves[r * h_stride + c]});
+        sum[r * stride + c] = before[r * stride + c] + back;
+      }
+      cpu::ref::rmsnorm(&sum[r * stride], weight.data(), &expected[r * n], n, eps);
+    }
+    DeviceArray<uint16_t> halves_dev(halves);
+    DeviceArray<float> x2_dev(before);
+    y_dev.poison();
+    a.x = x2_dev.get();
+    a.residual = nullptr;
+    a.half_residual = halves_dev.get();
+    a.half_residual_bf16 = bf16;
+    a.residual_stride = h_stride;
+    ASSERT_OK(rmsnorm(a, nullptr));
+    expect_all_near(y_dev.download(), expected, 1e-5, 1e-6, "half residual + rmsnorm");
+    expect_all_near(x2_dev.download(), sum, 0.0, 0.0, "half residual sum");
+
+    DeviceArray<float> x3_dev(before);
+    ASSERT_OK(add_half(x3_dev.get(), stride, halves_dev.get(), h_stride,
+                       bf16 ? HalfType::kBF16 : HalfType::kF16, rows, n, nullptr));
+    expect_all_near(x3_dev.download(), sum, 0.0, 0.0, "add_half");
+  }
+  a.residual = residual_dev.get();
+  EXPECT_FALSE(rmsnorm(a, nullptr).is_ok());  // two residuals
 }
 
 // ---------------------------------------------------------------------------------------

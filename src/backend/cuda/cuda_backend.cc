@@ -2,17 +2,32 @@
 
 #include <cmath>
 #include <optional>
+#include <span>
 
 #include "backend/cuda/act_quant.h"
 #include "backend/cuda/attention.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/dequant.h"
 #include "backend/cuda/elementwise.h"
+#include "backend/cuda/gemm.h"
 #include "backend/cuda/matvec.h"
 #include "backend/cuda/norm.h"
 #include "backend/cuda/rope.h"
 
 namespace llamaserve::cuda {
+
+// Whether GEMM projection b can join a's: float weights (multiplied in place) whose rows follow
+// a's in memory (upload_weights allocates a layer's Q, K, V and gate, up back to back), and
+// outputs whose columns follow a's (CudaActivations lays them out side by side).
+bool CudaBackend::continues_gemm(const Projection& a, const Projection& b) {
+  const DeviceMatrix& wa = *a.w;
+  const DeviceMatrix& wb = *b.w;
+  return (wa.type == TensorType::F16 || wa.type == TensorType::BF16) && wb.type == wa.type &&
+         wb.cols == wa.cols && wb.quant_row_bytes == wa.quant_row_bytes &&
+         wb.quants == wa.quants + wa.rows * wa.quant_row_bytes && b.y == a.y + wa.rows &&
+         b.y_stride == a.y_stride && b.accumulate == a.accumulate && a.reduce == nullptr &&
+         b.reduce == nullptr;
+}
 
 CudaBackend::CudaBackend(const ModelConfig& config, CudaWeights weights, cublasHandle_t cublas,
                          const CudaBackendOptions& options)
@@ -46,7 +61,9 @@ Status CudaBackend::project(std::initializer_list<Projection> projections, const
     n_parts = 0;
     return s;
   };
-  for (const Projection& p : projections) {
+  const std::span<const Projection> all(projections.begin(), projections.size());
+  for (size_t i = 0; i < all.size(); ++i) {
+    const Projection& p = all[i];
     if (p.w->cols != cols) {
       return make_error(StatusCode::kInternal, "projections of one input differ in width");
     }
@@ -55,19 +72,30 @@ Status CudaBackend::project(std::initializer_list<Projection> projections, const
         return make_error(StatusCode::kInternal, "a fused reduction's partial from a GEMM");
       }
       LS_RETURN_IF_ERROR(flush());
+      // The projections that continue this one (weights and outputs) join its GEMM.
+      size_t last = i;
       GemmArgs g;
       g.w = *p.w;
+      while (last + 1 < all.size() && continues_gemm(all[last], all[last + 1])) {
+        g.w.rows += all[++last].w->rows;
+      }
       g.x = x;
       g.x_stride = x_stride;
       g.n_rows = n_rows;
       g.y = p.y;
       g.y_stride = p.y_stride;
-      g.bias = p.bias;
+      g.bias = last == i ? p.bias : nullptr;
       g.accumulate = p.accumulate;
       const bool bf16 = p.w->type == TensorType::BF16;
       g.x_half_ready = half_is_bf16 == bf16;
       half_is_bf16 = bf16;
       LS_RETURN_IF_ERROR(gemm(cublas_, g, act.gemm, stream));
+      for (size_t j = i; last > i && j <= last; ++j) {
+        if (all[j].bias == nullptr) continue;
+        LS_RETURN_IF_ERROR(
+            add_bias(all[j].y, all[j].y_stride, all[j].bias, n_rows, all[j].w->rows, stream));
+      }
+      i = last;
       continue;
     }
     const bool q8 = matvec_uses_q8(p.w->type);
@@ -103,14 +131,33 @@ bool CudaBackend::fuses_reduction(int64_t n_rows, const DeviceMatrix& w) const {
          n_rows * w.rows <= v.capacity;
 }
 
+bool CudaBackend::sums_in_half(int64_t n_rows, const DeviceMatrix& w,
+                               const CudaActivations& act) const {
+  return options_.all_reduce && options_.half_sums && act.sum_half != nullptr &&
+         uses_gemm(n_rows, w);
+}
+
 Status CudaBackend::output_projection(const DeviceMatrix& w, const float* x, int64_t x_stride,
                                       int64_t n_rows, bool x_q8_ready, CudaActivations& act,
-                                      cudaStream_t stream, bool* pending) const {
+                                      cudaStream_t stream, PendingSum* pending) const {
   if (pending != nullptr && fuses_reduction(n_rows, w)) {
     LS_RETURN_IF_ERROR(
         project({{&w, act.hidden, act.embd_stride, nullptr, false, &options_.peer_reduce}}, x,
                 x_stride, n_rows, x_q8_ready, act, stream));
-    *pending = true;
+    *pending = PendingSum::kFused;
+    return Status::ok();
+  }
+  if (pending != nullptr && sums_in_half(n_rows, w, act)) {
+    // Every rank's partial alone (the residual is added after the sum, by every rank).
+    GemmArgs g;
+    g.w = w;
+    g.x = x;
+    g.x_stride = x_stride;
+    g.n_rows = n_rows;
+    g.y_half = act.sum_half;
+    g.y_stride = act.embd_stride;
+    LS_RETURN_IF_ERROR(gemm(cublas_, g, act.gemm, stream));
+    *pending = w.type == TensorType::BF16 ? PendingSum::kBF16 : PendingSum::kF16;
     return Status::ok();
   }
   // Only the primary rank adds the residual: the sum over the ranks has it once.
@@ -119,18 +166,17 @@ Status CudaBackend::output_projection(const DeviceMatrix& w, const float* x, int
 }
 
 Status CudaBackend::run_layer(const DeviceBatch& b, int32_t layer, const CudaKvCache& kv,
-                              CudaActivations& act, int32_t n_splits, bool& pending,
+                              CudaActivations& act, int32_t n_splits, PendingSum& pending,
                               cudaStream_t stream) const {
   LS_RETURN_IF_ERROR(attention_block(b, layer, kv, act, n_splits, stream, &pending));
-  if (!pending) LS_RETURN_IF_ERROR(reduce_hidden(b.n_tokens, act, stream));
+  LS_RETURN_IF_ERROR(sum_over_ranks(b.n_tokens, pending, act, stream));
   LS_RETURN_IF_ERROR(ffn_block(b, layer, kv, act, stream, &pending));
-  if (!pending) LS_RETURN_IF_ERROR(reduce_hidden(b.n_tokens, act, stream));
-  return Status::ok();
+  return sum_over_ranks(b.n_tokens, pending, act, stream);
 }
 
 Status CudaBackend::attention_block(const DeviceBatch& b, int32_t layer, const CudaKvCache& kv,
                                     CudaActivations& act, int32_t n_splits, cudaStream_t stream,
-                                    bool* pending) const {
+                                    PendingSum* pending) const {
   const ModelConfig& c = config_;
   const CudaLayerWeights& w = weights_.layers[static_cast<size_t>(layer - kv.first_layer)];
   const int64_t n = b.n_tokens;
@@ -193,7 +239,7 @@ Status CudaBackend::attention_block(const DeviceBatch& b, int32_t layer, const C
   at.head_dim = static_cast<int32_t>(c.head_dim);
   at.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   at.out = act.attn;
-  at.out_stride = act.q_stride;
+  at.out_stride = act.attn_stride;
   at.n_splits = n_splits;
   at.partial = act.attention_partial;
   at.split_counters = act.attention_counters;
@@ -203,12 +249,13 @@ Status CudaBackend::attention_block(const DeviceBatch& b, int32_t layer, const C
   LS_RETURN_IF_ERROR(attention(at, stream));
   LS_RETURN_IF_ERROR(timed("attention", stream));
   LS_RETURN_IF_ERROR(
-      output_projection(w.wo, act.attn, act.q_stride, n, wo_q8, act, stream, pending));
+      output_projection(w.wo, act.attn, act.attn_stride, n, wo_q8, act, stream, pending));
   return timed("o-proj", stream);
 }
 
 Status CudaBackend::ffn_block(const DeviceBatch& b, int32_t layer, const CudaKvCache& kv,
-                              CudaActivations& act, cudaStream_t stream, bool* pending) const {
+                              CudaActivations& act, cudaStream_t stream,
+                              PendingSum* pending) const {
   const ModelConfig& c = config_;
   const CudaLayerWeights& w = weights_.layers[static_cast<size_t>(layer - kv.first_layer)];
   const int64_t n = b.n_tokens;
@@ -229,10 +276,17 @@ Status CudaBackend::ffn_block(const DeviceBatch& b, int32_t layer, const CudaKvC
   return timed("down", stream);
 }
 
-Status CudaBackend::reduce_hidden(int64_t n_rows, CudaActivations& act, cudaStream_t stream) const {
-  if (!options_.all_reduce) return Status::ok();
-  LS_RETURN_IF_ERROR(
-      options_.all_reduce(act.hidden, static_cast<size_t>(n_rows * act.embd_stride), stream));
+Status CudaBackend::sum_over_ranks(int64_t n_rows, PendingSum pending, CudaActivations& act,
+                                   cudaStream_t stream) const {
+  if (!options_.all_reduce || pending == PendingSum::kFused) return Status::ok();
+  const size_t count = static_cast<size_t>(n_rows * act.embd_stride);
+  if (pending == PendingSum::kNone) {
+    LS_RETURN_IF_ERROR(options_.all_reduce(act.hidden, count, SumType::kF32, stream));
+  } else {
+    LS_RETURN_IF_ERROR(
+        options_.all_reduce(act.sum_half, count,
+                            pending == PendingSum::kBF16 ? SumType::kBF16 : SumType::kF16, stream));
+  }
   return timed("all-reduce", stream);
 }
 
@@ -247,18 +301,28 @@ Status CudaBackend::forward(const DeviceBatch& b, const LayerRange& range, const
                       kv.first_layer + kv.n_layers);
   }
   if (range.embeddings) LS_RETURN_IF_ERROR(embed(b, act, stream));
-  bool pending = false;  // act.hidden awaits the ranks' partials of a fused reduction
+  PendingSum pending = PendingSum::kNone;
   for (int32_t layer = range.begin; layer < range.end; ++layer) {
     LS_RETURN_IF_ERROR(run_layer(b, layer, kv, act, n_splits, pending, stream));
   }
-  if (!pending) return Status::ok();
-  LS_RETURN_IF_ERROR(peer_reduce_add(options_.peer_reduce, act.hidden, act.embd_stride, b.n_tokens,
-                                     config_.n_embd, stream));
-  return timed("all-reduce", stream);
+  switch (pending) {
+    case PendingSum::kNone: return Status::ok();
+    case PendingSum::kFused:
+      LS_RETURN_IF_ERROR(peer_reduce_add(options_.peer_reduce, act.hidden, act.embd_stride,
+                                         b.n_tokens, config_.n_embd, stream));
+      return timed("all-reduce", stream);
+    case PendingSum::kF16:
+    case PendingSum::kBF16:
+      LS_RETURN_IF_ERROR(add_half(act.hidden, act.embd_stride, act.sum_half, act.embd_stride,
+                                  pending == PendingSum::kBF16 ? HalfType::kBF16 : HalfType::kF16,
+                                  b.n_tokens, config_.n_embd, stream));
+      return timed("residual", stream);
+  }
+  return Status::ok();
 }
 
 Status CudaBackend::norm_hidden(const float* weight, int64_t n_rows, bool q8, CudaActivations& act,
-                                cudaStream_t stream, bool* pending) const {
+                                cudaStream_t stream, PendingSum* pending) const {
   RmsNormArgs norm;
   norm.x = act.hidden;
   norm.x_stride = act.embd_stride;
@@ -269,10 +333,14 @@ Status CudaBackend::norm_hidden(const float* weight, int64_t n_rows, bool q8, Cu
   norm.n = config_.n_embd;
   norm.eps = config_.norm_eps;
   norm.yq = q8 ? act.q8 : Q8Rows{};
-  if (pending != nullptr && *pending) {
+  if (pending != nullptr && *pending == PendingSum::kFused) {
     norm.reduce = options_.peer_reduce;
-    *pending = false;
+  } else if (pending != nullptr && *pending != PendingSum::kNone) {
+    norm.half_residual = act.sum_half;
+    norm.half_residual_bf16 = *pending == PendingSum::kBF16;
+    norm.residual_stride = act.embd_stride;
   }
+  if (pending != nullptr) *pending = PendingSum::kNone;
   return rmsnorm(norm, stream);
 }
 

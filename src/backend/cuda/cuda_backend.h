@@ -15,15 +15,12 @@
 #include "backend/cuda/cuda_weights.h"
 #include "backend/cuda/op_timer.h"
 #include "backend/cuda/peer_all_reduce.h"
+#include "backend/cuda/tp_sum.h"
 #include "backend/layer_range.h"
 #include "core/status.h"
 #include "model/weights.h"
 
 namespace llamaserve::cuda {
-
-// Sums `count` floats at `data` over the tensor-parallel ranks, in place, queued on `stream`
-// (NCCL all-reduce); every rank calls it in the same order.
-using AllReduceFn = std::function<Status(float* data, size_t count, cudaStream_t stream)>;
 
 struct CudaBackendOptions {
   // Products with at least this many activation rows use cuBLAS GEMMs; fewer use matvec.
@@ -38,6 +35,12 @@ struct CudaBackendOptions {
   // alone, so that the sum is the residual plus every partial. Empty: one rank.
   AllReduceFn all_reduce;
   bool primary_rank = true;
+  // With all_reduce: output projections that run as GEMMs (prompts, larger batches) sum their
+  // partials in half precision (the GEMM's type: f16, bf16 for BF16 weights): every rank
+  // writes its partial as halves, the all-reduce moves half the bytes of fp32, and the next
+  // RMSNorm adds the sum to the residual stream. false: fp32 partials, the residual added to
+  // the primary rank's before the all-reduce.
+  bool half_sums = true;
   // Tensor parallelism over peer-accessible devices (active when set): passes whose output
   // projections run as matvecs sum them through fused reductions instead of all_reduce (the
   // projection writes its partial into every rank's inbox, the next RMSNorm adds them up;
@@ -71,14 +74,22 @@ class CudaBackend {
   // all-reduce that follows it under tensor parallelism (options().all_reduce, the caller's).
   Status embed(const DeviceBatch& batch, CudaActivations& act, cudaStream_t stream) const;
   //
-  // `pending` (forward()'s own use): when given, the block may end with a fused reduction
-  // instead of the all-reduce (setting *pending; act.hidden then lacks the ranks' partials) and
-  // must start by completing one (when *pending is set). Without it, the caller all-reduces.
+  //
+  // What act.hidden still lacks after a block under tensor parallelism:
+  enum class PendingSum {
+    kNone,
+    kFused,  // the ranks' partials of a fused reduction (peer_all_reduce.h)
+    kF16,    // the ranks' partials, as halves in act.sum_half (half_sums)
+    kBF16,   // the same in bf16
+  };
+  // `pending` (forward()'s own use): when given, the block may end its output projection
+  // without adding it to act.hidden (setting *pending) and must start by completing what
+  // *pending says. Without it, the output projection is added and the caller all-reduces.
   Status attention_block(const DeviceBatch& batch, int32_t layer, const CudaKvCache& kv,
                          CudaActivations& act, int32_t n_splits, cudaStream_t stream,
-                         bool* pending = nullptr) const;
+                         PendingSum* pending = nullptr) const;
   Status ffn_block(const DeviceBatch& batch, int32_t layer, const CudaKvCache& kv,
-                   CudaActivations& act, cudaStream_t stream, bool* pending = nullptr) const;
+                   CudaActivations& act, cudaStream_t stream, PendingSum* pending = nullptr) const;
 
   // Final norm and output projection of logit rows [first, first + count) of the batch into
   // act.logits (row stride act.vocab_stride). PRECONDITION: count <= max_logit_rows.
@@ -92,7 +103,7 @@ class CudaBackend {
   }
   // One layer; `pending` as for attention_block.
   Status run_layer(const DeviceBatch& batch, int32_t layer, const CudaKvCache& kv,
-                   CudaActivations& act, int32_t n_splits, bool& pending,
+                   CudaActivations& act, int32_t n_splits, PendingSum& pending,
                    cudaStream_t stream) const;
   // One product y (+)= W x (+ bias) of a layer.
   struct Projection {
@@ -103,31 +114,39 @@ class CudaBackend {
     bool accumulate;
     const PeerReduceView* reduce = nullptr;  // a fused reduction's partial (matvec.h)
   };
+  // Whether GEMM projection b can run in one GEMM with a, the one before it (see project).
+  static bool continues_gemm(const Projection& a, const Projection& b);
   // Whether a product of n_rows rows with `w` runs as a cuBLAS GEMM (else a matvec).
   bool uses_gemm(int64_t n_rows, const DeviceMatrix& w) const;
   // True when products of n_rows rows with any of `weights` run as integer matvecs and so need
   // the input as 8-bit blocks in act.q8.
   bool wants_q8(int64_t n_rows, std::initializer_list<const DeviceMatrix*> weights) const;
   // The projections of one input x (n_rows rows): cuBLAS GEMMs where uses_gemm, else
-  // matvecs, consecutive ones of one weight type in one launch. x_q8_ready: act.q8 already holds x
-  // as 8-bit blocks (written by the producer of x); otherwise it is quantized here if needed.
+  // matvecs, consecutive ones of one weight type in one launch, consecutive GEMMs whose weights
+  // and outputs continue each other (continues_gemm) in one GEMM. x_q8_ready: act.q8 already holds
+  // x as 8-bit blocks (written by the producer of x); otherwise it is quantized here if needed.
   Status project(std::initializer_list<Projection> projections, const float* x, int64_t x_stride,
                  int64_t n_rows, bool x_q8_ready, CudaActivations& act, cudaStream_t stream) const;
 
   // Whether an output projection (w) of n_rows rows sums over the ranks by a fused reduction.
   bool fuses_reduction(int64_t n_rows, const DeviceMatrix& w) const;
-  // The output projection of a block: act.hidden (+)= w x, then the sum over the ranks, fused
-  // (setting *pending) when `pending` is given and fuses_reduction, else through all_reduce.
+  // Whether it sums its partials as halves (options_.half_sums) in act.sum_half.
+  bool sums_in_half(int64_t n_rows, const DeviceMatrix& w, const CudaActivations& act) const;
+  // The output projection of a block: act.hidden (+)= w x. When `pending` is given, its partial
+  // may instead go to a fused reduction (fuses_reduction) or to act.sum_half (sums_in_half),
+  // setting *pending.
   Status output_projection(const DeviceMatrix& w, const float* x, int64_t x_stride, int64_t n_rows,
                            bool x_q8_ready, CudaActivations& act, cudaStream_t stream,
-                           bool* pending) const;
-  // Tensor parallelism: sums the rows of act.hidden over the ranks (no-op for one rank).
-  Status reduce_hidden(int64_t n_rows, CudaActivations& act, cudaStream_t stream) const;
+                           PendingSum* pending) const;
+  // Tensor parallelism, after an output projection: all-reduces act.hidden (kNone) or
+  // act.sum_half (kF16, kBF16); a fused reduction needs nothing here. No-op for one rank.
+  Status sum_over_ranks(int64_t n_rows, PendingSum pending, CudaActivations& act,
+                        cudaStream_t stream) const;
   // act.normed = rmsnorm(act.hidden) with `weight` over n_rows rows, also as 8-bit blocks in
-  // act.q8 when `q8` (the next products run as integer matvecs). With *pending, first adds the
-  // ranks' partials of the fused reduction to act.hidden (and clears it).
+  // act.q8 when `q8` (the next products run as integer matvecs). With *pending, first adds
+  // what act.hidden lacks (and clears it).
   Status norm_hidden(const float* weight, int64_t n_rows, bool q8, CudaActivations& act,
-                     cudaStream_t stream, bool* pending = nullptr) const;
+                     cudaStream_t stream, PendingSum* pending = nullptr) const;
 
   ModelConfig config_;
   CudaWeights weights_;

@@ -10,8 +10,8 @@ namespace llamaserve::cuda {
 namespace {
 
 struct ActivationSizes {
-  int64_t embd, q, kv, ff, vocab;  // row strides (floats)
-  uint64_t floats_per_token() const { return 2 * embd + 2 * q + 2 * kv + 2 * ff; }
+  int64_t embd, q, kv, ff, vocab;  // row widths (floats), padded
+  int64_t qkv() const { return q + 2 * kv; }
 };
 
 ActivationSizes sizes_of(const ModelConfig& c) {
@@ -55,9 +55,10 @@ uint64_t CudaActivations::bytes(const ModelConfig& c, const CudaLimits& l) {
   const ActivationSizes s = sizes_of(c);
   const uint64_t t = static_cast<uint64_t>(l.max_tokens),
                  r = static_cast<uint64_t>(l.max_logit_rows);
-  return 2 * floats_bytes(t * s.embd) + 2 * floats_bytes(t * s.q) + 2 * floats_bytes(t * s.kv) +
-         2 * floats_bytes(t * s.ff) + floats_bytes(r * s.embd) + floats_bytes(r * s.vocab) +
+  return 2 * floats_bytes(t * s.embd) + floats_bytes(t * s.qkv()) + floats_bytes(t * s.q) +
+         floats_bytes(t * 2 * s.ff) + floats_bytes(r * s.embd) + floats_bytes(r * s.vocab) +
          floats_bytes(partial_floats(c, l)) +
+         (l.half_sums ? align_up(t * s.embd * 2, kDeviceAlignment) : 0) +
          align_up(split_counters(c, l) * sizeof(unsigned int), kDeviceAlignment) +
          q8_rows_bytes(l.max_matvec_rows, max_gemm_cols(c)) +
          align_up(gemm_act_half_bytes(l.max_tokens, max_gemm_cols(c)), kDeviceAlignment) +
@@ -70,22 +71,30 @@ Result<CudaActivations> CudaActivations::allocate(DevicePool& pool, const ModelC
   const ActivationSizes s = sizes_of(c);
   CudaActivations a;
   a.embd_stride = s.embd;
-  a.q_stride = s.q;
-  a.kv_stride = s.kv;
-  a.ff_stride = s.ff;
+  // Q, K and V side by side in one row (and gate and up in another), so that a prefill's
+  // projections of one input can run as one GEMM over weights uploaded back to back
+  // (CudaBackend::project): more output tiles than three narrow GEMMs, above all for the
+  // shards of tensor parallelism.
+  a.q_stride = s.qkv();
+  a.kv_stride = s.qkv();
+  a.attn_stride = s.q;
+  a.ff_stride = 2 * s.ff;
   a.vocab_stride = s.vocab;
   const uint64_t t = static_cast<uint64_t>(l.max_tokens),
                  r = static_cast<uint64_t>(l.max_logit_rows);
   LS_ASSIGN_OR_RETURN(a.hidden, pool.allocate_array<float>(t * s.embd, "hidden states"));
   LS_ASSIGN_OR_RETURN(a.normed, pool.allocate_array<float>(t * s.embd, "normed states"));
-  LS_ASSIGN_OR_RETURN(a.q, pool.allocate_array<float>(t * s.q, "queries"));
+  LS_ASSIGN_OR_RETURN(a.q, pool.allocate_array<float>(t * s.qkv(), "queries, keys and values"));
+  a.k = a.q + s.q;
+  a.v = a.k + s.kv;
   LS_ASSIGN_OR_RETURN(a.attn, pool.allocate_array<float>(t * s.q, "attention output"));
-  LS_ASSIGN_OR_RETURN(a.k, pool.allocate_array<float>(t * s.kv, "keys"));
-  LS_ASSIGN_OR_RETURN(a.v, pool.allocate_array<float>(t * s.kv, "values"));
-  LS_ASSIGN_OR_RETURN(a.gate, pool.allocate_array<float>(t * s.ff, "ffn gate"));
-  LS_ASSIGN_OR_RETURN(a.up, pool.allocate_array<float>(t * s.ff, "ffn up"));
+  LS_ASSIGN_OR_RETURN(a.gate, pool.allocate_array<float>(t * 2 * s.ff, "ffn gate and up"));
+  a.up = a.gate + s.ff;
   LS_ASSIGN_OR_RETURN(a.head_rows, pool.allocate_array<float>(r * s.embd, "head rows"));
   LS_ASSIGN_OR_RETURN(a.logits, pool.allocate_array<float>(r * s.vocab, "logits"));
+  if (l.half_sums) {
+    LS_ASSIGN_OR_RETURN(a.sum_half, pool.allocate(t * s.embd * 2, "tensor-parallel sums"));
+  }
   LS_ASSIGN_OR_RETURN(a.attention_partial,
                       pool.allocate_array<float>(partial_floats(c, l), "attention partials"));
   LS_ASSIGN_OR_RETURN(a.attention_counters, pool.allocate_array<unsigned int>(
@@ -135,9 +144,11 @@ CudaActivations CudaActivations::rows_from(int64_t first_row) const {
   v.q += first_row * q_stride;
   v.k += first_row * kv_stride;
   v.v += first_row * kv_stride;
-  v.attn += first_row * q_stride;
+  v.attn += first_row * attn_stride;
   v.gate += first_row * ff_stride;
   v.up += first_row * ff_stride;
+  if (v.sum_half != nullptr)
+    v.sum_half = static_cast<uint16_t*>(v.sum_half) + first_row * embd_stride;
   return v;
 }
 

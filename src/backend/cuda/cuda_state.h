@@ -29,35 +29,45 @@ struct CudaLimits {
   // Rows a pass multiplies by matvec (fewer than the GEMM threshold): the 8-bit activation
   // blocks of quantized weights are sized for this many. 0: none (every product a GEMM).
   int64_t max_matvec_rows = 0;
+  // A tensor-parallel rank summing its GEMM partials in half precision
+  // (CudaBackendOptions::half_sums): CudaActivations::sum_half is allocated.
+  bool half_sums = false;
 };
 
 // Activation rows are padded to 8 floats so that every kernel's 16-byte loads stay aligned.
 inline int64_t padded_row(int64_t n) { return (n + 7) / 8 * 8; }
 
 struct CudaActivations {
-  float* hidden = nullptr;     // (max_tokens, n_embd) residual stream
-  float* normed = nullptr;     // (max_tokens, n_embd) norm output
+  float* hidden = nullptr;  // (max_tokens, n_embd) residual stream
+  float* normed = nullptr;  // (max_tokens, n_embd) norm output
+  // q, k and v are the columns of one (max_tokens, q_dim + 2 kv_dim) matrix (strides q_stride
+  // = kv_stride), gate and up those of one (max_tokens, 2 n_ff) matrix (ff_stride).
   float* q = nullptr;          // (max_tokens, q_dim)
   float* k = nullptr;          // (max_tokens, kv_dim)
   float* v = nullptr;          // (max_tokens, kv_dim)
-  float* attn = nullptr;       // (max_tokens, q_dim)
+  float* attn = nullptr;       // (max_tokens, q_dim), stride attn_stride
   float* gate = nullptr;       // (max_tokens, n_ff), then silu(gate) * up
   float* up = nullptr;         // (max_tokens, n_ff)
   float* head_rows = nullptr;  // (max_logit_rows, n_embd) final-normed rows that need logits
   float* logits = nullptr;     // (max_logit_rows, n_vocab)
+  // (max_tokens, n_embd) halves, row stride embd_stride, with CudaLimits::half_sums: the
+  // partial, then the sum over the ranks, of an output projection.
+  void* sum_half = nullptr;
   float* attention_partial = nullptr;
   unsigned int* attention_counters = nullptr;  // zeros between passes (AttentionArgs)
   // (max_matvec_rows, max(n_embd, q_dim, n_ff)) as 8-bit blocks: the input of the integer
   // matvec, written by the producer of each projection's input (norm, silu_mul, quantize).
   Q8Rows q8;
   GemmWorkspace gemm;
-  int64_t embd_stride = 0, q_stride = 0, kv_stride = 0, ff_stride = 0, vocab_stride = 0;
+  int64_t embd_stride = 0, q_stride = 0, kv_stride = 0, attn_stride = 0, ff_stride = 0,
+          vocab_stride = 0;
 
   static uint64_t bytes(const ModelConfig& config, const CudaLimits& limits);
   static Result<CudaActivations> allocate(DevicePool& pool, const ModelConfig& config,
                                           const CudaLimits& limits);
 
-  // The same buffers from batch row `first_row` on (hidden, normed, q, k, v, attn, gate, up),
+  // The same buffers from batch row `first_row` on (hidden, normed, q, k, v, attn, gate, up,
+  // sum_half),
   // for running a range of a pass's rows by itself. The other buffers are shared: the q8 rows
   // (the range must run its products as GEMMs), the GEMM workspace, the attention partials and
   // the head's rows, so ranges that use them run one after the other on one stream.

@@ -127,6 +127,9 @@ Result<CudaWeights> upload_weights(const LoadedModel& model, const LayerRange& r
     CudaLayerWeights d;
     LS_ASSIGN_OR_RETURN(d.attn_norm, vector(lw.attn_norm));
     LS_ASSIGN_OR_RETURN(d.ffn_norm, vector(lw.ffn_norm));
+    // Q, K, V and gate, up one after the other: where their sizes are whole multiples of the
+    // alignment, each group lies back to back and a prefill multiplies it as one matrix
+    // (CudaBackend::continues_gemm).
     LS_ASSIGN_OR_RETURN(d.wq, matrix(lw.wq));
     LS_ASSIGN_OR_RETURN(d.wk, matrix(lw.wk));
     LS_ASSIGN_OR_RETURN(d.wv, matrix(lw.wv));

@@ -104,6 +104,17 @@ struct AddInplace {
   }
 };
 
+template <typename Half>
+struct AddHalf {
+  float* x;
+  int64_t x_stride;
+  const Half* y;
+  int64_t y_stride;
+  __device__ void operator()(int64_t r, int64_t c) const {
+    x[r * x_stride + c] += static_cast<float>(y[r * y_stride + c]);
+  }
+};
+
 struct AddBias {
   float* y;
   int64_t y_stride;
@@ -154,6 +165,18 @@ Status add_inplace(float* x, int64_t x_stride, const float* y, int64_t y_stride,
                    int64_t n, cudaStream_t stream) {
   LS_CUDA_REQUIRE(x != nullptr && y != nullptr);
   return launch_rows(n_rows, n, AddInplace{x, x_stride, y, y_stride}, stream);
+}
+
+Status add_half(float* x, int64_t x_stride, const void* y, int64_t y_stride, HalfType type,
+                int64_t n_rows, int64_t n, cudaStream_t stream) {
+  LS_CUDA_REQUIRE(x != nullptr && y != nullptr);
+  if (type == HalfType::kF16) {
+    return launch_rows(
+        n_rows, n, AddHalf<__half>{x, x_stride, static_cast<const __half*>(y), y_stride}, stream);
+  }
+  return launch_rows(
+      n_rows, n,
+      AddHalf<__nv_bfloat16>{x, x_stride, static_cast<const __nv_bfloat16*>(y), y_stride}, stream);
 }
 
 Status add_bias(float* y, int64_t y_stride, const float* bias, int64_t n_rows, int64_t n,

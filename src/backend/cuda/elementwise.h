@@ -28,6 +28,10 @@ Status silu_mul(const float* gate, int64_t gate_stride, const float* up, int64_t
 Status add_inplace(float* x, int64_t x_stride, const float* y, int64_t y_stride, int64_t n_rows,
                    int64_t n, cudaStream_t stream);
 
+// x += y, y halves of `type` (a tensor-parallel sum of half partials).
+Status add_half(float* x, int64_t x_stride, const void* y, int64_t y_stride, HalfType type,
+                int64_t n_rows, int64_t n, cudaStream_t stream);
+
 // y[i, c] += bias[c].
 Status add_bias(float* y, int64_t y_stride, const float* bias, int64_t n_rows, int64_t n,
                 cudaStream_t stream);

@@ -1,6 +1,7 @@
 #include "backend/cuda/gemm.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/dequant.h"
@@ -15,14 +16,15 @@ int64_t padded_cols(int64_t cols) { return (cols + 7) / 8 * 8; }
 // weight slice (row-major rows × cols = column-major cols × rows, hence OP_T), X^T is the
 // activations (column-major cols × n_rows).
 Status gemm_slice(cublasHandle_t handle, const void* a, int64_t lda, int64_t m, const GemmArgs& g,
-                  const void* x_half, int64_t ldx, cudaDataType_t half_type, float* y, float beta) {
+                  const void* x_half, int64_t ldx, cudaDataType_t half_type, void* y,
+                  cudaDataType_t y_type, float beta) {
   const float alpha = 1.0f;
   LS_CUDA_REQUIRE(m <= 0x7fffffff && g.n_rows <= 0x7fffffff && g.w.cols <= 0x7fffffff);
-  LS_CUBLAS_CHECK(cublasGemmEx(
-      handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m), static_cast<int>(g.n_rows),
-      static_cast<int>(g.w.cols), &alpha, a, half_type, static_cast<int>(lda), x_half, half_type,
-      static_cast<int>(ldx), &beta, y, CUDA_R_32F, static_cast<int>(g.y_stride), CUBLAS_COMPUTE_32F,
-      CUBLAS_GEMM_DEFAULT));
+  LS_CUBLAS_CHECK(
+      cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m),
+                   static_cast<int>(g.n_rows), static_cast<int>(g.w.cols), &alpha, a, half_type,
+                   static_cast<int>(lda), x_half, half_type, static_cast<int>(ldx), &beta, y,
+                   y_type, static_cast<int>(g.y_stride), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   return Status::ok();
 }
 
@@ -34,7 +36,9 @@ size_t gemm_act_half_bytes(int64_t n_rows, int64_t max_cols) {
 
 Status gemm(cublasHandle_t handle, const GemmArgs& g, const GemmWorkspace& ws,
             cudaStream_t stream) {
-  LS_CUDA_REQUIRE(handle != nullptr && g.w.quants != nullptr && g.x != nullptr && g.y != nullptr);
+  LS_CUDA_REQUIRE(handle != nullptr && g.w.quants != nullptr && g.x != nullptr);
+  LS_CUDA_REQUIRE(g.y_half != nullptr ? g.y == nullptr && g.bias == nullptr && !g.accumulate
+                                      : g.y != nullptr);
   LS_CUDA_REQUIRE(g.n_rows >= 0 && g.x_stride >= g.w.cols && g.y_stride >= g.w.rows);
   if (g.n_rows == 0) return Status::ok();
   const int64_t ldx = padded_cols(g.w.cols);
@@ -53,9 +57,15 @@ Status gemm(cublasHandle_t handle, const GemmArgs& g, const GemmWorkspace& ws,
                                        bf16 ? HalfType::kBF16 : HalfType::kF16, stream));
   }
   const float beta = g.accumulate ? 1.0f : 0.0f;
+  // Output column `first` of the slices below.
+  const cudaDataType_t y_type = g.y_half != nullptr ? half_type : CUDA_R_32F;
+  auto y_at = [&](int64_t first) -> void* {
+    if (g.y_half != nullptr) return static_cast<uint8_t*>(g.y_half) + first * 2;
+    return g.y + first;
+  };
   if (g.w.type == TensorType::F16 || bf16) {
     LS_RETURN_IF_ERROR(gemm_slice(handle, g.w.quants, g.w.quant_row_bytes / 2, g.w.rows, g,
-                                  ws.act_half, ldx, half_type, g.y, beta));
+                                  ws.act_half, ldx, half_type, y_at(0), y_type, beta));
   } else {
     const int64_t row_bytes = ldx * 2;
     const int64_t rows_per_slice =
@@ -72,7 +82,7 @@ Status gemm(cublasHandle_t handle, const GemmArgs& g, const GemmWorkspace& ws,
       d.dst_stride = ldx;
       LS_RETURN_IF_ERROR(dequantize_rows(d, stream));
       LS_RETURN_IF_ERROR(gemm_slice(handle, ws.weight_half, ldx, m, g, ws.act_half, ldx, half_type,
-                                    g.y + first, beta));
+                                    y_at(first), y_type, beta));
     }
   }
   if (g.bias != nullptr) {

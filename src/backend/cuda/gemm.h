@@ -33,6 +33,10 @@ struct GemmArgs {
   int64_t n_rows = 0;
   float* y = nullptr;  // y[b * y_stride + r]
   int64_t y_stride = 0;
+  // When set, the product goes here instead of y, as halves (bf16 for BF16 weights, else f16;
+  // saturating to inf beyond their range), row stride y_stride: a tensor-parallel partial
+  // summed in half precision. Not with bias or accumulate.
+  void* y_half = nullptr;
   const float* bias = nullptr;
   bool accumulate = false;
   // The workspace's act_half already holds x converted for this weight type (a previous gemm

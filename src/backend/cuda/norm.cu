@@ -1,3 +1,6 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/check.h"
 #include "backend/cuda/launch.cuh"
@@ -58,12 +61,25 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const RmsNormArgs
   const int64_t in_row = a.row_ids != nullptr ? a.row_ids[row] : row;
   float* x = const_cast<float*>(a.x) + in_row * a.x_stride;
   const float* residual = a.residual != nullptr ? a.residual + row * a.residual_stride : nullptr;
+  const int64_t half_at = row * a.residual_stride;
+  const auto* f16_residual = a.half_residual != nullptr && !a.half_residual_bf16
+                                 ? static_cast<const __half*>(a.half_residual) + half_at
+                                 : nullptr;
+  const auto* bf16_residual = a.half_residual != nullptr && a.half_residual_bf16
+                                  ? static_cast<const __nv_bfloat16*>(a.half_residual) + half_at
+                                  : nullptr;
   float sum_sq = 0.0f;
 #pragma unroll 4
   for (int64_t c = threadIdx.x; c < a.n; c += kNormThreads) {
     float v = x[c];
     if (residual != nullptr) {
       v += residual[c];
+      x[c] = v;
+    } else if (f16_residual != nullptr) {
+      v += __half2float(f16_residual[c]);
+      x[c] = v;
+    } else if (bf16_residual != nullptr) {
+      v += __bfloat162float(bf16_residual[c]);
       x[c] = v;
     } else if (reduce) {
       v += peer_reduce_sum(a.reduce, epoch, row * a.n + c);
@@ -95,8 +111,10 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const RmsNormArgs
 Status rmsnorm(const RmsNormArgs& a, cudaStream_t stream) {
   LS_CUDA_REQUIRE(a.x != nullptr && a.weight != nullptr && a.y != nullptr);
   LS_CUDA_REQUIRE(a.n > 0 && a.n_rows >= 0 && a.eps >= 0.0f);
-  LS_CUDA_REQUIRE(a.residual == nullptr || a.row_ids == nullptr);
-  LS_CUDA_REQUIRE(a.residual == nullptr || a.y != a.x);
+  LS_CUDA_REQUIRE(a.residual == nullptr || a.half_residual == nullptr);
+  const bool adds = a.residual != nullptr || a.half_residual != nullptr;
+  LS_CUDA_REQUIRE(!adds || (a.row_ids == nullptr && a.y != a.x));
+  LS_CUDA_REQUIRE(!a.reduce.active() || !adds);
   LS_CUDA_REQUIRE(!a.reduce.active() || (a.residual == nullptr && a.row_ids == nullptr &&
                                          a.y != a.x && a.n_rows * a.n <= a.reduce.capacity));
   LS_CUDA_REQUIRE(a.n_rows <= 0x7fffffff);

@@ -21,6 +21,10 @@ struct RmsNormArgs {
   // x and normalized (saves a pass over the hidden state). Not combinable with row_ids.
   const float* residual = nullptr;
   int64_t residual_stride = 0;
+  // The same with residual rows of halves (a tensor-parallel sum of half partials, bf16 when
+  // half_residual_bf16), at half_residual + r * residual_stride. Not combinable with residual.
+  const void* half_residual = nullptr;
+  bool half_residual_bf16 = false;
   // When active, the consumer of a fused tensor-parallel reduction (peer_all_reduce.h): waits
   // for the peers, then x[r] += the sum of the ranks' partials of row r (at [r * n + c]), kept
   // in x and normalized. Not combinable with row_ids or residual; n_rows * n <= its capacity.
