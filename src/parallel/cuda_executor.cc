@@ -1,4 +1,5 @@
 #include "parallel/cuda_executor.h"
+#include "parallel/tp_rank.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -55,17 +56,6 @@ int32_t decode_split_tokens() {
     return kDecodeSplitTokens;
   }();
   return tokens;
-}
-
-// Whether a tensor-parallel rank sums the partials of its GEMM output projections in half
-// precision (CudaBackendOptions::half_sums): LLAMASERVE_TP_GEMM_SUMS=half (the default) or float.
-Result<bool> half_sums_from_env() {
-  const char* env = std::getenv("LLAMASERVE_TP_GEMM_SUMS");
-  const std::string_view mode = env != nullptr ? env : "half";
-  if (mode == "half") return true;
-  if (mode == "float") return false;
-  return make_error(StatusCode::kInvalidArgument,
-                    "LLAMASERVE_TP_GEMM_SUMS={}: expected half or float", mode);
 }
 
 bool op_times_requested() {
@@ -230,7 +220,7 @@ Result<int32_t> CudaExecutor::plan_kv_blocks() {
   limits_.max_matvec_rows =
       std::min<int64_t>(limits_.max_tokens, static_cast<int64_t>(options_.gemm_min_rows) - 1);
   if (options_.all_reduce) {
-    LS_ASSIGN_OR_RETURN(limits_.half_sums, half_sums_from_env());
+    LS_ASSIGN_OR_RETURN(limits_.half_sums, tp_half_sums_from_env());
   }
 
   request_.range = range_;

@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/cuda_state.h"
 #include "backend/cuda/matvec.h"
 #include "backend/cuda/peer_access.h"
 #include "backend/cuda/peer_all_reduce.h"
@@ -139,8 +140,10 @@ class Stage {
   std::string describe_all_reduce() const {
     std::string peer;
     if (peer_all_reduce_ && sums_ == TpSums::kFused) {
-      peer = fmt::format("fused into the decode products up to {} floats, else ",
-                         peer_all_reduce_->capacity());
+      peer = fmt::format(
+          "fused into the decode products up to {} floats, GEMM partials pulled peer to peer, "
+          "else ",
+          peer_all_reduce_->capacity());
     } else if (peer_all_reduce_) {
       peer = fmt::format("peer-to-peer up to {} floats, then ", peer_all_reduce_->capacity());
     }
@@ -392,10 +395,14 @@ class MultiGpuExecutor final : public Executor {
   std::unique_ptr<StagePipeline> pipeline_;  // with micro-batching; its threads end first
 };
 
-// One stage's communicator and, unless LLAMASERVE_TP_ALLREDUCE=nccl, its peer-to-peer group
-// (room for kMaxMatvecRows rows of n_embd floats: the decode passes); a stage of one rank needs
-// neither.
-Result<std::unique_ptr<Stage>> create_stage(std::vector<int> devices, int64_t n_embd) {
+// One stage's communicator and, unless LLAMASERVE_TP_ALLREDUCE=nccl, its peer-to-peer group:
+// room for kMaxMatvecRows rows of n_embd floats (the decode passes' fused reductions) and, with
+// LLAMASERVE_TP_ALLREDUCE=fused, pulled sums of max_tokens rows of the GEMM partials' type (f16,
+// bf16 for BF16 output projections, or fp32 with LLAMASERVE_TP_GEMM_SUMS=float). A stage of one
+// rank needs neither.
+Result<std::unique_ptr<Stage>> create_stage(std::vector<int> devices, const LoadedModel& model,
+                                            int64_t max_tokens) {
+  const int64_t n_embd = model.config.n_embd;
   const int n = static_cast<int>(devices.size());
   LS_ASSIGN_OR_RETURN(const TpSums sums, tp_sums_from_env());
   if (n == 1) {
@@ -406,7 +413,17 @@ Result<std::unique_ptr<Stage>> create_stage(std::vector<int> devices, int64_t n_
   std::unique_ptr<cuda::PeerAllReduce> peer;
   if (sums != TpSums::kNccl) {
     const size_t capacity = static_cast<size_t>(cuda::kMaxMatvecRows * n_embd);
-    auto group = cuda::PeerAllReduce::create(devices, capacity);
+    size_t pull_slot_bytes = 0;
+    cuda::SumType pull_type = cuda::SumType::kF32;
+    if (sums == TpSums::kFused) {
+      LS_ASSIGN_OR_RETURN(const bool half, tp_half_sums_from_env());
+      const bool bf16 =
+          !model.weights.layers.empty() && model.weights.layers.front().wo.type == TensorType::BF16;
+      pull_type = !half ? cuda::SumType::kF32 : bf16 ? cuda::SumType::kBF16 : cuda::SumType::kF16;
+      pull_slot_bytes = static_cast<size_t>(max_tokens * cuda::padded_row(n_embd)) *
+                        (pull_type == cuda::SumType::kF32 ? 4 : 2);
+    }
+    auto group = cuda::PeerAllReduce::create(devices, capacity, pull_slot_bytes, pull_type);
     if (group.is_ok()) {
       peer = std::move(group).value();
     } else {
@@ -538,7 +555,7 @@ Result<std::unique_ptr<Executor>> create_multi_gpu_executor(
 
   std::vector<std::unique_ptr<Stage>> stages;
   for (int s = 0; s < pp; ++s) {
-    auto stage = create_stage(layout.stage_devices(s), model->config.n_embd);
+    auto stage = create_stage(layout.stage_devices(s), *model, base.max_batch_tokens);
     if (!stage.is_ok()) {
       if (pp == 1) return stage.status();
       return stage.status().with_context(

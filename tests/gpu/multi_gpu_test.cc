@@ -198,8 +198,10 @@ TEST_F(MultiGpuTest, TensorParallelF16MatchesOneGpu) {
 // one GPU, for one long prompt (an odd row count), two prompts split across the halves, a chunk
 // after cached positions, and the decode steps that follow (whole passes again); F16 and Q8_0.
 TEST_F(MultiGpuTest, TensorParallelPromptHalvesMatchOneGpu) {
-  // The overlapped halves all-reduce the residual stream in fp32; so do the whole passes here.
+  // The overlapped halves all-reduce the residual stream in fp32 through NCCL; so do the whole
+  // passes here (the same sums in the same order).
   setenv("LLAMASERVE_TP_GEMM_SUMS", "float", 1);
+  setenv("LLAMASERVE_TP_ALLREDUCE", "nccl", 1);
   for (const auto& [model, tolerance] :
        {std::pair{load(source_dir() / "tests" / "fixtures" / "reference" / "tiny-llama-f16.gguf"),
                   kF16FloatSums},
@@ -241,6 +243,7 @@ TEST_F(MultiGpuTest, TensorParallelPromptHalvesMatchOneGpu) {
     }
   }
   unsetenv("LLAMASERVE_TP_GEMM_SUMS");
+  unsetenv("LLAMASERVE_TP_ALLREDUCE");
 }
 
 // Each way of summing the ranks' partials (LLAMASERVE_TP_ALLREDUCE): fused into the decode

@@ -137,14 +137,50 @@ bool CudaBackend::sums_in_half(int64_t n_rows, const DeviceMatrix& w,
          uses_gemm(n_rows, w);
 }
 
+bool CudaBackend::pulls_sums(int64_t n_rows, const CudaLayerWeights& w,
+                             const CudaActivations& act) const {
+  const PeerReduceView& v = options_.peer_reduce;
+  if (!v.pulls()) return false;
+  const int64_t element = v.pull_type == SumType::kF32 ? 4 : 2;
+  auto pulls = [&](const DeviceMatrix& m) {
+    const SumType type = !options_.half_sums          ? SumType::kF32
+                         : m.type == TensorType::BF16 ? SumType::kBF16
+                                                      : SumType::kF16;
+    return uses_gemm(n_rows, m) && type == v.pull_type;
+  };
+  return pulls(w.wo) && pulls(w.w_down) && n_rows * act.embd_stride * element <= v.pull_slot_bytes;
+}
+
 Status CudaBackend::output_projection(const DeviceMatrix& w, const float* x, int64_t x_stride,
                                       int64_t n_rows, bool x_q8_ready, CudaActivations& act,
-                                      cudaStream_t stream, PendingSum* pending) const {
+                                      cudaStream_t stream, PendingSum* pending, bool pull) const {
+  if (pending != nullptr && pull) {
+    // This rank's partial alone into its slot; every rank adds the sum to its residual.
+    const PeerReduceView& v = options_.peer_reduce;
+    const int32_t slot = pending->pulled % 2;
+    GemmArgs g;
+    g.w = w;
+    g.x = x;
+    g.x_stride = x_stride;
+    g.n_rows = n_rows;
+    if (v.pull_type == SumType::kF32) {
+      g.y = static_cast<float*>(v.pull_slot(slot));
+    } else {
+      g.y_half = v.pull_slot(slot);
+    }
+    g.y_stride = act.embd_stride;
+    LS_RETURN_IF_ERROR(gemm(cublas_, g, act.gemm, stream));
+    LS_RETURN_IF_ERROR(peer_pull_signal(v, stream));
+    pending->kind = PendingSum::Kind::kPulled;
+    pending->slot = slot;
+    ++pending->pulled;
+    return Status::ok();
+  }
   if (pending != nullptr && fuses_reduction(n_rows, w)) {
     LS_RETURN_IF_ERROR(
         project({{&w, act.hidden, act.embd_stride, nullptr, false, &options_.peer_reduce}}, x,
                 x_stride, n_rows, x_q8_ready, act, stream));
-    *pending = PendingSum::kFused;
+    pending->kind = PendingSum::Kind::kFused;
     return Status::ok();
   }
   if (pending != nullptr && sums_in_half(n_rows, w, act)) {
@@ -157,7 +193,7 @@ Status CudaBackend::output_projection(const DeviceMatrix& w, const float* x, int
     g.y_half = act.sum_half;
     g.y_stride = act.embd_stride;
     LS_RETURN_IF_ERROR(gemm(cublas_, g, act.gemm, stream));
-    *pending = w.type == TensorType::BF16 ? PendingSum::kBF16 : PendingSum::kF16;
+    pending->kind = w.type == TensorType::BF16 ? PendingSum::Kind::kBF16 : PendingSum::Kind::kF16;
     return Status::ok();
   }
   // Only the primary rank adds the residual: the sum over the ranks has it once.
@@ -248,8 +284,8 @@ Status CudaBackend::attention_block(const DeviceBatch& b, int32_t layer, const C
   at.out_q = wo_q8 ? act.q8 : Q8Rows{};
   LS_RETURN_IF_ERROR(attention(at, stream));
   LS_RETURN_IF_ERROR(timed("attention", stream));
-  LS_RETURN_IF_ERROR(
-      output_projection(w.wo, act.attn, act.attn_stride, n, wo_q8, act, stream, pending));
+  LS_RETURN_IF_ERROR(output_projection(w.wo, act.attn, act.attn_stride, n, wo_q8, act, stream,
+                                       pending, pending != nullptr && pulls_sums(n, w, act)));
   return timed("o-proj", stream);
 }
 
@@ -271,21 +307,23 @@ Status CudaBackend::ffn_block(const DeviceBatch& b, int32_t layer, const CudaKvC
   LS_RETURN_IF_ERROR(silu_mul(act.gate, act.ff_stride, act.up, act.ff_stride, n, c.n_ff, act.gate,
                               act.ff_stride, stream, down_q8 ? act.q8 : Q8Rows{}));
   LS_RETURN_IF_ERROR(timed("silu", stream));
-  LS_RETURN_IF_ERROR(
-      output_projection(w.w_down, act.gate, act.ff_stride, n, down_q8, act, stream, pending));
+  LS_RETURN_IF_ERROR(output_projection(w.w_down, act.gate, act.ff_stride, n, down_q8, act, stream,
+                                       pending, pending != nullptr && pulls_sums(n, w, act)));
   return timed("down", stream);
 }
 
 Status CudaBackend::sum_over_ranks(int64_t n_rows, PendingSum pending, CudaActivations& act,
                                    cudaStream_t stream) const {
-  if (!options_.all_reduce || pending == PendingSum::kFused) return Status::ok();
+  using Kind = PendingSum::Kind;
+  if (!options_.all_reduce || pending.kind == Kind::kFused || pending.kind == Kind::kPulled) {
+    return Status::ok();
+  }
   const size_t count = static_cast<size_t>(n_rows * act.embd_stride);
-  if (pending == PendingSum::kNone) {
+  if (pending.kind == Kind::kNone) {
     LS_RETURN_IF_ERROR(options_.all_reduce(act.hidden, count, SumType::kF32, stream));
   } else {
-    LS_RETURN_IF_ERROR(
-        options_.all_reduce(act.sum_half, count,
-                            pending == PendingSum::kBF16 ? SumType::kBF16 : SumType::kF16, stream));
+    LS_RETURN_IF_ERROR(options_.all_reduce(
+        act.sum_half, count, pending.kind == Kind::kBF16 ? SumType::kBF16 : SumType::kF16, stream));
   }
   return timed("all-reduce", stream);
 }
@@ -301,20 +339,26 @@ Status CudaBackend::forward(const DeviceBatch& b, const LayerRange& range, const
                       kv.first_layer + kv.n_layers);
   }
   if (range.embeddings) LS_RETURN_IF_ERROR(embed(b, act, stream));
-  PendingSum pending = PendingSum::kNone;
+  PendingSum pending;
   for (int32_t layer = range.begin; layer < range.end; ++layer) {
     LS_RETURN_IF_ERROR(run_layer(b, layer, kv, act, n_splits, pending, stream));
   }
-  switch (pending) {
-    case PendingSum::kNone: return Status::ok();
-    case PendingSum::kFused:
+  using Kind = PendingSum::Kind;
+  switch (pending.kind) {
+    case Kind::kNone: return Status::ok();
+    case Kind::kFused:
       LS_RETURN_IF_ERROR(peer_reduce_add(options_.peer_reduce, act.hidden, act.embd_stride,
                                          b.n_tokens, config_.n_embd, stream));
       return timed("all-reduce", stream);
-    case PendingSum::kF16:
-    case PendingSum::kBF16:
+    case Kind::kPulled:
+      LS_RETURN_IF_ERROR(peer_pull_add(options_.peer_reduce, pending.slot, act.embd_stride,
+                                       act.hidden, act.embd_stride, b.n_tokens, config_.n_embd,
+                                       stream));
+      return timed("all-reduce", stream);
+    case Kind::kF16:
+    case Kind::kBF16:
       LS_RETURN_IF_ERROR(add_half(act.hidden, act.embd_stride, act.sum_half, act.embd_stride,
-                                  pending == PendingSum::kBF16 ? HalfType::kBF16 : HalfType::kF16,
+                                  pending.kind == Kind::kBF16 ? HalfType::kBF16 : HalfType::kF16,
                                   b.n_tokens, config_.n_embd, stream));
       return timed("residual", stream);
   }
@@ -333,14 +377,20 @@ Status CudaBackend::norm_hidden(const float* weight, int64_t n_rows, bool q8, Cu
   norm.n = config_.n_embd;
   norm.eps = config_.norm_eps;
   norm.yq = q8 ? act.q8 : Q8Rows{};
-  if (pending != nullptr && *pending == PendingSum::kFused) {
+  using Kind = PendingSum::Kind;
+  const Kind kind = pending != nullptr ? pending->kind : Kind::kNone;
+  if (kind == Kind::kFused) {
     norm.reduce = options_.peer_reduce;
-  } else if (pending != nullptr && *pending != PendingSum::kNone) {
+  } else if (kind == Kind::kPulled) {
+    norm.reduce = options_.peer_reduce;
+    norm.pull_slot = pending->slot;
+    norm.residual_stride = act.embd_stride;
+  } else if (kind != Kind::kNone) {
     norm.half_residual = act.sum_half;
-    norm.half_residual_bf16 = *pending == PendingSum::kBF16;
+    norm.half_residual_bf16 = kind == Kind::kBF16;
     norm.residual_stride = act.embd_stride;
   }
-  if (pending != nullptr) *pending = PendingSum::kNone;
+  if (pending != nullptr) pending->kind = Kind::kNone;
   return rmsnorm(norm, stream);
 }
 

@@ -75,12 +75,19 @@ class CudaBackend {
   Status embed(const DeviceBatch& batch, CudaActivations& act, cudaStream_t stream) const;
   //
   //
-  // What act.hidden still lacks after a block under tensor parallelism:
-  enum class PendingSum {
-    kNone,
-    kFused,  // the ranks' partials of a fused reduction (peer_all_reduce.h)
-    kF16,    // the ranks' partials, as halves in act.sum_half (half_sums)
-    kBF16,   // the same in bf16
+  // What act.hidden still lacks after a block under tensor parallelism, and how many pulled
+  // sums the pass has made (their slots alternate):
+  struct PendingSum {
+    enum class Kind {
+      kNone,
+      kFused,   // the ranks' partials of a fused reduction (peer_all_reduce.h)
+      kPulled,  // the ranks' partials of a pulled sum, in `slot` (peer_all_reduce.h)
+      kF16,     // the sum of the ranks' partials, as halves in act.sum_half (half_sums)
+      kBF16,    // the same in bf16
+    };
+    Kind kind = Kind::kNone;
+    int32_t slot = 0;
+    int32_t pulled = 0;
   };
   // `pending` (forward()'s own use): when given, the block may end its output projection
   // without adding it to act.hidden (setting *pending) and must start by completing what
@@ -132,14 +139,18 @@ class CudaBackend {
   bool fuses_reduction(int64_t n_rows, const DeviceMatrix& w) const;
   // Whether it sums its partials as halves (options_.half_sums) in act.sum_half.
   bool sums_in_half(int64_t n_rows, const DeviceMatrix& w, const CudaActivations& act) const;
+  // Whether both output projections of layer weights `w` (n_rows rows) sum by pulled sums: both
+  // GEMMs whose partials' type is the peer group's, the rows within its slots.
+  bool pulls_sums(int64_t n_rows, const CudaLayerWeights& w, const CudaActivations& act) const;
   // The output projection of a block: act.hidden (+)= w x. When `pending` is given, its partial
-  // may instead go to a fused reduction (fuses_reduction) or to act.sum_half (sums_in_half),
-  // setting *pending.
+  // may instead go to a pulled sum (`pull`, from pulls_sums), a fused reduction
+  // (fuses_reduction) or act.sum_half (sums_in_half), setting *pending.
   Status output_projection(const DeviceMatrix& w, const float* x, int64_t x_stride, int64_t n_rows,
                            bool x_q8_ready, CudaActivations& act, cudaStream_t stream,
-                           PendingSum* pending) const;
+                           PendingSum* pending, bool pull) const;
   // Tensor parallelism, after an output projection: all-reduces act.hidden (kNone) or
-  // act.sum_half (kF16, kBF16); a fused reduction needs nothing here. No-op for one rank.
+  // act.sum_half (kF16, kBF16); fused reductions and pulled sums need nothing here. No-op for
+  // one rank.
   Status sum_over_ranks(int64_t n_rows, PendingSum pending, CudaActivations& act,
                         cudaStream_t stream) const;
   // act.normed = rmsnorm(act.hidden) with `weight` over n_rows rows, also as 8-bit blocks in

@@ -54,7 +54,9 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const RmsNormArgs
     }
   };
   pdl_wait();
-  const bool reduce = peer_reduce_active(a.reduce);
+  const bool pulled = a.pull_slot >= 0;
+  if (pulled) peer_pull_wait(a.reduce);
+  const bool reduce = !pulled && peer_reduce_active(a.reduce);
   const uint32_t epoch = reduce ? peer_reduce_epoch(a.reduce) : 0;
   __shared__ float shared[kNormThreads / 32];
   const int64_t row = blockIdx.x;
@@ -80,6 +82,9 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const RmsNormArgs
       x[c] = v;
     } else if (bf16_residual != nullptr) {
       v += __bfloat162float(bf16_residual[c]);
+      x[c] = v;
+    } else if (pulled) {
+      v += peer_pull_sum(a.reduce, a.pull_slot, row * a.residual_stride + c);
       x[c] = v;
     } else if (reduce) {
       v += peer_reduce_sum(a.reduce, epoch, row * a.n + c);
@@ -115,8 +120,15 @@ Status rmsnorm(const RmsNormArgs& a, cudaStream_t stream) {
   const bool adds = a.residual != nullptr || a.half_residual != nullptr;
   LS_CUDA_REQUIRE(!adds || (a.row_ids == nullptr && a.y != a.x));
   LS_CUDA_REQUIRE(!a.reduce.active() || !adds);
-  LS_CUDA_REQUIRE(!a.reduce.active() || (a.residual == nullptr && a.row_ids == nullptr &&
-                                         a.y != a.x && a.n_rows * a.n <= a.reduce.capacity));
+  if (a.pull_slot >= 0) {
+    const int64_t element = a.reduce.pull_type == SumType::kF32 ? 4 : 2;
+    LS_CUDA_REQUIRE(a.reduce.pulls() && a.pull_slot <= 1 && a.row_ids == nullptr && a.y != a.x &&
+                    a.residual_stride >= a.n &&
+                    a.n_rows * a.residual_stride * element <= a.reduce.pull_slot_bytes);
+  }
+  LS_CUDA_REQUIRE(a.pull_slot >= 0 || !a.reduce.active() ||
+                  (a.residual == nullptr && a.row_ids == nullptr && a.y != a.x &&
+                   a.n_rows * a.n <= a.reduce.capacity));
   LS_CUDA_REQUIRE(a.n_rows <= 0x7fffffff);
   LS_CUDA_REQUIRE(a.yq.qs == nullptr || (a.n % kQ8Block == 0 && a.yq.ds != nullptr &&
                                          a.yq.qs_stride % 16 == 0 && a.yq.qs_stride >= a.n));

@@ -29,6 +29,11 @@ struct RmsNormArgs {
   // for the peers, then x[r] += the sum of the ranks' partials of row r (at [r * n + c]), kept
   // in x and normalized. Not combinable with row_ids or residual; n_rows * n <= its capacity.
   PeerReduceView reduce;
+  // When >= 0, the consumer of a pulled sum (peer_all_reduce.h) of slot pull_slot of `reduce`
+  // instead: waits for every peer's signal, then x[r] += the sum of the ranks' partials of row r
+  // (at [r * residual_stride + c]), kept in x and normalized. Not combinable with row_ids or
+  // the residuals.
+  int32_t pull_slot = -1;
   const float* weight = nullptr;  // (n)
   float* y = nullptr;             // may alias x only when residual is null
   int64_t y_stride = 0;

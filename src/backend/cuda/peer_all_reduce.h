@@ -20,6 +20,15 @@
 // every rank must make the same sequence of reductions, each rank on its own stream, the ranks
 // on distinct devices with peer access between every pair.
 //
+// Pulled sums, for passes whose output projections are GEMMs (prompts, larger batches): too
+// large to push tagged words, so each rank's GEMM writes its partial into its own memory (one of
+// two slots: the pass's pulled sums alternate them, two per layer) and peer_pull_signal() tells
+// every peer it is complete (its pulled-sum epoch, a release store at system scope); the
+// consumer (an RMSNorm, or peer_pull_add at the end of a layer range) waits for every peer's
+// signal of that epoch and reads all partials, the peers' over NVLink, summing them in rank
+// order. No all-reduce kernel, and each partial crosses NVLink once per reader. Two slots
+// suffice for the same reason as above; every pass must make an even number of pulled sums.
+//
 // A rank that waits for a peer checks the group's abort flag (host memory): abort() lets every
 // waiting kernel return (with wrong sums; the caller then discards the pass and the group).
 // Without it a wait gives up after about 10 s and traps (the device context is lost).
@@ -32,6 +41,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "backend/cuda/tp_sum.h"
 #include "core/status.h"
 
 namespace llamaserve::cuda {
@@ -48,8 +58,21 @@ struct PeerReduceView {
   unsigned long long* epoch = nullptr;  // this rank's
   unsigned int* arrivals = nullptr;     // this rank's
   const volatile int* abort = nullptr;  // the group's (mapped host memory)
+  // Pulled sums (none when pull_slot_bytes == 0): rank d's partials, two slots of
+  // pull_slot_bytes at pull[d] (elements of pull_type), its signals (one epoch per rank that
+  // signals it), and this rank's pulled-sum epoch.
+  void* pull[kMaxPeerRanks] = {};
+  int64_t pull_slot_bytes = 0;
+  SumType pull_type = SumType::kF32;
+  unsigned long long* pull_signals[kMaxPeerRanks] = {};
+  unsigned long long* pull_epoch = nullptr;
 
   bool active() const { return n_ranks > 1; }  // (device code: peer_reduce_active)
+  bool pulls() const { return active() && pull_slot_bytes > 0; }
+  // This rank's slot `slot`, which its producer writes.
+  void* pull_slot(int slot) const {
+    return static_cast<char*>(pull[rank]) + slot * pull_slot_bytes;
+  }
 };
 
 class PeerAllReduce {
@@ -57,10 +80,12 @@ class PeerAllReduce {
   static constexpr int kMaxRanks = kMaxPeerRanks;
 
   // Allocates each rank's inbox (2 x n_ranks x capacity words) and counters on its device and
-  // enables peer access between every pair. Fails (the caller then uses NCCL alone) when some pair
-  // has no peer access, or a device is listed twice.
+  // enables peer access between every pair; with pull_slot_bytes > 0 also the pulled sums' two
+  // slots of that many bytes per rank, of pull_type elements. Fails (the caller then uses NCCL
+  // alone) when some pair has no peer access, or a device is listed twice.
   static Result<std::unique_ptr<PeerAllReduce>> create(const std::vector<int>& devices,
-                                                       size_t capacity);
+                                                       size_t capacity, size_t pull_slot_bytes = 0,
+                                                       SumType pull_type = SumType::kF32);
   ~PeerAllReduce();
   PeerAllReduce(const PeerAllReduce&) = delete;
   PeerAllReduce& operator=(const PeerAllReduce&) = delete;
@@ -86,9 +111,24 @@ class PeerAllReduce {
   std::vector<unsigned long long*> inbox_;  // per rank, on its device
   std::vector<unsigned long long*> epoch_;  // per rank, on its device
   std::vector<unsigned int*> arrivals_;     // per rank, on its device
-  int* abort_host_ = nullptr;               // mapped, pinned host memory
-  int* abort_device_ = nullptr;             // its device address
+  size_t pull_slot_bytes_ = 0;
+  SumType pull_type_ = SumType::kF32;
+  std::vector<void*> pull_;                        // per rank: 2 slots
+  std::vector<unsigned long long*> pull_signals_;  // per rank: n_ranks epochs
+  std::vector<unsigned long long*> pull_epoch_;    // per rank
+  int* abort_host_ = nullptr;                      // mapped, pinned host memory
+  int* abort_device_ = nullptr;                    // its device address
 };
+
+// A pulled sum's producer, after the kernel that wrote this rank's partial into
+// view.pull_slot(slot): raises this rank's pulled-sum epoch and signals every peer.
+Status peer_pull_signal(const PeerReduceView& view, cudaStream_t stream);
+
+// A pulled sum's consumer where no RMSNorm follows: waits for every peer's signal, then
+// x[r, c] += the sum over ranks (in rank order) of the partials in slot `slot` at [r * stride +
+// c], for r < n_rows, c < n.
+Status peer_pull_add(const PeerReduceView& view, int slot, int64_t stride, float* x,
+                     int64_t x_stride, int64_t n_rows, int64_t n, cudaStream_t stream);
 
 // Fused reductions' last consumer, where no RMSNorm follows (the end of a layer range):
 // x[r, c] += the sum over ranks of the latest reduction's partials [r * n + c], for r <

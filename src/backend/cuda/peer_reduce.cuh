@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "backend/cuda/peer_all_reduce.h"
@@ -86,6 +87,58 @@ __device__ __forceinline__ void peer_reduce_done(const PeerReduceView& v) {
   if (blocks > 1 && atomicAdd(v.arrivals, 1u) != blocks - 1) return;
   *v.arrivals = 0;
   *v.epoch = __ldcg(v.epoch) + 1;
+}
+
+// Pulled sums (peer_all_reduce.h). The consumer's wait, by every thread of a block before it
+// reads any partial: thread 0 waits until every peer has signalled this rank's running epoch
+// (which the producer's peer_pull_signal raised), acquiring at system scope; the barrier then
+// orders every thread's reads after it.
+__device__ __forceinline__ void peer_pull_wait(const PeerReduceView& v) {
+  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+    const unsigned long long epoch = __ldcg(v.pull_epoch);
+    const long long start = clock64();
+#pragma unroll 1
+    for (int p = 0; p < v.n_ranks; ++p) {
+      if (p == v.rank) continue;
+      const unsigned long long* signal = v.pull_signals[v.rank] + p;
+      for (unsigned int spins = 1;; ++spins) {
+        unsigned long long seen;
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(seen) : "l"(signal) : "memory");
+        if (seen >= epoch) break;
+        if ((spins & 1023u) == 0) {
+          if (*v.abort != 0) break;
+          if (clock64() - start > kPeerSpinLimitCycles) __trap();
+        }
+      }
+    }
+  }
+  __syncthreads();
+}
+
+// Element i of rank r's partial in `slot` (read at L2: a peer's, or this rank's from a GEMM).
+__device__ __forceinline__ float peer_pull_element(const PeerReduceView& v, int r, int slot,
+                                                   int64_t i) {
+  const char* base = static_cast<const char*>(v.pull[r]) + slot * v.pull_slot_bytes;
+  switch (v.pull_type) {
+    case SumType::kF16: {
+      const unsigned short bits = __ldcg(reinterpret_cast<const unsigned short*>(base) + i);
+      return __half2float(__ushort_as_half(bits));
+    }
+    case SumType::kBF16: {
+      const unsigned short bits = __ldcg(reinterpret_cast<const unsigned short*>(base) + i);
+      return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+    }
+    default: return __ldcg(reinterpret_cast<const float*>(base) + i);
+  }
+}
+
+// The sum over ranks, in rank order, of element i of the partials in `slot` (after
+// peer_pull_wait): the same bits on every rank.
+__device__ __forceinline__ float peer_pull_sum(const PeerReduceView& v, int slot, int64_t i) {
+  float sum = 0.0f;
+#pragma unroll 1
+  for (int r = 0; r < v.n_ranks; ++r) sum += peer_pull_element(v, r, slot, i);
+  return sum;
 }
 
 }  // namespace llamaserve::cuda
