@@ -95,6 +95,31 @@ TEST_F(RmsNormTest, PlainResidualAndGatheredRows) {
   expect_all_near(y_dev.download(), expected, 1e-5, 1e-6, "add + rmsnorm");
   expect_all_near(x_dev.download(), sum, 0.0, 0.0, "residual sum");
 
+  // The normalized rows as a GEMM's halves instead of y: the fp32 outputs, converted.
+  for (const HalfType type : {HalfType::kF16, HalfType::kBF16}) {
+    const std::vector<float> f = y_dev.download();
+    DeviceArray<float> x_again(x_dev.download());
+    const int64_t h_stride = n + 1;
+    DeviceArray<uint16_t> half_dev(rows * h_stride);
+    half_dev.poison();
+    RmsNormArgs h = a;
+    h.x = x_again.get();
+    h.residual = nullptr;
+    h.y = nullptr;
+    h.y_half = HalfRows{half_dev.get(), h_stride, type};
+    // y_dev holds norm(x + residual) with x already summed: normalize the sums again.
+    ASSERT_OK(rmsnorm(h, nullptr));
+    const std::vector<uint16_t> got = half_dev.download();
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < n; ++c) {
+        const float v = f[r * n + c];
+        const uint16_t want =
+            type == HalfType::kF16 ? float_to_half(v).bits : float_to_bf16(v).bits;
+        ASSERT_EQ(got[r * h_stride + c], want) << r << " " << c;
+      }
+    }
+  }
+
   // Residual rows of halves (a tensor-parallel sum), f16 then bf16, at an odd stride; and the
   // same sums by add_half.
   for (const bool bf16 : {false, true}) {
@@ -309,6 +334,26 @@ TEST_F(ElementwiseTest, SiluMulAddBiasGatherConvert) {
   std::vector<float> expected(rows * n);
   cpu::ref::silu_mul(gate.data(), up.data(), expected.data(), rows * n);
   expect_all_near(out_dev.download(), expected, 2e-6, 1e-7, "silu_mul");
+  // The same rows written as a GEMM's halves (odd stride): the fp32 values, converted.
+  {
+    const std::vector<float> f = out_dev.download();
+    const int64_t h_stride = n + 3;
+    DeviceArray<uint16_t> half_dev(rows * h_stride);
+    for (const HalfType type : {HalfType::kF16, HalfType::kBF16}) {
+      half_dev.poison();
+      ASSERT_OK(silu_mul(gate_dev.get(), n, up_dev.get(), n, rows, n, nullptr, n, nullptr, {},
+                         HalfRows{half_dev.get(), h_stride, type}));
+      const std::vector<uint16_t> h = half_dev.download();
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < n; ++c) {
+          const float v = f[r * n + c];
+          const uint16_t want =
+              type == HalfType::kF16 ? float_to_half(v).bits : float_to_bf16(v).bits;
+          ASSERT_EQ(h[r * h_stride + c], want) << r << " " << c;
+        }
+      }
+    }
+  }
 
   ASSERT_OK(add_inplace(gate_dev.get(), n, up_dev.get(), n, rows, n, nullptr));
   for (int64_t i = 0; i < rows * n; ++i) expected[i] = gate[i] + up[i];

@@ -399,5 +399,39 @@ TEST_F(PeerReduceTest, AWaitingRankReturnsOnceTheGroupIsAborted) {
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
+// The same for a pulled sum: rank 0's norm waits for rank 1's signal until the group is aborted.
+TEST_F(PeerReduceTest, AWaitingPulledSumReturnsOnceTheGroupIsAborted) {
+  constexpr int64_t kWidth = 256, kRows = 4;
+  auto group = PeerAllReduce::create({0, 1}, 1024, kRows * kWidth * 2, SumType::kF16);
+  ASSERT_TRUE(group.is_ok()) << group.status().to_string();
+  cudaSetDevice(0);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  DeviceArray<float> hidden(random_floats(kRows * kWidth, 900)), normed(kRows * kWidth),
+      weight(random_floats(kWidth, 901));
+  const PeerReduceView view = (*group)->view(0);
+  ASSERT_TRUE(peer_pull_signal(view, stream).is_ok());
+  RmsNormArgs n;
+  n.x = hidden.get();
+  n.x_stride = kWidth;
+  n.weight = weight.get();
+  n.y = normed.get();
+  n.y_stride = kWidth;
+  n.n_rows = kRows;
+  n.n = kWidth;
+  n.reduce = view;
+  n.pull_slot = 0;
+  n.residual_stride = kWidth;
+  ASSERT_TRUE(rmsnorm(n, stream).is_ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(cudaStreamQuery(stream), cudaErrorNotReady);
+  const auto aborted = std::chrono::steady_clock::now();
+  (*group)->abort();
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_LT(std::chrono::steady_clock::now() - aborted, std::chrono::seconds(2));
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
 }  // namespace
 }  // namespace llamaserve::cuda

@@ -45,14 +45,27 @@ bool CudaBackend::wants_q8(int64_t n_rows,
   return false;
 }
 
+std::optional<HalfType> CudaBackend::gemm_input(
+    int64_t n_rows, std::initializer_list<const DeviceMatrix*> weights) const {
+  std::optional<HalfType> type;
+  for (const DeviceMatrix* w : weights) {
+    if (!uses_gemm(n_rows, *w)) return std::nullopt;
+    const HalfType t = w->type == TensorType::BF16 ? HalfType::kBF16 : HalfType::kF16;
+    if (type && *type != t) return std::nullopt;
+    type = t;
+  }
+  return type;
+}
+
 Status CudaBackend::project(std::initializer_list<Projection> projections, const float* x,
                             int64_t x_stride, int64_t n_rows, bool x_q8_ready, CudaActivations& act,
-                            cudaStream_t stream) const {
+                            cudaStream_t stream, std::optional<HalfType> x_half) const {
   const int64_t cols = projections.begin()->w->cols;
   bool q8_ready = x_q8_ready;
   // The half-precision type x was last converted to for a GEMM of this input (QKV and
   // gate/up share one conversion).
   std::optional<bool> half_is_bf16;
+  if (x_half) half_is_bf16 = *x_half == HalfType::kBF16;
   MatvecArgs parts[kMaxMatvecParts];
   size_t n_parts = 0;
   auto flush = [&]() -> Status {
@@ -153,7 +166,9 @@ bool CudaBackend::pulls_sums(int64_t n_rows, const CudaLayerWeights& w,
 
 Status CudaBackend::output_projection(const DeviceMatrix& w, const float* x, int64_t x_stride,
                                       int64_t n_rows, bool x_q8_ready, CudaActivations& act,
-                                      cudaStream_t stream, PendingSum* pending, bool pull) const {
+                                      cudaStream_t stream, PendingSum* pending, bool pull,
+                                      std::optional<HalfType> x_half) const {
+  const bool x_half_ready = x_half.has_value();
   if (pending != nullptr && pull) {
     // This rank's partial alone into its slot; every rank adds the sum to its residual.
     const PeerReduceView& v = options_.peer_reduce;
@@ -163,6 +178,7 @@ Status CudaBackend::output_projection(const DeviceMatrix& w, const float* x, int
     g.x = x;
     g.x_stride = x_stride;
     g.n_rows = n_rows;
+    g.x_half_ready = x_half_ready;
     if (v.pull_type == SumType::kF32) {
       g.y = static_cast<float*>(v.pull_slot(slot));
     } else {
@@ -179,7 +195,7 @@ Status CudaBackend::output_projection(const DeviceMatrix& w, const float* x, int
   if (pending != nullptr && fuses_reduction(n_rows, w)) {
     LS_RETURN_IF_ERROR(
         project({{&w, act.hidden, act.embd_stride, nullptr, false, &options_.peer_reduce}}, x,
-                x_stride, n_rows, x_q8_ready, act, stream));
+                x_stride, n_rows, x_q8_ready, act, stream, x_half));
     pending->kind = PendingSum::Kind::kFused;
     return Status::ok();
   }
@@ -192,13 +208,14 @@ Status CudaBackend::output_projection(const DeviceMatrix& w, const float* x, int
     g.n_rows = n_rows;
     g.y_half = act.sum_half;
     g.y_stride = act.embd_stride;
+    g.x_half_ready = x_half_ready;
     LS_RETURN_IF_ERROR(gemm(cublas_, g, act.gemm, stream));
     pending->kind = w.type == TensorType::BF16 ? PendingSum::Kind::kBF16 : PendingSum::Kind::kF16;
     return Status::ok();
   }
   // Only the primary rank adds the residual: the sum over the ranks has it once.
   return project({{&w, act.hidden, act.embd_stride, nullptr, options_.primary_rank}}, x, x_stride,
-                 n_rows, x_q8_ready, act, stream);
+                 n_rows, x_q8_ready, act, stream, x_half);
 }
 
 Status CudaBackend::run_layer(const DeviceBatch& b, int32_t layer, const CudaKvCache& kv,
@@ -219,11 +236,12 @@ Status CudaBackend::attention_block(const DeviceBatch& b, int32_t layer, const C
 
   // Attention block: hidden += wo · attention(rope(wq · norm(hidden)), ...)
   const bool qkv_q8 = wants_q8(n, {&w.wq, &w.wk, &w.wv});
-  LS_RETURN_IF_ERROR(norm_hidden(w.attn_norm, n, qkv_q8, act, stream, pending));
+  const std::optional<HalfType> qkv_half = gemm_input(n, {&w.wq, &w.wk, &w.wv});
+  LS_RETURN_IF_ERROR(norm_hidden(w.attn_norm, n, qkv_q8, act, stream, pending, qkv_half));
   LS_RETURN_IF_ERROR(project({{&w.wq, act.q, act.q_stride, w.bq, false},
                               {&w.wk, act.k, act.kv_stride, w.bk, false},
                               {&w.wv, act.v, act.kv_stride, w.bv, false}},
-                             act.normed, act.embd_stride, n, qkv_q8, act, stream));
+                             act.normed, act.embd_stride, n, qkv_q8, act, stream, qkv_half));
   LS_RETURN_IF_ERROR(timed("norm+qkv", stream));
 
   RopeArgs rope_args;
@@ -298,17 +316,25 @@ Status CudaBackend::ffn_block(const DeviceBatch& b, int32_t layer, const CudaKvC
 
   // Feed-forward block: hidden += w_down · (silu(w_gate · x) * (w_up · x)), x = norm(hidden)
   const bool ffn_q8 = wants_q8(n, {&w.w_gate, &w.w_up});
-  LS_RETURN_IF_ERROR(norm_hidden(w.ffn_norm, n, ffn_q8, act, stream, pending));
+  const std::optional<HalfType> ffn_half = gemm_input(n, {&w.w_gate, &w.w_up});
+  LS_RETURN_IF_ERROR(norm_hidden(w.ffn_norm, n, ffn_q8, act, stream, pending, ffn_half));
   LS_RETURN_IF_ERROR(project({{&w.w_gate, act.gate, act.ff_stride, nullptr, false},
                               {&w.w_up, act.up, act.ff_stride, nullptr, false}},
-                             act.normed, act.embd_stride, n, ffn_q8, act, stream));
+                             act.normed, act.embd_stride, n, ffn_q8, act, stream, ffn_half));
   LS_RETURN_IF_ERROR(timed("norm+gate/up", stream));
   const bool down_q8 = wants_q8(n, {&w.w_down});
-  LS_RETURN_IF_ERROR(silu_mul(act.gate, act.ff_stride, act.up, act.ff_stride, n, c.n_ff, act.gate,
-                              act.ff_stride, stream, down_q8 ? act.q8 : Q8Rows{}));
+  // A GEMM down projection reads the SwiGLU's rows as halves, written by silu_mul itself.
+  const std::optional<HalfType> down_half = gemm_input(n, {&w.w_down});
+  const HalfRows down_input =
+      down_half ? HalfRows{act.gemm.act_half, gemm_act_half_stride(c.n_ff), *down_half}
+                : HalfRows{};
+  LS_RETURN_IF_ERROR(silu_mul(act.gate, act.ff_stride, act.up, act.ff_stride, n, c.n_ff,
+                              down_half ? nullptr : act.gate, act.ff_stride, stream,
+                              down_q8 ? act.q8 : Q8Rows{}, down_input));
   LS_RETURN_IF_ERROR(timed("silu", stream));
   LS_RETURN_IF_ERROR(output_projection(w.w_down, act.gate, act.ff_stride, n, down_q8, act, stream,
-                                       pending, pending != nullptr && pulls_sums(n, w, act)));
+                                       pending, pending != nullptr && pulls_sums(n, w, act),
+                                       down_half));
   return timed("down", stream);
 }
 
@@ -366,7 +392,8 @@ Status CudaBackend::forward(const DeviceBatch& b, const LayerRange& range, const
 }
 
 Status CudaBackend::norm_hidden(const float* weight, int64_t n_rows, bool q8, CudaActivations& act,
-                                cudaStream_t stream, PendingSum* pending) const {
+                                cudaStream_t stream, PendingSum* pending,
+                                std::optional<HalfType> half) const {
   RmsNormArgs norm;
   norm.x = act.hidden;
   norm.x_stride = act.embd_stride;
@@ -377,6 +404,10 @@ Status CudaBackend::norm_hidden(const float* weight, int64_t n_rows, bool q8, Cu
   norm.n = config_.n_embd;
   norm.eps = config_.norm_eps;
   norm.yq = q8 ? act.q8 : Q8Rows{};
+  if (half) {
+    norm.y = nullptr;
+    norm.y_half = HalfRows{act.gemm.act_half, gemm_act_half_stride(config_.n_embd), *half};
+  }
   using Kind = PendingSum::Kind;
   const Kind kind = pending != nullptr ? pending->kind : Kind::kNone;
   if (kind == Kind::kFused) {

@@ -7,12 +7,14 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/cuda_state.h"
 #include "backend/cuda/cuda_weights.h"
+#include "backend/cuda/elementwise.h"
 #include "backend/cuda/op_timer.h"
 #include "backend/cuda/peer_all_reduce.h"
 #include "backend/cuda/tp_sum.h"
@@ -132,8 +134,15 @@ class CudaBackend {
   // matvecs, consecutive ones of one weight type in one launch, consecutive GEMMs whose weights
   // and outputs continue each other (continues_gemm) in one GEMM. x_q8_ready: act.q8 already holds
   // x as 8-bit blocks (written by the producer of x); otherwise it is quantized here if needed.
+  // x_half: act.gemm.act_half already holds x as these halves (its producer wrote them).
   Status project(std::initializer_list<Projection> projections, const float* x, int64_t x_stride,
-                 int64_t n_rows, bool x_q8_ready, CudaActivations& act, cudaStream_t stream) const;
+                 int64_t n_rows, bool x_q8_ready, CudaActivations& act, cudaStream_t stream,
+                 std::optional<HalfType> x_half = {}) const;
+  // The half type in which every one of `weights` takes a GEMM input of n_rows rows, when each
+  // runs as a GEMM (and all take one type): the producer of that input can then write it for
+  // the GEMMs itself (gemm_act_half_stride), in place of its fp32 rows.
+  std::optional<HalfType> gemm_input(int64_t n_rows,
+                                     std::initializer_list<const DeviceMatrix*> weights) const;
 
   // Whether an output projection (w) of n_rows rows sums over the ranks by a fused reduction.
   bool fuses_reduction(int64_t n_rows, const DeviceMatrix& w) const;
@@ -147,7 +156,8 @@ class CudaBackend {
   // (fuses_reduction) or act.sum_half (sums_in_half), setting *pending.
   Status output_projection(const DeviceMatrix& w, const float* x, int64_t x_stride, int64_t n_rows,
                            bool x_q8_ready, CudaActivations& act, cudaStream_t stream,
-                           PendingSum* pending, bool pull) const;
+                           PendingSum* pending, bool pull,
+                           std::optional<HalfType> x_half = {}) const;
   // Tensor parallelism, after an output projection: all-reduces act.hidden (kNone) or
   // act.sum_half (kF16, kBF16); fused reductions and pulled sums need nothing here. No-op for
   // one rank.
@@ -156,8 +166,10 @@ class CudaBackend {
   // act.normed = rmsnorm(act.hidden) with `weight` over n_rows rows, also as 8-bit blocks in
   // act.q8 when `q8` (the next products run as integer matvecs). With *pending, first adds
   // what act.hidden lacks (and clears it).
+  // With `half`, the normalized rows go to act.gemm.act_half as those halves instead.
   Status norm_hidden(const float* weight, int64_t n_rows, bool q8, CudaActivations& act,
-                     cudaStream_t stream, PendingSum* pending = nullptr) const;
+                     cudaStream_t stream, PendingSum* pending = nullptr,
+                     std::optional<HalfType> half = {}) const;
 
   ModelConfig config_;
   CudaWeights weights_;

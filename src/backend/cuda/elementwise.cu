@@ -6,6 +6,7 @@
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/check.h"
 #include "backend/cuda/elementwise.h"
+#include "backend/cuda/half_rows.cuh"
 #include "backend/cuda/launch.cuh"
 
 namespace llamaserve::cuda {
@@ -43,24 +44,12 @@ Status launch_rows(int64_t n_rows, int64_t n, Op op, cudaStream_t stream) {
   return Status::ok();
 }
 
-struct ToF16 {
+struct ToHalf {
   const float* x;
   int64_t x_stride;
-  __half* dst;
-  int64_t dst_stride;
+  HalfRows dst;
   __device__ void operator()(int64_t r, int64_t c) const {
-    const float v = fminf(fmaxf(x[r * x_stride + c], -65504.0f), 65504.0f);
-    dst[r * dst_stride + c] = __float2half_rn(v);
-  }
-};
-
-struct ToBF16 {
-  const float* x;
-  int64_t x_stride;
-  __nv_bfloat16* dst;
-  int64_t dst_stride;
-  __device__ void operator()(int64_t r, int64_t c) const {
-    dst[r * dst_stride + c] = __float2bfloat16_rn(x[r * x_stride + c]);
+    store_half(dst, r, c, x[r * x_stride + c]);
   }
 };
 
@@ -76,6 +65,12 @@ struct SiluMul {
     return g / (1.0f + __expf(-g)) * up[r * up_stride + c];
   }
   __device__ void operator()(int64_t r, int64_t c) const { out[r * out_stride + c] = value(r, c); }
+};
+
+struct SiluMulToHalf {
+  SiluMul op;
+  HalfRows out;
+  __device__ void operator()(int64_t r, int64_t c) const { store_half(out, r, c, op.value(r, c)); }
 };
 
 // silu_mul with 8-bit output: the columns of a CTA are whole blocks, one per warp.
@@ -138,19 +133,19 @@ struct Gather {
 Status convert_to_half(const float* x, int64_t x_stride, int64_t n_rows, int64_t n, void* dst,
                        int64_t dst_stride, HalfType type, cudaStream_t stream) {
   LS_CUDA_REQUIRE(x != nullptr && dst != nullptr && dst_stride >= n && x_stride >= n);
-  if (type == HalfType::kF16) {
-    return launch_rows(n_rows, n, ToF16{x, x_stride, static_cast<__half*>(dst), dst_stride},
-                       stream);
-  }
-  return launch_rows(n_rows, n, ToBF16{x, x_stride, static_cast<__nv_bfloat16*>(dst), dst_stride},
-                     stream);
+  return launch_rows(n_rows, n, ToHalf{x, x_stride, HalfRows{dst, dst_stride, type}}, stream);
 }
 
 Status silu_mul(const float* gate, int64_t gate_stride, const float* up, int64_t up_stride,
                 int64_t n_rows, int64_t n, float* out, int64_t out_stride, cudaStream_t stream,
-                const Q8Rows& out_q) {
-  LS_CUDA_REQUIRE(gate != nullptr && up != nullptr && out != nullptr);
+                const Q8Rows& out_q, const HalfRows& out_half) {
+  LS_CUDA_REQUIRE(gate != nullptr && up != nullptr && (out != nullptr || out_half.data != nullptr));
   const SiluMul op{gate, gate_stride, up, up_stride, out, out_stride};
+  if (out_half.data != nullptr) {
+    LS_CUDA_REQUIRE(out_q.qs == nullptr && out_half.stride >= n && out_half.stride % 2 == 0);
+    return launch_rows(n_rows, n, SiluMulToHalf{op, out_half}, stream);
+  }
+  LS_CUDA_REQUIRE(out != nullptr);
   if (out_q.qs == nullptr) return launch_rows(n_rows, n, op, stream);
   LS_CUDA_REQUIRE(n % kQ8Block == 0 && out_q.ds != nullptr && out_q.qs_stride % 16 == 0 &&
                   out_q.qs_stride >= n && n_rows >= 0);

@@ -30,6 +30,8 @@ Status gemm_slice(cublasHandle_t handle, const void* a, int64_t lda, int64_t m, 
 
 }  // namespace
 
+int64_t gemm_act_half_stride(int64_t cols) { return padded_cols(cols); }
+
 size_t gemm_act_half_bytes(int64_t n_rows, int64_t max_cols) {
   return static_cast<size_t>(n_rows) * static_cast<size_t>(padded_cols(max_cols)) * 2;
 }

@@ -40,12 +40,17 @@ struct GemmArgs {
   const float* bias = nullptr;
   bool accumulate = false;
   // The workspace's act_half already holds x converted for this weight type (a previous gemm
-  // of the same x and the same half type): skip the conversion.
+  // of the same x and the same half type, or x's producer; row stride gemm_act_half_stride):
+  // skip the conversion (x is then not read).
   bool x_half_ready = false;
 };
 
 // Bytes of GemmWorkspace::act_half needed for n_rows rows of max_cols features.
 size_t gemm_act_half_bytes(int64_t n_rows, int64_t max_cols);
+
+// The row stride (elements) of GemmWorkspace::act_half for inputs of `cols` features: where a
+// producer writes the converted input itself (GemmArgs::x_half_ready).
+int64_t gemm_act_half_stride(int64_t cols);
 
 // PRECONDITIONS: the workspace holds the converted activations and at least one dequantized
 // weight row (more rows, fewer and larger GEMMs). For CUDA graph capture, `handle` must already

@@ -3,6 +3,7 @@
 
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/check.h"
+#include "backend/cuda/half_rows.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/norm.h"
 #include "backend/cuda/peer_reduce.cuh"
@@ -95,6 +96,11 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const RmsNormArgs
   const float total = block_sum(sum_sq, shared);  // (a barrier: every thread's sums are read)
   if (reduce) peer_reduce_done(a.reduce);
   const float inv_rms = rsqrtf(total / static_cast<float>(a.n) + a.eps);
+  if (a.y_half.data != nullptr) {
+    for_each_weighted(
+        [&](int64_t c, float w) { store_half(a.y_half, row, c, x[c] * inv_rms * w); });
+    return;
+  }
   float* y = a.y + row * a.y_stride;
   if (a.yq.qs == nullptr) {
     for_each_weighted([&](int64_t c, float w) { y[c] = x[c] * inv_rms * w; });
@@ -114,7 +120,10 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const RmsNormArgs
 }  // namespace
 
 Status rmsnorm(const RmsNormArgs& a, cudaStream_t stream) {
-  LS_CUDA_REQUIRE(a.x != nullptr && a.weight != nullptr && a.y != nullptr);
+  LS_CUDA_REQUIRE(a.x != nullptr && a.weight != nullptr);
+  LS_CUDA_REQUIRE(a.y_half.data != nullptr
+                      ? a.yq.qs == nullptr && a.y_half.stride >= a.n && a.y_half.stride % 2 == 0
+                      : a.y != nullptr);
   LS_CUDA_REQUIRE(a.n > 0 && a.n_rows >= 0 && a.eps >= 0.0f);
   LS_CUDA_REQUIRE(a.residual == nullptr || a.half_residual == nullptr);
   const bool adds = a.residual != nullptr || a.half_residual != nullptr;

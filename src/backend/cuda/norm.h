@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/act_quant.h"
+#include "backend/cuda/elementwise.h"
 #include "backend/cuda/peer_all_reduce.h"
 #include "core/status.h"
 
@@ -37,6 +38,9 @@ struct RmsNormArgs {
   const float* weight = nullptr;  // (n)
   float* y = nullptr;             // may alias x only when residual is null
   int64_t y_stride = 0;
+  // When set, y's rows are written as halves there instead (a GEMM's input; y may then be
+  // null). Not with yq.
+  HalfRows y_half;
   // When set (yq.qs not null), y's rows are also written as 8-bit blocks (act_quant.h), the
   // input of the integer matvec. PRECONDITION then: n % 32 == 0.
   Q8Rows yq;
