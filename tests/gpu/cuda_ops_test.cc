@@ -355,6 +355,41 @@ TEST_F(ElementwiseTest, SiluMulAddBiasGatherConvert) {
     }
   }
 
+  // Rows whose widths and strides allow four elements per thread: the same bits.
+  {
+    const int64_t n4 = 1024, in_stride = 1028, h_stride = 1032;
+    const std::vector<float> g4 = random_floats(rows * in_stride, 25, 4.0f);
+    const std::vector<float> u4 = random_floats(rows * in_stride, 26);
+    DeviceArray<float> g4_dev(g4), u4_dev(u4), f4_dev(rows * n4);
+    ASSERT_OK(silu_mul(g4_dev.get(), in_stride, u4_dev.get(), in_stride, rows, n4, f4_dev.get(), n4,
+                       nullptr));
+    const std::vector<float> f = f4_dev.download();
+    DeviceArray<uint16_t> half_dev(rows * h_stride);
+    for (const HalfType type : {HalfType::kF16, HalfType::kBF16}) {
+      auto bits = [&](float v) {
+        return type == HalfType::kF16 ? float_to_half(v).bits : float_to_bf16(v).bits;
+      };
+      half_dev.poison();
+      ASSERT_OK(silu_mul(g4_dev.get(), in_stride, u4_dev.get(), in_stride, rows, n4, nullptr, n4,
+                         nullptr, {}, HalfRows{half_dev.get(), h_stride, type}));
+      std::vector<uint16_t> h = half_dev.download();
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < n4; ++c) {
+          ASSERT_EQ(h[r * h_stride + c], bits(f[r * n4 + c])) << r << " " << c;
+        }
+      }
+      half_dev.poison();
+      ASSERT_OK(convert_to_half(g4_dev.get(), in_stride, rows, n4, half_dev.get(), h_stride, type,
+                                nullptr));
+      h = half_dev.download();
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < n4; ++c) {
+          ASSERT_EQ(h[r * h_stride + c], bits(g4[r * in_stride + c])) << r << " " << c;
+        }
+      }
+    }
+  }
+
   ASSERT_OK(add_inplace(gate_dev.get(), n, up_dev.get(), n, rows, n, nullptr));
   for (int64_t i = 0; i < rows * n; ++i) expected[i] = gate[i] + up[i];
   expect_all_near(gate_dev.download(), expected, 0.0, 0.0, "add_inplace");

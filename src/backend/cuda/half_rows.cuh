@@ -21,4 +21,23 @@ __device__ __forceinline__ void store_half(const HalfRows& h, int64_t r, int64_t
   }
 }
 
+// Elements c to c + 3 of row r (c % 4 == 0; rows 8-byte aligned): one 8-byte store, each
+// element converted as store_half does.
+__device__ __forceinline__ void store_half4(const HalfRows& h, int64_t r, int64_t c, float4 v) {
+  uint32_t lo, hi;
+  if (h.type == HalfType::kF16) {
+    auto sat = [](float x) { return fminf(fmaxf(x, -65504.0f), 65504.0f); };
+    const __half2 a = __floats2half2_rn(sat(v.x), sat(v.y));
+    const __half2 b = __floats2half2_rn(sat(v.z), sat(v.w));
+    lo = *reinterpret_cast<const uint32_t*>(&a);
+    hi = *reinterpret_cast<const uint32_t*>(&b);
+  } else {
+    const __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y);
+    const __nv_bfloat162 b = __floats2bfloat162_rn(v.z, v.w);
+    lo = *reinterpret_cast<const uint32_t*>(&a);
+    hi = *reinterpret_cast<const uint32_t*>(&b);
+  }
+  *reinterpret_cast<uint2*>(static_cast<uint16_t*>(h.data) + r * h.stride + c) = make_uint2(lo, hi);
+}
+
 }  // namespace llamaserve::cuda
