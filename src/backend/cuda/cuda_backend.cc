@@ -168,24 +168,26 @@ Status CudaBackend::output_projection(const DeviceMatrix& w, const float* x, int
                                       int64_t n_rows, bool x_q8_ready, CudaActivations& act,
                                       cudaStream_t stream, PendingSum* pending, bool pull,
                                       std::optional<HalfType> x_half) const {
-  const bool x_half_ready = x_half.has_value();
-  if (pending != nullptr && pull) {
-    // This rank's partial alone into its slot; every rank adds the sum to its residual.
-    const PeerReduceView& v = options_.peer_reduce;
-    const int32_t slot = pending->pulled % 2;
+  // This rank's partial alone, fp32 at y or halves at y_half: every rank adds the sum over the
+  // ranks to its own residual.
+  auto partial = [&](float* y, void* y_half) {
     GemmArgs g;
     g.w = w;
     g.x = x;
     g.x_stride = x_stride;
     g.n_rows = n_rows;
-    g.x_half_ready = x_half_ready;
-    if (v.pull_type == SumType::kF32) {
-      g.y = static_cast<float*>(v.pull_slot(slot));
-    } else {
-      g.y_half = v.pull_slot(slot);
-    }
+    g.x_half_ready = x_half.has_value();
+    g.y = y;
+    g.y_half = y_half;
     g.y_stride = act.embd_stride;
-    LS_RETURN_IF_ERROR(gemm(cublas_, g, act.gemm, stream));
+    return gemm(cublas_, g, act.gemm, stream);
+  };
+  if (pending != nullptr && pull) {
+    const PeerReduceView& v = options_.peer_reduce;
+    const int32_t slot = pending->pulled % 2;
+    const bool fp32 = v.pull_type == SumType::kF32;
+    LS_RETURN_IF_ERROR(partial(fp32 ? static_cast<float*>(v.pull_slot(slot)) : nullptr,
+                               fp32 ? nullptr : v.pull_slot(slot)));
     LS_RETURN_IF_ERROR(peer_pull_signal(v, stream));
     pending->kind = PendingSum::Kind::kPulled;
     pending->slot = slot;
@@ -200,16 +202,7 @@ Status CudaBackend::output_projection(const DeviceMatrix& w, const float* x, int
     return Status::ok();
   }
   if (pending != nullptr && sums_in_half(n_rows, w, act)) {
-    // Every rank's partial alone (the residual is added after the sum, by every rank).
-    GemmArgs g;
-    g.w = w;
-    g.x = x;
-    g.x_stride = x_stride;
-    g.n_rows = n_rows;
-    g.y_half = act.sum_half;
-    g.y_stride = act.embd_stride;
-    g.x_half_ready = x_half_ready;
-    LS_RETURN_IF_ERROR(gemm(cublas_, g, act.gemm, stream));
+    LS_RETURN_IF_ERROR(partial(nullptr, act.sum_half));
     pending->kind = w.type == TensorType::BF16 ? PendingSum::Kind::kBF16 : PendingSum::Kind::kF16;
     return Status::ok();
   }
