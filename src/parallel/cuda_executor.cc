@@ -33,12 +33,7 @@ using cuda::DeviceBatch;
 constexpr uint64_t kCublasWorkspaceBytes = 32ull << 20;
 constexpr int64_t kMaxGemmScratchElems = 64ll << 20;  // 128 MiB of f16 weight rows
 constexpr int32_t kMaxGraphTokens = 256;
-// Context per split of passes with prompt tiles: two chunks of the tensor-core kernel, whose
-// splits let the long tiles of a prompt (the last 64 rows of 512 see all 512 positions) spread
-// over several blocks instead of one block walking them while the short tiles' SMs idle.
-constexpr int32_t kPromptSplitTokens = 128;
-// Rows x splits of attention partials the activations hold: a 512-row prompt in 4 splits.
-constexpr int64_t kMaxSplitRows = 2048;
+constexpr int32_t kSplitTokens = 512;  // context per flash-decoding split
 // The same for decode steps (one row per tile): one step of a 16-warp decode block, whose
 // splits combine in the kernel itself; short contexts of few sequences then still spread over
 // the SMs (bench/results/2026-11-30-h200x2-decode-split-tokens.md: 256 to 64 gained 2-4% at
@@ -208,7 +203,7 @@ Result<int32_t> CudaExecutor::plan_kv_blocks() {
   limits_.max_seqs = options_.max_seqs;
   limits_.max_blocks_per_seq =
       static_cast<int32_t>((max_context + options_.kv_block_size - 1) / options_.kv_block_size);
-  limits_.max_split_rows = kMaxSplitRows;
+  limits_.max_split_rows = 512;
   // f16 rows of the largest quantized matrix the GEMM path dequantizes, capped.
   int64_t max_quantized = 0;
   auto consider = [&](const QTensor& t) {
@@ -363,14 +358,13 @@ Status CudaExecutor::run_overlapped(const Batch& piece, const DeviceBatch& b) {
 }
 
 // Flash-decoding splits: enough (tile, KV head, split) blocks to fill the GPU twice, each split
-// at least kPromptSplitTokens (decode steps: decode_split_tokens()) of context, and the partials
-// within the workspace. Powers of two, so
+// at least kSplitTokens of context, and the partials within the workspace. Powers of two, so
 // that few graphs are captured.
 int32_t CudaExecutor::choose_splits(const Batch& piece, const DeviceBatch& b) const {
   int32_t max_len = 1;
   for (int32_t len : piece.seq_lengths) max_len = std::max(max_len, len);
   const int64_t blocks = static_cast<int64_t>(b.n_tiles) * model_->config.n_head_kv;
-  const int32_t split_tokens = b.max_tile_rows == 1 ? decode_split_tokens() : kPromptSplitTokens;
+  const int32_t split_tokens = b.max_tile_rows == 1 ? decode_split_tokens() : kSplitTokens;
   int32_t splits = std::min(next_pow2((max_len + split_tokens - 1) / split_tokens),
                             next_pow2((2 * sm_count_ + blocks - 1) / blocks));
   // The partials are per (row, head, split).

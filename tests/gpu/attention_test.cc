@@ -155,23 +155,9 @@ TEST_P(AttentionTest, MatchesReference) {
   DeviceArray<uint8_t> out_q8(q8_rows_bytes(rows, q_dim));
   out_q8.poison();
   if (!tensor_cores) a.out_q = q8_rows_view(out_q8.get(), rows, q_dim);
-  // The tensor-core kernel combines its splits itself, through a counter per (tile, KV head).
-  const std::vector<unsigned int> zero_counters(static_cast<size_t>(rows * c.n_head_kv), 0u);
-  DeviceArray<unsigned int> mma_counters(zero_counters);
-  if (tensor_cores && c.n_splits > 1) a.split_counters = mma_counters.get();
   ASSERT_OK(configure_attention_kernels());
   ASSERT_OK(attention(a, nullptr));
   ASSERT_CUDA(cudaDeviceSynchronize());
-  if (tensor_cores && c.n_splits > 1) {
-    // Every counter back at zero, and a second launch writes the same bytes.
-    EXPECT_EQ(mma_counters.download(), zero_counters);
-    const std::vector<float> first = out_dev.download();
-    out_dev.poison();
-    ASSERT_OK(attention(a, nullptr));
-    ASSERT_CUDA(cudaDeviceSynchronize());
-    const std::vector<float> second = out_dev.download();
-    EXPECT_EQ(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)), 0);
-  }
   if (!tensor_cores) {
     EXPECT_EQ(count_q8_mismatches(out_dev.download(), out_stride, rows, q_dim, out_q8, a.out_q), 0)
         << "8-bit output";
@@ -363,30 +349,17 @@ INSTANTIATE_TEST_SUITE_P(
                       kTensorCores},
         AttentionCase{"MmaBatchMhaHd64", 64, 6, 6, {{0, 100}, {19, 17}, {700, 1}}, 1, kTensorCores},
         AttentionCase{
-            "MmaBatchGqa3Hd128", 128, 6, 2, {{33, 333}, {0, 17}, {64, 40}}, 1, kTensorCores},
-        // Its splits (the chunks of each tile shared among blocks, combined by the last one):
-        // more splits than some tiles have chunks, shares of uneven length, chunks after cached
-        // positions.
-        AttentionCase{"MmaPromptGqa4Hd128Rows333Split3", 128, 8, 2, {{0, 333}}, 3, kTensorCores},
-        AttentionCase{"MmaPromptMhaHd64Rows200Split2", 64, 4, 4, {{0, 200}}, 2, kTensorCores},
-        AttentionCase{"MmaChunkGqa4Hd64After300Split4", 64, 8, 2, {{300, 333}}, 4, kTensorCores},
-        AttentionCase{"MmaBatchGqa3Hd128Split5",
-                      128,
-                      6,
-                      2,
-                      {{33, 333}, {0, 17}, {64, 40}, {700, 1}},
-                      5,
-                      kTensorCores}),
+            "MmaBatchGqa3Hd128", 128, 6, 2, {{33, 333}, {0, 17}, {64, 40}}, 1, kTensorCores}),
     [](const ::testing::TestParamInfo<AttentionCase>& info) {
       return std::string(info.param.name);
     });
 
 class AttentionKernelChoiceTest : public GpuTest {};
 
-// Asked for by name, the tensor-core kernel refuses what it does not handle (split contexts
-// without split counters, 8-bit output, tiles of fewer than 16 query vectors) with a message
-// instead of computing something else; the refusal comes before any launch. So does the decode
-// kernel (tiles of several rows, groups of more than 8 query heads).
+// Asked for by name, the tensor-core kernel refuses what it does not handle (split contexts,
+// 8-bit output, tiles of fewer than 16 query vectors) with a message instead of computing
+// something else; the refusal comes before any launch. So does the decode kernel (tiles of
+// several rows, groups of more than 8 query heads).
 TEST_F(AttentionKernelChoiceTest, TensorCoresRefuseShapesTheyDoNotHandle) {
   DeviceArray<float> q(4096), out(4096), partial(4096);
   DeviceArray<uint16_t> k_cache(4096), v_cache(4096);
@@ -432,10 +405,7 @@ TEST_F(AttentionKernelChoiceTest, TensorCoresRefuseShapesTheyDoNotHandle) {
   AttentionArgs split = a;
   split.n_splits = 2;
   split.partial = partial.get();
-  expect_refused(split, "two splits without split counters");
-  DeviceArray<unsigned int> counters(std::vector<unsigned int>(64, 0u));
-  split.split_counters = counters.get();
-  ASSERT_OK(attention(split, nullptr));  // two splits combined through the counters: accepted
+  expect_refused(split, "two splits");
   AttentionArgs q8 = a;
   q8.out_q = q8_rows_view(out_q8.get(), 1, 1024);
   expect_refused(q8, "8-bit output");

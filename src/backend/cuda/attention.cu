@@ -431,17 +431,14 @@ Status attention(const AttentionArgs& a, cudaStream_t stream) {
                   (a.out_q.ds != nullptr && a.out_q.qs_stride % 16 == 0 &&
                    a.out_q.qs_stride >= static_cast<int64_t>(a.n_head) * a.head_dim));
   const int group_size = a.n_head / a.n_head_kv;
-  // Its splits combine in the kernel, through the split counters.
-  const bool tensor_cores_apply = (a.n_splits == 1 || a.split_counters != nullptr) &&
-                                  a.out_q.qs == nullptr &&
+  const bool tensor_cores_apply = a.n_splits == 1 && a.out_q.qs == nullptr &&
                                   a.max_tile_rows * group_size >= kMinTensorCoreQueries;
   if (a.kernel == AttentionKernel::kTensorCores && !tensor_cores_apply) {
     return make_error(StatusCode::kInvalidArgument,
-                      "attention: the tensor-core kernel needs one split or split counters (got "
-                      "{} splits, {}), no 8-bit output (got {}) and at least {} query vectors per "
-                      "tile (got {} rows x {} query heads per KV head)",
-                      a.n_splits, a.split_counters != nullptr ? "counters" : "no counters",
-                      a.out_q.qs != nullptr ? "one" : "none", kMinTensorCoreQueries,
+                      "attention: the tensor-core kernel needs one split (got {}), no 8-bit "
+                      "output (got {}) and at least {} query vectors per tile (got {} rows x {} "
+                      "query heads per KV head)",
+                      a.n_splits, a.out_q.qs != nullptr ? "one" : "none", kMinTensorCoreQueries,
                       a.max_tile_rows, group_size);
   }
   const bool tensor_cores =

@@ -46,7 +46,6 @@
 
 #include "backend/cuda/attention.h"
 #include "backend/cuda/attention_mma.h"
-#include "backend/cuda/attention_splits.cuh"
 #include "backend/cuda/check.h"
 #include "backend/cuda/launch.cuh"
 
@@ -132,8 +131,7 @@ __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
 }
 
 // See the top of the file and attention.h.
-// PRECONDITIONS (checked by the launcher and attention()): partials and counters for n_splits >
-// 1 (attention.h); tile.n_rows * group <=
+// PRECONDITIONS (checked by the launcher and attention()): n_splits == 1; tile.n_rows * group <=
 // kMaxAttentionQueries; a tile's rows have consecutive positions (the last row's is the largest);
 // q 16-byte aligned with q_stride % 4 == 0; out 8-byte aligned with out_stride % 2 == 0.
 template <int D>
@@ -160,12 +158,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const Attention
   const int32_t* block_table = a.block_tables + static_cast<int64_t>(seq) * a.blocks_per_seq;
   const auto* k_cache = static_cast<const __half*>(a.k_cache);
   const auto* v_cache = static_cast<const __half*>(a.v_cache);
-  // With splits, block z walks its share of the tile's chunks (whole chunks, the earlier shares
-  // one longer): the long tiles of a prompt spread over several blocks.
-  const int tile_chunks = (ctx + kChunk - 1) / kChunk;
-  const int per_split = (tile_chunks + a.n_splits - 1) / a.n_splits;
-  const int first_chunk = min(tile_chunks, static_cast<int>(blockIdx.z) * per_split);
-  const int n_chunks = min(tile_chunks, first_chunk + per_split);
+  const int n_chunks = (ctx + kChunk - 1) / kChunk;
 
   // Chunk loads: thread tid copies 16-byte piece tid % kPieces of rows tid / kPieces + k *
   // kRowStep. Positions past ctx (the last chunk's tail) are zeros: their scores are masked, and
@@ -203,7 +196,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const Attention
     }
     cp_async_commit();  // one group per chunk and thread, empty or not
   };
-  if (first_chunk < n_chunks) load_chunk(first_chunk, first_chunk & 1);
+  load_chunk(0, 0);
 
   // Q: f16, pre-scaled so that scores come out in base 2; rows nq.. are zeros (finite scores
   // for the padding query vectors, whose output is never written).
@@ -252,7 +245,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const Attention
   float m_lo = -INFINITY, m_hi = -INFINITY;  // running max (base 2), whole quad agrees
   float l_lo = 0.0f, l_hi = 0.0f;            // running sum of this thread's columns only
 
-  for (int chunk = first_chunk; chunk < n_chunks; ++chunk) {
+  for (int chunk = 0; chunk < n_chunks; ++chunk) {
     const int buffer = chunk & 1;
     if (chunk + 1 < n_chunks) {
       // The other buffer was last read in the previous iteration, before its closing barrier.
@@ -370,65 +363,19 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const Attention
   }
   // half 0: C row g (o[j][0..1]), half 1: row g + 8 (o[j][2..3]). A real query vector sees at
   // least the position of the running max: l >= 1.
-  if (a.n_splits == 1) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int qi = half == 0 ? qi_lo : qi_hi;
-      if (qi >= nq) continue;
-      const int64_t row = tile.first_row + qi / group_size;
-      const int head = kv_head * group_size + qi % group_size;
-      float* dst = a.out + row * a.out_stride + head * D + 2 * c;
-      const float inv_l = 1.0f / (half == 0 ? l_lo : l_hi);
-#pragma unroll
-      for (int j = 0; j < D / 8; ++j) {
-        *reinterpret_cast<float2*>(dst + 8 * j) =
-            make_float2(o[j][2 * half] * inv_l, o[j][2 * half + 1] * inv_l);
-      }
-    }
-    return;
-  }
-
-  // Splits: this block's partial per query vector (the unnormalized O, the max and the sum, in
-  // natural-log units as attention_splits.cuh combines them; a share of chunks after every
-  // position of a query vector leaves max -inf and sum 0, which the combine skips).
-  const int64_t acc_floats = a.n_batch_rows * a.n_head * a.n_splits * D;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int qi = half == 0 ? qi_lo : qi_hi;
     if (qi >= nq) continue;
     const int64_t row = tile.first_row + qi / group_size;
     const int head = kv_head * group_size + qi % group_size;
-    const int64_t at = (row * a.n_head + head) * a.n_splits + blockIdx.z;
-    float* acc = a.partial + at * D + 2 * c;
+    float* dst = a.out + row * a.out_stride + head * D + 2 * c;
+    const float inv_l = 1.0f / (half == 0 ? l_lo : l_hi);
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
-      *reinterpret_cast<float2*>(acc + 8 * j) = make_float2(o[j][2 * half], o[j][2 * half + 1]);
+      *reinterpret_cast<float2*>(dst + 8 * j) =
+          make_float2(o[j][2 * half] * inv_l, o[j][2 * half + 1] * inv_l);
     }
-    if (c == 0) {
-      const float m = half == 0 ? m_lo : m_hi;
-      a.partial[acc_floats + 2 * at] = m * 0.6931471805599453f;  // ln 2: base 2 to base e
-      a.partial[acc_floats + 2 * at + 1] = half == 0 ? l_lo : l_hi;
-    }
-  }
-  // The last block of this (tile, KV head) to finish combines the splits of every query vector
-  // of the tile (the fence-and-counter pattern of the decode kernel).
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) {
-    unsigned int* counter =
-        a.split_counters + static_cast<int64_t>(tile.first_row) * a.n_head_kv + kv_head;
-    last = atomicAdd(counter, 1u) == static_cast<unsigned int>(a.n_splits - 1);
-    if (last) *counter = 0;
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  for (int i = tid; i < nq * D; i += kThreads) {
-    const int qi = i / D, d = i % D;
-    const int64_t row = tile.first_row + qi / group_size;
-    const int head = kv_head * group_size + qi % group_size;
-    a.out[row * a.out_stride + head * D + d] = combine_attention_splits<D>(a, row, head, d);
   }
 }
 
@@ -436,18 +383,12 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const Attention
 
 template <int D>
 Status launch_attention_mma(const AttentionArgs& a, cudaStream_t stream) {
-  LS_CUDA_REQUIRE(a.head_dim == D && a.n_splits >= 1 && a.n_splits <= 65535 &&
-                  a.out_q.qs == nullptr);
-  // Splits combine in the kernel: partials per (row, head, split), a counter per (tile's first
-  // row, KV head).
-  LS_CUDA_REQUIRE(a.n_splits == 1 ||
-                  (a.partial != nullptr && a.split_counters != nullptr && a.n_batch_rows > 0));
+  LS_CUDA_REQUIRE(a.head_dim == D && a.n_splits == 1 && a.out_q.qs == nullptr);
   LS_CUDA_REQUIRE(a.n_head_kv > 0 && a.n_head % a.n_head_kv == 0 && a.n_head_kv <= 65535);
   LS_CUDA_REQUIRE(a.max_tile_rows * (a.n_head / a.n_head_kv) <= kMaxAttentionQueries);
   LS_CUDA_REQUIRE(a.q_stride % 4 == 0 && a.out_stride % 2 == 0 && a.block_size > 0);
   if (a.n_tiles == 0) return Status::ok();
-  const dim3 grid(static_cast<unsigned>(a.n_tiles), static_cast<unsigned>(a.n_head_kv),
-                  static_cast<unsigned>(a.n_splits));
+  const dim3 grid(static_cast<unsigned>(a.n_tiles), static_cast<unsigned>(a.n_head_kv));
   LS_CUDA_CHECK(launch_kernel(attention_mma_kernel<D>, grid, kThreads,
                               static_cast<size_t>(MmaSmem<D>::kBytes), stream, a));
   return Status::ok();
