@@ -92,12 +92,18 @@ std::string describe_weights(const StageWeights& sw, const Stage& stage, int tp)
 // columns, plus the logits of up to R rows: hidden + normed states (2 T n_embd), queries and
 // attention output (2 T q_dim/tp), K and V (2 T kv_dim/tp), FFN gate and up (2 T n_ff/tp),
 // head inputs (R n_embd), logits (R n_vocab: the head is not split, every rank sizes its
-// buffers for all of it).
+// buffers for all of it). Under tensor parallelism, three half-precision copies of the hidden
+// rows for the sums of the output projections (the pulled sums' two slots and the NCCL
+// buffer: 3 T n_embd halves).
+uint64_t tp_sum_bytes(const ModelConfig& c, int tp, int64_t t) {
+  return tp > 1 ? 3ull * t * c.n_embd * 2 : 0;
+}
+
 uint64_t activation_bytes(const ModelConfig& c, int tp, int64_t t, int64_t r) {
   const uint64_t floats = 2ull * t * c.n_embd + 2ull * t * (c.q_dim() / tp) +
                           2ull * t * (c.kv_dim() / tp) + 2ull * t * (c.n_ff / tp) +
                           1ull * r * c.n_embd + 1ull * r * c.n_vocab;
-  return floats * sizeof(float);
+  return floats * sizeof(float) + tp_sum_bytes(c, tp, t);
 }
 
 LayoutPlan plan_layout(const PlanRequest& req, const PlanReport& report, int tp, int pp,
@@ -169,11 +175,14 @@ LayoutPlan plan_layout(const PlanRequest& req, const PlanReport& report, int tp,
                   "tightest GPU is on stage {}",
                   c.n_layer, pp, p.max_layers_per_stage, p.tight_stage));
   steps.push_back("weights/GPU: " + describe_weights(tight_weights, st, tp));
+  const std::string tp_sums =
+      tp > 1 ? fmt::format(" + tp sums 2 B x 3 x {} rows x {}", req.max_batch_tokens, c.n_embd)
+             : std::string();
   steps.push_back(fmt::format(
       "activations/GPU: 4 B x ({} rows x (2x{} + 2x{}/{} + 2x{}/{} + 2x{}/{}) + {} logit rows x "
-      "({} + {})) = {}",
+      "({} + {})){} = {}",
       req.max_batch_tokens, c.n_embd, c.q_dim(), tp, c.kv_dim(), tp, c.n_ff, tp, logit_rows,
-      c.n_embd, c.n_vocab, format_size(p.activations_per_gpu)));
+      c.n_embd, c.n_vocab, tp_sums, format_size(p.activations_per_gpu)));
   steps.push_back(fmt::format("budget/GPU: {} x {:.2f} = {}", format_size(req.gpu_memory_bytes),
                               req.gpu_memory_utilization, format_size(p.budget_per_gpu)));
   steps.push_back(fmt::format(

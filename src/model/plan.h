@@ -15,7 +15,8 @@
 //     tensor-parallel executor does not split the head); a tied head needs token_embd whole
 //     on the last stage too;
 //   - every GPU keeps its own activations for max_batch_tokens rows, the logits of its
-//     sequences over the whole vocabulary, and a fixed workspace.
+//     sequences over the whole vocabulary, and a fixed workspace; under tensor parallelism
+//     also three half-precision copies of those rows' hidden states for the sums.
 #pragma once
 
 #include <cstdint>

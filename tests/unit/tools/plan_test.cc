@@ -116,9 +116,11 @@ TEST(PlanTest, LayoutsOf70BOnEightGpus) {
   EXPECT_EQ(tp2->fits, tp2->kv_tokens_per_replica >= 16 * 4096);
 
   // Activations: 4 B x (512 x (2x8192 + 2x8192/2 + 2x1024/2 + 2x28672/2) + 16 x (8192 + 32000)):
-  // every rank has logits buffers for the whole vocabulary.
+  // every rank has logits buffers for the whole vocabulary; plus the tensor-parallel sums, 2 B x
+  // 3 x 512 x 8192.
   EXPECT_EQ(tp2->activations_per_gpu,
-            4ull * (512ull * (2 * 8192 + 8192 + 1024 + 28672) + 16ull * (8192 + 32000)));
+            4ull * (512ull * (2 * 8192 + 8192 + 1024 + 28672) + 16ull * (8192 + 32000)) +
+                2ull * 3 * 512 * 8192);
   ASSERT_TRUE(report->recommended.has_value());
   const LayoutPlan& best = report->layouts[*report->recommended];
   EXPECT_TRUE(best.fits);
