@@ -420,8 +420,8 @@ Result<std::unique_ptr<Stage>> create_stage(std::vector<int> devices, const Load
       const bool bf16 =
           !model.weights.layers.empty() && model.weights.layers.front().wo.type == TensorType::BF16;
       pull_type = !half ? cuda::SumType::kF32 : bf16 ? cuda::SumType::kBF16 : cuda::SumType::kF16;
-      pull_slot_bytes = static_cast<size_t>(max_tokens * cuda::padded_row(n_embd)) *
-                        (pull_type == cuda::SumType::kF32 ? 4 : 2);
+      pull_slot_bytes = static_cast<size_t>(max_tokens * cuda::padded_row(n_embd) *
+                                            cuda::sum_type_bytes(pull_type));
     }
     auto group = cuda::PeerAllReduce::create(devices, capacity, pull_slot_bytes, pull_type);
     if (group.is_ok()) {

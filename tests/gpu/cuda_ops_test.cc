@@ -32,6 +32,20 @@ void expect_all_near(const std::vector<float>& got, const std::vector<float>& ex
   EXPECT_EQ(failures, 0) << what;
 }
 
+// Rows of halves (row stride h_stride) against fp32 rows (f_stride) converted on the host to
+// `type`: bit for bit.
+void expect_halves_of(const std::vector<uint16_t>& got, int64_t h_stride,
+                      const std::vector<float>& f, int64_t f_stride, int64_t rows, int64_t n,
+                      HalfType type) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < n; ++c) {
+      const float v = f[r * f_stride + c];
+      const uint16_t want = type == HalfType::kF16 ? float_to_half(v).bits : float_to_bf16(v).bits;
+      ASSERT_EQ(got[r * h_stride + c], want) << r << " " << c;
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // RMSNorm
 
@@ -109,15 +123,7 @@ TEST_F(RmsNormTest, PlainResidualAndGatheredRows) {
     h.y_half = HalfRows{half_dev.get(), h_stride, type};
     // y_dev holds norm(x + residual) with x already summed: normalize the sums again.
     ASSERT_OK(rmsnorm(h, nullptr));
-    const std::vector<uint16_t> got = half_dev.download();
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < n; ++c) {
-        const float v = f[r * n + c];
-        const uint16_t want =
-            type == HalfType::kF16 ? float_to_half(v).bits : float_to_bf16(v).bits;
-        ASSERT_EQ(got[r * h_stride + c], want) << r << " " << c;
-      }
-    }
+    ASSERT_NO_FATAL_FAILURE(expect_halves_of(half_dev.download(), h_stride, f, n, rows, n, type));
   }
 
   // Residual rows of halves (a tensor-parallel sum), f16 then bf16, at an odd stride; and the
@@ -343,15 +349,7 @@ TEST_F(ElementwiseTest, SiluMulAddBiasGatherConvert) {
       half_dev.poison();
       ASSERT_OK(silu_mul(gate_dev.get(), n, up_dev.get(), n, rows, n, nullptr, n, nullptr, {},
                          HalfRows{half_dev.get(), h_stride, type}));
-      const std::vector<uint16_t> h = half_dev.download();
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t c = 0; c < n; ++c) {
-          const float v = f[r * n + c];
-          const uint16_t want =
-              type == HalfType::kF16 ? float_to_half(v).bits : float_to_bf16(v).bits;
-          ASSERT_EQ(h[r * h_stride + c], want) << r << " " << c;
-        }
-      }
+      ASSERT_NO_FATAL_FAILURE(expect_halves_of(half_dev.download(), h_stride, f, n, rows, n, type));
     }
   }
 
@@ -366,27 +364,16 @@ TEST_F(ElementwiseTest, SiluMulAddBiasGatherConvert) {
     const std::vector<float> f = f4_dev.download();
     DeviceArray<uint16_t> half_dev(rows * h_stride);
     for (const HalfType type : {HalfType::kF16, HalfType::kBF16}) {
-      auto bits = [&](float v) {
-        return type == HalfType::kF16 ? float_to_half(v).bits : float_to_bf16(v).bits;
-      };
       half_dev.poison();
       ASSERT_OK(silu_mul(g4_dev.get(), in_stride, u4_dev.get(), in_stride, rows, n4, nullptr, n4,
                          nullptr, {}, HalfRows{half_dev.get(), h_stride, type}));
-      std::vector<uint16_t> h = half_dev.download();
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t c = 0; c < n4; ++c) {
-          ASSERT_EQ(h[r * h_stride + c], bits(f[r * n4 + c])) << r << " " << c;
-        }
-      }
+      ASSERT_NO_FATAL_FAILURE(
+          expect_halves_of(half_dev.download(), h_stride, f, n4, rows, n4, type));
       half_dev.poison();
       ASSERT_OK(convert_to_half(g4_dev.get(), in_stride, rows, n4, half_dev.get(), h_stride, type,
                                 nullptr));
-      h = half_dev.download();
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t c = 0; c < n4; ++c) {
-          ASSERT_EQ(h[r * h_stride + c], bits(g4[r * in_stride + c])) << r << " " << c;
-        }
-      }
+      ASSERT_NO_FATAL_FAILURE(
+          expect_halves_of(half_dev.download(), h_stride, g4, in_stride, rows, n4, type));
     }
   }
 

@@ -295,7 +295,7 @@ TEST_F(PeerReduceTest, PulledSumsGiveTheHostSumsOnBothRanks) {
   constexpr float kEps = 1e-5f;
   for (const SumType type : {SumType::kF32, SumType::kF16, SumType::kBF16}) {
     SCOPED_TRACE(static_cast<int>(type));
-    const size_t element = type == SumType::kF32 ? 4 : 2;
+    const size_t element = static_cast<size_t>(sum_type_bytes(type));
     auto group = PeerAllReduce::create({0, 1}, 1024, kMaxRows * kStride * element, type);
     ASSERT_TRUE(group.is_ok()) << group.status().to_string();
     // Each rank's partials as stored (bits) and as the kernels read them (floats).

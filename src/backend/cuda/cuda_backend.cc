@@ -153,15 +153,13 @@ bool CudaBackend::sums_in_half(int64_t n_rows, const DeviceMatrix& w,
 bool CudaBackend::pulls_sums(int64_t n_rows, const CudaLayerWeights& w,
                              const CudaActivations& act) const {
   const PeerReduceView& v = options_.peer_reduce;
-  if (!v.pulls()) return false;
-  const int64_t element = v.pull_type == SumType::kF32 ? 4 : 2;
   auto pulls = [&](const DeviceMatrix& m) {
     const SumType type = !options_.half_sums          ? SumType::kF32
                          : m.type == TensorType::BF16 ? SumType::kBF16
                                                       : SumType::kF16;
     return uses_gemm(n_rows, m) && type == v.pull_type;
   };
-  return pulls(w.wo) && pulls(w.w_down) && n_rows * act.embd_stride * element <= v.pull_slot_bytes;
+  return v.pull_fits(n_rows, act.embd_stride) && pulls(w.wo) && pulls(w.w_down);
 }
 
 Status CudaBackend::output_projection(const DeviceMatrix& w, const float* x, int64_t x_stride,

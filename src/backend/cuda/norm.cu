@@ -130,10 +130,8 @@ Status rmsnorm(const RmsNormArgs& a, cudaStream_t stream) {
   LS_CUDA_REQUIRE(!adds || (a.row_ids == nullptr && a.y != a.x));
   LS_CUDA_REQUIRE(!a.reduce.active() || !adds);
   if (a.pull_slot >= 0) {
-    const int64_t element = a.reduce.pull_type == SumType::kF32 ? 4 : 2;
-    LS_CUDA_REQUIRE(a.reduce.pulls() && a.pull_slot <= 1 && a.row_ids == nullptr && a.y != a.x &&
-                    a.residual_stride >= a.n &&
-                    a.n_rows * a.residual_stride * element <= a.reduce.pull_slot_bytes);
+    LS_CUDA_REQUIRE(a.reduce.pull_fits(a.n_rows, a.residual_stride) && a.pull_slot <= 1 &&
+                    a.row_ids == nullptr && a.y != a.x && a.residual_stride >= a.n);
   }
   LS_CUDA_REQUIRE(a.pull_slot >= 0 || !a.reduce.active() ||
                   (a.residual == nullptr && a.row_ids == nullptr && a.y != a.x &&

@@ -190,10 +190,9 @@ Status peer_pull_signal(const PeerReduceView& view, cudaStream_t stream) {
 
 Status peer_pull_add(const PeerReduceView& view, int slot, int64_t stride, float* x,
                      int64_t x_stride, int64_t n_rows, int64_t n, cudaStream_t stream) {
-  const int64_t element = view.pull_type == SumType::kF32 ? 4 : 2;
   LS_CUDA_REQUIRE(view.pulls() && (slot == 0 || slot == 1) && x != nullptr && n > 0);
   LS_CUDA_REQUIRE(n_rows >= 0 && stride >= n && (n_rows <= 1 || x_stride >= n));
-  LS_CUDA_REQUIRE(n_rows * stride * element <= view.pull_slot_bytes);
+  LS_CUDA_REQUIRE(view.pull_fits(n_rows, stride));
   if (n_rows == 0) return Status::ok();
   LS_CUDA_CHECK(launch_kernel(peer_pull_add_kernel, static_cast<unsigned>(n_rows), kThreads, 0,
                               stream, view, slot, stride, x, x_stride, n));

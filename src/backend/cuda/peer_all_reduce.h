@@ -69,6 +69,10 @@ struct PeerReduceView {
 
   bool active() const { return n_ranks > 1; }  // (device code: peer_reduce_active)
   bool pulls() const { return active() && pull_slot_bytes > 0; }
+  // Whether a slot holds n_rows rows of partials `stride` elements apart.
+  bool pull_fits(int64_t n_rows, int64_t stride) const {
+    return pulls() && n_rows * stride * sum_type_bytes(pull_type) <= pull_slot_bytes;
+  }
   // This rank's slot `slot`, which its producer writes.
   void* pull_slot(int slot) const {
     return static_cast<char*>(pull[rank]) + slot * pull_slot_bytes;

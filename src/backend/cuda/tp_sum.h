@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 
 #include <cuda_runtime_api.h>
@@ -13,6 +14,9 @@ namespace llamaserve::cuda {
 
 // The elements of a tensor-parallel sum.
 enum class SumType { kF32, kF16, kBF16 };
+
+// Bytes of one element of `type`.
+constexpr int64_t sum_type_bytes(SumType type) { return type == SumType::kF32 ? 4 : 2; }
 
 // Sums `count` elements of `type` at `data` over the tensor-parallel ranks, in place, queued on
 // `stream`; every rank calls it in the same order.
