@@ -275,6 +275,7 @@ Status CudaExecutor::init(int32_t kv_blocks) {
   backend_options.primary_rank = options_.primary_rank;
   backend_options.half_sums = limits_.half_sums;
   backend_options.peer_reduce = options_.peer_reduce;
+  backend_options.rank_barrier = options_.rank_barrier;
   if (op_times_requested()) {
     op_timer_ = std::make_unique<cuda::OpTimer>(options_.device);
     options_.cuda_graphs = false;  // events between the operations of eager passes
@@ -330,6 +331,7 @@ Status CudaExecutor::run_overlapped(const Batch& piece, const DeviceBatch& b) {
   auto reduce = [&](int p) -> Status {
     LS_CUDA_CHECK(cudaEventRecord(ready_[p], stream_));
     LS_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, ready_[p], 0));
+    if (options_.rank_barrier) LS_RETURN_IF_ERROR(options_.rank_barrier());
     LS_RETURN_IF_ERROR(options_.all_reduce(acts[p].hidden,
                                            static_cast<size_t>(part[p].n_tokens) * act_.embd_stride,
                                            cuda::SumType::kF32, comm_stream_));
@@ -400,6 +402,9 @@ Status CudaExecutor::run_graph(const DeviceBatch& b, int32_t n_splits) {
                   options_.device, b.n_tokens, n_splits);
   }
   LS_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+  // The graph's kernels that wait for the other ranks are queued now: the ranks meet once
+  // every one has queued its graph, before anything else (a first launch may load a kernel).
+  if (options_.rank_barrier) LS_RETURN_IF_ERROR(options_.rank_barrier());
   return Status::ok();
 }
 

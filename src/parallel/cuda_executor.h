@@ -51,6 +51,9 @@ struct CudaExecutorOptions {
   // reductions (decode passes sum their output projections without a separate all-reduce;
   // cuda_backend.h). Every rank of a group has them, or none.
   cuda::PeerReduceView peer_reduce;
+  // With all_reduce, the ranks in this process: where they meet before queuing a kernel that
+  // waits for the others (parallel/rank_barrier.h); every rank of a group has it, or none.
+  std::function<Status()> rank_barrier;
   // A tensor-parallel rank runs prompt passes of at least 256 rows in two halves, each half's
   // all-reduce on a second, high-priority stream while the other half computes. Every rank of
   // a group must agree (the NCCL calls differ). Off by default: on two H200s with the 7B shape

@@ -24,6 +24,7 @@
 #include "parallel/micro_batches.h"
 #include "parallel/parallel_layout.h"
 #include "parallel/pipeline_split.h"
+#include "parallel/rank_barrier.h"
 #include "parallel/stage_pipeline.h"
 #include "parallel/tp_rank.h"
 #include "parallel/tp_shard.h"
@@ -88,7 +89,8 @@ class Stage {
       : devices_(std::move(devices)),
         comms_(std::move(comms)),
         peer_all_reduce_(std::move(peer_all_reduce)),
-        sums_(sums) {}
+        sums_(sums),
+        barrier_(static_cast<int>(devices_.size())) {}
   Stage(const Stage&) = delete;
   Stage& operator=(const Stage&) = delete;
 
@@ -125,6 +127,9 @@ class Stage {
     if (ranks_.size() == 1) return;
     for (size_t r = 0; r < ranks_.size(); ++r) workers_.emplace_back([this, r] { work(r); });
   }
+
+  // Rank r's arrival before it queues a kernel that waits for the other ranks.
+  Status meet(int rank) { return barrier_.arrive(rank); }
 
   // Rank r's handles of fused reductions (inactive unless TpSums::kFused found peer access).
   cuda::PeerReduceView peer_reduce(int rank) const {
@@ -168,6 +173,7 @@ class Stage {
     if (failed_ && pending_ > 0) {
       // A rank failed while the others may wait in a collective that will never complete:
       // abort the communicator (and the peer reductions) so that they return, then wait.
+      barrier_.abort();
       if (peer_all_reduce_) peer_all_reduce_->abort();
       for (ncclComm_t comm : comms_) ncclCommAbort(comm);
       aborted_ = true;
@@ -216,6 +222,7 @@ class Stage {
   std::vector<ncclComm_t> comms_;  // empty for a single rank
   std::unique_ptr<cuda::PeerAllReduce> peer_all_reduce_;
   TpSums sums_;
+  RankBarrier barrier_;
   std::vector<std::unique_ptr<CudaPart>> ranks_;
   std::vector<std::thread> workers_;
   std::mutex mutex_;
@@ -577,12 +584,13 @@ Result<std::unique_ptr<Executor>> create_multi_gpu_executor(
       if (pp > 1) part.layers = ranges[static_cast<size_t>(s)];
       if (tp > 1) {
         part.primary_rank = r == 0;
-        const Stage* owner = stages[static_cast<size_t>(s)].get();
+        Stage* owner = stages[static_cast<size_t>(s)].get();
         part.all_reduce = [owner, r](void* data, size_t count, cuda::SumType type,
                                      cudaStream_t stream) {
           return owner->all_reduce(r, data, count, type, stream);
         };
         part.peer_reduce = owner->peer_reduce(r);
+        part.rank_barrier = [owner, r] { return owner->meet(r); };
       }
       // Parts on one device plan before any of them allocates: each gets its share.
       const int sharing = layout.parts_on(part.device);

@@ -336,6 +336,7 @@ Status CudaBackend::sum_over_ranks(int64_t n_rows, PendingSum pending, CudaActiv
     return Status::ok();
   }
   const size_t count = static_cast<size_t>(n_rows * act.embd_stride);
+  LS_RETURN_IF_ERROR(meet_ranks(stream));
   if (pending.kind == Kind::kNone) {
     LS_RETURN_IF_ERROR(options_.all_reduce(act.hidden, count, SumType::kF32, stream));
   } else {
@@ -361,6 +362,9 @@ Status CudaBackend::forward(const DeviceBatch& b, const LayerRange& range, const
     LS_RETURN_IF_ERROR(run_layer(b, layer, kv, act, n_splits, pending, stream));
   }
   using Kind = PendingSum::Kind;
+  if (pending.kind == Kind::kFused || pending.kind == Kind::kPulled) {
+    LS_RETURN_IF_ERROR(meet_ranks(stream));
+  }
   switch (pending.kind) {
     case Kind::kNone: return Status::ok();
     case Kind::kFused:
@@ -413,7 +417,15 @@ Status CudaBackend::norm_hidden(const float* weight, int64_t n_rows, bool q8, Cu
     norm.residual_stride = act.embd_stride;
   }
   if (pending != nullptr) pending->kind = Kind::kNone;
+  if (kind == Kind::kFused || kind == Kind::kPulled) LS_RETURN_IF_ERROR(meet_ranks(stream));
   return rmsnorm(norm, stream);
+}
+
+Status CudaBackend::meet_ranks(cudaStream_t stream) const {
+  if (!options_.rank_barrier) return Status::ok();
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  LS_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  return capture == cudaStreamCaptureStatusNone ? options_.rank_barrier() : Status::ok();
 }
 
 Status CudaBackend::embed(const DeviceBatch& b, CudaActivations& act, cudaStream_t stream) const {

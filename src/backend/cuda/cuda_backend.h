@@ -48,6 +48,10 @@ struct CudaBackendOptions {
   // projection writes its partial into every rank's inbox, the next RMSNorm adds them up;
   // peer_all_reduce.h). Every rank of the group must have it, or none.
   PeerReduceView peer_reduce;
+  // Tensor-parallel ranks of one process: called before queuing a kernel that waits for the
+  // other ranks (a consuming RMSNorm or add, all_reduce), outside graph capture; every rank
+  // calls it as often (parallel/rank_barrier.h says why). Empty: no such meeting.
+  std::function<Status()> rank_barrier;
   // When set, an event after each operation (op_timer.h); eager passes only.
   OpTimer* op_timer = nullptr;
 };
@@ -110,6 +114,9 @@ class CudaBackend {
   Status timed(const char* label, cudaStream_t stream) const {
     return options_.op_timer != nullptr ? options_.op_timer->mark(label, stream) : Status::ok();
   }
+  // Before queuing a kernel that waits for the other ranks: options().rank_barrier, unless
+  // `stream` is being captured (the graph's launch meets the ranks instead).
+  Status meet_ranks(cudaStream_t stream) const;
   // One layer; `pending` as for attention_block.
   Status run_layer(const DeviceBatch& batch, int32_t layer, const CudaKvCache& kv,
                    CudaActivations& act, int32_t n_splits, PendingSum& pending,
