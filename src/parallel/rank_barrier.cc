@@ -16,8 +16,7 @@ RankBarrier::RankBarrier(int n_ranks, std::chrono::milliseconds limit)
 
 Status RankBarrier::arrive(int rank) {
   if (rank < 0 || rank >= n_ranks_) {
-    return make_error(StatusCode::kInvalidArgument, "rank barrier: rank {} of {}", rank,
-                      n_ranks_);
+    return make_error(StatusCode::kInvalidArgument, "rank barrier: rank {} of {}", rank, n_ranks_);
   }
   if (aborted()) return aborted_error();
   // The k-th arrival of every rank (k from 1) is in once the count reaches k * n_ranks: no rank

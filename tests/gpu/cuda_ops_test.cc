@@ -51,8 +51,18 @@ void expect_halves_of(const std::vector<uint16_t>& got, int64_t h_stride,
 
 class RmsNormTest : public GpuTest {};
 
-TEST_F(RmsNormTest, PlainResidualAndGatheredRows) {
-  const int64_t n = 5125, rows = 7, stride = n + 3;
+// Row width, row count, the input rows' padding and the half rows' padding (the residual
+// halves get 4 more): few rows or unaligned strides take the one-row kernel, 16 or more rows
+// at strides of whole 4-element groups the many-rows kernel, in each of its block sizes.
+struct NormCase {
+  int64_t n, rows, pad, half_pad;
+};
+
+class RmsNormRowsTest : public GpuTest, public ::testing::WithParamInterface<NormCase> {};
+
+TEST_P(RmsNormRowsTest, PlainResidualAndGatheredRows) {
+  const NormCase nc = GetParam();
+  const int64_t n = nc.n, rows = nc.rows, stride = n + nc.pad;
   const std::vector<float> x = random_floats(rows * stride, 1, 3.0f);
   const std::vector<float> residual = random_floats(rows * n, 2);
   const std::vector<float> weight = random_floats(n, 3);
@@ -76,8 +86,10 @@ TEST_F(RmsNormTest, PlainResidualAndGatheredRows) {
     cpu::ref::rmsnorm(&x[r * stride], weight.data(), &expected[r * n], n, eps);
   expect_all_near(y_dev.download(), expected, 1e-5, 1e-6, "rmsnorm");
 
-  // Gathered rows 6, 0, 3.
-  const std::vector<int32_t> ids = {6, 0, 3};
+  // Gathered rows: every row, last first.
+  std::vector<int32_t> ids(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r)
+    ids[static_cast<size_t>(r)] = static_cast<int32_t>(rows - 1 - r);
   DeviceArray<int32_t> ids_dev(ids);
   DeviceArray<float> g_dev(ids.size() * n);
   g_dev.poison();
@@ -113,7 +125,7 @@ TEST_F(RmsNormTest, PlainResidualAndGatheredRows) {
   for (const HalfType type : {HalfType::kF16, HalfType::kBF16}) {
     const std::vector<float> f = y_dev.download();
     DeviceArray<float> x_again(x_dev.download());
-    const int64_t h_stride = n + 1;
+    const int64_t h_stride = n + nc.half_pad;
     DeviceArray<uint16_t> half_dev(rows * h_stride);
     half_dev.poison();
     RmsNormArgs h = a;
@@ -129,7 +141,7 @@ TEST_F(RmsNormTest, PlainResidualAndGatheredRows) {
   // Residual rows of halves (a tensor-parallel sum), f16 then bf16, at an odd stride; and the
   // same sums by add_half.
   for (const bool bf16 : {false, true}) {
-    const int64_t h_stride = n + 5;
+    const int64_t h_stride = n + nc.half_pad + 4;
     std::vector<uint16_t> halves(rows * h_stride);
     std::vector<float> before = sum;
     for (int64_t r = 0; r < rows; ++r) {
@@ -162,6 +174,16 @@ TEST_F(RmsNormTest, PlainResidualAndGatheredRows) {
   a.residual = residual_dev.get();
   EXPECT_FALSE(rmsnorm(a, nullptr).is_ok());  // two residuals
 }
+
+INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormRowsTest,
+                         ::testing::Values(NormCase{5125, 7, 3, 1},   // one-row kernel
+                                           NormCase{4096, 37, 4, 4},  // 128 threads per row
+                                           NormCase{2052, 16, 0, 0},  // 128, a row half held
+                                           NormCase{4100, 21, 8, 8},  // 256
+                                           NormCase{8196, 17, 4, 4},  // 512
+                                           NormCase{4096, 40, 2, 4},  // unaligned: one-row
+                                           NormCase{4096, 15, 4, 4}   // too few rows: one-row
+                                           ));
 
 // ---------------------------------------------------------------------------------------
 // RoPE

@@ -288,117 +288,122 @@ TEST_F(PeerReduceTest, FusedReductionsGiveTheHostSumsOnBothRanks) {
 
 // Pulled sums (GEMM passes): each rank's partial, written into its slot as f32, f16 or bf16,
 // signalled; an RMSNorm consumes one sum, peer_pull_add the next (two per round, the slots
-// alternating), over rounds of changing row counts at an odd stride, eager and replayed from a
-// CUDA graph. Both ranks get x + (0 + p0 + p1) exactly, with the partials as stored.
+// alternating), over rounds of changing row counts (1 to 37: the RMSNorm's one-row and
+// many-rows kernels) at an odd stride and at one of whole 4-element groups (which the
+// many-rows kernel reads 4 at a time), eager and replayed from a CUDA graph. Both ranks get
+// x + (0 + p0 + p1) exactly, with the partials as stored.
 TEST_F(PeerReduceTest, PulledSumsGiveTheHostSumsOnBothRanks) {
-  constexpr int64_t kWidth = 264, kStride = 270, kMaxRows = 37;
+  constexpr int64_t kWidth = 264, kMaxRows = 37;
   constexpr float kEps = 1e-5f;
-  for (const SumType type : {SumType::kF32, SumType::kF16, SumType::kBF16}) {
-    SCOPED_TRACE(static_cast<int>(type));
-    const size_t element = static_cast<size_t>(sum_type_bytes(type));
-    auto group = PeerAllReduce::create({0, 1}, 1024, kMaxRows * kStride * element, type);
-    ASSERT_TRUE(group.is_ok()) << group.status().to_string();
-    // Each rank's partials as stored (bits) and as the kernels read them (floats).
-    std::vector<std::vector<uint8_t>> bits(2);
-    std::vector<std::vector<float>> value(2);
-    for (int r = 0; r < 2; ++r) {
-      const std::vector<float> p = random_floats(kMaxRows * kStride, 700 + r, 4.0f);
-      bits[r].resize(p.size() * element);
-      value[r].resize(p.size());
-      for (size_t i = 0; i < p.size(); ++i) {
-        if (type == SumType::kF32) {
-          std::memcpy(&bits[r][4 * i], &p[i], 4);
-          value[r][i] = p[i];
-        } else {
-          const uint16_t h =
-              type == SumType::kF16 ? float_to_half(p[i]).bits : float_to_bf16(p[i]).bits;
-          std::memcpy(&bits[r][2 * i], &h, 2);
-          value[r][i] = type == SumType::kF16 ? half_to_float(Half{h}) : bf16_to_float(BF16{h});
-        }
-      }
-    }
-    const std::vector<float> hidden0 = random_floats(kMaxRows * kWidth, 800);
-    const std::vector<float> norm_weight = random_floats(kWidth, 801);
-    std::vector<std::vector<std::vector<float>>> results(2);
-    std::atomic<int> failures{0};
-    on_both_ranks([&](int r) {
-      cudaStream_t stream;
-      cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-      const PeerReduceView view = (*group)->view(r);
-      DeviceArray<float> hidden(kMaxRows * kWidth), normed(kMaxRows * kWidth), weight(norm_weight);
-      auto round = [&](int rows) {
-        bool ok = cudaMemcpyAsync(hidden.get(), hidden0.data(), rows * kWidth * sizeof(float),
-                                  cudaMemcpyHostToDevice, stream) == cudaSuccess;
-        for (int slot = 0; slot < 2; ++slot) {
-          ok = ok && cudaMemcpyAsync(view.pull_slot(slot), bits[r].data(), rows * kStride * element,
-                                     cudaMemcpyHostToDevice, stream) == cudaSuccess;
-          ok = ok && peer_pull_signal(view, stream).is_ok();
-          if (slot == 0) {
-            ok = ok && rmsnorm(pulled_norm(view, 0, hidden.get(), weight.get(), normed.get(), rows,
-                                           kWidth, kStride, kEps),
-                               stream)
-                           .is_ok();
+  for (const int64_t stride : {270, 268})
+    for (const SumType type : {SumType::kF32, SumType::kF16, SumType::kBF16}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "stride " << stride << " type " << static_cast<int>(type));
+      const size_t element = static_cast<size_t>(sum_type_bytes(type));
+      auto group = PeerAllReduce::create({0, 1}, 1024, kMaxRows * stride * element, type);
+      ASSERT_TRUE(group.is_ok()) << group.status().to_string();
+      // Each rank's partials as stored (bits) and as the kernels read them (floats).
+      std::vector<std::vector<uint8_t>> bits(2);
+      std::vector<std::vector<float>> value(2);
+      for (int r = 0; r < 2; ++r) {
+        const std::vector<float> p = random_floats(kMaxRows * stride, 700 + r, 4.0f);
+        bits[r].resize(p.size() * element);
+        value[r].resize(p.size());
+        for (size_t i = 0; i < p.size(); ++i) {
+          if (type == SumType::kF32) {
+            std::memcpy(&bits[r][4 * i], &p[i], 4);
+            value[r][i] = p[i];
           } else {
-            ok =
-                ok &&
-                peer_pull_add(view, 1, kStride, hidden.get(), kWidth, rows, kWidth, stream).is_ok();
+            const uint16_t h =
+                type == SumType::kF16 ? float_to_half(p[i]).bits : float_to_bf16(p[i]).bits;
+            std::memcpy(&bits[r][2 * i], &h, 2);
+            value[r][i] = type == SumType::kF16 ? half_to_float(Half{h}) : bf16_to_float(BF16{h});
           }
         }
-        if (!ok) ++failures;
-      };
-      auto collect = [&](int rows) {
-        if (cudaStreamSynchronize(stream) != cudaSuccess) {
-          ++failures;
-          return;
-        }
-        std::vector<float> h = hidden.download(), y = normed.download();
-        h.resize(static_cast<size_t>(rows * kWidth));
-        y.resize(static_cast<size_t>(rows * kWidth));
-        h.insert(h.end(), y.begin(), y.end());
-        results[r].push_back(std::move(h));
-      };
-      for (int i = 0; i < 24; ++i) {
-        round(1 + (i * 7) % kMaxRows);
-        collect(1 + (i * 7) % kMaxRows);
       }
-      cudaGraph_t graph;
-      cudaGraphExec_t exec;
-      cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
-      round(kMaxRows);
-      cudaStreamEndCapture(stream, &graph);
-      if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) ++failures;
-      for (int i = 0; i < 6; ++i) {
-        cudaGraphLaunch(exec, stream);
-        collect(kMaxRows);
-      }
-      cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(graph);
-      cudaStreamDestroy(stream);
-    });
-    ASSERT_EQ(failures.load(), 0);
-    ASSERT_EQ(results[0].size(), 30u);
-    ASSERT_EQ(results[0], results[1]);  // bit-identical on both ranks
-    for (const std::vector<float>& got : results[0]) {
-      const int64_t rows = static_cast<int64_t>(got.size()) / (2 * kWidth);
-      for (int64_t row = 0; row < rows; ++row) {
-        double sum_sq = 0;
-        std::vector<float> once(kWidth);
-        for (int64_t c = 0; c < kWidth; ++c) {
-          const size_t p = static_cast<size_t>(row * kStride + c);
-          const float sum = 0.0f + value[0][p] + value[1][p];
-          once[c] = hidden0[row * kWidth + c] + sum;
-          sum_sq += static_cast<double>(once[c]) * once[c];
-          // Once by the norm, once by peer_pull_add: exact float adds.
-          ASSERT_EQ(got[row * kWidth + c], once[c] + sum) << "row " << row << " element " << c;
+      const std::vector<float> hidden0 = random_floats(kMaxRows * kWidth, 800);
+      const std::vector<float> norm_weight = random_floats(kWidth, 801);
+      std::vector<std::vector<std::vector<float>>> results(2);
+      std::atomic<int> failures{0};
+      on_both_ranks([&](int r) {
+        cudaStream_t stream;
+        cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+        const PeerReduceView view = (*group)->view(r);
+        DeviceArray<float> hidden(kMaxRows * kWidth), normed(kMaxRows * kWidth),
+            weight(norm_weight);
+        auto round = [&](int rows) {
+          bool ok = cudaMemcpyAsync(hidden.get(), hidden0.data(), rows * kWidth * sizeof(float),
+                                    cudaMemcpyHostToDevice, stream) == cudaSuccess;
+          for (int slot = 0; slot < 2; ++slot) {
+            ok =
+                ok && cudaMemcpyAsync(view.pull_slot(slot), bits[r].data(), rows * stride * element,
+                                      cudaMemcpyHostToDevice, stream) == cudaSuccess;
+            ok = ok && peer_pull_signal(view, stream).is_ok();
+            if (slot == 0) {
+              ok = ok && rmsnorm(pulled_norm(view, 0, hidden.get(), weight.get(), normed.get(),
+                                             rows, kWidth, stride, kEps),
+                                 stream)
+                             .is_ok();
+            } else {
+              ok = ok && peer_pull_add(view, 1, stride, hidden.get(), kWidth, rows, kWidth, stream)
+                             .is_ok();
+            }
+          }
+          if (!ok) ++failures;
+        };
+        auto collect = [&](int rows) {
+          if (cudaStreamSynchronize(stream) != cudaSuccess) {
+            ++failures;
+            return;
+          }
+          std::vector<float> h = hidden.download(), y = normed.download();
+          h.resize(static_cast<size_t>(rows * kWidth));
+          y.resize(static_cast<size_t>(rows * kWidth));
+          h.insert(h.end(), y.begin(), y.end());
+          results[r].push_back(std::move(h));
+        };
+        for (int i = 0; i < 24; ++i) {
+          round(1 + (i * 7) % kMaxRows);
+          collect(1 + (i * 7) % kMaxRows);
         }
-        const double inv_rms = 1.0 / std::sqrt(sum_sq / kWidth + kEps);
-        for (int64_t c = 0; c < kWidth; ++c) {
-          const double want = once[c] * inv_rms * norm_weight[c];
-          ASSERT_NEAR(got[rows * kWidth + row * kWidth + c], want, 1e-4 * (1 + std::fabs(want)));
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+        round(kMaxRows);
+        cudaStreamEndCapture(stream, &graph);
+        if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) ++failures;
+        for (int i = 0; i < 6; ++i) {
+          cudaGraphLaunch(exec, stream);
+          collect(kMaxRows);
+        }
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        cudaStreamDestroy(stream);
+      });
+      ASSERT_EQ(failures.load(), 0);
+      ASSERT_EQ(results[0].size(), 30u);
+      ASSERT_EQ(results[0], results[1]);  // bit-identical on both ranks
+      for (const std::vector<float>& got : results[0]) {
+        const int64_t rows = static_cast<int64_t>(got.size()) / (2 * kWidth);
+        for (int64_t row = 0; row < rows; ++row) {
+          double sum_sq = 0;
+          std::vector<float> once(kWidth);
+          for (int64_t c = 0; c < kWidth; ++c) {
+            const size_t p = static_cast<size_t>(row * stride + c);
+            const float sum = 0.0f + value[0][p] + value[1][p];
+            once[c] = hidden0[row * kWidth + c] + sum;
+            sum_sq += static_cast<double>(once[c]) * once[c];
+            // Once by the norm, once by peer_pull_add: exact float adds.
+            ASSERT_EQ(got[row * kWidth + c], once[c] + sum) << "row " << row << " element " << c;
+          }
+          const double inv_rms = 1.0 / std::sqrt(sum_sq / kWidth + kEps);
+          for (int64_t c = 0; c < kWidth; ++c) {
+            const double want = once[c] * inv_rms * norm_weight[c];
+            ASSERT_NEAR(got[rows * kWidth + row * kWidth + c], want, 1e-4 * (1 + std::fabs(want)));
+          }
         }
       }
     }
-  }
 }
 
 // Rank 0 reduces alone: its kernel waits for rank 1 until the group is aborted, then returns

@@ -1,3 +1,5 @@
+#include <cstdint>
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -117,6 +119,146 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const RmsNormArgs
   });
 }
 
+// Batches of many rows (prompts, larger decode batches): a small block per row, each thread
+// holding kRowVecs groups of 4 elements in registers, every load of the row (and of its
+// residual or peers' partials) issued before any is used, so that a row costs one memory round
+// trip and the rows of a pass run in one wave. The 1024-thread kernel above reads a row in
+// four dependent steps and re-reads it for the output: fine for the one row of a decode step,
+// five times slower per row for a 512-row prompt.
+// The fewest rows that take the kernel below, the 4-element groups a thread holds, and the
+// widest rows it takes (4 x kRowVecs x its largest block).
+constexpr int64_t kRowKernelMinRows = 16;
+constexpr int kRowVecs = 8;
+constexpr int kRowThreadsMax = 512;
+
+__device__ __forceinline__ float4 add4(float4 a, float4 b) {
+  return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+}
+
+// Elements c..c+3 of a row of halves (8-byte aligned) as floats.
+__device__ __forceinline__ float4 load_half4(const void* row, int64_t c, bool bf16) {
+  const uint2 bits = __ldcg(reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(row) + c));
+  if (bf16) {
+    return make_float4(__uint_as_float(bits.x << 16), __uint_as_float(bits.x & 0xffff0000u),
+                       __uint_as_float(bits.y << 16), __uint_as_float(bits.y & 0xffff0000u));
+  }
+  const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&bits.x));
+  const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&bits.y));
+  return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+
+// Elements c..c+3 of rank r's pulled partial in `slot` (peer_pull_element, four at once).
+__device__ __forceinline__ float4 pull4(const PeerReduceView& v, int r, int slot, int64_t i) {
+  const char* base = static_cast<const char*>(v.pull[r]) + slot * v.pull_slot_bytes;
+  if (v.pull_type == SumType::kF32) return __ldcg(reinterpret_cast<const float4*>(base) + i / 4);
+  return load_half4(base, i, v.pull_type == SumType::kBF16);
+}
+
+// One block of kRowThreads per row; no 8-bit output, no fused reduction (rmsnorm() routes
+// those above).
+template <int kRowThreads>
+__global__ void __launch_bounds__(kRowThreads) rmsnorm_rows_kernel(const RmsNormArgs a) {
+  pdl_launch_dependents();
+  const int64_t n4 = a.n / 4;
+  auto at = [&](int k) { return threadIdx.x + static_cast<int64_t>(k) * kRowThreads; };
+  float4 w[kRowVecs];
+#pragma unroll
+  for (int k = 0; k < kRowVecs; ++k) {
+    if (at(k) < n4) w[k] = __ldg(reinterpret_cast<const float4*>(a.weight) + at(k));
+  }
+  pdl_wait();
+  const bool pulled = a.pull_slot >= 0;
+  if (pulled) peer_pull_wait(a.reduce);
+  const int64_t row = blockIdx.x;
+  const int64_t in_row = a.row_ids != nullptr ? a.row_ids[row] : row;
+  float4* x = reinterpret_cast<float4*>(const_cast<float*>(a.x) + in_row * a.x_stride);
+  float4 v[kRowVecs];
+#pragma unroll
+  for (int k = 0; k < kRowVecs; ++k) {
+    if (at(k) < n4) v[k] = x[at(k)];
+  }
+  const int64_t at_residual = row * a.residual_stride;
+  const bool adds = pulled || a.residual != nullptr || a.half_residual != nullptr;
+  if (pulled) {
+    // The sum over ranks in rank order from 0, then added: peer_pull_sum's bits.
+    float4 sum[kRowVecs];
+#pragma unroll
+    for (int k = 0; k < kRowVecs; ++k) sum[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 1
+    for (int r = 0; r < a.reduce.n_ranks; ++r) {
+#pragma unroll
+      for (int k = 0; k < kRowVecs; ++k) {
+        if (at(k) < n4)
+          sum[k] = add4(sum[k], pull4(a.reduce, r, a.pull_slot, at_residual + 4 * at(k)));
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kRowVecs; ++k) v[k] = add4(v[k], sum[k]);
+  } else if (a.residual != nullptr) {
+    const float4* res = reinterpret_cast<const float4*>(a.residual + at_residual);
+#pragma unroll
+    for (int k = 0; k < kRowVecs; ++k) {
+      if (at(k) < n4) v[k] = add4(v[k], res[at(k)]);
+    }
+  } else if (a.half_residual != nullptr) {
+    const void* res = static_cast<const uint16_t*>(a.half_residual) + at_residual;
+#pragma unroll
+    for (int k = 0; k < kRowVecs; ++k) {
+      if (at(k) < n4) v[k] = add4(v[k], load_half4(res, 4 * at(k), a.half_residual_bf16));
+    }
+  }
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kRowVecs; ++k) {
+    if (at(k) < n4) {
+      if (adds) x[at(k)] = v[k];
+      sum_sq = fmaf(v[k].x, v[k].x,
+                    fmaf(v[k].y, v[k].y, fmaf(v[k].z, v[k].z, fmaf(v[k].w, v[k].w, sum_sq))));
+    }
+  }
+  __shared__ float partial[kRowThreads / 32];
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1)
+    sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, offset);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = sum_sq;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kRowThreads / 32; ++i) total += partial[i];
+  const float inv_rms = rsqrtf(total / static_cast<float>(a.n) + a.eps);
+#pragma unroll
+  for (int k = 0; k < kRowVecs; ++k) {
+    if (at(k) >= n4) continue;
+    const float4 o = make_float4(v[k].x * inv_rms * w[k].x, v[k].y * inv_rms * w[k].y,
+                                 v[k].z * inv_rms * w[k].z, v[k].w * inv_rms * w[k].w);
+    if (a.y_half.data != nullptr) {
+      store_half4(a.y_half, row, 4 * at(k), o);
+    } else {
+      reinterpret_cast<float4*>(a.y + row * a.y_stride)[at(k)] = o;
+    }
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Whether rmsnorm_rows_kernel takes these rows: many of them, 4-element groups aligned
+// (16 bytes for floats, 8 for halves), no 8-bit output, no fused reduction.
+bool row_kernel_takes(const RmsNormArgs& a) {
+  const bool pulled = a.pull_slot >= 0;
+  const bool sums_halves =
+      a.half_residual != nullptr || (pulled && a.reduce.pull_type != SumType::kF32);
+  return a.n_rows >= kRowKernelMinRows && a.yq.qs == nullptr && (pulled || !a.reduce.active()) &&
+         a.n % 4 == 0 && a.n <= 4 * kRowVecs * kRowThreadsMax && a.x_stride % 4 == 0 &&
+         aligned16(a.x) && aligned16(a.weight) &&
+         (a.y_half.data != nullptr
+              ? a.y_half.stride % 4 == 0 && reinterpret_cast<uintptr_t>(a.y_half.data) % 8 == 0
+              : a.y_stride % 4 == 0 && aligned16(a.y)) &&
+         (a.residual == nullptr || (a.residual_stride % 4 == 0 && aligned16(a.residual))) &&
+         (!sums_halves || a.residual_stride % 4 == 0) &&
+         (a.half_residual == nullptr || reinterpret_cast<uintptr_t>(a.half_residual) % 8 == 0) &&
+         (!pulled || a.reduce.pull_type != SumType::kF32 || a.residual_stride % 4 == 0);
+}
+
 }  // namespace
 
 Status rmsnorm(const RmsNormArgs& a, cudaStream_t stream) {
@@ -140,6 +282,16 @@ Status rmsnorm(const RmsNormArgs& a, cudaStream_t stream) {
   LS_CUDA_REQUIRE(a.yq.qs == nullptr || (a.n % kQ8Block == 0 && a.yq.ds != nullptr &&
                                          a.yq.qs_stride % 16 == 0 && a.yq.qs_stride >= a.n));
   if (a.n_rows == 0) return Status::ok();
+  if (row_kernel_takes(a)) {
+    const unsigned rows = static_cast<unsigned>(a.n_rows);
+    // The smallest block whose threads hold the row: 128 threads up to 4096 elements.
+    const int64_t vecs = (a.n / 4 + kRowVecs - 1) / kRowVecs;
+    LS_CUDA_CHECK(vecs <= 128   ? launch_kernel(rmsnorm_rows_kernel<128>, rows, 128, 0, stream, a)
+                  : vecs <= 256 ? launch_kernel(rmsnorm_rows_kernel<256>, rows, 256, 0, stream, a)
+                                : launch_kernel(rmsnorm_rows_kernel<kRowThreadsMax>, rows,
+                                                kRowThreadsMax, 0, stream, a));
+    return Status::ok();
+  }
   LS_CUDA_CHECK(
       launch_kernel(rmsnorm_kernel, static_cast<unsigned>(a.n_rows), kNormThreads, 0, stream, a));
   return Status::ok();
