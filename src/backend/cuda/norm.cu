@@ -36,6 +36,9 @@ constexpr int kPrefetchedWeights = 4;
 // One block per row. The row is read twice (sum of squares, then the scaled write); the second
 // read hits L1/L2. The weights are constant: a thread's first ones are loaded before the wait
 // for the kernel that wrote the row (programmatic dependent launch, launch.cuh).
+// R: 0, or at least the ranks of the fused reduction it consumes, whose words it loads all
+// at once (peer_reduce_sums).
+template <int R>
 __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const RmsNormArgs a) {
   pdl_launch_dependents();
   float weights[kPrefetchedWeights];
@@ -59,7 +62,7 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const RmsNormArgs
   pdl_wait();
   const bool pulled = a.pull_slot >= 0;
   if (pulled) peer_pull_wait(a.reduce);
-  const bool reduce = !pulled && peer_reduce_active(a.reduce);
+  constexpr bool reduce = R > 0;
   const uint32_t epoch = reduce ? peer_reduce_epoch(a.reduce) : 0;
   __shared__ float shared[kNormThreads / 32];
   const int64_t row = blockIdx.x;
@@ -74,8 +77,31 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const RmsNormArgs
                                   ? static_cast<const __nv_bfloat16*>(a.half_residual) + half_at
                                   : nullptr;
   float sum_sq = 0.0f;
+  if constexpr (reduce) {
+    // Elements a round, their ranks' words all in flight together (8 words: within the
+    // registers a 1024-thread block allows).
+    constexpr int kAtOnce = R >= 8 ? 1 : 8 / R;
+    for (int64_t c0 = threadIdx.x; c0 < a.n; c0 += kAtOnce * kNormThreads) {
+      int64_t at[kAtOnce];
+      bool valid[kAtOnce];
+      float partials[kAtOnce];
+#pragma unroll
+      for (int k = 0; k < kAtOnce; ++k) {
+        at[k] = c0 + static_cast<int64_t>(k) * kNormThreads;
+        valid[k] = at[k] < a.n;
+      }
+      peer_reduce_sums<kAtOnce, R>(a.reduce, epoch, row * a.n, at, valid, partials);
+#pragma unroll
+      for (int k = 0; k < kAtOnce; ++k) {
+        if (!valid[k]) continue;
+        const float v = x[at[k]] + partials[k];
+        x[at[k]] = v;
+        sum_sq = fmaf(v, v, sum_sq);
+      }
+    }
+  }
 #pragma unroll 4
-  for (int64_t c = threadIdx.x; c < a.n; c += kNormThreads) {
+  for (int64_t c = reduce ? a.n : threadIdx.x; c < a.n; c += kNormThreads) {
     float v = x[c];
     if (residual != nullptr) {
       v += residual[c];
@@ -89,14 +115,11 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const RmsNormArgs
     } else if (pulled) {
       v += peer_pull_sum(a.reduce, a.pull_slot, row * a.residual_stride + c);
       x[c] = v;
-    } else if (reduce) {
-      v += peer_reduce_sum(a.reduce, epoch, row * a.n + c);
-      x[c] = v;
     }
     sum_sq = fmaf(v, v, sum_sq);
   }
   const float total = block_sum(sum_sq, shared);  // (a barrier: every thread's sums are read)
-  if (reduce) peer_reduce_done(a.reduce);
+  if constexpr (reduce) peer_reduce_done(a.reduce);
   const float inv_rms = rsqrtf(total / static_cast<float>(a.n) + a.eps);
   if (a.y_half.data != nullptr) {
     for_each_weighted(
@@ -292,8 +315,17 @@ Status rmsnorm(const RmsNormArgs& a, cudaStream_t stream) {
                                                 kRowThreadsMax, 0, stream, a));
     return Status::ok();
   }
-  LS_CUDA_CHECK(
-      launch_kernel(rmsnorm_kernel, static_cast<unsigned>(a.n_rows), kNormThreads, 0, stream, a));
+  const unsigned blocks = static_cast<unsigned>(a.n_rows);
+  const int ranks = a.pull_slot < 0 && a.reduce.active() ? a.reduce.n_ranks : 0;
+  if (ranks == 0) {
+    LS_CUDA_CHECK(launch_kernel(rmsnorm_kernel<0>, blocks, kNormThreads, 0, stream, a));
+  } else if (ranks == 2) {
+    LS_CUDA_CHECK(launch_kernel(rmsnorm_kernel<2>, blocks, kNormThreads, 0, stream, a));
+  } else if (ranks <= 4) {
+    LS_CUDA_CHECK(launch_kernel(rmsnorm_kernel<4>, blocks, kNormThreads, 0, stream, a));
+  } else {
+    LS_CUDA_CHECK(launch_kernel(rmsnorm_kernel<kMaxPeerRanks>, blocks, kNormThreads, 0, stream, a));
+  }
   return Status::ok();
 }
 

@@ -78,6 +78,50 @@ __device__ __forceinline__ float peer_reduce_sum(const PeerReduceView& v, uint32
   return sum;
 }
 
+// peer_reduce_sum for K elements at once (base + at[k] for the k with valid[k]; R >= the
+// group's ranks): every word is loaded before any is checked, so that a thread waits for one
+// round trip, not one per element and rank. The same sums, in the same order.
+template <int K, int R>
+__device__ __forceinline__ void peer_reduce_sums(const PeerReduceView& v, uint32_t epoch,
+                                                 int64_t base, const int64_t (&at)[K],
+                                                 const bool (&valid)[K], float (&sum)[K]) {
+  unsigned long long words[K][R];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (valid[k] && r < v.n_ranks) {
+        asm volatile("ld.relaxed.sys.global.u64 %0, [%1];"
+                     : "=l"(words[k][r])
+                     : "l"(peer_reduce_word(v, v.rank, epoch, r, base + at[k]))
+                     : "memory");
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    sum[k] = 0.0f;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (!valid[k] || r >= v.n_ranks) continue;
+      unsigned long long word = words[k][r];
+      if (static_cast<uint32_t>(word >> 32) != epoch) {
+        const unsigned long long* p = peer_reduce_word(v, v.rank, epoch, r, base + at[k]);
+        const long long start = clock64();
+        for (unsigned int spins = 1;; ++spins) {
+          asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(word) : "l"(p) : "memory");
+          if (static_cast<uint32_t>(word >> 32) == epoch) break;
+          if ((spins & 1023u) == 0) {
+            if (*v.abort != 0) break;
+            if (clock64() - start > kPeerSpinLimitCycles) __trap();
+          }
+        }
+      }
+      sum[k] += __uint_as_float(static_cast<uint32_t>(word));
+    }
+  }
+}
+
 // Every thread of every block of a consumer, after its last peer_reduce_sum: the last block
 // through raises the epoch (for the kernels after this one).
 __device__ __forceinline__ void peer_reduce_done(const PeerReduceView& v) {
