@@ -17,19 +17,11 @@
 #include <vector>
 
 #include "backend/cuda/peer_all_reduce.h"
+#include "bench_check.h"
 
 namespace {
 
 using llamaserve::cuda::PeerAllReduce;
-
-#define CHECK_CUDA(call)                                               \
-  do {                                                                 \
-    const cudaError_t e_ = (call);                                     \
-    if (e_ != cudaSuccess) {                                           \
-      std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                    \
-    }                                                                  \
-  } while (0)
 
 // Median microseconds per call of `fn(rank, data, count, stream)` run `reps` times in a row on
 // both ranks, timed by each rank's wall clock around the whole run after a warm-up.
@@ -37,23 +29,23 @@ template <typename Fn>
 double time_us(size_t count, int reps, Fn fn) {
   std::vector<double> per_rank(2);
   auto body = [&](int r) {
-    CHECK_CUDA(cudaSetDevice(r));
+    BENCH_CHECK(cudaSetDevice(r));
     cudaStream_t stream;
-    CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     float* data = nullptr;
-    CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&data), count * sizeof(float)));
-    CHECK_CUDA(cudaMemset(data, 0, count * sizeof(float)));
+    BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&data), count * sizeof(float)));
+    BENCH_CHECK(cudaMemset(data, 0, count * sizeof(float)));
     for (int i = 0; i < 10; ++i) fn(r, data, count, stream);
-    CHECK_CUDA(cudaStreamSynchronize(stream));
+    BENCH_CHECK(cudaStreamSynchronize(stream));
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < reps; ++i) fn(r, data, count, stream);
-    CHECK_CUDA(cudaStreamSynchronize(stream));
+    BENCH_CHECK(cudaStreamSynchronize(stream));
     per_rank[static_cast<size_t>(r)] =
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
             .count() /
         reps;
-    CHECK_CUDA(cudaFree(data));
-    CHECK_CUDA(cudaStreamDestroy(stream));
+    BENCH_CHECK(cudaFree(data));
+    BENCH_CHECK(cudaStreamDestroy(stream));
   };
   std::thread a(body, 0), b(body, 1);
   a.join();
@@ -64,22 +56,22 @@ double time_us(size_t count, int reps, Fn fn) {
 double peer_copy_gbps() {
   constexpr size_t kBytes = 256ull << 20;
   void *src = nullptr, *dst = nullptr;
-  CHECK_CUDA(cudaSetDevice(0));
-  CHECK_CUDA(cudaMalloc(&src, kBytes));
-  CHECK_CUDA(cudaSetDevice(1));
-  CHECK_CUDA(cudaMalloc(&dst, kBytes));
+  BENCH_CHECK(cudaSetDevice(0));
+  BENCH_CHECK(cudaMalloc(&src, kBytes));
+  BENCH_CHECK(cudaSetDevice(1));
+  BENCH_CHECK(cudaMalloc(&dst, kBytes));
   cudaStream_t stream;
-  CHECK_CUDA(cudaStreamCreate(&stream));
-  CHECK_CUDA(cudaMemcpyPeerAsync(dst, 1, src, 0, kBytes, stream));
-  CHECK_CUDA(cudaStreamSynchronize(stream));
+  BENCH_CHECK(cudaStreamCreate(&stream));
+  BENCH_CHECK(cudaMemcpyPeerAsync(dst, 1, src, 0, kBytes, stream));
+  BENCH_CHECK(cudaStreamSynchronize(stream));
   const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < 10; ++i) CHECK_CUDA(cudaMemcpyPeerAsync(dst, 1, src, 0, kBytes, stream));
-  CHECK_CUDA(cudaStreamSynchronize(stream));
+  for (int i = 0; i < 10; ++i) BENCH_CHECK(cudaMemcpyPeerAsync(dst, 1, src, 0, kBytes, stream));
+  BENCH_CHECK(cudaStreamSynchronize(stream));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  CHECK_CUDA(cudaStreamDestroy(stream));
-  CHECK_CUDA(cudaFree(dst));
-  CHECK_CUDA(cudaSetDevice(0));
-  CHECK_CUDA(cudaFree(src));
+  BENCH_CHECK(cudaStreamDestroy(stream));
+  BENCH_CHECK(cudaFree(dst));
+  BENCH_CHECK(cudaSetDevice(0));
+  BENCH_CHECK(cudaFree(src));
   return 10.0 * kBytes / s / 1e9;
 }
 
@@ -95,7 +87,7 @@ int main(int argc, char** argv) {
       markdown = argv[++i];
   }
   int devices = 0;
-  CHECK_CUDA(cudaGetDeviceCount(&devices));
+  BENCH_CHECK(cudaGetDeviceCount(&devices));
   if (devices < 2) {
     std::fprintf(stderr, "all_reduce_bench: needs 2 CUDA devices, %d visible\n", devices);
     return 1;

@@ -30,19 +30,10 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/matvec.h"
+#include "bench_check.h"
 
 namespace llamaserve::cuda {
 namespace {
-
-#define BENCH_CHECK(expr)                                                                      \
-  do {                                                                                         \
-    const cudaError_t e_ = (expr);                                                             \
-    if (e_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "%s failed: %s (%s:%d)\n", #expr, cudaGetErrorString(e_), __FILE__, \
-                   __LINE__);                                                                  \
-      std::exit(1);                                                                            \
-    }                                                                                          \
-  } while (0)
 
 #define BENCH_OK(expr)                                                        \
   do {                                                                        \

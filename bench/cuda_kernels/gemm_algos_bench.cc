@@ -20,16 +20,10 @@
 #include <string>
 #include <vector>
 
+#include "bench_check.h"
+
 namespace {
 
-#define CHECK_CUDA(call)                                               \
-  do {                                                                 \
-    const cudaError_t e_ = (call);                                     \
-    if (e_ != cudaSuccess) {                                           \
-      std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                    \
-    }                                                                  \
-  } while (0)
 #define CHECK_CUBLAS(call)                                            \
   do {                                                                \
     const cublasStatus_t s_ = (call);                                 \
@@ -70,23 +64,23 @@ std::vector<int> parse_list(const char* text) {
 template <typename Launch>
 float time_us(int reps, int copies, cudaStream_t stream, Launch launch) {
   cudaEvent_t start, stop;
-  CHECK_CUDA(cudaEventCreate(&start));
-  CHECK_CUDA(cudaEventCreate(&stop));
+  BENCH_CHECK(cudaEventCreate(&start));
+  BENCH_CHECK(cudaEventCreate(&stop));
   for (int i = 0; i < 3; ++i) {
     if (!launch(i % copies)) return -1.0f;
   }
   std::vector<float> times;
   for (int i = 0; i < reps; ++i) {
-    CHECK_CUDA(cudaEventRecord(start, stream));
+    BENCH_CHECK(cudaEventRecord(start, stream));
     if (!launch(i % copies)) return -1.0f;
-    CHECK_CUDA(cudaEventRecord(stop, stream));
-    CHECK_CUDA(cudaEventSynchronize(stop));
+    BENCH_CHECK(cudaEventRecord(stop, stream));
+    BENCH_CHECK(cudaEventSynchronize(stop));
     float ms = 0.0f;
-    CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+    BENCH_CHECK(cudaEventElapsedTime(&ms, start, stop));
     times.push_back(ms * 1000.0f);
   }
-  CHECK_CUDA(cudaEventDestroy(start));
-  CHECK_CUDA(cudaEventDestroy(stop));
+  BENCH_CHECK(cudaEventDestroy(start));
+  BENCH_CHECK(cudaEventDestroy(stop));
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
 }
@@ -108,14 +102,14 @@ int main(int argc, char** argv) {
       markdown = argv[i + 1];
   }
   cudaStream_t stream;
-  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cublasHandle_t handle;
   CHECK_CUBLAS(cublasCreate(&handle));
   CHECK_CUBLAS(cublasSetStream(handle, stream));
   cublasLtHandle_t lt;
   CHECK_CUBLAS(cublasLtCreate(&lt));
   void* workspace = nullptr;
-  CHECK_CUDA(cudaMalloc(&workspace, kWorkspaceBytes));
+  BENCH_CHECK(cudaMalloc(&workspace, kWorkspaceBytes));
   CHECK_CUBLAS(cublasSetWorkspace(handle, workspace, kWorkspaceBytes));
 
   int max_n = 0, max_k = 0, max_rows = 0;
@@ -129,13 +123,13 @@ int main(int argc, char** argv) {
   const int copies = static_cast<int>(std::max<size_t>(2, (400u << 20) / weight_bytes + 1));
   std::vector<void*> weights(static_cast<size_t>(copies));
   for (void*& w : weights) {
-    CHECK_CUDA(cudaMalloc(&w, weight_bytes));
-    CHECK_CUDA(cudaMemset(w, 0x11, weight_bytes));
+    BENCH_CHECK(cudaMalloc(&w, weight_bytes));
+    BENCH_CHECK(cudaMemset(w, 0x11, weight_bytes));
   }
   void *x = nullptr, *y = nullptr;
-  CHECK_CUDA(cudaMalloc(&x, static_cast<size_t>(max_rows) * max_k * 2));
-  CHECK_CUDA(cudaMemset(x, 0x11, static_cast<size_t>(max_rows) * max_k * 2));
-  CHECK_CUDA(cudaMalloc(&y, static_cast<size_t>(max_rows) * max_n * 4));
+  BENCH_CHECK(cudaMalloc(&x, static_cast<size_t>(max_rows) * max_k * 2));
+  BENCH_CHECK(cudaMemset(x, 0x11, static_cast<size_t>(max_rows) * max_k * 2));
+  BENCH_CHECK(cudaMalloc(&y, static_cast<size_t>(max_rows) * max_n * 4));
 
   std::string table =
       "| shape | n x k | rows | out | default us | default TFLOP/s | best algo us | best TFLOP/s "

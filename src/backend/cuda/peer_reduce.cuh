@@ -52,6 +52,25 @@ __device__ __forceinline__ void peer_reduce_store(const PeerReduceView& v, uint3
   }
 }
 
+// The word at p once it carries `epoch` (`word`: its first load), or as it is once the group
+// is aborted; traps after kPeerSpinLimitCycles.
+__device__ __forceinline__ unsigned long long peer_reduce_await(const PeerReduceView& v,
+                                                                const unsigned long long* p,
+                                                                uint32_t epoch,
+                                                                unsigned long long word) {
+  if (static_cast<uint32_t>(word >> 32) == epoch) return word;
+  const long long start = clock64();
+  for (unsigned int spins = 1;; ++spins) {
+    asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(word) : "l"(p) : "memory");
+    if (static_cast<uint32_t>(word >> 32) == epoch) break;
+    if ((spins & 1023u) == 0) {
+      if (*v.abort != 0) break;
+      if (clock64() - start > kPeerSpinLimitCycles) __trap();
+    }
+  }
+  return word;
+}
+
 // The sum over ranks, in rank order, of element i of the partials of `epoch`, each word waited
 // for (or taken as it is once the group is aborted).
 __device__ __forceinline__ float peer_reduce_sum(const PeerReduceView& v, uint32_t epoch,
@@ -62,17 +81,7 @@ __device__ __forceinline__ float peer_reduce_sum(const PeerReduceView& v, uint32
     const unsigned long long* p = peer_reduce_word(v, v.rank, epoch, r, i);
     unsigned long long word;
     asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(word) : "l"(p) : "memory");
-    if (static_cast<uint32_t>(word >> 32) != epoch) {
-      const long long start = clock64();
-      for (unsigned int spins = 1;; ++spins) {
-        asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(word) : "l"(p) : "memory");
-        if (static_cast<uint32_t>(word >> 32) == epoch) break;
-        if ((spins & 1023u) == 0) {
-          if (*v.abort != 0) break;
-          if (clock64() - start > kPeerSpinLimitCycles) __trap();
-        }
-      }
-    }
+    word = peer_reduce_await(v, p, epoch, word);
     sum += __uint_as_float(static_cast<uint32_t>(word));
   }
   return sum;
@@ -104,19 +113,8 @@ __device__ __forceinline__ void peer_reduce_sums(const PeerReduceView& v, uint32
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       if (!valid[k] || r >= v.n_ranks) continue;
-      unsigned long long word = words[k][r];
-      if (static_cast<uint32_t>(word >> 32) != epoch) {
-        const unsigned long long* p = peer_reduce_word(v, v.rank, epoch, r, base + at[k]);
-        const long long start = clock64();
-        for (unsigned int spins = 1;; ++spins) {
-          asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(word) : "l"(p) : "memory");
-          if (static_cast<uint32_t>(word >> 32) == epoch) break;
-          if ((spins & 1023u) == 0) {
-            if (*v.abort != 0) break;
-            if (clock64() - start > kPeerSpinLimitCycles) __trap();
-          }
-        }
-      }
+      const unsigned long long word = peer_reduce_await(
+          v, peer_reduce_word(v, v.rank, epoch, r, base + at[k]), epoch, words[k][r]);
       sum[k] += __uint_as_float(static_cast<uint32_t>(word));
     }
   }
