@@ -26,7 +26,8 @@
 #   kernels.md       the matvec / GEMM micro-benchmark table
 #   bench-7b.json    {"<type>": <llamaserve bench --json output>, ...}
 #   bench-7b.md      the same as markdown tables
-#   profile-7b.md    per-kernel time of profiled decode steps (profile7b)
+#   profile-7b.md    per-kernel time of profiled decode steps or prompt passes (profile7b;
+#                    PROFILE_BATCHES, default "1 16 256", may name "prompt")
 #   logs.tar.gz      every step's log, gtest XML, the kernel benchmark CSV
 # The build dir needs: tests/gpu, bench/cuda_kernels, src/cli/llamaserve, runtime-libs (shared
 # libraries the binaries need beyond the driver and cuBLAS) and fixtures (the LLaMA 2 vocabulary
@@ -149,25 +150,39 @@ profile7b() {
     fi
     for b in ${PROFILE_BATCHES:-1 16 256}; do
       local csv="$logs/ncu-7b-$type-b$b.csv"
+      # "prompt": one prompt pass of PROFILE_PROMPT tokens (default 512) instead of decode steps.
+      local what steps=4
+      read -r -a what <<<"${PROFILE_ARGS:--p 16 -n 8}"
+      what+=(-b "$b" --profile-steps 4 --profile-batch "$b")
+      if [[ $b == prompt ]]; then
+        what=(-p "${PROFILE_PROMPT:-512}" -n 8 -b 1 --profile-prompt)
+        steps=1
+      fi
       step "profile-7b-$type-b$b" 400 "$ncu" --csv --print-units base --clock-control none \
         --profile-from-start off --log-file "$csv" \
         --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
-        "$bin" bench -m "$model" --device cuda:0 ${PROFILE_ARGS:--p 16 -n 8} -b "$b" --reps 1 \
-        --profile-steps 4 --profile-batch "$b" --json-file "$logs/profile-bench-$type-b$b.json" ||
+        "$bin" bench -m "$model" --device cuda:0 "${what[@]}" --reps 1 \
+        --json-file "$logs/profile-bench-$type-b$b.json" ||
         continue
       local ref="$logs/bench-7b-$type.json"
-      [[ -s $ref ]] || ref="$logs/profile-bench-$type-b$b.json"
+      [[ -s $ref && $b != prompt ]] || ref="$logs/profile-bench-$type-b$b.json"
       local copy_gbps step_ms
       read -r copy_gbps step_ms < <(python3 - "$ref" "$b" <<'PY'
 import json, sys
-report = json.load(open(sys.argv[1])); b = int(sys.argv[2])
-name = "decode b1" if b == 1 else f"batch {b} x"
-case = next(c for c in report["cases"] if c["name"].startswith(name))
-print(report["copy_bandwidth_gbps"], case["ms_per_token"])
+report = json.load(open(sys.argv[1])); b = sys.argv[2]
+if b == "prompt":  # the pass: the prompt case's seconds
+    case = next(c for c in report["cases"] if c["name"].startswith("prompt"))
+    print(report["copy_bandwidth_gbps"], 1000 * case["seconds"])
+else:
+    name = "decode b1" if b == "1" else f"batch {b} x"
+    case = next(c for c in report["cases"] if c["name"].startswith(name))
+    print(report["copy_bandwidth_gbps"], case["ms_per_token"])
 PY
       )
-      python3 scripts/ncu_breakdown.py "$csv" --steps 4 --copy-gbps "${copy_gbps:-0}" \
-        --step-ms "${step_ms:-0}" --title "7B $type, decode step of $b sequence(s)" >>"$md"
+      local title="7B $type, decode step of $b sequence(s)"
+      [[ $b == prompt ]] && title="7B $type, one prompt pass of ${PROFILE_PROMPT:-512} tokens"
+      python3 scripts/ncu_breakdown.py "$csv" --steps "$steps" --copy-gbps "${copy_gbps:-0}" \
+        --step-ms "${step_ms:-0}" --title "$title" >>"$md"
       echo >>"$md"
     done
   done

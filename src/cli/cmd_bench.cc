@@ -19,8 +19,8 @@
 // Achieved bandwidth counts the weights every step reads plus the KV cache its attention reads.
 // On a GPU every step draws greedy tokens there and copies only their ids back, as the engine
 // does (--host-logits copies the logits instead). --profile-steps N runs N more steps of one
-// case inside a profiler capture range, for `ncu --profile-from-start off`
-// (scripts/ncu_breakdown.py turns its CSV into a per-kernel table).
+// case inside a profiler capture range, for `ncu --profile-from-start off`, --profile-prompt
+// one more prompt pass (scripts/ncu_breakdown.py turns its CSV into a per-kernel table).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -68,6 +68,8 @@ struct BenchOptions {
   // sequences (1: the decode case), after its timed runs.
   int32_t profile_steps = 0;
   int32_t profile_batch = 1;
+  // Nsight Compute capture range: one more prompt pass after the prompt case's timed runs.
+  bool profile_prompt = false;
 };
 
 // Bytes a decode step reads for the weights (every matrix but the embedding table, whose one
@@ -355,6 +357,11 @@ Status run_bench(const BenchOptions& o) {
         StatusCode::kInvalidArgument, "--tp {} x --pp {} need {} devices; --devices '{}' lists {}",
         o.tensor_parallel, o.pipeline_parallel, per_replica, o.device, devices.size());
   }
+  if ((o.profile_steps > 0 || o.profile_prompt) && device.kind != DeviceChoice::Kind::kCuda) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "--profile-steps and --profile-prompt mark a capture range for a GPU "
+                      "profiler: they need a CUDA device");
+  }
   // The copy first: on a GPU the executor then takes most of the memory. Several GPUs read
   // their weights in parallel: the ceiling is the sum of their copy bandwidths.
   const bool cuda = device.kind == DeviceChoice::Kind::kCuda;
@@ -410,6 +417,11 @@ Status run_bench(const BenchOptions& o) {
                         time_median(o.reps, [&] { return runner.prefill(1, o.prompt_tokens); }));
     r.flops = 2.0 * static_cast<double>(traffic.matmul_params) * o.prompt_tokens;
     results.push_back(r);
+    if (o.profile_prompt) {
+      LS_RETURN_IF_ERROR(profiler_start());
+      LS_RETURN_IF_ERROR(runner.prefill(1, o.prompt_tokens));
+      LS_RETURN_IF_ERROR(profiler_stop());
+    }
   }
   bool profiled = false;  // only the first case of profile_batch sequences
   // Decode steps at positions [start, start + n): attention reads start + t + 1 KV rows.
@@ -520,6 +532,9 @@ std::function<int()> setup_bench(CLI::App& sub) {
   sub.add_option("--profile-batch", o->profile_batch,
                  "sequences of the profiled case (1: the decode case)")
       ->capture_default_str();
+  sub.add_flag("--profile-prompt", o->profile_prompt,
+               "one more prompt pass inside a profiler capture range, after the prompt case's "
+               "timed runs");
   sub.add_option("--json-file", o->json_file, "also write the JSON results to this file");
   sub.add_option("--markdown-file", o->markdown_file, "also write a markdown table to this file");
   return [o] {

@@ -80,6 +80,9 @@ def test_bench_refuses_bad_devices_and_sizes():
     assert tp_on_cpu.returncode != 0 and "need CUDA devices" in tp_on_cpu.stderr
     zero = llamaserve("bench", "-m", str(MODEL), "-n", "0")
     assert zero.returncode != 0 and ">= 1" in zero.stderr
+    for profile in (["--profile-prompt"], ["--profile-steps", "2"]):
+        on_cpu = llamaserve("bench", "-m", str(MODEL), "--reps", "1", *profile)
+        assert on_cpu.returncode != 0 and "need a CUDA device" in on_cpu.stderr, profile
 
 
 def test_run_on_cuda_device_without_support_or_device_fails_cleanly():
