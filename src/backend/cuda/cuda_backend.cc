@@ -332,7 +332,7 @@ Status CudaBackend::ffn_block(const DeviceBatch& b, int32_t layer, const CudaKvC
 Status CudaBackend::sum_over_ranks(int64_t n_rows, PendingSum pending, CudaActivations& act,
                                    cudaStream_t stream) const {
   using Kind = PendingSum::Kind;
-  if (!options_.all_reduce || pending.kind == Kind::kFused || pending.kind == Kind::kPulled) {
+  if (!options_.all_reduce || pending.with_peers()) {
     return Status::ok();
   }
   const size_t count = static_cast<size_t>(n_rows * act.embd_stride);
@@ -362,9 +362,7 @@ Status CudaBackend::forward(const DeviceBatch& b, const LayerRange& range, const
     LS_RETURN_IF_ERROR(run_layer(b, layer, kv, act, n_splits, pending, stream));
   }
   using Kind = PendingSum::Kind;
-  if (pending.kind == Kind::kFused || pending.kind == Kind::kPulled) {
-    LS_RETURN_IF_ERROR(meet_ranks(stream));
-  }
+  if (pending.with_peers()) LS_RETURN_IF_ERROR(meet_ranks(stream));
   switch (pending.kind) {
     case Kind::kNone: return Status::ok();
     case Kind::kFused:
@@ -417,7 +415,7 @@ Status CudaBackend::norm_hidden(const float* weight, int64_t n_rows, bool q8, Cu
     norm.residual_stride = act.embd_stride;
   }
   if (pending != nullptr) pending->kind = Kind::kNone;
-  if (kind == Kind::kFused || kind == Kind::kPulled) LS_RETURN_IF_ERROR(meet_ranks(stream));
+  if (norm.reduce.active()) LS_RETURN_IF_ERROR(meet_ranks(stream));
   return rmsnorm(norm, stream);
 }
 

@@ -94,6 +94,8 @@ class CudaBackend {
     Kind kind = Kind::kNone;
     int32_t slot = 0;
     int32_t pulled = 0;
+    // The partials are still in the ranks' own memory: their consumer waits for the peers.
+    bool with_peers() const { return kind == Kind::kFused || kind == Kind::kPulled; }
   };
   // `pending` (forward()'s own use): when given, the block may end its output projection
   // without adding it to act.hidden (setting *pending) and must start by completing what

@@ -40,4 +40,17 @@ __device__ __forceinline__ void store_half4(const HalfRows& h, int64_t r, int64_
   *reinterpret_cast<uint2*>(static_cast<uint16_t*>(h.data) + r * h.stride + c) = make_uint2(lo, hi);
 }
 
+// Elements c to c + 3 of a row of halves (c % 4 == 0; the row 8-byte aligned) as floats: one
+// 8-byte load at L2.
+__device__ __forceinline__ float4 load_half4(const void* row, int64_t c, bool bf16) {
+  const uint2 bits = __ldcg(reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(row) + c));
+  if (bf16) {
+    return make_float4(__uint_as_float(bits.x << 16), __uint_as_float(bits.x & 0xffff0000u),
+                       __uint_as_float(bits.y << 16), __uint_as_float(bits.y & 0xffff0000u));
+  }
+  const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&bits.x));
+  const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&bits.y));
+  return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+
 }  // namespace llamaserve::cuda

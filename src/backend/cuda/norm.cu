@@ -158,25 +158,6 @@ __device__ __forceinline__ float4 add4(float4 a, float4 b) {
   return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
 }
 
-// Elements c..c+3 of a row of halves (8-byte aligned) as floats.
-__device__ __forceinline__ float4 load_half4(const void* row, int64_t c, bool bf16) {
-  const uint2 bits = __ldcg(reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(row) + c));
-  if (bf16) {
-    return make_float4(__uint_as_float(bits.x << 16), __uint_as_float(bits.x & 0xffff0000u),
-                       __uint_as_float(bits.y << 16), __uint_as_float(bits.y & 0xffff0000u));
-  }
-  const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&bits.x));
-  const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&bits.y));
-  return make_float4(lo.x, lo.y, hi.x, hi.y);
-}
-
-// Elements c..c+3 of rank r's pulled partial in `slot` (peer_pull_element, four at once).
-__device__ __forceinline__ float4 pull4(const PeerReduceView& v, int r, int slot, int64_t i) {
-  const char* base = static_cast<const char*>(v.pull[r]) + slot * v.pull_slot_bytes;
-  if (v.pull_type == SumType::kF32) return __ldcg(reinterpret_cast<const float4*>(base) + i / 4);
-  return load_half4(base, i, v.pull_type == SumType::kBF16);
-}
-
 // One block of kRowThreads per row; no 8-bit output, no fused reduction (rmsnorm() routes
 // those above).
 template <int kRowThreads>
@@ -212,7 +193,8 @@ __global__ void __launch_bounds__(kRowThreads) rmsnorm_rows_kernel(const RmsNorm
 #pragma unroll
       for (int k = 0; k < kRowVecs; ++k) {
         if (at(k) < n4)
-          sum[k] = add4(sum[k], pull4(a.reduce, r, a.pull_slot, at_residual + 4 * at(k)));
+          sum[k] =
+              add4(sum[k], peer_pull_element4(a.reduce, r, a.pull_slot, at_residual + 4 * at(k)));
       }
     }
 #pragma unroll
@@ -262,24 +244,21 @@ __global__ void __launch_bounds__(kRowThreads) rmsnorm_rows_kernel(const RmsNorm
   }
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 // Whether rmsnorm_rows_kernel takes these rows: many of them, 4-element groups aligned
 // (16 bytes for floats, 8 for halves), no 8-bit output, no fused reduction.
 bool row_kernel_takes(const RmsNormArgs& a) {
   const bool pulled = a.pull_slot >= 0;
-  const bool sums_halves =
-      a.half_residual != nullptr || (pulled && a.reduce.pull_type != SumType::kF32);
+  const bool adds = pulled || a.residual != nullptr || a.half_residual != nullptr;
   return a.n_rows >= kRowKernelMinRows && a.yq.qs == nullptr && (pulled || !a.reduce.active()) &&
          a.n % 4 == 0 && a.n <= 4 * kRowVecs * kRowThreadsMax && a.x_stride % 4 == 0 &&
-         aligned16(a.x) && aligned16(a.weight) &&
-         (a.y_half.data != nullptr
-              ? a.y_half.stride % 4 == 0 && reinterpret_cast<uintptr_t>(a.y_half.data) % 8 == 0
-              : a.y_stride % 4 == 0 && aligned16(a.y)) &&
-         (a.residual == nullptr || (a.residual_stride % 4 == 0 && aligned16(a.residual))) &&
-         (!sums_halves || a.residual_stride % 4 == 0) &&
-         (a.half_residual == nullptr || reinterpret_cast<uintptr_t>(a.half_residual) % 8 == 0) &&
-         (!pulled || a.reduce.pull_type != SumType::kF32 || a.residual_stride % 4 == 0);
+         aligned(a.x, 16) && aligned(a.weight, 16) &&
+         (a.y_half.data != nullptr ? a.y_half.stride % 4 == 0 && aligned(a.y_half.data, 8)
+                                   : a.y_stride % 4 == 0 && aligned(a.y, 16)) &&
+         (!adds || a.residual_stride % 4 == 0) &&
+         (a.residual == nullptr || aligned(a.residual, 16)) &&
+         (a.half_residual == nullptr || aligned(a.half_residual, 8));
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "backend/cuda/half_rows.cuh"
 #include "backend/cuda/peer_all_reduce.h"
 
 namespace llamaserve::cuda {
@@ -172,6 +173,15 @@ __device__ __forceinline__ float peer_pull_element(const PeerReduceView& v, int 
     }
     default: return __ldcg(reinterpret_cast<const float*>(base) + i);
   }
+}
+
+// Elements i to i + 3 of rank r's partial in `slot` (peer_pull_element four at once; i % 4 == 0,
+// the slot's rows at strides of whole 4-element groups).
+__device__ __forceinline__ float4 peer_pull_element4(const PeerReduceView& v, int r, int slot,
+                                                     int64_t i) {
+  const char* base = static_cast<const char*>(v.pull[r]) + slot * v.pull_slot_bytes;
+  if (v.pull_type == SumType::kF32) return __ldcg(reinterpret_cast<const float4*>(base) + i / 4);
+  return load_half4(base, i, v.pull_type == SumType::kBF16);
 }
 
 // The sum over ranks, in rank order, of element i of the partials in `slot` (after
