@@ -467,6 +467,11 @@ Status decode_frame_payload(const TpFrameHeader& h, std::span<const uint8_t> pay
                       "in transit)",
                       tp_message_kind_name(h.kind), h.step, h.checksum, checksum);
   }
+  // Only the messages of a step carry one: any other frame is sent with step 0.
+  if (h.step != 0 && h.kind != TpMessageKind::kStatus && h.kind != TpMessageKind::kBatch) {
+    return make_error(StatusCode::kInvalidArgument, "{} frame of step {}: it carries no step",
+                      tp_message_kind_name(h.kind), h.step);
+  }
   Reader r(payload);
   Status status;
   switch (h.kind) {

@@ -6,6 +6,7 @@
 // A frame is a 20-byte header and a payload; every integer is little-endian:
 //   u32 magic "LSTP" | u16 version | u16 kind | u32 step | u32 payload_bytes |
 //   u32 checksum (CRC-32 of the header's first 16 bytes, then of the payload)
+// (the step is 0 except in status and batch frames)
 // then the payload of the kind:
 //   hello     i32 rank | i32 world | u64 model fingerprint | text origin
 //   setup     i32 kv_block_size | i32 max_batch_tokens | i32 max_seqs | i64 max_context_tokens |

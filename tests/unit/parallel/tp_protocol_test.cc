@@ -225,6 +225,14 @@ TEST(TpProtocolTest, CorruptedOrTruncatedFramesAreRefused) {
   std::vector<uint8_t> longer = frame;
   longer.push_back(0);
   EXPECT_ERROR_HAS(decode_frame(longer, m), "bytes of payload, header says");
+  // A step on a frame that carries none (found by tp_message_fuzz: it would not re-encode
+  // to the same bytes), resealed so that only the step is wrong.
+  std::vector<uint8_t> shutdown;
+  encode_shutdown(shutdown);
+  put_u32(shutdown, 8, 0x80000000u);
+  reseal(shutdown);
+  EXPECT_ERROR_HAS(decode_frame(shutdown, m),
+                   "shutdown frame of step 2147483648: it carries no step");
 }
 
 TEST(TpProtocolTest, PayloadsThatDisagreeWithTheirCountsAreRefused) {
