@@ -164,12 +164,22 @@ profile7b() {
         "$bin" bench -m "$model" --device cuda:0 "${what[@]}" --reps 1 \
         --json-file "$logs/profile-bench-$type-b$b.json" ||
         continue
+      # The step's (or pass's) time from a run outside the profiler: under ncu every kernel is
+      # replayed, so the profiled run's own times say nothing.
       local ref="$logs/bench-7b-$type.json"
-      if [[ $b == prompt ]]; then
-        # The pass's time from a run outside the profiler (under ncu every kernel is replayed).
-        ref="$logs/profile-bench-$type-bprompt-plain.json"
-        "$bin" bench -m "$model" --device cuda:0 -p "${PROFILE_PROMPT:-512}" -n 8 -b 1 --reps 3 \
-          --json-file "$ref" >>"$logs/profile-7b-$type-bprompt.log" 2>&1 || ref=""
+      if [[ ! -s $ref || $b == prompt ]]; then
+        ref="$logs/profile-bench-$type-b$b-plain.json"
+        local plain=() arg skip=0
+        for arg in "${what[@]}"; do  # the arguments less the profiling options
+          if ((skip)); then skip=0; continue; fi
+          case $arg in
+            --profile-prompt) ;;
+            --profile-steps | --profile-batch) skip=1 ;;
+            *) plain+=("$arg") ;;
+          esac
+        done
+        "$bin" bench -m "$model" --device cuda:0 "${plain[@]}" --reps 3 --json-file "$ref" \
+          >>"$logs/profile-7b-$type-b$b.log" 2>&1 || ref=""
       fi
       [[ -s $ref ]] || ref="$logs/profile-bench-$type-b$b.json"
       local copy_gbps step_ms
