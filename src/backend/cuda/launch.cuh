@@ -7,7 +7,9 @@
 //   - it calls pdl_wait() before it reads or writes anything an earlier kernel of the stream
 //     writes or reads (pdl_wait returns once the predecessor grid has completed and its memory
 //     is visible; the predecessor had waited for its own, so this covers the whole stream);
-//   - before pdl_wait() it may only read what no kernel of the stream writes (weights);
+//   - before pdl_wait() it may only read what no kernel of the stream writes: the weights, and
+//     what the host staged for the pass (positions, sequence indices, block tables, attention
+//     tiles: BatchStaging, written by copies that precede the pass's first kernel);
 //   - it may call pdl_launch_dependents() early to let its successor be scheduled.
 // Kernels launched with <<<>>> are ordered as usual. Without PDL (LLAMASERVE_CUDA_PDL=0 in the
 // environment, or before sm_90) both calls do nothing and launches are plain.

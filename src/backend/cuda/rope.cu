@@ -65,30 +65,40 @@ __global__ void __launch_bounds__(kRopeThreads) rope_kernel(const RopeArgs a) {
 __global__ void __launch_bounds__(kRopeThreads)
     rope_write_kv_kernel(const RopeArgs a, const KvWriteArgs w) {
   pdl_launch_dependents();
-  pdl_wait();
   const int half = a.head_dim / 2;
   const int n_pairs = a.rope_dim / 2;
   const int heads = max(a.n_head, a.n_head_kv);
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kRopeThreads + threadIdx.x;
-  if (i >= a.n_rows * heads * half) return;
+  if (i >= a.n_rows * heads * half) {
+    pdl_wait();  // (nothing to touch; kept so that every thread waits, see launch.cuh)
+    return;
+  }
   const int j = static_cast<int>(i % half);
   const int h = static_cast<int>((i / half) % heads);
   const int64_t row = i / (static_cast<int64_t>(half) * heads);
   const bool rotated = j < n_pairs;
+  // The positions, sequences, block tables (staged by the host before the pass) and inverse
+  // frequencies are written by no kernel: the angle and the cache slot are worked out before
+  // the wait for the Q/K/V projection (launch.cuh).
   float c = 1.0f, s = 0.0f;
   PairDims dims{a.rope_dim + 2 * (j - n_pairs), 1};
   if (rotated) {
     rope_cos_sin(a.positions[row], a.inv_freq[j], c, s);
     dims = pair_dims(a, j);
-    if (h < a.n_head)
-      rotate(a.q + row * a.q_stride + h * a.head_dim + dims.first, dims.partner, c, s);
+  }
+  int64_t o = 0;
+  if (h < a.n_head_kv) {
+    const int pos = w.positions[row];
+    const int64_t block = w.block_tables[static_cast<int64_t>(w.seq_index[row]) * w.blocks_per_seq +
+                                         pos / w.block_size];
+    o = (block * w.block_size + pos % w.block_size) * w.kv_dim +
+        static_cast<int64_t>(h) * a.head_dim + dims.first;
+  }
+  pdl_wait();
+  if (rotated && h < a.n_head) {
+    rotate(a.q + row * a.q_stride + h * a.head_dim + dims.first, dims.partner, c, s);
   }
   if (h >= a.n_head_kv) return;
-  const int pos = w.positions[row];
-  const int64_t block = w.block_tables[static_cast<int64_t>(w.seq_index[row]) * w.blocks_per_seq +
-                                       pos / w.block_size];
-  const int64_t o = (block * w.block_size + pos % w.block_size) * w.kv_dim +
-                    static_cast<int64_t>(h) * a.head_dim + dims.first;
   float* k = a.k + row * a.k_stride + static_cast<int64_t>(h) * a.head_dim + dims.first;
   const float* v = w.v + row * w.v_stride + static_cast<int64_t>(h) * a.head_dim + dims.first;
   if (rotated) rotate(k, dims.partner, c, s);
