@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A/B timing of two llamaserve builds on the device, in one call: each layout's bench runs with
 # the baseline binary and the candidate in turn, REPEATS times, so that drift and a warm-up
-# order do not favour either; the decode rows of every run go to $OUT/bench-ab.md.
+# order do not favour either; every case of every run goes to $OUT/bench-ab.md (from bench's
+# --json-file; the console logs stay beside it).
 #
 # Usage (device): OUT=... scripts/bench_ab.sh BASE_BIN NEW_BIN MODEL
 #   AB_LAYOUTS  NAME/DEVICES/TP (default "one/0/1 tp2/0,1/2")
@@ -26,17 +27,15 @@ for layout in "${layouts[@]}"; do
     for which in base new; do
       bin=$base
       [[ $which == new ]] && bin=$new
-      "$bin" bench -m "$model" --devices "$devices" --tp "$tp" "${args[@]}" \
+      json=$OUT/ab-$name-$round-$which.json
+      "$bin" bench -m "$model" --devices "$devices" --tp "$tp" "${args[@]}" --json-file "$json" \
         >"$OUT/ab-$name-$round-$which.log" 2>&1 || echo "| $name | $round | $which | FAILED | | |" >>"$md"
-      # The bench's console table: columns apart by two spaces or more (a case's name has single
-      # spaces): case, tokens, seconds, tok/s, ms/tok, ...
-      python3 - "$OUT/ab-$name-$round-$which.log" "$name" "$round" "$which" >>"$md" <<'PY'
-import re, sys
+      [[ -s $json ]] || continue
+      python3 - "$json" "$name" "$round" "$which" >>"$md" <<'PY'
+import json, sys
 path, name, rnd, which = sys.argv[1:]
-for line in open(path):
-    cols = re.split(r"\s{2,}", line.strip())
-    if len(cols) >= 5 and re.match(r"^(decode|batch|prompt) ", cols[0]):
-        print(f"| {name} | {rnd} | {which} | {cols[0]} | {cols[3]} | {cols[4]} |")
+for c in json.load(open(path))["cases"]:
+    print(f"| {name} | {rnd} | {which} | {c['name']} | {c['tokens_per_s']:.1f} | {c['ms_per_token']:.3f} |")
 PY
     done
   done

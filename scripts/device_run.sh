@@ -150,18 +150,21 @@ profile7b() {
     fi
     for b in ${PROFILE_BATCHES:-1 16 256}; do
       local csv="$logs/ncu-7b-$type-b$b.csv"
-      # "prompt": one prompt pass of PROFILE_PROMPT tokens (default 512) instead of decode steps.
-      local what steps=4
-      read -r -a what <<<"${PROFILE_ARGS:--p 16 -n 8}"
-      what+=(-b "$b" --profile-steps 4 --profile-batch "$b")
+      # The case's bench arguments, and the options that profile it. "prompt": one prompt pass
+      # of PROFILE_PROMPT tokens (default 512) instead of decode steps.
+      local case_args profile_args steps=4
+      read -r -a case_args <<<"${PROFILE_ARGS:--p 16 -n 8}"
+      case_args+=(-b "$b")
+      profile_args=(--profile-steps 4 --profile-batch "$b")
       if [[ $b == prompt ]]; then
-        what=(-p "${PROFILE_PROMPT:-512}" -n 8 -b 1 --profile-prompt)
+        case_args=(-p "${PROFILE_PROMPT:-512}" -n 8 -b 1)
+        profile_args=(--profile-prompt)
         steps=1
       fi
       step "profile-7b-$type-b$b" 400 "$ncu" --csv --print-units base --clock-control none \
         --profile-from-start off --log-file "$csv" \
         --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
-        "$bin" bench -m "$model" --device cuda:0 "${what[@]}" --reps 1 \
+        "$bin" bench -m "$model" --device cuda:0 "${case_args[@]}" "${profile_args[@]}" --reps 1 \
         --json-file "$logs/profile-bench-$type-b$b.json" ||
         continue
       # The step's (or pass's) time from a run outside the profiler: under ncu every kernel is
@@ -169,16 +172,7 @@ profile7b() {
       local ref="$logs/bench-7b-$type.json"
       if [[ ! -s $ref || $b == prompt ]]; then
         ref="$logs/profile-bench-$type-b$b-plain.json"
-        local plain=() arg skip=0
-        for arg in "${what[@]}"; do  # the arguments less the profiling options
-          if ((skip)); then skip=0; continue; fi
-          case $arg in
-            --profile-prompt) ;;
-            --profile-steps | --profile-batch) skip=1 ;;
-            *) plain+=("$arg") ;;
-          esac
-        done
-        "$bin" bench -m "$model" --device cuda:0 "${plain[@]}" --reps 3 --json-file "$ref" \
+        "$bin" bench -m "$model" --device cuda:0 "${case_args[@]}" --reps 3 --json-file "$ref" \
           >>"$logs/profile-7b-$type-b$b.log" 2>&1 || ref=""
       fi
       [[ -s $ref ]] || ref="$logs/profile-bench-$type-b$b.json"
