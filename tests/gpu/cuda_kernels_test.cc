@@ -11,6 +11,7 @@
 #include "backend/cuda/dequant.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/matvec.h"
+#include "backend/cuda/matvec_launch.h"
 #include "quant/blocks.h"
 #include "test_util.h"
 
@@ -64,7 +65,19 @@ void expect_close(const std::vector<float>& y, int64_t y_stride, const Reference
   EXPECT_EQ(failures, 0) << "worst relative error " << worst << ", tolerance " << tolerance;
 }
 
-class MatvecTest : public GpuTest, public ::testing::WithParamInterface<TensorType> {};
+class MatvecTest : public GpuTest, public ::testing::WithParamInterface<TensorType> {
+ protected:
+  void TearDown() override { set_matvec_k_split(0); }
+};
+
+// Up to kMaxSplitMatvecRows activation rows, a launch may split each row group's columns over
+// 1, 2 or 4 warps: the matvec tests run with the launcher's choice (0) and each split forced.
+constexpr int kSplits[] = {0, 1, 2, 4};
+
+std::string split_trace(int split) {
+  return split == 0 ? std::string("column split chosen per launch")
+                    : "column split forced to " + std::to_string(split);
+}
 
 // The activations a matvec of `type` multiplies with: x itself for float weights; for
 // quantized weights x as 8-bit blocks, quantized on the device, checked byte for byte against
@@ -122,44 +135,55 @@ TEST_P(MatvecTest, MatchesReferenceForEveryRowCount) {
   const HostMatrix m = make_matrix(type, kRows, cols, 1234);
   UploadedMatrix w = upload(m);
   ASSERT_NE(w.view.quants, nullptr);
-  for (const int64_t n_act : {1, 2, 3, 4, 6, 7, 8, 16}) {
-    SCOPED_TRACE("activation rows " + std::to_string(n_act));
-    const int64_t x_stride = cols + 4;  // strided rows
-    const int64_t y_stride = kRows + 3;
-    const MatvecInput in =
-        prepare_input(type, random_floats(n_act * x_stride, 99 + n_act), x_stride, n_act, cols);
-    DeviceArray<float> y_dev(n_act * y_stride);
-    y_dev.poison();
-    ASSERT_OK(matvec(matvec_args(w.view, in, x_stride, n_act, y_dev.get(), y_stride), nullptr));
-    ASSERT_CUDA(cudaDeviceSynchronize());
-    expect_close(y_dev.download(), y_stride, reference_product(m, in.seen, x_stride, n_act), kRows,
-                 n_act, kMatvecTolerance);
+  for (const int split : kSplits) {
+    SCOPED_TRACE(split_trace(split));
+    set_matvec_k_split(split);
+    for (const int64_t n_act : {1, 2, 3, 4, 6, 7, 8, 16}) {
+      SCOPED_TRACE("activation rows " + std::to_string(n_act));
+      const int64_t x_stride = cols + 4;  // strided rows
+      const int64_t y_stride = kRows + 3;
+      const MatvecInput in =
+          prepare_input(type, random_floats(n_act * x_stride, 99 + n_act), x_stride, n_act, cols);
+      DeviceArray<float> y_dev(n_act * y_stride);
+      y_dev.poison();
+      ASSERT_OK(matvec(matvec_args(w.view, in, x_stride, n_act, y_dev.get(), y_stride), nullptr));
+      ASSERT_CUDA(cudaDeviceSynchronize());
+      expect_close(y_dev.download(), y_stride, reference_product(m, in.seen, x_stride, n_act),
+                   kRows, n_act, kMatvecTolerance);
+    }
   }
 }
 
+// 2 activation rows take every column split, 5 whole rows only.
 TEST_P(MatvecTest, AccumulatesIntoOutputAndAddsBias) {
   const TensorType type = GetParam();
   const int64_t cols = round_cols(type, 1000);
   const int64_t rows = 131;
-  const int64_t n_act = 5;
   const HostMatrix m = make_matrix(type, rows, cols, 77);
   UploadedMatrix w = upload(m);
   ASSERT_NE(w.view.quants, nullptr);
-  const MatvecInput in = prepare_input(type, random_floats(n_act * cols, 5), cols, n_act, cols);
-  const std::vector<float> y0 = random_floats(n_act * rows, 6);
-  const std::vector<float> bias = random_floats(rows, 7);
-  DeviceArray<float> y_dev(y0), bias_dev(bias);
-  MatvecArgs args = matvec_args(w.view, in, cols, n_act, y_dev.get(), rows);
-  args.bias = bias_dev.get();
-  args.accumulate = true;
-  ASSERT_OK(matvec(args, nullptr));
-  ASSERT_CUDA(cudaDeviceSynchronize());
-  std::vector<double> extra(n_act * rows);
-  for (int64_t b = 0; b < n_act; ++b) {
-    for (int64_t r = 0; r < rows; ++r) extra[b * rows + r] = y0[b * rows + r] + bias[r];
+  for (const int split : kSplits) {
+    SCOPED_TRACE(split_trace(split));
+    set_matvec_k_split(split);
+    for (const int64_t n_act : {2, 5}) {
+      SCOPED_TRACE("activation rows " + std::to_string(n_act));
+      const MatvecInput in = prepare_input(type, random_floats(n_act * cols, 5), cols, n_act, cols);
+      const std::vector<float> y0 = random_floats(n_act * rows, 6);
+      const std::vector<float> bias = random_floats(rows, 7);
+      DeviceArray<float> y_dev(y0), bias_dev(bias);
+      MatvecArgs args = matvec_args(w.view, in, cols, n_act, y_dev.get(), rows);
+      args.bias = bias_dev.get();
+      args.accumulate = true;
+      ASSERT_OK(matvec(args, nullptr));
+      ASSERT_CUDA(cudaDeviceSynchronize());
+      std::vector<double> extra(n_act * rows);
+      for (int64_t b = 0; b < n_act; ++b) {
+        for (int64_t r = 0; r < rows; ++r) extra[b * rows + r] = y0[b * rows + r] + bias[r];
+      }
+      expect_close(y_dev.download(), rows, reference_product(m, in.seen, cols, n_act), rows, n_act,
+                   kMatvecTolerance, extra);
+    }
   }
-  expect_close(y_dev.download(), rows, reference_product(m, in.seen, cols, n_act), rows, n_act,
-               kMatvecTolerance, extra);
 }
 
 // Three matrices of different heights sharing one input in one launch (as Q, K and V do):
@@ -188,17 +212,22 @@ TEST_P(MatvecTest, PartsInOneLaunch) {
         matvec_args(uploaded[i].view, in, cols, n_act, outputs.back().get(), heights[i]));
   }
   parts[1].bias = bias_dev.get();
-  ASSERT_OK(matvec_parts(parts, nullptr));
-  ASSERT_CUDA(cudaDeviceSynchronize());
-  for (size_t i = 0; i < heights.size(); ++i) {
-    SCOPED_TRACE("part " + std::to_string(i));
-    std::vector<double> extra;
-    if (i == 1) {
-      for (int64_t b = 0; b < n_act; ++b) extra.insert(extra.end(), bias.begin(), bias.end());
+  for (const int split : kSplits) {
+    SCOPED_TRACE(split_trace(split));
+    set_matvec_k_split(split);
+    for (auto& out : outputs) out.poison();
+    ASSERT_OK(matvec_parts(parts, nullptr));
+    ASSERT_CUDA(cudaDeviceSynchronize());
+    for (size_t i = 0; i < heights.size(); ++i) {
+      SCOPED_TRACE("part " + std::to_string(i));
+      std::vector<double> extra;
+      if (i == 1) {
+        for (int64_t b = 0; b < n_act; ++b) extra.insert(extra.end(), bias.begin(), bias.end());
+      }
+      expect_close(outputs[i].download(), heights[i],
+                   reference_product(hosts[i], in.seen, cols, n_act), heights[i], n_act,
+                   kMatvecTolerance, extra);
     }
-    expect_close(outputs[i].download(), heights[i],
-                 reference_product(hosts[i], in.seen, cols, n_act), heights[i], n_act,
-                 kMatvecTolerance, extra);
   }
   // Parts that do not share their input are refused.
   parts[2].n_rows = 2;

@@ -1,5 +1,9 @@
 #include "backend/cuda/matvec.h"
 
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
 #include "backend/cuda/check.h"
 #include "backend/cuda/matvec_launch.h"
 
@@ -15,6 +19,30 @@ bool matvec_uses_q8(TensorType type) {
     case TensorType::Q6_K: return true;
     default: return false;
   }
+}
+
+namespace {
+
+int split_from_environment() {
+  const char* value = std::getenv("LLAMASERVE_MATVEC_SPLIT");
+  if (value == nullptr) return 0;
+  for (const char* known : {"1", "2", "4"}) {
+    if (std::strcmp(value, known) == 0) return std::atoi(value);
+  }
+  return 0;
+}
+
+std::atomic<int>& k_split_setting() {
+  static std::atomic<int> setting{split_from_environment()};
+  return setting;
+}
+
+}  // namespace
+
+int matvec_k_split() { return k_split_setting().load(std::memory_order_relaxed); }
+
+void set_matvec_k_split(int split) {
+  k_split_setting().store(split == 1 || split == 2 || split == 4 ? split : 0);
 }
 
 uint64_t matvec_weight_bytes(const DeviceMatrix& w) {

@@ -8,22 +8,30 @@
 // that of the weight stream). Partial sums (RW × B per lane) are reduced across the warp by a
 // transposing butterfly: 31 shuffles for 32 sums instead of 160.
 //
+// Split K: S warps of a CTA (S = 1, 2 or 4; a "unit") can share each group, warp j of the unit
+// taking steps j, j + S, ...; at the group's end their sums meet in shared memory (a named
+// barrier per unit) and the unit's first warp adds them in a fixed order and stores the outputs.
+// The launcher splits only launches that leave many resident warps idle: a 4096-row matrix has
+// 2048 groups of two rows, which keep only 2048 of the 3168 warps an H200 holds busy with
+// S = 1, and 2732 with S = 4.
+//
 // Streaming: the warps are persistent. The grid holds at most as many warps as the GPU keeps
-// resident, each taking groups w, w + W, w + 2W, ... with every warp given the same number of
-// groups (up to one), so no second, partly filled wave of CTAs leaves the memory system idle at
+// resident, each unit taking groups u, u + N, u + 2N, ... with every unit given the same number
+// of groups (up to one), so no second, partly filled wave of CTAs leaves the memory system idle at
 // the end. A warp issues the loads of its next step (within the group or of its next group)
 // before it computes the current one, so its loads stay in flight while it computes.
 //
 // Launched with programmatic dependent launch: the first step's weight loads are issued before
 // the wait for the kernel that produced the activations (launch.cuh).
 //
-// No shared memory and no CTA-wide barrier: warps without a group simply return. The parameter
-// is __grid_constant__ so that picking a part by index reads it in place instead of copying the
-// whole struct to local memory. As a fused reduction's producer (MatvecLaunch::reduce) each
-// output goes to every rank's inbox as one tagged word (peer_reduce.cuh): still no barrier.
+// No CTA-wide barrier (only the units' own, when S > 1): units without a group simply return. The
+// parameter is __grid_constant__ so that picking a part by index reads it in place instead of
+// copying the whole struct to local memory. As a fused reduction's producer (MatvecLaunch::reduce)
+// each output goes to every rank's inbox as one tagged word (peer_reduce.cuh): still no barrier.
 #pragma once
 
 #include <algorithm>
+#include <array>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/dot_formats.cuh"
@@ -104,15 +112,26 @@ __device__ __forceinline__ void locate_group(const MatvecLaunch& a, int rows_per
   c.row0 = (c.group - a.parts[p].first_group) * rows_per_group;
 }
 
-template <TensorType T, int B, int RW, int U>
+template <TensorType T, int B, int RW, int U, int S>
 __global__ void __launch_bounds__(kMatvecThreads)
     matvec_kernel(const __grid_constant__ MatvecLaunch a) {
+  static_assert(kMatvecWarps % S == 0);
   using F = DotFormat<T>;
   using Raw = typename F::Raw;
+  constexpr int kUnitsPerCta = kMatvecWarps / S;
+  constexpr int kValues = RW * B;
+  constexpr int kPadded = next_pow2_int(kValues);
+  static_assert(kPadded <= 32);
+  constexpr int kLanesPerValue = 32 / kPadded;
+  // The split warps' sums of a group, two groups' worth (a unit's warps may be one group apart).
+  __shared__ float partials[S > 1 ? kMatvecWarps : 1][2][kPadded];
   pdl_launch_dependents();
   const int lane = threadIdx.x & 31;
-  const int64_t n_warps = static_cast<int64_t>(gridDim.x) * kMatvecWarps;
-  MatvecCursor cur{static_cast<int64_t>(blockIdx.x) * kMatvecWarps + (threadIdx.x >> 5), 0, 0, 0};
+  const int warp = threadIdx.x >> 5;
+  const int unit = warp / S;
+  const int slice = warp % S;
+  const int64_t n_units = static_cast<int64_t>(gridDim.x) * kUnitsPerCta;
+  MatvecCursor cur{static_cast<int64_t>(blockIdx.x) * kUnitsPerCta + unit, 0, 0, slice};
   if (cur.group >= a.n_groups) {
     pdl_wait();  // (nothing to touch; kept so that every thread waits, see launch.cuh)
     return;
@@ -123,7 +142,8 @@ __global__ void __launch_bounds__(kMatvecThreads)
   const int n_steps = (n_items + 32 * U - 1) / (32 * U);
 
   // The loads of step c.step of group c (the last group's rows repeat its last row: a group
-  // at the end of a part may have fewer than RW rows; their results are dropped).
+  // at the end of a part may have fewer than RW rows; their results are dropped). A step past
+  // the last (a slice of a matrix with fewer steps than S) loads nothing.
   auto load_step = [&](const MatvecCursor& c, Raw(&raw)[U][RW]) {
     const DeviceMatrix& w = a.parts[c.part].w;
 #pragma unroll
@@ -148,11 +168,27 @@ __global__ void __launch_bounds__(kMatvecThreads)
   load_step(cur, raw);
   pdl_wait();
   const uint32_t reduce_epoch = peer_reduce_active(a.reduce) ? peer_reduce_epoch(a.reduce) : 0;
+  // Output value i = r * B + b of the current group.
+  auto store = [&](const MatvecCursor& c, int i, float out) {
+    const int r = i / B, b = i % B;
+    const MatvecPart& part = a.parts[c.part];
+    const int64_t row = c.row0 + r;
+    if (row >= part.w.rows) return;
+    if (part.bias != nullptr) out += part.bias[row];
+    if (peer_reduce_active(a.reduce)) {
+      peer_reduce_store(a.reduce, reduce_epoch, b * part.w.rows + row, out);
+    } else {
+      float* y = part.y + b * part.y_stride + row;
+      *y = a.accumulate ? *y + out : out;
+    }
+  };
+  int parity = 0;
   while (true) {
     MatvecCursor next = cur;
-    if (++next.step == n_steps) {
-      next.step = 0;
-      next.group += n_warps;
+    next.step += S;
+    if (next.step >= n_steps) {
+      next.step = slice;
+      next.group += n_units;
     }
     const bool has_next = next.group < a.n_groups;
     Raw next_raw[U][RW];
@@ -177,30 +213,25 @@ __global__ void __launch_bounds__(kMatvecThreads)
       }
     }
 
-    if (cur.step == n_steps - 1) {
-      constexpr int kValues = RW * B;
-      constexpr int kPadded = next_pow2_int(kValues);
-      static_assert(kPadded <= 32);
+    if (cur.step + S >= n_steps) {
       float v[kPadded];
 #pragma unroll
       for (int i = 0; i < kPadded; ++i) v[i] = i < kValues ? acc[i / B][i % B] : 0.0f;
       const float sum = warp_transpose_sum<kPadded>(v, lane);
-      constexpr int kLanesPerValue = 32 / kPadded;
       const int index = lane / kLanesPerValue;
-      const MatvecPart& part = a.parts[cur.part];
-      if (lane % kLanesPerValue == 0 && index < kValues) {
-        const int r = index / B, b = index % B;
-        const int64_t row = cur.row0 + r;
-        if (row < part.w.rows) {
-          float out = sum;
-          if (part.bias != nullptr) out += part.bias[row];
-          if (peer_reduce_active(a.reduce)) {
-            peer_reduce_store(a.reduce, reduce_epoch, b * part.w.rows + row, out);
-          } else {
-            float* y = part.y + b * part.y_stride + row;
-            *y = a.accumulate ? *y + out : out;
-          }
+      const bool holds_value = lane % kLanesPerValue == 0 && index < kValues;
+      if constexpr (S == 1) {
+        if (holds_value) store(cur, index, sum);
+      } else {
+        if (holds_value) partials[warp][parity][index] = sum;
+        asm volatile("bar.sync %0, %1;" ::"r"(1 + unit), "r"(32 * S) : "memory");
+        if (slice == 0 && lane < kValues) {
+          float out = 0.0f;
+#pragma unroll
+          for (int j = 0; j < S; ++j) out += partials[unit * S + j][parity][lane];
+          store(cur, lane, out);
         }
+        parity ^= 1;
       }
 #pragma unroll
       for (int r = 0; r < RW; ++r) {
@@ -228,30 +259,72 @@ int ctas_per_sm(Kernel kernel) {
   return std::max(n, 1);
 }
 
+// The grid of a launch of n_groups groups with units of `split` warps: every unit the same
+// number of groups (the last ones one fewer), as many units as are resident or fewer, and the
+// fraction of the resident warps that stream.
+struct MatvecGrid {
+  int64_t ctas = 0;
+  double busy = 0.0;
+};
+
+inline MatvecGrid matvec_grid(int64_t n_groups, int sms, int ctas_per_sm, int split) {
+  const int64_t units_per_cta = kMatvecWarps / split;
+  const int64_t resident = static_cast<int64_t>(std::max(sms, 1)) * ctas_per_sm * units_per_cta;
+  const int64_t per_unit = (n_groups + resident - 1) / resident;
+  const int64_t units = (n_groups + per_unit - 1) / per_unit;
+  return {(units + units_per_cta - 1) / units_per_cta,
+          static_cast<double>(units) / static_cast<double>(resident)};
+}
+
 template <TensorType T, int B>
 Status launch_matvec_rows(const MatvecLaunch& a, cudaStream_t stream) {
   constexpr int kRows = kMatvecRowsPerWarp<T, B>;
   constexpr int kUnroll = kMatvecUnroll<T, kRows>;
-  const auto kernel = matvec_kernel<T, B, kRows, kUnroll>;
   MatvecLaunch launch = a;
   launch.n_groups = 0;
   for (int i = 0; i < a.n_parts; ++i) {
     launch.parts[i].first_group = launch.n_groups;
     launch.n_groups += (a.parts[i].w.rows + kRows - 1) / kRows;
   }
-  // Every warp gets the same number of groups (the last ones one fewer): as many warps as are
-  // resident, or fewer when the groups do not divide evenly among them. Occupancy depends on
-  // the kernel and the architecture only (the machines here have one kind of GPU), so it is
-  // asked once per kernel; the SM count once per device.
-  static const int kCtasPerSm = ctas_per_sm(kernel);
+  // Occupancy depends on the kernel and the architecture only (the machines here have one kind
+  // of GPU), so it is asked once per kernel; the SM count once per device.
+  const auto kernel = [](int split) {
+    if constexpr (B <= kMaxSplitMatvecRows) {
+      if (split == 2) return matvec_kernel<T, B, kRows, kUnroll, 2>;
+      if (split == 4) return matvec_kernel<T, B, kRows, kUnroll, 4>;
+    }
+    return matvec_kernel<T, B, kRows, kUnroll, 1>;
+  };
+  constexpr int kSplits = B <= kMaxSplitMatvecRows ? 3 : 1;
+  static const auto kCtasPerSm = [&] {
+    std::array<int, 3> n{};
+    for (int i = 0; i < kSplits; ++i) n[i] = ctas_per_sm(kernel(1 << i));
+    return n;
+  }();
   const int sms = current_device_sm_count();
-  const int64_t resident = static_cast<int64_t>(std::max(sms, 1)) * kCtasPerSm * kMatvecWarps;
-  const int64_t per_warp = (launch.n_groups + resident - 1) / resident;
-  const int64_t warps = (launch.n_groups + per_warp - 1) / per_warp;
-  const int64_t ctas = (warps + kMatvecWarps - 1) / kMatvecWarps;
-  LS_CUDA_REQUIRE(ctas <= 0x7fffffff);
-  LS_CUDA_CHECK(
-      launch_kernel(kernel, static_cast<unsigned>(ctas), kMatvecThreads, 0, stream, launch));
+  // Whole rows while at least kBusyEnough of the resident warps stream: splitting costs a barrier
+  // per group and shortens each warp's stream, which loses where the memory system is already
+  // busy (an 11008 x 4096 F16 matrix: 64% of the copy bandwidth split, 82% whole). Below that,
+  // the split that keeps the most warps streaming, each warp at least one step a group (a
+  // 4096 x 11008 matrix: 79% split four ways, 68% whole). Or the split matvec_k_split() forces;
+  // batches above kMaxSplitMatvecRows keep whole rows.
+  constexpr double kBusyEnough = 0.75;
+  const int n_steps = static_cast<int>(
+      (a.parts[0].w.cols / DotFormat<T>::kItemElems + 32 * kUnroll - 1) / (32 * kUnroll));
+  int split = 1;
+  MatvecGrid grid = matvec_grid(launch.n_groups, sms, kCtasPerSm[0], 1);
+  const int forced = matvec_k_split();
+  const bool choose = forced == 0 && grid.busy < kBusyEnough;
+  for (int i = 1; i < kSplits; ++i) {
+    const MatvecGrid g = matvec_grid(launch.n_groups, sms, kCtasPerSm[i], 1 << i);
+    if (forced == 1 << i || (choose && (1 << i) <= n_steps && g.busy > grid.busy + 0.02)) {
+      split = 1 << i;
+      grid = g;
+    }
+  }
+  LS_CUDA_REQUIRE(grid.ctas <= 0x7fffffff);
+  LS_CUDA_CHECK(launch_kernel(kernel(split), static_cast<unsigned>(grid.ctas), kMatvecThreads, 0,
+                              stream, launch));
   return Status::ok();
 }
 

@@ -32,6 +32,16 @@ struct MatvecLaunch {
   int64_t n_groups = 0;   // row groups of all parts (set by the launcher)
 };
 
+// Batches of up to this many activation rows may split each row group's columns over 2 or 4
+// warps (matvec_kernel.cuh).
+inline constexpr int kMaxSplitMatvecRows = 4;
+
+// The column split every such launch uses: 0 (the default) lets the launcher pick per launch;
+// 1, 2 or 4 forces it. The environment's LLAMASERVE_MATVEC_SPLIT sets the starting value (for
+// timing one against another); set_matvec_k_split() overrides it (the tests run every split).
+int matvec_k_split();
+void set_matvec_k_split(int split);
+
 // PRECONDITION: the parts passed the checks of matvec_parts() and have type T.
 template <TensorType T>
 Status launch_matvec(const MatvecLaunch& launch, cudaStream_t stream);
