@@ -11,9 +11,9 @@
 // Split K: S warps of a CTA (S = 1, 2 or 4; a "unit") can share each group, warp j of the unit
 // taking steps j, j + S, ...; at the group's end their sums meet in shared memory (a named
 // barrier per unit) and the unit's first warp adds them in a fixed order and stores the outputs.
-// The launcher splits only launches that leave many resident warps idle: a 4096-row matrix has
-// 2048 groups of two rows, which keep only 2048 of the 3168 warps an H200 holds busy with
-// S = 1, and 2732 with S = 4.
+// The launcher splits only float-weight launches that leave many resident warps idle: a
+// 4096-row matrix has 2048 groups of two rows, which keep only 2048 of the 3168 warps an H200
+// holds busy with S = 1, and 2732 with S = 4.
 //
 // Streaming: the warps are persistent. The grid holds at most as many warps as the GPU keeps
 // resident, each unit taking groups u, u + N, u + 2N, ... with every unit given the same number
@@ -302,19 +302,21 @@ Status launch_matvec_rows(const MatvecLaunch& a, cudaStream_t stream) {
     return n;
   }();
   const int sms = current_device_sm_count();
-  // Whole rows while at least kBusyEnough of the resident warps stream: splitting costs a barrier
-  // per group and shortens each warp's stream, which loses where the memory system is already
-  // busy (an 11008 x 4096 F16 matrix: 64% of the copy bandwidth split, 82% whole). Below that,
-  // the split that keeps the most warps streaming, each warp at least one step a group (a
-  // 4096 x 11008 matrix: 79% split four ways, 68% whole). Or the split matvec_k_split() forces;
-  // batches above kMaxSplitMatvecRows keep whole rows.
+  // Float weights: whole rows while at least kBusyEnough of the resident warps stream (splitting
+  // costs a barrier per group and shortens each warp's stream, which loses where the memory
+  // system is already busy: an 11008 x 4096 F16 matrix, 64% of the copy bandwidth split four
+  // ways, 82% whole); below that, the split that keeps the most warps streaming, each warp at
+  // least one step a group (4096 x 11008: 79% split four ways, 68% whole). Quantized weights keep
+  // whole rows: their groups are few steps long, and split they lost on 11008 x 4096 (Q4_0 49%
+  // whole, 41% split) and gained little elsewhere. matvec_k_split() may force a split; batches
+  // above kMaxSplitMatvecRows keep whole rows.
   constexpr double kBusyEnough = 0.75;
   const int n_steps = static_cast<int>(
       (a.parts[0].w.cols / DotFormat<T>::kItemElems + 32 * kUnroll - 1) / (32 * kUnroll));
   int split = 1;
   MatvecGrid grid = matvec_grid(launch.n_groups, sms, kCtasPerSm[0], 1);
   const int forced = matvec_k_split();
-  const bool choose = forced == 0 && grid.busy < kBusyEnough;
+  const bool choose = forced == 0 && !DotFormat<T>::kQ8 && grid.busy < kBusyEnough;
   for (int i = 1; i < kSplits; ++i) {
     const MatvecGrid g = matvec_grid(launch.n_groups, sms, kCtasPerSm[i], 1 << i);
     if (forced == 1 << i || (choose && (1 << i) <= n_steps && g.busy > grid.busy + 0.02)) {
