@@ -237,6 +237,61 @@ TEST_P(MatvecTest, PartsInOneLaunch) {
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatvecTest, ::testing::ValuesIn(weight_types()),
                          type_param_name);
 
+// The launcher's grid and column split (host logic, no GPU): an H200 with 6 matvec CTAs of 4
+// warps per SM holds 3168 warps.
+MatvecShape h200_shape(int64_t n_groups, int n_steps, bool quantized = false) {
+  MatvecShape shape;
+  shape.n_groups = n_groups;
+  shape.n_steps = n_steps;
+  shape.quantized = quantized;
+  shape.sms = 132;
+  shape.ctas_per_sm = {6, 6, 6};
+  return shape;
+}
+
+TEST(MatvecGrid, SplitsOnlyFloatLaunchesThatLeaveWarpsIdle) {
+  // 4096 rows in groups of 2, 15 steps a group (K = 11008, F16): whole rows keep 2048 of 3168
+  // warps busy; four warps a group keep 683 of 792 units busy, 3 groups each.
+  const MatvecGrid down = choose_matvec_grid(h200_shape(2048, 15), 0);
+  EXPECT_EQ(down.split, 4);
+  EXPECT_EQ(down.ctas, 683);
+  EXPECT_NEAR(down.busy, 683.0 / 792.0, 1e-12);
+  const MatvecGrid whole = choose_matvec_grid(h200_shape(2048, 15), 1);
+  EXPECT_EQ(whole.split, 1);
+  EXPECT_EQ(whole.ctas, 512);
+  EXPECT_NEAR(whole.busy, 2048.0 / 3168.0, 1e-12);
+  // 11008 rows: 5504 groups, 2 a warp on 2752 warps (87% busy): whole rows.
+  EXPECT_EQ(choose_matvec_grid(h200_shape(5504, 6), 0).split, 1);
+  // Quantized weights stay whole however idle the warps.
+  EXPECT_EQ(choose_matvec_grid(h200_shape(2048, 15, true), 0).split, 1);
+  // No warp goes without a step: 3 steps a group allow 2 warps, not 4 (2 give no more busy
+  // warps here, so the rows stay whole).
+  EXPECT_EQ(choose_matvec_grid(h200_shape(2048, 3), 0).split, 1);
+  // A small matrix (385 groups) takes the widest split.
+  const MatvecGrid small = choose_matvec_grid(h200_shape(385, 20), 0);
+  EXPECT_EQ(small.split, 4);
+  EXPECT_EQ(small.ctas, 385);
+  // A forced split holds where its kernel exists; batches above kMaxSplitMatvecRows have only
+  // whole rows.
+  EXPECT_EQ(choose_matvec_grid(h200_shape(5504, 6), 2).split, 2);
+  EXPECT_EQ(choose_matvec_grid(h200_shape(5504, 6, true), 4).split, 4);
+  MatvecShape wide = h200_shape(2048, 15);
+  wide.ctas_per_sm = {6, 0, 0};
+  EXPECT_EQ(choose_matvec_grid(wide, 0).split, 1);
+  EXPECT_EQ(choose_matvec_grid(wide, 4).split, 1);
+  // Every group is covered, every unit the same number of groups or one fewer.
+  for (const int64_t groups : {1, 7, 385, 2048, 5504, 16000, 100000}) {
+    for (const int forced : {1, 2, 4}) {
+      const MatvecGrid g = choose_matvec_grid(h200_shape(groups, 8), forced);
+      const int64_t units = g.ctas * (kMatvecWarps / g.split);
+      const int64_t resident = 132 * 6 * (kMatvecWarps / g.split);
+      EXPECT_LE(g.ctas * (kMatvecWarps / g.split) - (kMatvecWarps / g.split - 1), resident);
+      const int64_t per_unit = (groups + resident - 1) / resident;
+      EXPECT_GE(units * per_unit, groups) << groups << " groups, split " << forced;
+    }
+  }
+}
+
 TEST(MatvecContract, RejectsMissingOrMisalignedActivations) {
   MatvecArgs args;
   args.w.type = TensorType::F16;

@@ -1,5 +1,6 @@
 #include "backend/cuda/matvec.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -43,6 +44,38 @@ int matvec_k_split() { return k_split_setting().load(std::memory_order_relaxed);
 
 void set_matvec_k_split(int split) {
   k_split_setting().store(split == 1 || split == 2 || split == 4 ? split : 0);
+}
+
+namespace {
+
+MatvecGrid grid_with_split(const MatvecShape& shape, int index) {
+  const int split = 1 << index;
+  const int64_t units_per_cta = kMatvecWarps / split;
+  const int64_t resident = static_cast<int64_t>(std::max(shape.sms, 1)) *
+                           std::max(shape.ctas_per_sm[static_cast<size_t>(index)], 1) *
+                           units_per_cta;
+  const int64_t per_unit = (shape.n_groups + resident - 1) / resident;
+  const int64_t units = (shape.n_groups + per_unit - 1) / per_unit;
+  return {(units + units_per_cta - 1) / units_per_cta, split,
+          static_cast<double>(units) / static_cast<double>(resident)};
+}
+
+}  // namespace
+
+MatvecGrid choose_matvec_grid(const MatvecShape& shape, int forced_split) {
+  constexpr double kBusyEnough = 0.75;
+  constexpr double kClearGain = 0.02;
+  MatvecGrid grid = grid_with_split(shape, 0);
+  const bool choose = forced_split == 0 && !shape.quantized && grid.busy < kBusyEnough;
+  for (int i = 1; i < 3; ++i) {
+    if (shape.ctas_per_sm[static_cast<size_t>(i)] <= 0) continue;
+    const MatvecGrid g = grid_with_split(shape, i);
+    if (forced_split == g.split ||
+        (choose && g.split <= shape.n_steps && g.busy > grid.busy + kClearGain)) {
+      grid = g;
+    }
+  }
+  return grid;
 }
 
 uint64_t matvec_weight_bytes(const DeviceMatrix& w) {

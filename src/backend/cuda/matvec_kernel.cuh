@@ -11,9 +11,9 @@
 // Split K: S warps of a CTA (S = 1, 2 or 4; a "unit") can share each group, warp j of the unit
 // taking steps j, j + S, ...; at the group's end their sums meet in shared memory (a named
 // barrier per unit) and the unit's first warp adds them in a fixed order and stores the outputs.
-// The launcher splits only float-weight launches that leave many resident warps idle: a
-// 4096-row matrix has 2048 groups of two rows, which keep only 2048 of the 3168 warps an H200
-// holds busy with S = 1, and 2732 with S = 4.
+// The launcher splits only float-weight launches that leave many resident warps idle
+// (choose_matvec_grid, matvec_launch.h): a 4096-row matrix has 2048 groups of two rows, which
+// keep only 2048 of the 3168 warps an H200 holds busy with S = 1, and 2732 with S = 4.
 //
 // Streaming: the warps are persistent. The grid holds at most as many warps as the GPU keeps
 // resident, each unit taking groups u, u + N, u + 2N, ... with every unit given the same number
@@ -41,7 +41,6 @@
 
 namespace llamaserve::cuda {
 
-inline constexpr int kMatvecWarps = 4;
 inline constexpr int kMatvecThreads = 32 * kMatvecWarps;
 
 // Weight rows per warp: more rows share each activation load (B of them per item); fewer keep
@@ -259,23 +258,6 @@ int ctas_per_sm(Kernel kernel) {
   return std::max(n, 1);
 }
 
-// The grid of a launch of n_groups groups with units of `split` warps: every unit the same
-// number of groups (the last ones one fewer), as many units as are resident or fewer, and the
-// fraction of the resident warps that stream.
-struct MatvecGrid {
-  int64_t ctas = 0;
-  double busy = 0.0;
-};
-
-inline MatvecGrid matvec_grid(int64_t n_groups, int sms, int ctas_per_sm, int split) {
-  const int64_t units_per_cta = kMatvecWarps / split;
-  const int64_t resident = static_cast<int64_t>(std::max(sms, 1)) * ctas_per_sm * units_per_cta;
-  const int64_t per_unit = (n_groups + resident - 1) / resident;
-  const int64_t units = (n_groups + per_unit - 1) / per_unit;
-  return {(units + units_per_cta - 1) / units_per_cta,
-          static_cast<double>(units) / static_cast<double>(resident)};
-}
-
 template <TensorType T, int B>
 Status launch_matvec_rows(const MatvecLaunch& a, cudaStream_t stream) {
   constexpr int kRows = kMatvecRowsPerWarp<T, B>;
@@ -301,32 +283,17 @@ Status launch_matvec_rows(const MatvecLaunch& a, cudaStream_t stream) {
     for (int i = 0; i < kSplits; ++i) n[i] = ctas_per_sm(kernel(1 << i));
     return n;
   }();
-  const int sms = current_device_sm_count();
-  // Float weights: whole rows while at least kBusyEnough of the resident warps stream (splitting
-  // costs a barrier per group and shortens each warp's stream, which loses where the memory
-  // system is already busy: an 11008 x 4096 F16 matrix, 64% of the copy bandwidth split four
-  // ways, 82% whole); below that, the split that keeps the most warps streaming, each warp at
-  // least one step a group (4096 x 11008: 79% split four ways, 68% whole). Quantized weights keep
-  // whole rows: their groups are few steps long, and split they lost on 11008 x 4096 (Q4_0 49%
-  // whole, 41% split) and gained little elsewhere. matvec_k_split() may force a split; batches
-  // above kMaxSplitMatvecRows keep whole rows.
-  constexpr double kBusyEnough = 0.75;
-  const int n_steps = static_cast<int>(
+  MatvecShape shape;
+  shape.n_groups = launch.n_groups;
+  shape.n_steps = static_cast<int>(
       (a.parts[0].w.cols / DotFormat<T>::kItemElems + 32 * kUnroll - 1) / (32 * kUnroll));
-  int split = 1;
-  MatvecGrid grid = matvec_grid(launch.n_groups, sms, kCtasPerSm[0], 1);
-  const int forced = matvec_k_split();
-  const bool choose = forced == 0 && !DotFormat<T>::kQ8 && grid.busy < kBusyEnough;
-  for (int i = 1; i < kSplits; ++i) {
-    const MatvecGrid g = matvec_grid(launch.n_groups, sms, kCtasPerSm[i], 1 << i);
-    if (forced == 1 << i || (choose && (1 << i) <= n_steps && g.busy > grid.busy + 0.02)) {
-      split = 1 << i;
-      grid = g;
-    }
-  }
+  shape.quantized = DotFormat<T>::kQ8;
+  shape.sms = current_device_sm_count();
+  shape.ctas_per_sm = kCtasPerSm;
+  const MatvecGrid grid = choose_matvec_grid(shape, matvec_k_split());
   LS_CUDA_REQUIRE(grid.ctas <= 0x7fffffff);
-  LS_CUDA_CHECK(launch_kernel(kernel(split), static_cast<unsigned>(grid.ctas), kMatvecThreads, 0,
-                              stream, launch));
+  LS_CUDA_CHECK(launch_kernel(kernel(grid.split), static_cast<unsigned>(grid.ctas), kMatvecThreads,
+                              0, stream, launch));
   return Status::ok();
 }
 
