@@ -8,6 +8,9 @@
 #   AB_LAYOUTS  NAME/DEVICES/TP (default "one/0/1 tp2/0,1/2")
 #   AB_ARGS     bench arguments (default "-p 16 -n 128 -b 1,4 --reps 3")
 #   AB_REPEATS  rounds of base-then-candidate (default 2)
+#   AB_BASE_ENV, AB_NEW_ENV  NAME=VALUE settings for each side's runs (default none), so that
+#               one binary can be timed against itself with a switch, e.g.
+#               AB_BASE_ENV=LLAMASERVE_MATVEC_SPLIT=1 scripts/bench_ab.sh BIN BIN MODEL
 set -uo pipefail
 : "${OUT:?set OUT}"
 base=$1 new=$2 model=$3
@@ -15,8 +18,12 @@ mkdir -p "$OUT"
 md=$OUT/bench-ab.md
 read -r -a args <<<"${AB_ARGS:--p 16 -n 128 -b 1,4 --reps 3}"
 read -r -a layouts <<<"${AB_LAYOUTS:-one/0/1 tp2/0,1/2}"
+read -r -a base_env <<<"${AB_BASE_ENV:-}"
+read -r -a new_env <<<"${AB_NEW_ENV:-}"
 {
   echo "bench ${args[*]}"
+  echo
+  echo "base: ${base_env[*]} $base; new: ${new_env[*]} $new"
   echo
   echo "| layout | round | binary | case | tok/s | ms/tok |"
   echo "| --- | ---: | --- | --- | ---: | ---: |"
@@ -26,9 +33,13 @@ for layout in "${layouts[@]}"; do
   for ((round = 1; round <= ${AB_REPEATS:-2}; ++round)); do
     for which in base new; do
       bin=$base
-      [[ $which == new ]] && bin=$new
+      settings=("${base_env[@]}")
+      if [[ $which == new ]]; then
+        bin=$new
+        settings=("${new_env[@]}")
+      fi
       json=$OUT/ab-$name-$round-$which.json
-      "$bin" bench -m "$model" --devices "$devices" --tp "$tp" "${args[@]}" --json-file "$json" \
+      env "${settings[@]}" "$bin" bench -m "$model" --devices "$devices" --tp "$tp" "${args[@]}" --json-file "$json" \
         >"$OUT/ab-$name-$round-$which.log" 2>&1 || echo "| $name | $round | $which | FAILED | | |" >>"$md"
       [[ -s $json ]] || continue
       python3 - "$json" "$name" "$round" "$which" >>"$md" <<'PY'
