@@ -279,15 +279,18 @@ TEST(MatvecGrid, SplitsOnlyFloatLaunchesThatLeaveWarpsIdle) {
   wide.ctas_per_sm = {6, 0, 0};
   EXPECT_EQ(choose_matvec_grid(wide, 0).split, 1);
   EXPECT_EQ(choose_matvec_grid(wide, 4).split, 1);
-  // Every group is covered, every unit the same number of groups or one fewer.
+  // The kernel's units stride over the groups (unit u takes u, u + N, ... for N units in the
+  // grid): no unit takes more groups than the fewest the resident units allow, and the grid
+  // never holds more units than are resident.
   for (const int64_t groups : {1, 7, 385, 2048, 5504, 16000, 100000}) {
     for (const int forced : {1, 2, 4}) {
       const MatvecGrid g = choose_matvec_grid(h200_shape(groups, 8), forced);
-      const int64_t units = g.ctas * (kMatvecWarps / g.split);
-      const int64_t resident = 132 * 6 * (kMatvecWarps / g.split);
-      EXPECT_LE(g.ctas * (kMatvecWarps / g.split) - (kMatvecWarps / g.split - 1), resident);
-      const int64_t per_unit = (groups + resident - 1) / resident;
-      EXPECT_GE(units * per_unit, groups) << groups << " groups, split " << forced;
+      const int64_t units_per_cta = kMatvecWarps / g.split;
+      const int64_t resident = 132 * 6 * units_per_cta;
+      const int64_t units = g.ctas * units_per_cta;
+      EXPECT_LE(g.ctas, 132 * 6) << groups << " groups, split " << forced;
+      EXPECT_EQ((groups + units - 1) / units, (groups + resident - 1) / resident)
+          << groups << " groups, split " << forced;
     }
   }
 }
