@@ -135,21 +135,21 @@ TEST_P(MatvecTest, MatchesReferenceForEveryRowCount) {
   const HostMatrix m = make_matrix(type, kRows, cols, 1234);
   UploadedMatrix w = upload(m);
   ASSERT_NE(w.view.quants, nullptr);
-  for (const int split : kSplits) {
-    SCOPED_TRACE(split_trace(split));
-    set_matvec_k_split(split);
-    for (const int64_t n_act : {1, 2, 3, 4, 6, 7, 8, 16}) {
-      SCOPED_TRACE("activation rows " + std::to_string(n_act));
-      const int64_t x_stride = cols + 4;  // strided rows
-      const int64_t y_stride = kRows + 3;
-      const MatvecInput in =
-          prepare_input(type, random_floats(n_act * x_stride, 99 + n_act), x_stride, n_act, cols);
-      DeviceArray<float> y_dev(n_act * y_stride);
+  for (const int64_t n_act : {1, 2, 3, 4, 6, 7, 8, 16}) {
+    SCOPED_TRACE("activation rows " + std::to_string(n_act));
+    const int64_t x_stride = cols + 4;  // strided rows
+    const int64_t y_stride = kRows + 3;
+    const MatvecInput in =
+        prepare_input(type, random_floats(n_act * x_stride, 99 + n_act), x_stride, n_act, cols);
+    const Reference want = reference_product(m, in.seen, x_stride, n_act);
+    DeviceArray<float> y_dev(n_act * y_stride);
+    for (const int split : kSplits) {
+      SCOPED_TRACE(split_trace(split));
+      set_matvec_k_split(split);
       y_dev.poison();
       ASSERT_OK(matvec(matvec_args(w.view, in, x_stride, n_act, y_dev.get(), y_stride), nullptr));
       ASSERT_CUDA(cudaDeviceSynchronize());
-      expect_close(y_dev.download(), y_stride, reference_product(m, in.seen, x_stride, n_act),
-                   kRows, n_act, kMatvecTolerance);
+      expect_close(y_dev.download(), y_stride, want, kRows, n_act, kMatvecTolerance);
     }
   }
 }
@@ -162,26 +162,27 @@ TEST_P(MatvecTest, AccumulatesIntoOutputAndAddsBias) {
   const HostMatrix m = make_matrix(type, rows, cols, 77);
   UploadedMatrix w = upload(m);
   ASSERT_NE(w.view.quants, nullptr);
-  for (const int split : kSplits) {
-    SCOPED_TRACE(split_trace(split));
-    set_matvec_k_split(split);
-    for (const int64_t n_act : {2, 5}) {
-      SCOPED_TRACE("activation rows " + std::to_string(n_act));
-      const MatvecInput in = prepare_input(type, random_floats(n_act * cols, 5), cols, n_act, cols);
-      const std::vector<float> y0 = random_floats(n_act * rows, 6);
-      const std::vector<float> bias = random_floats(rows, 7);
-      DeviceArray<float> y_dev(y0), bias_dev(bias);
+  for (const int64_t n_act : {2, 5}) {
+    SCOPED_TRACE("activation rows " + std::to_string(n_act));
+    const MatvecInput in = prepare_input(type, random_floats(n_act * cols, 5), cols, n_act, cols);
+    const std::vector<float> y0 = random_floats(n_act * rows, 6);
+    const std::vector<float> bias = random_floats(rows, 7);
+    const Reference want = reference_product(m, in.seen, cols, n_act);
+    std::vector<double> extra(n_act * rows);
+    for (int64_t b = 0; b < n_act; ++b) {
+      for (int64_t r = 0; r < rows; ++r) extra[b * rows + r] = y0[b * rows + r] + bias[r];
+    }
+    DeviceArray<float> bias_dev(bias);
+    for (const int split : kSplits) {
+      SCOPED_TRACE(split_trace(split));
+      set_matvec_k_split(split);
+      DeviceArray<float> y_dev(y0);
       MatvecArgs args = matvec_args(w.view, in, cols, n_act, y_dev.get(), rows);
       args.bias = bias_dev.get();
       args.accumulate = true;
       ASSERT_OK(matvec(args, nullptr));
       ASSERT_CUDA(cudaDeviceSynchronize());
-      std::vector<double> extra(n_act * rows);
-      for (int64_t b = 0; b < n_act; ++b) {
-        for (int64_t r = 0; r < rows; ++r) extra[b * rows + r] = y0[b * rows + r] + bias[r];
-      }
-      expect_close(y_dev.download(), rows, reference_product(m, in.seen, cols, n_act), rows, n_act,
-                   kMatvecTolerance, extra);
+      expect_close(y_dev.download(), rows, want, rows, n_act, kMatvecTolerance, extra);
     }
   }
 }
@@ -212,6 +213,15 @@ TEST_P(MatvecTest, PartsInOneLaunch) {
         matvec_args(uploaded[i].view, in, cols, n_act, outputs.back().get(), heights[i]));
   }
   parts[1].bias = bias_dev.get();
+  std::vector<Reference> wants;
+  std::vector<std::vector<double>> extras(heights.size());
+  for (size_t i = 0; i < heights.size(); ++i) {
+    wants.push_back(reference_product(hosts[i], in.seen, cols, n_act));
+    if (i == 1) {
+      for (int64_t b = 0; b < n_act; ++b)
+        extras[i].insert(extras[i].end(), bias.begin(), bias.end());
+    }
+  }
   for (const int split : kSplits) {
     SCOPED_TRACE(split_trace(split));
     set_matvec_k_split(split);
@@ -220,13 +230,8 @@ TEST_P(MatvecTest, PartsInOneLaunch) {
     ASSERT_CUDA(cudaDeviceSynchronize());
     for (size_t i = 0; i < heights.size(); ++i) {
       SCOPED_TRACE("part " + std::to_string(i));
-      std::vector<double> extra;
-      if (i == 1) {
-        for (int64_t b = 0; b < n_act; ++b) extra.insert(extra.end(), bias.begin(), bias.end());
-      }
-      expect_close(outputs[i].download(), heights[i],
-                   reference_product(hosts[i], in.seen, cols, n_act), heights[i], n_act,
-                   kMatvecTolerance, extra);
+      expect_close(outputs[i].download(), heights[i], wants[i], heights[i], n_act, kMatvecTolerance,
+                   extras[i]);
     }
   }
   // Parts that do not share their input are refused.

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <cstring>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/matvec_launch.h"
@@ -24,29 +23,18 @@ bool matvec_uses_q8(TensorType type) {
 
 namespace {
 
+// LLAMASERVE_MATVEC_SPLIT when it names a split (1, 2 or 4), else 0.
 int split_from_environment() {
   const char* value = std::getenv("LLAMASERVE_MATVEC_SPLIT");
-  if (value == nullptr) return 0;
-  for (const char* known : {"1", "2", "4"}) {
-    if (std::strcmp(value, known) == 0) return std::atoi(value);
-  }
-  return 0;
+  if (value == nullptr || value[0] == '\0' || value[1] != '\0') return 0;
+  const int split = value[0] - '0';
+  return split == 1 || split == 2 || split == 4 ? split : 0;
 }
 
 std::atomic<int>& k_split_setting() {
   static std::atomic<int> setting{split_from_environment()};
   return setting;
 }
-
-}  // namespace
-
-int matvec_k_split() { return k_split_setting().load(std::memory_order_relaxed); }
-
-void set_matvec_k_split(int split) {
-  k_split_setting().store(split == 1 || split == 2 || split == 4 ? split : 0);
-}
-
-namespace {
 
 MatvecGrid grid_with_split(const MatvecShape& shape, int index) {
   const int split = 1 << index;
@@ -61,6 +49,12 @@ MatvecGrid grid_with_split(const MatvecShape& shape, int index) {
 }
 
 }  // namespace
+
+int matvec_k_split() { return k_split_setting().load(std::memory_order_relaxed); }
+
+void set_matvec_k_split(int split) {
+  k_split_setting().store(split == 1 || split == 2 || split == 4 ? split : 0);
+}
 
 MatvecGrid choose_matvec_grid(const MatvecShape& shape, int forced_split) {
   constexpr double kBusyEnough = 0.75;
