@@ -58,6 +58,19 @@ int32_t decode_split_tokens() {
   return tokens;
 }
 
+// Rows from which quantized products run as GEMMs: CudaExecutorOptions::gemm_min_rows, or
+// LLAMASERVE_GEMM_MIN_ROWS (2 to 4096, read once; for measurements).
+int32_t quantized_gemm_min_rows(int32_t configured) {
+  static const int32_t rows = [] {
+    const char* env = std::getenv("LLAMASERVE_GEMM_MIN_ROWS");
+    const long value = env != nullptr ? std::strtol(env, nullptr, 10) : 0;
+    if (value >= 2 && value <= 4096) return static_cast<int32_t>(value);
+    if (env != nullptr) spdlog::warn("LLAMASERVE_GEMM_MIN_ROWS={}: not 2 to 4096, ignored", env);
+    return 0;
+  }();
+  return rows > 0 ? rows : configured;
+}
+
 bool op_times_requested() {
   const char* env = std::getenv("LLAMASERVE_OP_TIMES");
   return env != nullptr && *env != '\0' && std::string_view(env) != "0";
@@ -218,7 +231,8 @@ Result<int32_t> CudaExecutor::plan_kv_blocks() {
   }
   limits_.gemm_scratch_elems = std::min(max_quantized, kMaxGemmScratchElems);
   limits_.max_matvec_rows =
-      std::min<int64_t>(limits_.max_tokens, static_cast<int64_t>(options_.gemm_min_rows) - 1);
+      std::min<int64_t>(limits_.max_tokens,
+                        static_cast<int64_t>(quantized_gemm_min_rows(options_.gemm_min_rows)) - 1);
   if (options_.all_reduce) {
     LS_ASSIGN_OR_RETURN(limits_.half_sums, tp_half_sums_from_env());
   }
@@ -269,7 +283,7 @@ Status CudaExecutor::init(int32_t kv_blocks) {
   LS_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
   LS_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace, kCublasWorkspaceBytes));
   cuda::CudaBackendOptions backend_options;
-  backend_options.gemm_min_rows = options_.gemm_min_rows;
+  backend_options.gemm_min_rows = quantized_gemm_min_rows(options_.gemm_min_rows);
   backend_options.float_gemm_min_rows = options_.float_gemm_min_rows;
   backend_options.all_reduce = options_.all_reduce;
   backend_options.primary_rank = options_.primary_rank;
