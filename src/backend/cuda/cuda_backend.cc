@@ -1,6 +1,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <optional>
 #include <span>
 
@@ -15,6 +16,20 @@
 #include "backend/cuda/rope.h"
 
 namespace llamaserve::cuda {
+namespace {
+
+// Warps per block of the decode attention kernel: 0 lets it choose; LLAMASERVE_DECODE_WARPS=4
+// or 16 forces one (read once; for measurements).
+int32_t decode_attention_warps() {
+  static const int32_t warps = [] {
+    const char* env = std::getenv("LLAMASERVE_DECODE_WARPS");
+    const long value = env != nullptr ? std::strtol(env, nullptr, 10) : 0;
+    return value == 4 || value == 16 ? static_cast<int32_t>(value) : 0;
+  }();
+  return warps;
+}
+
+}  // namespace
 
 // Whether GEMM projection b can join a's: float weights (multiplied in place) whose rows follow
 // a's in memory (upload_weights allocates a layer's Q, K, V and gate, up back to back), and
@@ -288,6 +303,7 @@ Status CudaBackend::attention_block(const DeviceBatch& b, int32_t layer, const C
   at.n_splits = n_splits;
   at.partial = act.attention_partial;
   at.split_counters = act.attention_counters;
+  at.decode_warps = decode_attention_warps();
   at.n_batch_rows = n;
   const bool wo_q8 = wants_q8(n, {&w.wo});
   at.out_q = wo_q8 ? act.q8 : Q8Rows{};
