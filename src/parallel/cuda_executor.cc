@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -42,33 +43,31 @@ constexpr int32_t kDecodeSplitTokens = 64;
 // Tensor-parallel passes split in halves for overlapping from this many rows per half.
 constexpr int32_t kOverlapMinRows = 128;
 
+// The integer in environment variable `name` when it lies in [lo, hi] (a warning when it is set
+// otherwise): the overrides below, for measurements.
+std::optional<int32_t> int_from_env(const char* name, long lo, long hi) {
+  const char* env = std::getenv(name);
+  if (env == nullptr) return std::nullopt;
+  const long value = std::strtol(env, nullptr, 10);
+  if (value >= lo && value <= hi) return static_cast<int32_t>(value);
+  spdlog::warn("{}={}: not {} to {}, ignored", name, env, lo, hi);
+  return std::nullopt;
+}
+
 // Context per split of decode steps: kDecodeSplitTokens, or LLAMASERVE_DECODE_SPLIT_TOKENS
-// (16 to 65536, read once; for measurements).
+// (16 to 65536, read once).
 int32_t decode_split_tokens() {
-  static const int32_t tokens = [] {
-    const char* env = std::getenv("LLAMASERVE_DECODE_SPLIT_TOKENS");
-    const long value = env != nullptr ? std::strtol(env, nullptr, 10) : 0;
-    if (value >= 16 && value <= 65536) return static_cast<int32_t>(value);
-    if (env != nullptr) {
-      spdlog::warn("LLAMASERVE_DECODE_SPLIT_TOKENS={}: not 16 to 65536, using {}", env,
-                   kDecodeSplitTokens);
-    }
-    return kDecodeSplitTokens;
-  }();
+  static const int32_t tokens =
+      int_from_env("LLAMASERVE_DECODE_SPLIT_TOKENS", 16, 65536).value_or(kDecodeSplitTokens);
   return tokens;
 }
 
-// Rows from which quantized products run as GEMMs: CudaExecutorOptions::gemm_min_rows, or
-// LLAMASERVE_GEMM_MIN_ROWS (2 to 4096, read once; for measurements).
-int32_t quantized_gemm_min_rows(int32_t configured) {
-  static const int32_t rows = [] {
-    const char* env = std::getenv("LLAMASERVE_GEMM_MIN_ROWS");
-    const long value = env != nullptr ? std::strtol(env, nullptr, 10) : 0;
-    if (value >= 2 && value <= 4096) return static_cast<int32_t>(value);
-    if (env != nullptr) spdlog::warn("LLAMASERVE_GEMM_MIN_ROWS={}: not 2 to 4096, ignored", env);
-    return 0;
-  }();
-  return rows > 0 ? rows : configured;
+// `options` with LLAMASERVE_GEMM_MIN_ROWS (2 to 4096, read once) in place of gemm_min_rows.
+CudaExecutorOptions with_env_overrides(CudaExecutorOptions options) {
+  static const std::optional<int32_t> gemm_min_rows =
+      int_from_env("LLAMASERVE_GEMM_MIN_ROWS", 2, 4096);
+  if (gemm_min_rows) options.gemm_min_rows = *gemm_min_rows;
+  return options;
 }
 
 bool op_times_requested() {
@@ -86,7 +85,7 @@ class CudaExecutor final : public Executor, public CudaPart {
  public:
   CudaExecutor(std::shared_ptr<const LoadedModel> model, const CudaExecutorOptions& options)
       : model_(std::move(model)),
-        options_(options),
+        options_(with_env_overrides(options)),
         range_(options.layers.value_or(
             LayerRange{0, static_cast<int32_t>(model_->config.n_layer), true, true})) {}
 
@@ -231,8 +230,7 @@ Result<int32_t> CudaExecutor::plan_kv_blocks() {
   }
   limits_.gemm_scratch_elems = std::min(max_quantized, kMaxGemmScratchElems);
   limits_.max_matvec_rows =
-      std::min<int64_t>(limits_.max_tokens,
-                        static_cast<int64_t>(quantized_gemm_min_rows(options_.gemm_min_rows)) - 1);
+      std::min<int64_t>(limits_.max_tokens, static_cast<int64_t>(options_.gemm_min_rows) - 1);
   if (options_.all_reduce) {
     LS_ASSIGN_OR_RETURN(limits_.half_sums, tp_half_sums_from_env());
   }
@@ -283,7 +281,7 @@ Status CudaExecutor::init(int32_t kv_blocks) {
   LS_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
   LS_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace, kCublasWorkspaceBytes));
   cuda::CudaBackendOptions backend_options;
-  backend_options.gemm_min_rows = quantized_gemm_min_rows(options_.gemm_min_rows);
+  backend_options.gemm_min_rows = options_.gemm_min_rows;
   backend_options.float_gemm_min_rows = options_.float_gemm_min_rows;
   backend_options.all_reduce = options_.all_reduce;
   backend_options.primary_rank = options_.primary_rank;

@@ -23,12 +23,14 @@ bool matvec_uses_q8(TensorType type) {
 
 namespace {
 
+bool is_split(int split) { return split == 1 || split == 2 || split == 4; }
+
 // LLAMASERVE_MATVEC_SPLIT when it names a split (1, 2 or 4), else 0.
 int split_from_environment() {
   const char* value = std::getenv("LLAMASERVE_MATVEC_SPLIT");
   if (value == nullptr || value[0] == '\0' || value[1] != '\0') return 0;
   const int split = value[0] - '0';
-  return split == 1 || split == 2 || split == 4 ? split : 0;
+  return is_split(split) ? split : 0;
 }
 
 std::atomic<int>& k_split_setting() {
@@ -52,9 +54,7 @@ MatvecGrid grid_with_split(const MatvecShape& shape, int index) {
 
 int matvec_k_split() { return k_split_setting().load(std::memory_order_relaxed); }
 
-void set_matvec_k_split(int split) {
-  k_split_setting().store(split == 1 || split == 2 || split == 4 ? split : 0);
-}
+void set_matvec_k_split(int split) { k_split_setting().store(is_split(split) ? split : 0); }
 
 MatvecGrid choose_matvec_grid(const MatvecShape& shape, int forced_split) {
   constexpr double kBusyEnough = 0.75;
