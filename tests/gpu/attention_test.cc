@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <numeric>
 
 #include "backend/cpu/ref_kernels.h"
@@ -29,6 +30,10 @@ struct AttentionCase {
   int n_splits;
   AttentionKernel kernel = AttentionKernel::kAuto;
   int decode_warps = 0;  // the decode kernel's warps per block; 0: its own choice
+  // AttentionArgs::earlier_kv_settled (one row per sequence): write_kv and the attention then
+  // run on a created stream, where the attention is launched while write_kv still runs
+  // (programmatic dependent launch) and loads the history before it waits.
+  bool earlier_kv_settled = false;
 };
 
 constexpr AttentionKernel kTensorCores = AttentionKernel::kTensorCores;
@@ -124,7 +129,14 @@ TEST_P(AttentionTest, MatchesReference) {
   w.block_size = block_size;
   w.n_rows = rows;
   w.kv_dim = kv_dim;
-  ASSERT_OK(write_kv(w, nullptr));
+  cudaStream_t created = nullptr;
+  if (c.earlier_kv_settled) {
+    ASSERT_CUDA(cudaStreamCreateWithFlags(&created, cudaStreamNonBlocking));
+  }
+  const std::unique_ptr<CUstream_st, decltype(&cudaStreamDestroy)> stream_owner(created,
+                                                                                 cudaStreamDestroy);
+  const cudaStream_t stream = created;
+  ASSERT_OK(write_kv(w, stream));
 
   AttentionArgs a;
   a.q = q_dev.get();
@@ -150,13 +162,14 @@ TEST_P(AttentionTest, MatchesReference) {
   a.n_batch_rows = rows;
   a.kernel = c.kernel;
   a.decode_warps = c.decode_warps;
+  a.earlier_kv_settled = c.earlier_kv_settled;
   // The output also as 8-bit blocks (for the output projection's integer matvec), which only
   // the CUDA-core kernel writes.
   DeviceArray<uint8_t> out_q8(q8_rows_bytes(rows, q_dim));
   out_q8.poison();
   if (!tensor_cores) a.out_q = q8_rows_view(out_q8.get(), rows, q_dim);
   ASSERT_OK(configure_attention_kernels());
-  ASSERT_OK(attention(a, nullptr));
+  ASSERT_OK(attention(a, stream));
   ASSERT_CUDA(cudaDeviceSynchronize());
   if (!tensor_cores) {
     EXPECT_EQ(count_q8_mismatches(out_dev.download(), out_stride, rows, q_dim, out_q8, a.out_q), 0)
@@ -325,6 +338,35 @@ INSTANTIATE_TEST_SUITE_P(
                       3,
                       kDecode,
                       4},
+        // The history loaded before the wait for write_kv: one run of positions per warp
+        // (16 warps, splits of a short context), several runs (4 warps, long contexts), GQA.
+        AttentionCase{"DecodeKernelSettled16WarpsMhaHd128Split4",
+                      128,
+                      5,
+                      5,
+                      {{0, 1}, {1, 1}, {37, 1}, {143, 1}},
+                      4,
+                      kDecode,
+                      16,
+                      true},
+        AttentionCase{"DecodeKernelSettled4WarpsGqa3Hd64Split3",
+                      64,
+                      9,
+                      3,
+                      {{0, 1}, {15, 1}, {299, 1}, {1024, 1}},
+                      3,
+                      kDecode,
+                      4,
+                      true},
+        AttentionCase{"DecodeSettledGqa4Hd128",
+                      128,
+                      8,
+                      2,
+                      {{0, 1}, {4, 1}, {129, 1}, {699, 1}, {1499, 1}},
+                      1,
+                      kDecode,
+                      0,
+                      true},
         AttentionCase{"PrefillGqa3Hd64", 64, 9, 3, {{40, 100}, {7, 1}}, 1},
         AttentionCase{"PrefillGqa3Hd64Split2", 64, 9, 3, {{40, 100}, {7, 1}}, 2},
         AttentionCase{"PrefillMhaHd128", 128, 4, 4, {{0, 70}}, 1},

@@ -99,6 +99,11 @@ struct AttentionArgs {
   unsigned int* split_counters = nullptr;
   // Tests and benchmarks name a kernel; the forward pass leaves kAuto.
   AttentionKernel kernel = AttentionKernel::kAuto;
+  // Every row is its sequence's only row of the pass, so the K/V of the positions below a row's
+  // own were written by earlier passes (whose kernels all completed before this pass's staging
+  // copies): the decode kernel loads them before it waits for the kernel that wrote the queries
+  // (launch.cuh). Leave false where a kernel of this pass may have written them.
+  bool earlier_kv_settled = false;
   // The decode kernel's warps per block (4, or 16 for up to 4 query heads per KV head); 0: 16
   // when the grid has fewer than 4 blocks per SM, else 4. Tests name it.
   int32_t decode_warps = 0;

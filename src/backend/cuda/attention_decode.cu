@@ -6,6 +6,11 @@
 // The four warps' partial results are combined once at the end through shared memory. This
 // is the shape of decode steps: one query row per sequence, where the CUDA-core kernel's
 // chunk-and-barrier phases (built for tiles of many query vectors) leave the memory system idle.
+//
+// Given AttentionArgs::earlier_kv_settled, a warp's first run of positions (all of a split's
+// positions for short contexts) is loaded before the wait for the kernel that wrote the queries
+// and the row's own K/V (programmatic dependent launch, launch.cuh): every position below the
+// row's own was written by an earlier pass, so only the query and that one position wait.
 #include "backend/cuda/attention_decode.h"
 
 #include <cuda_fp16.h>
@@ -54,7 +59,6 @@ __global__ void __launch_bounds__(32 * W) attention_decode_kernel(const Attentio
   constexpr int kWarps = W;
   constexpr int kThreads = 32 * W;
   pdl_launch_dependents();
-  pdl_wait();
   constexpr int E = D / 32;
   using Lanes = typename HalfLanes<E>::Type;
   __shared__ float m_s[kWarps][G];
@@ -76,6 +80,33 @@ __global__ void __launch_bounds__(32 * W) attention_decode_kernel(const Attentio
   const auto* k_cache = static_cast<const __half*>(a.k_cache);
   const auto* v_cache = static_cast<const __half*>(a.v_cache);
 
+  // Positions [t0, t0 + kUnroll) of the run: those in [from, to) are loaded, those at or past
+  // `end` are zeros (their scores are masked), the others are left as they are.
+  Lanes k_raw[kUnroll], v_raw[kUnroll];
+  auto load_run = [&](int t0, int from, int to) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int t = t0 + u;
+      if (t >= from && t < to) {
+        const int64_t block = block_table[t / a.block_size];
+        const int64_t slot =
+            ((block * a.block_size + t % a.block_size) * a.n_head_kv + kv_head) * D + lane * E;
+        k_raw[u] = __ldg(reinterpret_cast<const Lanes*>(k_cache + slot));
+        v_raw[u] = __ldg(reinterpret_cast<const Lanes*>(v_cache + slot));
+      } else if (t >= end) {
+        k_raw[u] = Lanes{};
+        v_raw[u] = Lanes{};
+      }
+    }
+  };
+  // Positions below `settled` were written before this pass: the first run's loads of them go
+  // out before the wait (the tile, positions and block table are staged by the host).
+  const int settled = a.earlier_kv_settled ? min(end, ctx - 1) : start;
+  int t0 = start + warp * kUnroll;
+  load_run(t0, t0, settled);
+  pdl_wait();
+  load_run(t0, max(t0, settled), end);
+
   float q[G][E];
 #pragma unroll
   for (int g = 0; g < G; ++g) {
@@ -93,22 +124,8 @@ __global__ void __launch_bounds__(32 * W) attention_decode_kernel(const Attentio
     for (int e = 0; e < E; ++e) acc[g][e] = 0.0f;
   }
 
-  for (int t0 = start + warp * kUnroll; t0 < end; t0 += kWarps * kUnroll) {
-    Lanes k_raw[kUnroll], v_raw[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int t = t0 + u;
-      if (t < end) {
-        const int64_t block = block_table[t / a.block_size];
-        const int64_t slot =
-            ((block * a.block_size + t % a.block_size) * a.n_head_kv + kv_head) * D + lane * E;
-        k_raw[u] = __ldg(reinterpret_cast<const Lanes*>(k_cache + slot));
-        v_raw[u] = __ldg(reinterpret_cast<const Lanes*>(v_cache + slot));
-      } else {
-        k_raw[u] = Lanes{};
-        v_raw[u] = Lanes{};
-      }
-    }
+  for (; t0 < end; t0 += kWarps * kUnroll) {
+    if (t0 >= start + kWarps * kUnroll) load_run(t0, t0, end);  // (the first run is loaded)
     float k[kUnroll][E], v[kUnroll][E];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {

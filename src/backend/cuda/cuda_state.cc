@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/device_matrix.h"
@@ -296,6 +297,12 @@ Result<DeviceBatch> BatchStaging::stage(const Batch& batch, int32_t padded_token
   d.n_logit_rows = n_logit_rows;
   d.n_tiles = n_tiles;
   d.max_tile_rows = max_tile_rows;
+  d.one_row_per_sequence = true;
+  std::vector<bool> has_row(static_cast<size_t>(n_seqs), false);
+  for (int32_t r = 0; r < n && d.one_row_per_sequence; ++r) {
+    d.one_row_per_sequence = !has_row[batch.seq_index[r]];
+    has_row[batch.seq_index[r]] = true;
+  }
   d.split_row = split_row;
   d.split_tiles = split_tiles;
   return d;

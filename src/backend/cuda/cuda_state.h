@@ -108,6 +108,8 @@ struct DeviceBatch {
   int32_t n_logit_rows = 0;
   int32_t n_tiles = 0;
   int32_t max_tile_rows = 1;
+  // Every real row is its sequence's only row (a decode step): AttentionArgs::earlier_kv_settled.
+  bool one_row_per_sequence = false;
   // Staged with a split row (BatchStaging::stage): no tile spans it, the first split_tiles
   // tiles cover the rows before it, and the others count their rows from it, so that
   // split_part() can run each side by itself. The whole batch's tiles are then not for

@@ -9,7 +9,9 @@
 //     is visible; the predecessor had waited for its own, so this covers the whole stream);
 //   - before pdl_wait() it may only read what no kernel of the stream writes: the weights, and
 //     what the host staged for the pass (positions, sequence indices, block tables, attention
-//     tiles: BatchStaging, written by copies that precede the pass's first kernel);
+//     tiles: BatchStaging, written by copies that precede the pass's first kernel), and the
+//     KV cache slots of positions written by earlier passes (AttentionArgs::earlier_kv_settled:
+//     those kernels completed before the pass's copies);
 //   - it may call pdl_launch_dependents() early to let its successor be scheduled.
 // Kernels launched with <<<>>> are ordered as usual. Without PDL (LLAMASERVE_CUDA_PDL=0 in the
 // environment, or before sm_90) both calls do nothing and launches are plain.
