@@ -293,8 +293,10 @@ int run(const Options& options) {
   const std::vector<TensorType> types = {TensorType::F16,  TensorType::BF16, TensorType::Q8_0,
                                          TensorType::Q4_0, TensorType::Q4_1, TensorType::Q4_K,
                                          TensorType::Q5_K, TensorType::Q6_K, TensorType::F32};
+  // One GPU's output, gate/up and down projections, then a tp=2 rank's output and down
+  // projections (half the columns; 5504 is no multiple of a K-quant's 256, skipped for those).
   const std::vector<std::pair<int64_t, int64_t>> shapes = {
-      {4096, 4096}, {11008, 4096}, {4096, 11008}};
+      {4096, 4096}, {11008, 4096}, {4096, 11008}, {4096, 2048}, {4096, 5504}};
   const std::vector<int> act_rows =
       options.quick ? std::vector<int>{1} : std::vector<int>{1, 2, 4, 8};
   const int groups = options.quick ? 5 : 15, per_group = 10;
@@ -334,6 +336,7 @@ int run(const Options& options) {
   std::string table = header + "\n" + rule + "\n";
   for (TensorType type : types) {
     for (auto [rows, cols] : shapes) {
+      if (cols % traits(type).block_elems != 0) continue;
       RotatingWeights w;
       make_weights(type, rows, cols, rotate_bytes, w);
       const double bytes = static_cast<double>(matvec_weight_bytes(w.views[0]));
@@ -432,6 +435,7 @@ int run(const Options& options) {
   for (TensorType type :
        {TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K}) {
     for (auto [rows, cols] : shapes) {
+      if (cols % traits(type).block_elems != 0) continue;
       RotatingWeights w;
       make_weights(type, rows, cols, rotate_bytes, w);
       for (int n : gemm_rows) {

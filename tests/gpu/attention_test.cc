@@ -134,7 +134,7 @@ TEST_P(AttentionTest, MatchesReference) {
     ASSERT_CUDA(cudaStreamCreateWithFlags(&created, cudaStreamNonBlocking));
   }
   const std::unique_ptr<CUstream_st, decltype(&cudaStreamDestroy)> stream_owner(created,
-                                                                                 cudaStreamDestroy);
+                                                                                cudaStreamDestroy);
   const cudaStream_t stream = created;
   ASSERT_OK(write_kv(w, stream));
 

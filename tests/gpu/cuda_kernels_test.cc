@@ -239,6 +239,47 @@ TEST_P(MatvecTest, PartsInOneLaunch) {
   EXPECT_FALSE(matvec_parts(parts, nullptr).is_ok());
 }
 
+// Short rows (up to 256 items a row: 2048 F16 columns, as a tensor-parallel shard's output
+// projection has) take the kernel that loads a whole group before its wait, for up to 4
+// activation rows and float weights, where the launcher picks the split. Its sums run in the
+// same order as the whole-row kernel's: its outputs match those of split 1 bit for bit. Rows of
+// one item, of 255 and 256, and of 257 (the other kernel, which may then pick a column split
+// and sum in another order); an odd number of rows.
+TEST_P(MatvecTest, ShortRowsMatchTheWholeRowKernel) {
+  const TensorType type = GetParam();
+  const bool float_weights = !matvec_uses_q8(type);
+  const int64_t rows = 4099;
+  const int64_t item_elems = type == TensorType::F32 ? 4 : 8;  // 16 bytes of float weights
+  for (const int64_t items : {1, 255, 256, 257}) {
+    const int64_t cols = round_cols(type, items * item_elems);
+    SCOPED_TRACE("columns " + std::to_string(cols));
+    const HostMatrix m = make_matrix(type, rows, cols, 4242 + static_cast<uint32_t>(items));
+    UploadedMatrix w = upload(m);
+    ASSERT_NE(w.view.quants, nullptr);
+    for (const int64_t n_act : {1, 4}) {
+      SCOPED_TRACE("activation rows " + std::to_string(n_act));
+      const MatvecInput in =
+          prepare_input(type, random_floats(n_act * cols, 17 + n_act), cols, n_act, cols);
+      const Reference want = reference_product(m, in.seen, cols, n_act);
+      std::vector<float> by_split[2];
+      for (const int split : {0, 1}) {
+        set_matvec_k_split(split);
+        DeviceArray<float> y_dev(n_act * rows);
+        y_dev.poison();
+        ASSERT_OK(matvec(matvec_args(w.view, in, cols, n_act, y_dev.get(), rows), nullptr));
+        ASSERT_CUDA(cudaDeviceSynchronize());
+        by_split[split] = y_dev.download();
+        expect_close(by_split[split], rows, want, rows, n_act, kMatvecTolerance);
+      }
+      if (float_weights && items <= 256) {
+        EXPECT_EQ(
+            std::memcmp(by_split[0].data(), by_split[1].data(), by_split[0].size() * sizeof(float)),
+            0);
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatvecTest, ::testing::ValuesIn(weight_types()),
                          type_param_name);
 

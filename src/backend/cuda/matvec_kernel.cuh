@@ -111,6 +111,24 @@ __device__ __forceinline__ void locate_group(const MatvecLaunch& a, int rows_per
   c.row0 = (c.group - a.parts[p].first_group) * rows_per_group;
 }
 
+// Output value i = r * B + b of the group at `c`: plus the bias, into y (or added to it), or
+// into every rank's inbox as a fused reduction's partial.
+template <int B>
+__device__ __forceinline__ void store_matvec_output(const MatvecLaunch& a, const MatvecCursor& c,
+                                                    uint32_t reduce_epoch, int i, float out) {
+  const int r = i / B, b = i % B;
+  const MatvecPart& part = a.parts[c.part];
+  const int64_t row = c.row0 + r;
+  if (row >= part.w.rows) return;
+  if (part.bias != nullptr) out += part.bias[row];
+  if (peer_reduce_active(a.reduce)) {
+    peer_reduce_store(a.reduce, reduce_epoch, b * part.w.rows + row, out);
+  } else {
+    float* y = part.y + b * part.y_stride + row;
+    *y = a.accumulate ? *y + out : out;
+  }
+}
+
 template <TensorType T, int B, int RW, int U, int S>
 __global__ void __launch_bounds__(kMatvecThreads)
     matvec_kernel(const __grid_constant__ MatvecLaunch a) {
@@ -167,19 +185,8 @@ __global__ void __launch_bounds__(kMatvecThreads)
   load_step(cur, raw);
   pdl_wait();
   const uint32_t reduce_epoch = peer_reduce_active(a.reduce) ? peer_reduce_epoch(a.reduce) : 0;
-  // Output value i = r * B + b of the current group.
   auto store = [&](const MatvecCursor& c, int i, float out) {
-    const int r = i / B, b = i % B;
-    const MatvecPart& part = a.parts[c.part];
-    const int64_t row = c.row0 + r;
-    if (row >= part.w.rows) return;
-    if (part.bias != nullptr) out += part.bias[row];
-    if (peer_reduce_active(a.reduce)) {
-      peer_reduce_store(a.reduce, reduce_epoch, b * part.w.rows + row, out);
-    } else {
-      float* y = part.y + b * part.y_stride + row;
-      *y = a.accumulate ? *y + out : out;
-    }
+    store_matvec_output<B>(a, c, reduce_epoch, i, out);
   };
   int parity = 0;
   while (true) {
@@ -248,6 +255,78 @@ __global__ void __launch_bounds__(kMatvecThreads)
   }
 }
 
+// Short rows (the output and down projections of a tensor-parallel shard, whose columns are a
+// fraction of the hidden size): a warp takes one group and holds all of its weights in
+// registers, kShortRowItems items a lane and row, loaded before the wait for the kernel that
+// writes the activations, so that the whole matrix is in flight while that kernel still runs;
+// after the wait only the activations, the dots and the warp's sums remain. Launched where every
+// group gets a warp of its own (launch_matvec_rows), for float weights and up to
+// kMaxShortRowBatch activation rows. A lane sums its items in the same order as matvec_kernel
+// without a column split, so the outputs are the same.
+inline constexpr int kShortRowItems = 8;
+inline constexpr int kMaxShortRowBatch = 4;
+inline constexpr int kShortRowCtasPerSm = 4;  // 128 registers a thread: 2112 warps on an H200
+
+template <TensorType T, int B, int RW>
+__global__ void __launch_bounds__(kMatvecThreads, kShortRowCtasPerSm)
+    matvec_short_rows_kernel(const __grid_constant__ MatvecLaunch a) {
+  using F = DotFormat<T>;
+  using Raw = typename F::Raw;
+  constexpr int kValues = RW * B;
+  constexpr int kPadded = next_pow2_int(kValues);
+  constexpr int kLanesPerValue = 32 / kPadded;
+  pdl_launch_dependents();
+  const int lane = threadIdx.x & 31;
+  MatvecCursor cur{static_cast<int64_t>(blockIdx.x) * kMatvecWarps + (threadIdx.x >> 5), 0, 0, 0};
+  if (cur.group >= a.n_groups) {
+    pdl_wait();  // (nothing to touch; kept so that every thread waits, see launch.cuh)
+    return;
+  }
+  locate_group(a, RW, cur);
+  const DeviceMatrix& w = a.parts[cur.part].w;
+  const int n_items = static_cast<int>(w.cols / F::kItemElems);
+  Raw raw[kShortRowItems][RW];
+#pragma unroll
+  for (int u = 0; u < kShortRowItems; ++u) {
+    const int item = u * 32 + lane;
+    if (item < n_items) {
+#pragma unroll
+      for (int r = 0; r < RW; ++r) raw[u][r] = F::load(w, min(cur.row0 + r, w.rows - 1), item);
+    }
+  }
+  pdl_wait();
+  const uint32_t reduce_epoch = peer_reduce_active(a.reduce) ? peer_reduce_epoch(a.reduce) : 0;
+  float acc[RW][B];
+#pragma unroll
+  for (int r = 0; r < RW; ++r) {
+#pragma unroll
+    for (int b = 0; b < B; ++b) acc[r][b] = 0.0f;
+  }
+#pragma unroll
+  for (int u = 0; u < kShortRowItems; ++u) {
+    const int item = u * 32 + lane;
+    if (item < n_items) {
+      typename F::Decoded dec[RW];
+#pragma unroll
+      for (int r = 0; r < RW; ++r) dec[r] = F::decode(raw[u][r], item);
+#pragma unroll
+      for (int b = 0; b < B; ++b) {
+        const typename F::Act x = F::load_act(activation_row<T>(a, b), item);
+#pragma unroll
+        for (int r = 0; r < RW; ++r) acc[r][b] += F::dot(dec[r], x);
+      }
+    }
+  }
+  float v[kPadded];
+#pragma unroll
+  for (int i = 0; i < kPadded; ++i) v[i] = i < kValues ? acc[i / B][i % B] : 0.0f;
+  const float sum = warp_transpose_sum<kPadded>(v, lane);
+  const int index = lane / kLanesPerValue;
+  if (lane % kLanesPerValue == 0 && index < kValues) {
+    store_matvec_output<B>(a, cur, reduce_epoch, index, sum);
+  }
+}
+
 // CTAs of `kernel` one SM keeps resident (at least 1).
 template <class Kernel>
 int ctas_per_sm(Kernel kernel) {
@@ -283,6 +362,20 @@ Status launch_matvec_rows(const MatvecLaunch& a, cudaStream_t stream) {
     for (int i = 0; i < kSplits; ++i) n[i] = ctas_per_sm(kernel(1 << i));
     return n;
   }();
+  // Rows of at most kShortRowItems items a lane, one group a warp: the short-rows kernel (unless
+  // a column split is forced, as the tests and LLAMASERVE_MATVEC_SPLIT do).
+  if constexpr (!DotFormat<T>::kQ8 && B <= kMaxShortRowBatch) {
+    const auto short_kernel = matvec_short_rows_kernel<T, B, kRows>;
+    static const int kShortCtasPerSm = ctas_per_sm(short_kernel);
+    const int64_t n_items = a.parts[0].w.cols / DotFormat<T>::kItemElems;
+    const int64_t ctas = (launch.n_groups + kMatvecWarps - 1) / kMatvecWarps;
+    if (matvec_k_split() == 0 && n_items <= 32 * kShortRowItems &&
+        ctas <= static_cast<int64_t>(current_device_sm_count()) * kShortCtasPerSm) {
+      LS_CUDA_CHECK(launch_kernel(short_kernel, static_cast<unsigned>(ctas), kMatvecThreads, 0,
+                                  stream, launch));
+      return Status::ok();
+    }
+  }
   MatvecShape shape;
   shape.n_groups = launch.n_groups;
   shape.n_steps = static_cast<int>(
