@@ -92,6 +92,35 @@ __device__ __forceinline__ auto activation_row(const MatvecLaunch& a, int b) {
   }
 }
 
+// Adds item `item` of the group's RW rows (raw, as loaded) times each activation row to acc.
+template <TensorType T, int B, int RW>
+__device__ __forceinline__ void accumulate_item(const MatvecLaunch& a,
+                                                const typename DotFormat<T>::Raw (&raw)[RW],
+                                                int item, float (&acc)[RW][B]) {
+  using F = DotFormat<T>;
+  typename F::Decoded dec[RW];
+#pragma unroll
+  for (int r = 0; r < RW; ++r) dec[r] = F::decode(raw[r], item);
+#pragma unroll
+  for (int b = 0; b < B; ++b) {
+    const typename F::Act x = F::load_act(activation_row<T>(a, b), item);
+#pragma unroll
+    for (int r = 0; r < RW; ++r) acc[r][b] += F::dot(dec[r], x);
+  }
+}
+
+// The warp's sums of its RW x B values: lane L gets value L / (32 / kPadded) (see
+// warp_transpose_sum), for kPadded the next power of two of RW x B.
+template <int B, int RW>
+__device__ __forceinline__ float warp_group_sum(const float (&acc)[RW][B], int lane) {
+  constexpr int kValues = RW * B;
+  constexpr int kPadded = next_pow2_int(kValues);
+  float v[kPadded];
+#pragma unroll
+  for (int i = 0; i < kPadded; ++i) v[i] = i < kValues ? acc[i / B][i % B] : 0.0f;
+  return warp_transpose_sum<kPadded>(v, lane);
+}
+
 // Where a warp is: a group of rows (its part and first row) and a step of the items.
 struct MatvecCursor {
   int64_t group;
@@ -206,24 +235,11 @@ __global__ void __launch_bounds__(kMatvecThreads)
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int item = (cur.step * U + u) * 32 + lane;
-      if (item < n_items) {
-        typename F::Decoded dec[RW];
-#pragma unroll
-        for (int r = 0; r < RW; ++r) dec[r] = F::decode(raw[u][r], item);
-#pragma unroll
-        for (int b = 0; b < B; ++b) {
-          const typename F::Act x = F::load_act(activation_row<T>(a, b), item);
-#pragma unroll
-          for (int r = 0; r < RW; ++r) acc[r][b] += F::dot(dec[r], x);
-        }
-      }
+      if (item < n_items) accumulate_item<T, B, RW>(a, raw[u], item, acc);
     }
 
     if (cur.step + S >= n_steps) {
-      float v[kPadded];
-#pragma unroll
-      for (int i = 0; i < kPadded; ++i) v[i] = i < kValues ? acc[i / B][i % B] : 0.0f;
-      const float sum = warp_transpose_sum<kPadded>(v, lane);
+      const float sum = warp_group_sum<B, RW>(acc, lane);
       const int index = lane / kLanesPerValue;
       const bool holds_value = lane % kLanesPerValue == 0 && index < kValues;
       if constexpr (S == 1) {
@@ -305,22 +321,9 @@ __global__ void __launch_bounds__(kMatvecThreads, kShortRowCtasPerSm)
 #pragma unroll
   for (int u = 0; u < kShortRowItems; ++u) {
     const int item = u * 32 + lane;
-    if (item < n_items) {
-      typename F::Decoded dec[RW];
-#pragma unroll
-      for (int r = 0; r < RW; ++r) dec[r] = F::decode(raw[u][r], item);
-#pragma unroll
-      for (int b = 0; b < B; ++b) {
-        const typename F::Act x = F::load_act(activation_row<T>(a, b), item);
-#pragma unroll
-        for (int r = 0; r < RW; ++r) acc[r][b] += F::dot(dec[r], x);
-      }
-    }
+    if (item < n_items) accumulate_item<T, B, RW>(a, raw[u], item, acc);
   }
-  float v[kPadded];
-#pragma unroll
-  for (int i = 0; i < kPadded; ++i) v[i] = i < kValues ? acc[i / B][i % B] : 0.0f;
-  const float sum = warp_transpose_sum<kPadded>(v, lane);
+  const float sum = warp_group_sum<B, RW>(acc, lane);
   const int index = lane / kLanesPerValue;
   if (lane % kLanesPerValue == 0 && index < kValues) {
     store_matvec_output<B>(a, cur, reduce_epoch, index, sum);
