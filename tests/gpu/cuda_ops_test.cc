@@ -5,7 +5,6 @@
 #include <map>
 #include <numeric>
 
-#include "backend/batch.h"
 #include "backend/cpu/ref_kernels.h"
 #include "backend/cpu/rope.h"
 #include "backend/cuda/act_quant.h"
@@ -16,6 +15,7 @@
 #include "backend/cuda/norm.h"
 #include "backend/cuda/rope.h"
 #include "backend/cuda/sampling.h"
+#include "batch_builders.h"
 #include "quant/blocks.h"
 #include "test_util.h"
 
@@ -523,23 +523,6 @@ TEST_F(SamplingTest, TopKTopPDistributionAndDeterminism) {
 // ---------------------------------------------------------------------------------------
 // Batch staging: which passes let the decode attention load cached K/V before its wait
 
-// (sequence, position) per row; every sequence owns 4 blocks.
-Batch staged_batch(const std::vector<std::pair<int32_t, int32_t>>& rows, int32_t n_seqs) {
-  Batch b;
-  b.blocks_per_seq = 4;
-  b.seq_lengths.assign(static_cast<size_t>(n_seqs), 0);
-  for (int32_t s = 0; s < n_seqs * b.blocks_per_seq; ++s) b.block_tables.push_back(s);
-  for (const auto& [seq, position] : rows) {
-    b.logit_rows.push_back(b.n_tokens());
-    b.tokens.push_back(1);
-    b.positions.push_back(position);
-    b.seq_index.push_back(seq);
-    int32_t& length = b.seq_lengths[static_cast<size_t>(seq)];
-    length = std::max(length, position + 1);
-  }
-  return b;
-}
-
 class BatchStagingTest : public GpuTest {};
 
 TEST_F(BatchStagingTest, MarksPassesOfOneRowPerSequence) {
@@ -548,9 +531,10 @@ TEST_F(BatchStagingTest, MarksPassesOfOneRowPerSequence) {
   CudaLimits limits;
   limits.max_tokens = 16;
   limits.max_seqs = 4;
-  limits.max_blocks_per_seq = 4;
+  limits.max_blocks_per_seq = gpu_testing::kBlocksPerSeq;
   auto staging = BatchStaging::create(**pool, limits);
   ASSERT_TRUE(staging.is_ok()) << staging.status().to_string();
+  using gpu_testing::build;
   auto stage = [&](const Batch& b, int32_t padded, int32_t split_row) {
     auto d = (*staging)->stage(b, padded, 16, 15, 8, nullptr, split_row);
     EXPECT_TRUE(d.is_ok()) << d.status().to_string();
@@ -558,20 +542,20 @@ TEST_F(BatchStagingTest, MarksPassesOfOneRowPerSequence) {
   };
   // Decode rows of two sequences, padded to 4 rows (the padding rows share the scratch
   // sequence: they write nothing the others read).
-  const DeviceBatch decode = stage(staged_batch({{0, 7}, {1, 30}}, 2), 4, 0);
+  const DeviceBatch decode = stage(build({{0, {1}, 7}, {1, {1}, 30}}, 2), 4, 0);
   EXPECT_TRUE(decode.one_row_per_sequence);
   EXPECT_EQ(decode.max_tile_rows, 1);
   // Two rows of one sequence: one tile of two rows.
-  const DeviceBatch chunk = stage(staged_batch({{0, 5}, {0, 6}}, 1), 2, 0);
+  const DeviceBatch chunk = stage(build({{0, {1, 1}, 5}}, 1), 2, 0);
   EXPECT_FALSE(chunk.one_row_per_sequence);
   EXPECT_EQ(chunk.max_tile_rows, 2);
   // The same split between its rows: tiles of one row, but the second row's attention reads the
   // position the first one writes in this pass.
-  const DeviceBatch split = stage(staged_batch({{0, 5}, {0, 6}}, 1), 2, 1);
+  const DeviceBatch split = stage(build({{0, {1, 1}, 5}}, 1), 2, 1);
   EXPECT_FALSE(split.one_row_per_sequence);
   EXPECT_EQ(split.max_tile_rows, 1);
   // Rows of one sequence apart (another sequence between them).
-  const DeviceBatch apart = stage(staged_batch({{0, 5}, {1, 2}, {0, 6}}, 2), 3, 0);
+  const DeviceBatch apart = stage(build({{0, {1}, 5}, {1, {1}, 2}, {0, {1}, 6}}, 2), 3, 0);
   EXPECT_FALSE(apart.one_row_per_sequence);
   ASSERT_CUDA(cudaDeviceSynchronize());
 }
