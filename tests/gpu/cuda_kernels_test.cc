@@ -67,16 +67,43 @@ void expect_close(const std::vector<float>& y, int64_t y_stride, const Reference
 
 class MatvecTest : public GpuTest, public ::testing::WithParamInterface<TensorType> {
  protected:
-  void TearDown() override { set_matvec_k_split(0); }
+  void TearDown() override {
+    set_matvec_k_split(0);
+    set_matvec_group_rows(0);
+  }
 };
 
 // Up to kMaxSplitMatvecRows activation rows, a launch may split each row group's columns over
-// 1, 2 or 4 warps: the matvec tests run with the launcher's choice (0) and each split forced.
+// 1, 2 or 4 warps, and a float launch of one activation row may take groups of 2 or 4 rows: the
+// matvec tests run with the launcher's choices (0) and each split and group height forced.
 constexpr int kSplits[] = {0, 1, 2, 4};
 
-std::string split_trace(int split) {
-  return split == 0 ? std::string("column split chosen per launch")
-                    : "column split forced to " + std::to_string(split);
+struct MatvecConfig {
+  int split = 0;
+  int group_rows = 0;
+};
+
+// The configurations a launch of n_act activation rows of `type` can take.
+std::vector<MatvecConfig> matvec_configs(TensorType type, int64_t n_act) {
+  std::vector<MatvecConfig> configs;
+  const bool group_rows_apply = !matvec_uses_q8(type) && n_act == 1;
+  for (const int rows : {0, 2, kWideMatvecRows}) {
+    if (rows != 0 && !group_rows_apply) continue;
+    for (const int split : kSplits) configs.push_back({split, rows});
+  }
+  return configs;
+}
+
+std::string config_trace(const MatvecConfig& c) {
+  std::string trace = c.split == 0 ? std::string("column split chosen per launch")
+                                   : "column split forced to " + std::to_string(c.split);
+  if (c.group_rows != 0) trace += ", groups of " + std::to_string(c.group_rows) + " rows";
+  return trace;
+}
+
+void use_config(const MatvecConfig& c) {
+  set_matvec_k_split(c.split);
+  set_matvec_group_rows(c.group_rows);
 }
 
 // The activations a matvec of `type` multiplies with: x itself for float weights; for
@@ -143,9 +170,9 @@ TEST_P(MatvecTest, MatchesReferenceForEveryRowCount) {
         prepare_input(type, random_floats(n_act * x_stride, 99 + n_act), x_stride, n_act, cols);
     const Reference want = reference_product(m, in.seen, x_stride, n_act);
     DeviceArray<float> y_dev(n_act * y_stride);
-    for (const int split : kSplits) {
-      SCOPED_TRACE(split_trace(split));
-      set_matvec_k_split(split);
+    for (const MatvecConfig& config : matvec_configs(type, n_act)) {
+      SCOPED_TRACE(config_trace(config));
+      use_config(config);
       y_dev.poison();
       ASSERT_OK(matvec(matvec_args(w.view, in, x_stride, n_act, y_dev.get(), y_stride), nullptr));
       ASSERT_CUDA(cudaDeviceSynchronize());
@@ -154,7 +181,8 @@ TEST_P(MatvecTest, MatchesReferenceForEveryRowCount) {
   }
 }
 
-// 2 activation rows take every column split, 5 whole rows only.
+// 1 and 2 activation rows take every column split (1 also both group heights), 5 whole rows
+// only.
 TEST_P(MatvecTest, AccumulatesIntoOutputAndAddsBias) {
   const TensorType type = GetParam();
   const int64_t cols = round_cols(type, 1000);
@@ -162,7 +190,7 @@ TEST_P(MatvecTest, AccumulatesIntoOutputAndAddsBias) {
   const HostMatrix m = make_matrix(type, rows, cols, 77);
   UploadedMatrix w = upload(m);
   ASSERT_NE(w.view.quants, nullptr);
-  for (const int64_t n_act : {2, 5}) {
+  for (const int64_t n_act : {1, 2, 5}) {
     SCOPED_TRACE("activation rows " + std::to_string(n_act));
     const MatvecInput in = prepare_input(type, random_floats(n_act * cols, 5), cols, n_act, cols);
     const std::vector<float> y0 = random_floats(n_act * rows, 6);
@@ -173,9 +201,9 @@ TEST_P(MatvecTest, AccumulatesIntoOutputAndAddsBias) {
       for (int64_t r = 0; r < rows; ++r) extra[b * rows + r] = y0[b * rows + r] + bias[r];
     }
     DeviceArray<float> bias_dev(bias);
-    for (const int split : kSplits) {
-      SCOPED_TRACE(split_trace(split));
-      set_matvec_k_split(split);
+    for (const MatvecConfig& config : matvec_configs(type, n_act)) {
+      SCOPED_TRACE(config_trace(config));
+      use_config(config);
       DeviceArray<float> y_dev(y0);
       MatvecArgs args = matvec_args(w.view, in, cols, n_act, y_dev.get(), rows);
       args.bias = bias_dev.get();
@@ -188,11 +216,19 @@ TEST_P(MatvecTest, AccumulatesIntoOutputAndAddsBias) {
 }
 
 // Three matrices of different heights sharing one input in one launch (as Q, K and V do):
-// each output as its own matvec would give, the bias only where given.
-TEST_P(MatvecTest, PartsInOneLaunch) {
+// each output as its own matvec would give, the bias only where given. 3 activation rows, and 1
+// (which may take groups of four rows: parts of 257 and 130 rows end inside a group).
+class MatvecPartsTest : public MatvecTest {
+ protected:
+  void run(int64_t n_act);
+};
+
+TEST_P(MatvecPartsTest, ThreeActivationRows) { run(3); }
+TEST_P(MatvecPartsTest, OneActivationRow) { run(1); }
+
+void MatvecPartsTest::run(int64_t n_act) {
   const TensorType type = GetParam();
   const int64_t cols = round_cols(type, 700);
-  const int64_t n_act = 3;
   const std::vector<int64_t> heights = {257, 8, 130};
   std::vector<HostMatrix> hosts;
   std::vector<UploadedMatrix> uploaded;
@@ -222,9 +258,9 @@ TEST_P(MatvecTest, PartsInOneLaunch) {
         extras[i].insert(extras[i].end(), bias.begin(), bias.end());
     }
   }
-  for (const int split : kSplits) {
-    SCOPED_TRACE(split_trace(split));
-    set_matvec_k_split(split);
+  for (const MatvecConfig& config : matvec_configs(type, n_act)) {
+    SCOPED_TRACE(config_trace(config));
+    use_config(config);
     for (auto& out : outputs) out.poison();
     ASSERT_OK(matvec_parts(parts, nullptr));
     ASSERT_CUDA(cudaDeviceSynchronize());
@@ -235,7 +271,7 @@ TEST_P(MatvecTest, PartsInOneLaunch) {
     }
   }
   // Parts that do not share their input are refused.
-  parts[2].n_rows = 2;
+  parts[2].n_rows = static_cast<int32_t>(n_act) + 1;
   EXPECT_FALSE(matvec_parts(parts, nullptr).is_ok());
 }
 
@@ -244,9 +280,11 @@ TEST_P(MatvecTest, PartsInOneLaunch) {
 // activation rows and float weights, where the launcher picks the split. Its sums run in the
 // same order as the whole-row kernel's: its outputs match those of split 1 bit for bit. Rows of
 // one item, of 255 and 256, and of 257 (the other kernel, which may then pick a column split
-// and sum in another order); an odd number of rows.
+// and sum in another order); an odd number of rows. Groups of two rows, as the short-rows kernel
+// takes (groups of four sum a group's lanes in another order).
 TEST_P(MatvecTest, ShortRowsMatchTheWholeRowKernel) {
   const TensorType type = GetParam();
+  set_matvec_group_rows(2);
   const bool float_weights = !matvec_uses_q8(type);
   const int64_t rows = 4099;
   const int64_t item_elems = type == TensorType::F32 ? 4 : 8;  // 16 bytes of float weights
@@ -281,6 +319,8 @@ TEST_P(MatvecTest, ShortRowsMatchTheWholeRowKernel) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatvecTest, ::testing::ValuesIn(weight_types()),
+                         type_param_name);
+INSTANTIATE_TEST_SUITE_P(AllTypes, MatvecPartsTest, ::testing::ValuesIn(weight_types()),
                          type_param_name);
 
 // The launcher's grid and column split (host logic, no GPU): an H200 with 6 matvec CTAs of 4
@@ -339,6 +379,28 @@ TEST(MatvecGrid, SplitsOnlyFloatLaunchesThatLeaveWarpsIdle) {
           << groups << " groups, split " << forced;
     }
   }
+}
+
+// Groups of four rows for float launches of one activation row whose groups of two, whole,
+// keep fewer than 75% of the resident warps streaming.
+TEST(MatvecGrid, WidensGroupsOnlyWhereGroupsOfTwoLeaveWarpsIdle) {
+  // 4096 rows: 2048 groups of two on 3168 warps (65%).
+  EXPECT_EQ(choose_matvec_group_rows(h200_shape(2048, 15), 0), kWideMatvecRows);
+  // 6144, 11008 and 12288 rows: 97%, 87%, 97%.
+  EXPECT_EQ(choose_matvec_group_rows(h200_shape(3072, 6), 0), 2);
+  EXPECT_EQ(choose_matvec_group_rows(h200_shape(5504, 6), 0), 2);
+  EXPECT_EQ(choose_matvec_group_rows(h200_shape(6144, 6), 0), 2);
+  // A small matrix.
+  EXPECT_EQ(choose_matvec_group_rows(h200_shape(385, 20), 0), kWideMatvecRows);
+  // Forced either way; other values leave the choice to the launcher.
+  EXPECT_EQ(choose_matvec_group_rows(h200_shape(2048, 15), 2), 2);
+  EXPECT_EQ(choose_matvec_group_rows(h200_shape(6144, 6), kWideMatvecRows), kWideMatvecRows);
+  EXPECT_EQ(choose_matvec_group_rows(h200_shape(6144, 6), 3), 2);
+  set_matvec_group_rows(3);
+  EXPECT_EQ(matvec_group_rows(), 0);
+  set_matvec_group_rows(kWideMatvecRows);
+  EXPECT_EQ(matvec_group_rows(), kWideMatvecRows);
+  set_matvec_group_rows(0);
 }
 
 TEST(MatvecContract, RejectsMissingOrMisalignedActivations) {

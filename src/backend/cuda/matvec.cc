@@ -38,6 +38,21 @@ std::atomic<int>& k_split_setting() {
   return setting;
 }
 
+// LLAMASERVE_MATVEC_GROUP_ROWS when it names a group height (2 or 4), else 0.
+int group_rows_from_environment() {
+  const char* value = std::getenv("LLAMASERVE_MATVEC_GROUP_ROWS");
+  if (value == nullptr || value[0] == '\0' || value[1] != '\0') return 0;
+  const int rows = value[0] - '0';
+  return rows == 2 || rows == kWideMatvecRows ? rows : 0;
+}
+
+std::atomic<int>& group_rows_setting() {
+  static std::atomic<int> setting{group_rows_from_environment()};
+  return setting;
+}
+
+constexpr double kBusyEnough = 0.75;
+
 MatvecGrid grid_with_split(const MatvecShape& shape, int index) {
   const int split = 1 << index;
   const int64_t units_per_cta = kMatvecWarps / split;
@@ -56,8 +71,18 @@ int matvec_k_split() { return k_split_setting().load(std::memory_order_relaxed);
 
 void set_matvec_k_split(int split) { k_split_setting().store(is_split(split) ? split : 0); }
 
+int matvec_group_rows() { return group_rows_setting().load(std::memory_order_relaxed); }
+
+void set_matvec_group_rows(int rows) {
+  group_rows_setting().store(rows == 2 || rows == kWideMatvecRows ? rows : 0);
+}
+
+int choose_matvec_group_rows(const MatvecShape& two_row_groups, int forced_rows) {
+  if (forced_rows == 2 || forced_rows == kWideMatvecRows) return forced_rows;
+  return grid_with_split(two_row_groups, 0).busy < kBusyEnough ? kWideMatvecRows : 2;
+}
+
 MatvecGrid choose_matvec_grid(const MatvecShape& shape, int forced_split) {
-  constexpr double kBusyEnough = 0.75;
   constexpr double kClearGain = 0.02;
   MatvecGrid grid = grid_with_split(shape, 0);
   const bool choose = forced_split == 0 && !shape.quantized && grid.busy < kBusyEnough;

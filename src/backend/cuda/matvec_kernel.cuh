@@ -340,31 +340,65 @@ int ctas_per_sm(Kernel kernel) {
   return std::max(n, 1);
 }
 
-template <TensorType T, int B>
-Status launch_matvec_rows(const MatvecLaunch& a, cudaStream_t stream) {
-  constexpr int kRows = kMatvecRowsPerWarp<T, B>;
-  constexpr int kUnroll = kMatvecUnroll<T, kRows>;
+// The launch's row groups of RW rows (n_groups and each part's first group set).
+template <int RW>
+MatvecLaunch with_groups_of(const MatvecLaunch& a) {
   MatvecLaunch launch = a;
   launch.n_groups = 0;
   for (int i = 0; i < a.n_parts; ++i) {
     launch.parts[i].first_group = launch.n_groups;
-    launch.n_groups += (a.parts[i].w.rows + kRows - 1) / kRows;
+    launch.n_groups += (a.parts[i].w.rows + RW - 1) / RW;
   }
-  // Occupancy depends on the kernel and the architecture only (the machines here have one kind
-  // of GPU), so it is asked once per kernel; the SM count once per device.
-  const auto kernel = [](int split) {
-    if constexpr (B <= kMaxSplitMatvecRows) {
-      if (split == 2) return matvec_kernel<T, B, kRows, kUnroll, 2>;
-      if (split == 4) return matvec_kernel<T, B, kRows, kUnroll, 4>;
-    }
-    return matvec_kernel<T, B, kRows, kUnroll, 1>;
-  };
+  return launch;
+}
+
+// The streaming kernel of RW-row groups and U items a step, with the column split S (1, 2, 4).
+template <TensorType T, int B, int RW, int U>
+auto matvec_kernel_with_split(int split) {
+  if constexpr (B <= kMaxSplitMatvecRows) {
+    if (split == 2) return matvec_kernel<T, B, RW, U, 2>;
+    if (split == 4) return matvec_kernel<T, B, RW, U, 4>;
+  }
+  return matvec_kernel<T, B, RW, U, 1>;
+}
+
+// What the grid choice needs of `launch` (groups of RW rows) and the streaming kernels of RW
+// and U. Occupancy depends on the kernel and the architecture only (the machines here have one
+// kind of GPU), so it is asked once per kernel; the SM count once per device.
+template <TensorType T, int B, int RW, int U>
+MatvecShape matvec_shape(const MatvecLaunch& launch) {
   constexpr int kSplits = B <= kMaxSplitMatvecRows ? 3 : 1;
-  static const auto kCtasPerSm = [&] {
+  static const auto kCtasPerSm = [] {
     std::array<int, 3> n{};
-    for (int i = 0; i < kSplits; ++i) n[i] = ctas_per_sm(kernel(1 << i));
+    for (int i = 0; i < kSplits; ++i)
+      n[i] = ctas_per_sm(matvec_kernel_with_split<T, B, RW, U>(1 << i));
     return n;
   }();
+  MatvecShape shape;
+  shape.n_groups = launch.n_groups;
+  shape.n_steps =
+      static_cast<int>((launch.parts[0].w.cols / DotFormat<T>::kItemElems + 32 * U - 1) / (32 * U));
+  shape.quantized = DotFormat<T>::kQ8;
+  shape.sms = current_device_sm_count();
+  shape.ctas_per_sm = kCtasPerSm;
+  return shape;
+}
+
+template <TensorType T, int B, int RW, int U>
+Status launch_matvec_grid(const MatvecLaunch& launch, const MatvecShape& shape,
+                          cudaStream_t stream) {
+  const MatvecGrid grid = choose_matvec_grid(shape, matvec_k_split());
+  LS_CUDA_REQUIRE(grid.ctas <= 0x7fffffff);
+  LS_CUDA_CHECK(launch_kernel(matvec_kernel_with_split<T, B, RW, U>(grid.split),
+                              static_cast<unsigned>(grid.ctas), kMatvecThreads, 0, stream, launch));
+  return Status::ok();
+}
+
+template <TensorType T, int B>
+Status launch_matvec_rows(const MatvecLaunch& a, cudaStream_t stream) {
+  constexpr int kRows = kMatvecRowsPerWarp<T, B>;
+  constexpr int kUnroll = kMatvecUnroll<T, kRows>;
+  const MatvecLaunch launch = with_groups_of<kRows>(a);
   // Rows of at most kShortRowItems items a lane, one group a warp: the short-rows kernel (unless
   // a column split is forced, as the tests and LLAMASERVE_MATVEC_SPLIT do).
   if constexpr (!DotFormat<T>::kQ8 && B <= kMaxShortRowBatch) {
@@ -379,18 +413,17 @@ Status launch_matvec_rows(const MatvecLaunch& a, cudaStream_t stream) {
       return Status::ok();
     }
   }
-  MatvecShape shape;
-  shape.n_groups = launch.n_groups;
-  shape.n_steps = static_cast<int>(
-      (a.parts[0].w.cols / DotFormat<T>::kItemElems + 32 * kUnroll - 1) / (32 * kUnroll));
-  shape.quantized = DotFormat<T>::kQ8;
-  shape.sms = current_device_sm_count();
-  shape.ctas_per_sm = kCtasPerSm;
-  const MatvecGrid grid = choose_matvec_grid(shape, matvec_k_split());
-  LS_CUDA_REQUIRE(grid.ctas <= 0x7fffffff);
-  LS_CUDA_CHECK(launch_kernel(kernel(grid.split), static_cast<unsigned>(grid.ctas), kMatvecThreads,
-                              0, stream, launch));
-  return Status::ok();
+  const MatvecShape shape = matvec_shape<T, B, kRows, kUnroll>(launch);
+  // One activation row of float weights: groups of four rows where groups of two leave warps
+  // idle (choose_matvec_group_rows).
+  if constexpr (!DotFormat<T>::kQ8 && B == 1) {
+    if (choose_matvec_group_rows(shape, matvec_group_rows()) == kWideMatvecRows) {
+      const MatvecLaunch wide = with_groups_of<kWideMatvecRows>(a);
+      return launch_matvec_grid<T, B, kWideMatvecRows, kWideMatvecUnroll>(
+          wide, matvec_shape<T, B, kWideMatvecRows, kWideMatvecUnroll>(wide), stream);
+    }
+  }
+  return launch_matvec_grid<T, B, kRows, kUnroll>(launch, shape, stream);
 }
 
 // Runs activation rows in groups of kMaxMatvecRows, each group with the kernel of its size.
