@@ -74,8 +74,8 @@ class MatvecTest : public GpuTest, public ::testing::WithParamInterface<TensorTy
 };
 
 // Up to kMaxSplitMatvecRows activation rows, a launch may split each row group's columns over
-// 1, 2 or 4 warps, and a float launch of one activation row may take groups of 2 or 4 rows: the
-// matvec tests run with the launcher's choices (0) and each split and group height forced.
+// 1, 2 or 4 warps, and a float launch may take groups of 2 or 4 rows: the matvec tests run with
+// the launcher's choices (0) and each split and group height forced.
 constexpr int kSplits[] = {0, 1, 2, 4};
 
 struct MatvecConfig {
@@ -86,7 +86,7 @@ struct MatvecConfig {
 // The configurations a launch of n_act activation rows of `type` can take.
 std::vector<MatvecConfig> matvec_configs(TensorType type, int64_t n_act) {
   std::vector<MatvecConfig> configs;
-  const bool group_rows_apply = !matvec_uses_q8(type) && n_act == 1;
+  const bool group_rows_apply = !matvec_uses_q8(type) && n_act <= kMaxSplitMatvecRows;
   for (const int rows : {0, 2, kWideMatvecRows}) {
     if (rows != 0 && !group_rows_apply) continue;
     for (const int split : kSplits) configs.push_back({split, rows});
@@ -181,8 +181,8 @@ TEST_P(MatvecTest, MatchesReferenceForEveryRowCount) {
   }
 }
 
-// 1 and 2 activation rows take every column split (1 also both group heights), 5 whole rows
-// only.
+// 1 and 2 activation rows take every column split and (float weights) both group heights, 5
+// whole rows in groups of two or four by the weight type.
 TEST_P(MatvecTest, AccumulatesIntoOutputAndAddsBias) {
   const TensorType type = GetParam();
   const int64_t cols = round_cols(type, 1000);
@@ -382,25 +382,44 @@ TEST(MatvecGrid, SplitsOnlyFloatLaunchesThatLeaveWarpsIdle) {
 }
 
 // Groups of four rows for float launches of one activation row whose groups of two, whole,
-// keep fewer than 75% of the resident warps streaming.
+// keep fewer than 75% of the resident warps streaming, and for every float launch of 2 to 4.
 TEST(MatvecGrid, WidensGroupsOnlyWhereGroupsOfTwoLeaveWarpsIdle) {
   // 4096 rows: 2048 groups of two on 3168 warps (65%).
-  EXPECT_EQ(choose_matvec_group_rows(h200_shape(2048, 15), 0), kWideMatvecRows);
+  EXPECT_EQ(choose_matvec_group_rows(h200_shape(2048, 15), 1, 0), kWideMatvecRows);
   // 6144, 11008 and 12288 rows: 97%, 87%, 97%.
-  EXPECT_EQ(choose_matvec_group_rows(h200_shape(3072, 6), 0), 2);
-  EXPECT_EQ(choose_matvec_group_rows(h200_shape(5504, 6), 0), 2);
-  EXPECT_EQ(choose_matvec_group_rows(h200_shape(6144, 6), 0), 2);
+  EXPECT_EQ(choose_matvec_group_rows(h200_shape(3072, 6), 1, 0), 2);
+  EXPECT_EQ(choose_matvec_group_rows(h200_shape(5504, 6), 1, 0), 2);
+  EXPECT_EQ(choose_matvec_group_rows(h200_shape(6144, 6), 1, 0), 2);
   // A small matrix.
-  EXPECT_EQ(choose_matvec_group_rows(h200_shape(385, 20), 0), kWideMatvecRows);
+  EXPECT_EQ(choose_matvec_group_rows(h200_shape(385, 20), 1, 0), kWideMatvecRows);
+  // More activation rows: groups of four whatever the shape.
+  for (const int batch : {2, 3, 4}) {
+    EXPECT_EQ(choose_matvec_group_rows(h200_shape(6144, 6), batch, 0), kWideMatvecRows);
+  }
   // Forced either way; other values leave the choice to the launcher.
-  EXPECT_EQ(choose_matvec_group_rows(h200_shape(2048, 15), 2), 2);
-  EXPECT_EQ(choose_matvec_group_rows(h200_shape(6144, 6), kWideMatvecRows), kWideMatvecRows);
-  EXPECT_EQ(choose_matvec_group_rows(h200_shape(6144, 6), 3), 2);
+  EXPECT_EQ(choose_matvec_group_rows(h200_shape(2048, 15), 1, 2), 2);
+  EXPECT_EQ(choose_matvec_group_rows(h200_shape(2048, 15), 4, 2), 2);
+  EXPECT_EQ(choose_matvec_group_rows(h200_shape(6144, 6), 1, kWideMatvecRows), kWideMatvecRows);
+  EXPECT_EQ(choose_matvec_group_rows(h200_shape(6144, 6), 1, 3), 2);
   set_matvec_group_rows(3);
   EXPECT_EQ(matvec_group_rows(), 0);
   set_matvec_group_rows(kWideMatvecRows);
   EXPECT_EQ(matvec_group_rows(), kWideMatvecRows);
   set_matvec_group_rows(0);
+}
+
+// Groups of four rows take two items a step up to two activation rows, and for three or four
+// where their whole rows keep the resident warps streaming (3 CTAs per SM: 1584 warps).
+TEST(MatvecGrid, WideGroupsTakeOneItemWhereTwoLeaveWarpsIdle) {
+  MatvecShape tall = h200_shape(2752, 22);  // 11008 rows in groups of four
+  tall.ctas_per_sm = {3, 3, 3};
+  MatvecShape square = h200_shape(1024, 8);  // 4096 rows
+  square.ctas_per_sm = {3, 3, 3};
+  EXPECT_EQ(choose_wide_matvec_unroll(square, 1), kWideMatvecUnroll);
+  EXPECT_EQ(choose_wide_matvec_unroll(square, 2), kWideMatvecUnroll);
+  EXPECT_EQ(choose_wide_matvec_unroll(square, 3), 1);
+  EXPECT_EQ(choose_wide_matvec_unroll(square, 4), 1);
+  EXPECT_EQ(choose_wide_matvec_unroll(tall, 4), kWideMatvecUnroll);
 }
 
 TEST(MatvecContract, RejectsMissingOrMisalignedActivations) {

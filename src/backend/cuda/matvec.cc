@@ -77,9 +77,15 @@ void set_matvec_group_rows(int rows) {
   group_rows_setting().store(rows == 2 || rows == kWideMatvecRows ? rows : 0);
 }
 
-int choose_matvec_group_rows(const MatvecShape& two_row_groups, int forced_rows) {
+int choose_matvec_group_rows(const MatvecShape& two_row_groups, int batch_rows, int forced_rows) {
   if (forced_rows == 2 || forced_rows == kWideMatvecRows) return forced_rows;
+  if (batch_rows > 1) return kWideMatvecRows;
   return grid_with_split(two_row_groups, 0).busy < kBusyEnough ? kWideMatvecRows : 2;
+}
+
+int choose_wide_matvec_unroll(const MatvecShape& two_item_groups, int batch_rows) {
+  if (batch_rows <= 2) return kWideMatvecUnroll;
+  return grid_with_split(two_item_groups, 0).busy >= kBusyEnough ? kWideMatvecUnroll : 1;
 }
 
 MatvecGrid choose_matvec_grid(const MatvecShape& shape, int forced_split) {

@@ -414,13 +414,20 @@ Status launch_matvec_rows(const MatvecLaunch& a, cudaStream_t stream) {
     }
   }
   const MatvecShape shape = matvec_shape<T, B, kRows, kUnroll>(launch);
-  // One activation row of float weights: groups of four rows where groups of two leave warps
-  // idle (choose_matvec_group_rows).
-  if constexpr (!DotFormat<T>::kQ8 && B == 1) {
-    if (choose_matvec_group_rows(shape, matvec_group_rows()) == kWideMatvecRows) {
+  // Float weights, up to kMaxSplitMatvecRows activation rows: groups of four rows where the
+  // launcher prefers them (choose_matvec_group_rows), two items a step or one
+  // (choose_wide_matvec_unroll).
+  if constexpr (!DotFormat<T>::kQ8 && B <= kMaxSplitMatvecRows) {
+    if (choose_matvec_group_rows(shape, B, matvec_group_rows()) == kWideMatvecRows) {
       const MatvecLaunch wide = with_groups_of<kWideMatvecRows>(a);
-      return launch_matvec_grid<T, B, kWideMatvecRows, kWideMatvecUnroll>(
-          wide, matvec_shape<T, B, kWideMatvecRows, kWideMatvecUnroll>(wide), stream);
+      const MatvecShape two_items = matvec_shape<T, B, kWideMatvecRows, kWideMatvecUnroll>(wide);
+      if constexpr (B > 2) {
+        if (choose_wide_matvec_unroll(two_items, B) == 1) {
+          return launch_matvec_grid<T, B, kWideMatvecRows, 1>(
+              wide, matvec_shape<T, B, kWideMatvecRows, 1>(wide), stream);
+        }
+      }
+      return launch_matvec_grid<T, B, kWideMatvecRows, kWideMatvecUnroll>(wide, two_items, stream);
     }
   }
   return launch_matvec_grid<T, B, kRows, kUnroll>(launch, shape, stream);

@@ -66,27 +66,39 @@ struct MatvecGrid {
   double busy = 0.0;
 };
 
-// Rows in a group of a float matvec of one activation row: groups of two (kMatvecRowsPerWarp)
-// or, where those leave warps idle, of kWideMatvecRows (choose_matvec_group_rows). 0 (the
-// default) lets the launcher choose per launch; 2 or 4 forces it for every such launch. The
-// environment's LLAMASERVE_MATVEC_GROUP_ROWS sets the starting value (for timing one against the
-// other); set_matvec_group_rows() overrides it (the tests run both).
+// Rows in a group of a float matvec of up to kMaxSplitMatvecRows activation rows: two
+// (kMatvecRowsPerWarp) or kWideMatvecRows (choose_matvec_group_rows). 0 (the default) lets the
+// launcher choose per launch; 2 or 4 forces it for every such launch. The environment's
+// LLAMASERVE_MATVEC_GROUP_ROWS sets the starting value (for timing one against the other);
+// set_matvec_group_rows() overrides it (the tests run both).
 inline constexpr int kWideMatvecRows = 4;
 inline constexpr int kWideMatvecUnroll = 2;  // items a lane and row a step (128 bytes a lane)
 int matvec_group_rows();
 void set_matvec_group_rows(int rows);
 
-// The group rows of a float launch of one activation row, from the shape of its groups of two
-// (with their steps and the CTAs per SM of their kernels): kWideMatvecRows where whole rows in
-// groups of two keep fewer than 75% of the resident warps streaming (a 4096-row matrix on an
-// H200: 2048 of 3168), else 2. Such a launch splits its columns over 2 or 4 warps, whose kernels
-// hold 4 CTAs per SM (their named barriers); groups of four rows loaded two items a lane at a
-// time keep 4 KB a warp in flight against 3 KB for groups of two with three items, and share
-// each activation load among four rows: 4096 x 4096 F16 11.0 against 12.3 us, 4096 x 11008 23.6
-// against 26.9, and 7B F16 decode at batch 1 on one GPU 252.8 against 232.3 tok/s
-// (bench/results/2026-12-01-h200-matvec-group-rows.md). Taller matrices keep groups of two,
-// whole, on 6 CTAs per SM. forced_rows (2 or 4; 0 for none) overrides the choice.
-int choose_matvec_group_rows(const MatvecShape& two_row_groups, int forced_rows);
+// The group rows of a float launch of batch_rows activation rows (1 to kMaxSplitMatvecRows),
+// from the shape of its groups of two (with their steps and the CTAs per SM of their kernels).
+// One row: kWideMatvecRows where whole rows in groups of two keep fewer than 75% of the resident
+// warps streaming (a 4096-row matrix on an H200: 2048 of 3168), else 2. Such a launch splits its
+// columns over 2 or 4 warps, whose kernels hold 4 CTAs per SM (their named barriers); groups of
+// four rows loaded two items a lane at a time keep 4 KB a warp in flight against 3 KB for
+// groups of two with three items, and share each activation load among four rows: 4096 x 4096
+// F16 11.0 against 12.3 us, 4096 x 11008 23.6 against 26.9, and 7B F16 decode at batch 1 on one
+// GPU 252.8 against 232.3 tok/s (bench/results/2026-12-01-h200-matvec-group-rows.md); taller
+// matrices keep groups of two, whole, on 6 CTAs per SM. Two to four rows: kWideMatvecRows for
+// every shape (each activation load then serves four weight rows; groups of two with three
+// items held B x 2 sums and 6 loads in registers and ran at 4-5 CTAs per SM: 11008 x 4096 at 2
+// rows 35.2 against 26.3 us, at 4 rows 36.5 against 29.9,
+// bench/results/2026-12-01-h200-matvec-batch-groups.md). forced_rows (2 or 4; 0 for none)
+// overrides the choice.
+int choose_matvec_group_rows(const MatvecShape& two_row_groups, int batch_rows, int forced_rows);
+
+// Items a lane and step in groups of four rows, from the shape of kWideMatvecUnroll items:
+// kWideMatvecUnroll up to two activation rows, and for three or four where whole rows keep at
+// least 75% of the resident warps streaming (their kernels hold 3 CTAs per SM: tall matrices);
+// else one item, whose kernels hold 4 CTAs per SM and split a 4096-row matrix's columns evenly
+// (4 rows, 4096 x 4096: 12.9 against 16.3 us).
+int choose_wide_matvec_unroll(const MatvecShape& two_item_groups, int batch_rows);
 
 // Every unit (split warps) the same number of groups, the last ones one fewer, as many units as
 // are resident or fewer. Float weights stay whole while at least 75% of the resident warps
