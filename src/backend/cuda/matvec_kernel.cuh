@@ -56,6 +56,12 @@ template <TensorType T, int RW>
 inline constexpr int kMatvecUnroll =
     std::max<int>(1, 96 / (RW * static_cast<int>(sizeof(typename DotFormat<T>::Raw))));
 
+// Items per lane and step of a launch of B activation rows in groups of RW: kMatvecUnroll, but
+// two for Q8_0 at one row (144 bytes a lane in flight instead of 72, at 4 CTAs per SM instead of
+// 8: 11008 x 4096 16.4 against 22.2 us, bench/results/2026-12-01-h200-matvec-q8-steps.md).
+template <TensorType T, int B, int RW>
+inline constexpr int kMatvecStepItems = T == TensorType::Q8_0&& B == 1 ? 2 : kMatvecUnroll<T, RW>;
+
 __host__ __device__ constexpr int next_pow2_int(int n) {
   return n <= 1 ? 1 : 2 * next_pow2_int((n + 1) / 2);
 }
@@ -397,7 +403,7 @@ Status launch_matvec_grid(const MatvecLaunch& launch, const MatvecShape& shape,
 template <TensorType T, int B>
 Status launch_matvec_rows(const MatvecLaunch& a, cudaStream_t stream) {
   constexpr int kRows = kMatvecRowsPerWarp<T, B>;
-  constexpr int kUnroll = kMatvecUnroll<T, kRows>;
+  constexpr int kUnroll = kMatvecStepItems<T, B, kRows>;
   const MatvecLaunch launch = with_groups_of<kRows>(a);
   // Rows of at most kShortRowItems items a lane, one group a warp: the short-rows kernel (unless
   // a column split is forced, as the tests and LLAMASERVE_MATVEC_SPLIT do).
