@@ -13,7 +13,9 @@
 // barrier per unit) and the unit's first warp adds them in a fixed order and stores the outputs.
 // The launcher splits only float-weight launches that leave many resident warps idle
 // (choose_matvec_grid, matvec_launch.h): a 4096-row matrix has 2048 groups of two rows, which
-// keep only 2048 of the 3168 warps an H200 holds busy with S = 1, and 2732 with S = 4.
+// keep only 2048 of the 3168 warps an H200 holds busy with S = 1, and 2732 with S = 4. Float
+// launches of up to 4 activation rows may take groups of four rows instead of two
+// (choose_matvec_group_rows, choose_wide_matvec_unroll).
 //
 // Streaming: the warps are persistent. The grid holds at most as many warps as the GPU keeps
 // resident, each unit taking groups u, u + N, u + 2N, ... with every unit given the same number
@@ -61,7 +63,8 @@ inline constexpr int kMatvecUnroll =
 // 8: 11008 x 4096 16.8 against 20.7 us, 7B Q8_0 decode at batch 1 363 against 301 tok/s,
 // bench/results/2026-12-01-h200-matvec-q8-steps.md).
 template <TensorType T, int B, int RW>
-inline constexpr int kMatvecStepItems = T == TensorType::Q8_0&& B == 1 ? 2 : kMatvecUnroll<T, RW>;
+inline constexpr int kMatvecStepItems = (T == TensorType::Q8_0 && B == 1) ? 2
+                                                                          : kMatvecUnroll<T, RW>;
 
 __host__ __device__ constexpr int next_pow2_int(int n) {
   return n <= 1 ? 1 : 2 * next_pow2_int((n + 1) / 2);
