@@ -25,29 +25,24 @@ namespace {
 
 bool is_split(int split) { return split == 1 || split == 2 || split == 4; }
 
-// LLAMASERVE_MATVEC_SPLIT when it names a split (1, 2 or 4), else 0.
-int split_from_environment() {
-  const char* value = std::getenv("LLAMASERVE_MATVEC_SPLIT");
+bool is_group_rows(int rows) { return rows == 2 || rows == kWideMatvecRows; }
+
+// The one-digit value of the environment variable `name` when `valid` accepts it, else 0.
+int digit_from_environment(const char* name, bool (*valid)(int)) {
+  const char* value = std::getenv(name);
   if (value == nullptr || value[0] == '\0' || value[1] != '\0') return 0;
-  const int split = value[0] - '0';
-  return is_split(split) ? split : 0;
+  const int digit = value[0] - '0';
+  return valid(digit) ? digit : 0;
 }
 
 std::atomic<int>& k_split_setting() {
-  static std::atomic<int> setting{split_from_environment()};
+  static std::atomic<int> setting{digit_from_environment("LLAMASERVE_MATVEC_SPLIT", is_split)};
   return setting;
 }
 
-// LLAMASERVE_MATVEC_GROUP_ROWS when it names a group height (2 or 4), else 0.
-int group_rows_from_environment() {
-  const char* value = std::getenv("LLAMASERVE_MATVEC_GROUP_ROWS");
-  if (value == nullptr || value[0] == '\0' || value[1] != '\0') return 0;
-  const int rows = value[0] - '0';
-  return rows == 2 || rows == kWideMatvecRows ? rows : 0;
-}
-
 std::atomic<int>& group_rows_setting() {
-  static std::atomic<int> setting{group_rows_from_environment()};
+  static std::atomic<int> setting{
+      digit_from_environment("LLAMASERVE_MATVEC_GROUP_ROWS", is_group_rows)};
   return setting;
 }
 
@@ -73,12 +68,10 @@ void set_matvec_k_split(int split) { k_split_setting().store(is_split(split) ? s
 
 int matvec_group_rows() { return group_rows_setting().load(std::memory_order_relaxed); }
 
-void set_matvec_group_rows(int rows) {
-  group_rows_setting().store(rows == 2 || rows == kWideMatvecRows ? rows : 0);
-}
+void set_matvec_group_rows(int rows) { group_rows_setting().store(is_group_rows(rows) ? rows : 0); }
 
 int choose_matvec_group_rows(const MatvecShape& two_row_groups, int batch_rows, int forced_rows) {
-  if (forced_rows == 2 || forced_rows == kWideMatvecRows) return forced_rows;
+  if (is_group_rows(forced_rows)) return forced_rows;
   if (batch_rows > 1) return kWideMatvecRows;
   return grid_with_split(two_row_groups, 0).busy < kBusyEnough ? kWideMatvecRows : 2;
 }
