@@ -86,7 +86,7 @@ struct MatvecConfig {
 // The configurations a launch of n_act activation rows of `type` can take.
 std::vector<MatvecConfig> matvec_configs(TensorType type, int64_t n_act) {
   std::vector<MatvecConfig> configs;
-  const bool group_rows_apply = !matvec_uses_q8(type) && n_act <= kMaxSplitMatvecRows;
+  const bool group_rows_apply = matvec_may_widen_groups(type, static_cast<int>(n_act));
   for (const int rows : {0, 2, kWideMatvecRows}) {
     if (rows != 0 && !group_rows_apply) continue;
     for (const int split : kSplits) configs.push_back({split, rows});
@@ -181,8 +181,8 @@ TEST_P(MatvecTest, MatchesReferenceForEveryRowCount) {
   }
 }
 
-// 1 and 2 activation rows take every column split and (float weights) both group heights, 5
-// whole rows in groups of two or four by the weight type.
+// 1 and 2 activation rows take every column split and (float weights; Q4_0 and Q4_1 at one row)
+// both group heights, 5 whole rows in groups of two or four by the weight type.
 TEST_P(MatvecTest, AccumulatesIntoOutputAndAddsBias) {
   const TensorType type = GetParam();
   const int64_t cols = round_cols(type, 1000);
@@ -325,11 +325,11 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatvecPartsTest, ::testing::ValuesIn(weight_t
 
 // The launcher's grid and column split (host logic, no GPU): an H200 with 6 matvec CTAs of 4
 // warps per SM holds 3168 warps.
-MatvecShape h200_shape(int64_t n_groups, int n_steps, bool quantized = false) {
+MatvecShape h200_shape(int64_t n_groups, int n_steps, bool whole_rows = false) {
   MatvecShape shape;
   shape.n_groups = n_groups;
   shape.n_steps = n_steps;
-  shape.quantized = quantized;
+  shape.whole_rows = whole_rows;
   shape.sms = 132;
   shape.ctas_per_sm = {6, 6, 6};
   return shape;
@@ -348,7 +348,7 @@ TEST(MatvecGrid, SplitsOnlyFloatLaunchesThatLeaveWarpsIdle) {
   EXPECT_NEAR(whole.busy, 2048.0 / 3168.0, 1e-12);
   // 11008 rows: 5504 groups, 2 a warp on 2752 warps (87% busy): whole rows.
   EXPECT_EQ(choose_matvec_grid(h200_shape(5504, 6), 0).split, 1);
-  // Quantized weights stay whole however idle the warps.
+  // Launches that keep whole rows (most quantized ones) do so however idle the warps.
   EXPECT_EQ(choose_matvec_grid(h200_shape(2048, 15, true), 0).split, 1);
   // No warp goes without a step: 3 steps a group allow 2 warps, not 4 (2 give no more busy
   // warps here, so the rows stay whole).
@@ -406,6 +406,25 @@ TEST(MatvecGrid, WidensGroupsOnlyWhereGroupsOfTwoLeaveWarpsIdle) {
   set_matvec_group_rows(kWideMatvecRows);
   EXPECT_EQ(matvec_group_rows(), kWideMatvecRows);
   set_matvec_group_rows(0);
+}
+
+// Which launches may take groups of four rows: float weights up to kMaxSplitMatvecRows
+// activation rows, Q4_0 and Q4_1 at one.
+TEST(MatvecGrid, WideGroupsApplyToFloatBatchesAndSomeQuantizedRows) {
+  for (const TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16}) {
+    for (int rows = 1; rows <= kMaxSplitMatvecRows; ++rows) {
+      EXPECT_TRUE(matvec_may_widen_groups(t, rows));
+    }
+    EXPECT_FALSE(matvec_may_widen_groups(t, kMaxSplitMatvecRows + 1));
+  }
+  for (const TensorType t : {TensorType::Q4_0, TensorType::Q4_1}) {
+    EXPECT_TRUE(matvec_may_widen_groups(t, 1));
+    EXPECT_FALSE(matvec_may_widen_groups(t, 2));
+  }
+  for (const TensorType t :
+       {TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
+    EXPECT_FALSE(matvec_may_widen_groups(t, 1));
+  }
 }
 
 // Groups of four rows take two items a step up to two activation rows, and for three or four

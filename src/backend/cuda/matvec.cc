@@ -70,6 +70,11 @@ int matvec_group_rows() { return group_rows_setting().load(std::memory_order_rel
 
 void set_matvec_group_rows(int rows) { group_rows_setting().store(is_group_rows(rows) ? rows : 0); }
 
+bool matvec_may_widen_groups(TensorType type, int n_rows) {
+  if (matvec_uses_q8(type)) return n_rows == 1 && quant_takes_wide_groups(type);
+  return n_rows <= kMaxSplitMatvecRows;
+}
+
 int choose_matvec_group_rows(const MatvecShape& two_row_groups, int batch_rows, int forced_rows) {
   if (is_group_rows(forced_rows)) return forced_rows;
   if (batch_rows > 1) return kWideMatvecRows;
@@ -84,7 +89,7 @@ int choose_wide_matvec_unroll(const MatvecShape& two_item_groups, int batch_rows
 MatvecGrid choose_matvec_grid(const MatvecShape& shape, int forced_split) {
   constexpr double kClearGain = 0.02;
   MatvecGrid grid = grid_with_split(shape, 0);
-  const bool choose = forced_split == 0 && !shape.quantized && grid.busy < kBusyEnough;
+  const bool choose = forced_split == 0 && !shape.whole_rows && grid.busy < kBusyEnough;
   for (int i = 1; i < 3; ++i) {
     if (shape.ctas_per_sm[static_cast<size_t>(i)] <= 0) continue;
     const MatvecGrid g = grid_with_split(shape, i);

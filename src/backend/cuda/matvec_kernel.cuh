@@ -11,11 +11,12 @@
 // Split K: S warps of a CTA (S = 1, 2 or 4; a "unit") can share each group, warp j of the unit
 // taking steps j, j + S, ...; at the group's end their sums meet in shared memory (a named
 // barrier per unit) and the unit's first warp adds them in a fixed order and stores the outputs.
-// The launcher splits only float-weight launches that leave many resident warps idle
-// (choose_matvec_grid, matvec_launch.h): a 4096-row matrix has 2048 groups of two rows, which
-// keep only 2048 of the 3168 warps an H200 holds busy with S = 1, and 2732 with S = 4. Float
-// launches of up to 4 activation rows may take groups of four rows instead of two
-// (choose_matvec_group_rows, choose_wide_matvec_unroll).
+// The launcher splits only float-weight launches (and Q4_0/Q4_1 ones in groups of four) that leave
+// many resident warps idle (choose_matvec_grid, matvec_launch.h): a 4096-row matrix has 2048
+// groups of two rows, which keep only 2048 of the 3168 warps an H200 holds busy with S = 1, and
+// 2732 with S = 4. Float launches of up to 4 activation rows may take groups of four rows instead
+// of two (choose_matvec_group_rows, choose_wide_matvec_unroll), as Q4_0 and Q4_1 launches of one
+// row do (quant_takes_wide_groups).
 //
 // Streaming: the warps are persistent. The grid holds at most as many warps as the GPU keeps
 // resident, each unit taking groups u, u + N, u + 2N, ... with every unit given the same number
@@ -388,7 +389,8 @@ MatvecShape matvec_shape(const MatvecLaunch& launch) {
   shape.n_groups = launch.n_groups;
   shape.n_steps =
       static_cast<int>((launch.parts[0].w.cols / DotFormat<T>::kItemElems + 32 * U - 1) / (32 * U));
-  shape.quantized = DotFormat<T>::kQ8;
+  // Q4_0 and Q4_1 in groups of four take the float weights' column split (matvec_launch.h).
+  shape.whole_rows = DotFormat<T>::kQ8 && !(RW == kWideMatvecRows && quant_takes_wide_groups(T));
   shape.sms = current_device_sm_count();
   shape.ctas_per_sm = kCtasPerSm;
   return shape;
@@ -421,6 +423,15 @@ Status launch_matvec_rows(const MatvecLaunch& a, cudaStream_t stream) {
       LS_CUDA_CHECK(launch_kernel(short_kernel, static_cast<unsigned>(ctas), kMatvecThreads, 0,
                                   stream, launch));
       return Status::ok();
+    }
+  }
+  // Q4_0 and Q4_1 at one activation row: groups of four rows, one item a step, unless groups of
+  // two are forced (quant_takes_wide_groups).
+  if constexpr (DotFormat<T>::kQ8 && B == 1 && quant_takes_wide_groups(T)) {
+    if (matvec_group_rows() != 2) {
+      const MatvecLaunch wide = with_groups_of<kWideMatvecRows>(a);
+      return launch_matvec_grid<T, B, kWideMatvecRows, 1>(
+          wide, matvec_shape<T, B, kWideMatvecRows, 1>(wide), stream);
     }
   }
   const MatvecShape shape = matvec_shape<T, B, kRows, kUnroll>(launch);

@@ -53,7 +53,7 @@ void set_matvec_k_split(int split);
 struct MatvecShape {
   int64_t n_groups = 0;
   int n_steps = 0;
-  bool quantized = false;
+  bool whole_rows = false;  // no column split is chosen (it may still be forced)
   int sms = 0;
   std::array<int, 3> ctas_per_sm{};
 };
@@ -100,14 +100,34 @@ int choose_matvec_group_rows(const MatvecShape& two_row_groups, int batch_rows, 
 // (4 rows, 4096 x 4096: 12.9 against 16.3 us).
 int choose_wide_matvec_unroll(const MatvecShape& two_item_groups, int batch_rows);
 
+// Whether one-row launches of quantized `type` weights take groups of kWideMatvecRows rows (as
+// float launches of up to kMaxSplitMatvecRows rows may), one item a lane and step, with the
+// float weights' column split (choose_matvec_grid): Q4_0 and Q4_1, whose groups of two, 20 bytes
+// a lane and row a step, leave the memory system short of loads. In the kernel benchmark at one
+// row (bench/results/2026-12-01-h200-quant-matvec-groups.md), Q4_0 4096 x 4096 4.71 against
+// 6.46 us, 4096 x 11008 10.16 against 14.67 (both split over two warps), 11008 x 4096 9.14
+// against 12.43 (whole); Q4_1 alike; 7B Q4_0 decode at batch 1 524 against 444 tok/s. Q4_K,
+// faster in groups of four in the kernel benchmark (4096 x 4096 4.61 against 5.38 us with two
+// items a step), was not in a 7B Q4_K_M decode (472 against 472 tok/s), and keeps groups of two
+// as Q8_0, Q5_K and Q6_K do. LLAMASERVE_MATVEC_GROUP_ROWS=2 (matvec_group_rows) forces groups of
+// two here too.
+constexpr bool quant_takes_wide_groups(TensorType type) {
+  return type == TensorType::Q4_0 || type == TensorType::Q4_1;
+}
+
+// Whether a launch of n_rows activation rows of `type` weights may take groups of
+// kWideMatvecRows rows (choose_matvec_group_rows, quant_takes_wide_groups).
+bool matvec_may_widen_groups(TensorType type, int n_rows);
+
 // Every unit (split warps) the same number of groups, the last ones one fewer, as many units as
 // are resident or fewer. Float weights stay whole while at least 75% of the resident warps
 // stream (splitting costs a barrier per group and shortens each warp's stream, which loses where
 // the memory system is already busy: an 11008 x 4096 F16 matrix, 64% of the copy bandwidth split
 // four ways, 82% whole); below that they take the split that keeps the most warps streaming, by
 // at least 2 points, with every warp given at least one step a group (4096 x 11008: 79% split
-// four ways, 68% whole). Quantized weights keep whole rows: their groups are a few steps long,
-// and split, their 11008 x 4096 products lost (Q4_0 49% of the copy bandwidth whole, 41%
+// four ways, 68% whole). So do Q4_0 and Q4_1 in groups of four rows (above). Other quantized
+// launches keep whole rows (shape.whole_rows): their groups are a few steps long, and split,
+// their 11008 x 4096 products lost (Q4_0 in groups of two 49% of the copy bandwidth whole, 41%
 // split). forced_split (1, 2 or 4; 0 for none) overrides the choice where that kernel exists.
 MatvecGrid choose_matvec_grid(const MatvecShape& shape, int forced_split);
 
