@@ -35,7 +35,7 @@ struct CudaExecutorOptions {
   int32_t max_batch_tokens = 2048;  // rows per forward pass; larger batches run in pieces
   int32_t max_seqs = 256;           // sequences per forward pass
   int64_t max_context_tokens = 0;   // longest sequence; 0: the model's n_ctx_train
-  int32_t gemm_min_rows = 32;       // products with this many rows or more use cuBLAS
+  int32_t gemm_min_rows = 5;        // products with this many rows or more are GEMMs (gemm.h)
   int32_t float_gemm_min_rows = 5;  // the same for F16/BF16/F32 weights
   bool cuda_graphs = true;
 

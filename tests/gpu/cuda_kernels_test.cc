@@ -12,6 +12,7 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/matvec.h"
 #include "backend/cuda/matvec_launch.h"
+#include "backend/cuda/quant_mma.h"
 #include "quant/blocks.h"
 #include "test_util.h"
 
@@ -576,6 +577,18 @@ class GemmTest : public GpuTest, public ::testing::WithParamInterface<TensorType
 // |w x| in the worst case.
 double gemm_tolerance(TensorType type) { return type == TensorType::BF16 ? 1e-2 : 1.5e-3; }
 
+// The paths a GEMM of `type` weights can take: quantized weights through the f16 copy and
+// cuBLAS (quant_mma_rows 0) and through quant_mma.h's kernel (every row count).
+std::vector<int> quant_mma_settings(TensorType type) {
+  if (!quant_mma_supported(type)) return {kDefaultQuantMmaRows};
+  return {0, 4096};
+}
+
+std::string quant_mma_trace(int rows) {
+  return rows == 0 ? std::string("weights dequantized for cuBLAS")
+                   : "quant_mma up to " + std::to_string(rows) + " rows";
+}
+
 TEST_P(GemmTest, MatchesReference) {
   const TensorType type = GetParam();
   const int64_t cols = round_cols(type, kCols);
@@ -600,10 +613,53 @@ TEST_P(GemmTest, MatchesReference) {
   args.n_rows = n_act;
   args.y = y_dev.get();
   args.y_stride = y_stride;
-  ASSERT_OK(gemm(handle_, args, ws, nullptr));
-  ASSERT_CUDA(cudaDeviceSynchronize());
-  expect_close(y_dev.download(), y_stride, reference_product(m, x, x_stride, n_act), kRows, n_act,
-               gemm_tolerance(type));
+  const Reference want = reference_product(m, x, x_stride, n_act);
+  for (const int mma_rows : quant_mma_settings(type)) {
+    SCOPED_TRACE(quant_mma_trace(mma_rows));
+    set_quant_mma_rows(mma_rows);
+    y_dev.poison();
+    ASSERT_OK(gemm(handle_, args, ws, nullptr));
+    ASSERT_CUDA(cudaDeviceSynchronize());
+    expect_close(y_dev.download(), y_stride, want, kRows, n_act, gemm_tolerance(type));
+  }
+  set_quant_mma_rows(kDefaultQuantMmaRows);
+}
+
+// Quantized weights on quant_mma.h's kernel: every pass width (1 to 4 tiles of 8 activation
+// rows, several passes), rows that end inside a CTA's 32, and rows whose last step holds fewer
+// than four units.
+TEST_P(GemmTest, QuantMmaMatchesReferenceForEveryRowCount) {
+  const TensorType type = GetParam();
+  if (!quant_mma_supported(type)) GTEST_SKIP() << "float weights go to cuBLAS as they are";
+  const int64_t cols = round_cols(type, 1000);
+  const int64_t rows = 203;
+  const HostMatrix m = make_matrix(type, rows, cols, 97);
+  UploadedMatrix w = upload(m);
+  ASSERT_NE(w.view.quants, nullptr);
+  set_quant_mma_rows(4096);
+  for (const int64_t n_act : {1, 7, 8, 9, 16, 17, 25, 32, 33, 70}) {
+    SCOPED_TRACE("activation rows " + std::to_string(n_act));
+    const int64_t x_stride = cols + 12;
+    const int64_t y_stride = rows + 1;
+    const std::vector<float> x = random_floats(n_act * x_stride, 100 + n_act);
+    DeviceArray<float> x_dev(x);
+    DeviceArray<float> y_dev(n_act * y_stride);
+    y_dev.poison();
+    DeviceArray<uint8_t> act_half(gemm_act_half_bytes(n_act, cols));
+    GemmWorkspace ws{act_half.get(), act_half.size(), nullptr, 0};
+    GemmArgs args;
+    args.w = w.view;
+    args.x = x_dev.get();
+    args.x_stride = x_stride;
+    args.n_rows = n_act;
+    args.y = y_dev.get();
+    args.y_stride = y_stride;
+    ASSERT_OK(gemm(handle_, args, ws, nullptr));
+    ASSERT_CUDA(cudaDeviceSynchronize());
+    expect_close(y_dev.download(), y_stride, reference_product(m, x, x_stride, n_act), rows, n_act,
+                 gemm_tolerance(type));
+  }
+  set_quant_mma_rows(kDefaultQuantMmaRows);
 }
 
 TEST_P(GemmTest, AccumulatesAndAddsBias) {
@@ -630,14 +686,20 @@ TEST_P(GemmTest, AccumulatesAndAddsBias) {
   args.y_stride = rows;
   args.bias = bias_dev.get();
   args.accumulate = true;
-  ASSERT_OK(gemm(handle_, args, ws, nullptr));
-  ASSERT_CUDA(cudaDeviceSynchronize());
   std::vector<double> extra(n_act * rows);
   for (int64_t b = 0; b < n_act; ++b) {
     for (int64_t r = 0; r < rows; ++r) extra[b * rows + r] = y0[b * rows + r] + bias[r];
   }
-  expect_close(y_dev.download(), rows, reference_product(m, x, cols, n_act), rows, n_act,
-               gemm_tolerance(type), extra);
+  const Reference want = reference_product(m, x, cols, n_act);
+  for (const int mma_rows : quant_mma_settings(type)) {
+    SCOPED_TRACE(quant_mma_trace(mma_rows));
+    set_quant_mma_rows(mma_rows);
+    y_dev.upload(y0);
+    ASSERT_OK(gemm(handle_, args, ws, nullptr));
+    ASSERT_CUDA(cudaDeviceSynchronize());
+    expect_close(y_dev.download(), rows, want, rows, n_act, gemm_tolerance(type), extra);
+  }
+  set_quant_mma_rows(kDefaultQuantMmaRows);
 }
 
 // A tensor-parallel partial as halves (GemmArgs::y_half): the product rounded once more, to
@@ -664,15 +726,22 @@ TEST_P(GemmTest, WritesHalfOutput) {
   args.n_rows = n_act;
   args.y_half = y_dev.get();
   args.y_stride = y_stride;
-  ASSERT_OK(gemm(handle_, args, ws, nullptr));
-  ASSERT_CUDA(cudaDeviceSynchronize());
-  const std::vector<uint16_t> h = y_dev.download();
-  std::vector<float> y(h.size());
-  for (size_t i = 0; i < h.size(); ++i) {
-    y[i] = type == TensorType::BF16 ? bf16_to_float(BF16{h[i]}) : half_to_float(Half{h[i]});
+  const Reference want = reference_product(m, x, cols, n_act);
+  for (const int mma_rows : quant_mma_settings(type)) {
+    SCOPED_TRACE(quant_mma_trace(mma_rows));
+    set_quant_mma_rows(mma_rows);
+    y_dev.poison();
+    ASSERT_OK(gemm(handle_, args, ws, nullptr));
+    ASSERT_CUDA(cudaDeviceSynchronize());
+    const std::vector<uint16_t> h = y_dev.download();
+    std::vector<float> y(h.size());
+    for (size_t i = 0; i < h.size(); ++i) {
+      y[i] = type == TensorType::BF16 ? bf16_to_float(BF16{h[i]}) : half_to_float(Half{h[i]});
+    }
+    expect_close(y, y_stride, want, rows, n_act,
+                 gemm_tolerance(type) + (type == TensorType::BF16 ? 4e-3 : 5e-4));
   }
-  expect_close(y, y_stride, reference_product(m, x, cols, n_act), rows, n_act,
-               gemm_tolerance(type) + (type == TensorType::BF16 ? 4e-3 : 5e-4));
+  set_quant_mma_rows(kDefaultQuantMmaRows);
   // Halves are a partial alone: no accumulating into them, no bias.
   args.accumulate = true;
   EXPECT_FALSE(gemm(handle_, args, ws, nullptr).is_ok());

@@ -25,11 +25,12 @@
 namespace llamaserve::cuda {
 
 struct CudaBackendOptions {
-  // Products with at least this many activation rows use cuBLAS GEMMs; fewer use matvec.
-  // Quantized weights (whose matvec reads them once for up to 8 rows, where a GEMM first
-  // dequantizes them) and float weights (whose matvec loses to cuBLAS from a few rows on)
-  // have their own thresholds.
-  int32_t gemm_min_rows = 32;
+  // Products with at least this many activation rows are GEMMs (gemm.h: cuBLAS, or for
+  // quantized weights of up to quant_mma_rows() rows quant_mma.h's kernel); fewer use matvec.
+  // Quantized weights and float weights have their own thresholds: from 5 rows on both lose
+  // as matvecs (Q4_K_M 7B at 6 rows 7.3 ms a step as 8-bit matvecs, 4.6 on quant_mma; Q8_0 at
+  // 4 rows 4.3 against 5.5, bench/results/2026-12-01-h200-quant-mma.md).
+  int32_t gemm_min_rows = 5;
   int32_t float_gemm_min_rows = 5;
   // Tensor parallelism: the weights are one rank's shard (heads and FFN columns), and after
   // the attention output and FFN down projections the partial results are summed over the

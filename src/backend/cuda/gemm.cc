@@ -1,16 +1,33 @@
 #include "backend/cuda/gemm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/dequant.h"
 #include "backend/cuda/elementwise.h"
+#include "backend/cuda/quant_mma.h"
 
 namespace llamaserve::cuda {
 namespace {
 
 int64_t padded_cols(int64_t cols) { return (cols + 7) / 8 * 8; }
+
+constexpr int kMaxQuantMmaRows = 4096;
+
+std::atomic<int>& quant_mma_rows_setting() {
+  static std::atomic<int> setting{[] {
+    const char* value = std::getenv("LLAMASERVE_QUANT_MMA_ROWS");
+    if (value == nullptr || value[0] == '\0') return kDefaultQuantMmaRows;
+    char* end = nullptr;
+    const long rows = std::strtol(value, &end, 10);
+    if (*end != '\0' || rows < 0 || rows > kMaxQuantMmaRows) return kDefaultQuantMmaRows;
+    return static_cast<int>(rows);
+  }()};
+  return setting;
+}
 
 // Y[:, first_row : first_row + m] (+)= A · X^T in cuBLAS's column-major terms: A is the
 // weight slice (row-major rows × cols = column-major cols × rows, hence OP_T), X^T is the
@@ -29,6 +46,12 @@ Status gemm_slice(cublasHandle_t handle, const void* a, int64_t lda, int64_t m, 
 }
 
 }  // namespace
+
+int quant_mma_rows() { return quant_mma_rows_setting().load(std::memory_order_relaxed); }
+
+void set_quant_mma_rows(int rows) {
+  quant_mma_rows_setting().store(std::clamp(rows, 0, kMaxQuantMmaRows));
+}
 
 int64_t gemm_act_half_stride(int64_t cols) { return padded_cols(cols); }
 
@@ -65,6 +88,19 @@ Status gemm(cublasHandle_t handle, const GemmArgs& g, const GemmWorkspace& ws,
     if (g.y_half != nullptr) return static_cast<uint8_t*>(g.y_half) + first * 2;
     return g.y + first;
   };
+  if (quant_mma_supported(g.w.type) && g.n_rows <= quant_mma_rows()) {
+    QuantMmaArgs q;
+    q.w = g.w;
+    q.x_half = ws.act_half;
+    q.x_stride = ldx;
+    q.n_rows = g.n_rows;
+    q.y = g.y;
+    q.y_stride = g.y_stride;
+    q.y_half = g.y_half;
+    q.bias = g.bias;
+    q.accumulate = g.accumulate;
+    return quant_mma(q, stream);
+  }
   if (g.w.type == TensorType::F16 || bf16) {
     LS_RETURN_IF_ERROR(gemm_slice(handle, g.w.quants, g.w.quant_row_bytes / 2, g.w.rows, g,
                                   ws.act_half, ldx, half_type, y_at(0), y_type, beta));

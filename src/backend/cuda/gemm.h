@@ -5,7 +5,8 @@
 // fp32 into the fp32 output. F16/BF16 weights are used in place; quantized (and F32) weights
 // are first dequantized to f16, a slice of rows at a time, into a scratch buffer: the cost is
 // one extra pass over an f16 copy of the slice, small next to the GEMM once the batch has more
-// than a few dozen rows (below that, matvec.h is faster).
+// than a few dozen rows. Quantized weights with fewer rows (quant_mma_rows) are multiplied by
+// quant_mma.h's kernel, which decodes them in registers instead.
 #pragma once
 
 #include <cstddef>
@@ -51,6 +52,14 @@ size_t gemm_act_half_bytes(int64_t n_rows, int64_t max_cols);
 // The row stride (elements) of GemmWorkspace::act_half for inputs of `cols` features: where a
 // producer writes the converted input itself (GemmArgs::x_half_ready).
 int64_t gemm_act_half_stride(int64_t cols);
+
+// Products of quantized weights with up to this many activation rows skip the f16 copy of the
+// weights and run on quant_mma.h's kernel instead (default kDefaultQuantMmaRows; 0: never). The
+// environment's LLAMASERVE_QUANT_MMA_ROWS (0 to 4096) sets the starting value;
+// set_quant_mma_rows() overrides it (the tests run both paths).
+inline constexpr int kDefaultQuantMmaRows = 64;
+int quant_mma_rows();
+void set_quant_mma_rows(int rows);
 
 // PRECONDITIONS: the workspace holds the converted activations and at least one dequantized
 // weight row (more rows, fewer and larger GEMMs). For CUDA graph capture, `handle` must already

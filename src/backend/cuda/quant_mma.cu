@@ -1,0 +1,213 @@
+#include "backend/cuda/quant_mma.h"
+
+#include <algorithm>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/formats.cuh"
+#include "backend/cuda/launch.cuh"
+
+namespace llamaserve::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kTileRows = 32;   // weight rows a CTA: two mma tiles of 16
+constexpr int kLaneRows = 4;    // rows a lane decodes: g, g + 8, g + 16, g + 24
+constexpr int kUnitsAStep = 4;  // one unit per lane of a quad
+
+// D (16 x 8, fp32) += A (16 x 16, f16, row-major) · B (16 x 8, f16, column-major).
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// One pass: the CTA's 32 weight rows times up to 8 * NT activation rows.
+template <TensorType T, int NT>
+__global__ void __launch_bounds__(kThreads)
+    quant_mma_kernel(const __grid_constant__ QuantMmaArgs a, int units, int steps) {
+  using F = Format<T>;
+  using Raw = typename F::Raw;
+  static_assert(F::kRunLen % 4 == 0);
+  constexpr int kPairs = F::kRunLen / 2;
+  // The warps' partial sums: [warp][m tile, n tile, fragment value][lane].
+  __shared__ float partial[kWarps][2 * NT * 4][32];
+  pdl_launch_dependents();
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int g = lane >> 2;
+  const int q = lane & 3;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kTileRows;
+  int64_t rows[kLaneRows];
+#pragma unroll
+  for (int i = 0; i < kLaneRows; ++i) rows[i] = min(row0 + g + 8 * i, a.w.rows - 1);
+  // The warp's steps: a contiguous share of the row's units.
+  const int t_begin = static_cast<int>(static_cast<int64_t>(steps) * warp / kWarps);
+  const int t_end = static_cast<int>(static_cast<int64_t>(steps) * (warp + 1) / kWarps);
+  auto load = [&](int t, Raw(&raw)[kLaneRows]) {
+    const int u = min(kUnitsAStep * t + q, units - 1);
+#pragma unroll
+    for (int i = 0; i < kLaneRows; ++i) raw[i] = F::load(a.w, rows[i], u);
+  };
+  float acc[2][NT][4];
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[m][n][j] = 0.0f;
+    }
+  }
+  Raw raw[kLaneRows];
+  // The weights are constant: the first step's loads go out before the wait for the kernel
+  // that writes the activations (launch.cuh).
+  if (t_begin < t_end) load(t_begin, raw);
+  pdl_wait();
+  const __half* x = static_cast<const __half*>(a.x_half);
+  int64_t x_rows[NT];
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+    x_rows[n] = min(static_cast<int64_t>(8 * n + g), a.n_rows - 1) * a.x_stride;
+  for (int t = t_begin; t < t_end; ++t) {
+    Raw next[kLaneRows];
+    if (t + 1 < t_end) load(t + 1, next);
+    const int u_raw = kUnitsAStep * t + q;
+    const bool valid = u_raw < units;  // the row's last step may hold fewer than four units
+    const int u = min(u_raw, units - 1);
+#pragma unroll
+    for (int k = 0; k < F::kRuns; ++k) {
+      uint32_t w[kLaneRows][kPairs];
+#pragma unroll
+      for (int i = 0; i < kLaneRows; ++i) {
+        float v[F::kRunLen];
+        float scale = 1.0f, min_value = 0.0f;
+        F::decode(raw[i], u, k, v, scale, min_value);
+        dequantize_run<F>(v, scale, min_value);
+#pragma unroll
+        for (int p = 0; p < kPairs; ++p) w[i][p] = valid ? half2_bits(v[2 * p], v[2 * p + 1]) : 0u;
+      }
+      const int col0 = F::run_base(u, k);
+#pragma unroll
+      for (int s = 0; s < F::kRunLen / 4; ++s) {
+        uint32_t b[NT][2];
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+          const uint2 v = __ldg(reinterpret_cast<const uint2*>(x + x_rows[n] + col0 + 4 * s));
+          b[n][0] = valid ? v.x : 0u;
+          b[n][1] = valid ? v.y : 0u;
+        }
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+          const uint32_t frag[4] = {w[2 * m][2 * s], w[2 * m + 1][2 * s], w[2 * m][2 * s + 1],
+                                    w[2 * m + 1][2 * s + 1]};
+#pragma unroll
+          for (int n = 0; n < NT; ++n) mma_16816(acc[m][n], frag, b[n][0], b[n][1]);
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kLaneRows; ++i) raw[i] = next[i];
+  }
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) partial[warp][(m * NT + n) * 4 + j][lane] = acc[m][n][j];
+    }
+  }
+  __syncthreads();
+  // Fragment value j of lane (g, q) in tile (m, n): weight row 16 m + g + 8 (j / 2), activation
+  // row 8 n + 2 q + j % 2.
+  for (int idx = threadIdx.x; idx < 2 * NT * 4 * 32; idx += kThreads) {
+    const int value = idx >> 5;
+    const int l = idx & 31;
+    float sum = 0.0f;
+#pragma unroll
+    for (int wp = 0; wp < kWarps; ++wp) sum += partial[wp][value][l];
+    const int m = value / (4 * NT);
+    const int n = (value / 4) % NT;
+    const int j = value % 4;
+    const int64_t row = row0 + 16 * m + (l >> 2) + 8 * (j >> 1);
+    const int64_t b = 8 * n + 2 * (l & 3) + (j & 1);
+    if (row >= a.w.rows || b >= a.n_rows) continue;
+    if (a.y_half != nullptr) {
+      static_cast<__half*>(a.y_half)[b * a.y_stride + row] = __float2half_rn(sum);
+    } else {
+      if (a.bias != nullptr) sum += a.bias[row];
+      float* y = a.y + b * a.y_stride + row;
+      *y = a.accumulate ? *y + sum : sum;
+    }
+  }
+}
+
+template <TensorType T>
+Status launch_passes(const QuantMmaArgs& args, cudaStream_t stream) {
+  const int64_t units = args.w.cols / kUnitElems<T>;
+  LS_CUDA_REQUIRE(units * kUnitElems<T> == args.w.cols && units <= 0x7fffffff);
+  const int64_t steps = (units + kUnitsAStep - 1) / kUnitsAStep;
+  const int64_t ctas = (args.w.rows + kTileRows - 1) / kTileRows;
+  LS_CUDA_REQUIRE(ctas <= 0x7fffffff);
+  for (int64_t first = 0; first < args.n_rows; first += kQuantMmaRows) {
+    QuantMmaArgs pass = args;
+    pass.n_rows = std::min<int64_t>(kQuantMmaRows, args.n_rows - first);
+    pass.x_half = static_cast<const __half*>(args.x_half) + first * args.x_stride;
+    if (args.y_half != nullptr) {
+      pass.y_half = static_cast<__half*>(args.y_half) + first * args.y_stride;
+    } else {
+      pass.y = args.y + first * args.y_stride;
+    }
+    auto kernel = quant_mma_kernel<T, 4>;
+    switch ((pass.n_rows + 7) / 8) {
+      case 1: kernel = quant_mma_kernel<T, 1>; break;
+      case 2: kernel = quant_mma_kernel<T, 2>; break;
+      case 3: kernel = quant_mma_kernel<T, 3>; break;
+      default: break;
+    }
+    LS_CUDA_CHECK(launch_kernel(kernel, static_cast<unsigned>(ctas), kThreads, 0, stream, pass,
+                                static_cast<int>(units), static_cast<int>(steps)));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+bool quant_mma_supported(TensorType type) {
+  switch (type) {
+    case TensorType::Q8_0:
+    case TensorType::Q4_0:
+    case TensorType::Q4_1:
+    case TensorType::Q4_K:
+    case TensorType::Q5_K:
+    case TensorType::Q6_K: return true;
+    default: return false;
+  }
+}
+
+Status quant_mma(const QuantMmaArgs& a, cudaStream_t stream) {
+  LS_CUDA_REQUIRE(quant_mma_supported(a.w.type) && a.w.quants != nullptr && a.x_half != nullptr);
+  LS_CUDA_REQUIRE(a.y_half != nullptr ? a.y == nullptr && a.bias == nullptr && !a.accumulate
+                                      : a.y != nullptr);
+  LS_CUDA_REQUIRE(a.n_rows >= 0 && a.x_stride >= a.w.cols && a.x_stride % 4 == 0 &&
+                  a.y_stride >= a.w.rows);
+  LS_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.x_half) % 8 == 0);
+  if (a.n_rows == 0) return Status::ok();
+  switch (a.w.type) {
+    case TensorType::Q8_0: return launch_passes<TensorType::Q8_0>(a, stream);
+    case TensorType::Q4_0: return launch_passes<TensorType::Q4_0>(a, stream);
+    case TensorType::Q4_1: return launch_passes<TensorType::Q4_1>(a, stream);
+    case TensorType::Q4_K: return launch_passes<TensorType::Q4_K>(a, stream);
+    case TensorType::Q5_K: return launch_passes<TensorType::Q5_K>(a, stream);
+    default: return launch_passes<TensorType::Q6_K>(a, stream);
+  }
+}
+
+}  // namespace llamaserve::cuda

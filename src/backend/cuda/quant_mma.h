@@ -1,0 +1,52 @@
+// Products of quantized weights with a few dozen activation rows on tensor cores, straight from
+// the weights' device layout: Y = X W^T for X of up to kQuantMmaRows rows at a time.
+//
+// Between the matvec (matvec.h: integer dots, each weight decoded once per 8 activation rows)
+// and the GEMM (gemm.h: the weights dequantized into an f16 copy that cuBLAS then reads), a
+// batch of 9 to 64 rows did badly either way: the matvec decodes every weight once per 8 rows,
+// and the copy writes and rereads 3.5 times the bytes of Q4 weights. Here each weight is read
+// once per kQuantMmaRows rows, decoded to f16 in registers and multiplied with mma.sync
+// (m16n8k16, f16 inputs, fp32 sums): the weights are the A operand (16 rows an mma), the
+// activations B (8 rows an mma). The weights are rounded to f16 exactly as dequantize_rows
+// rounds them, so the product is the GEMM path's up to the order of the fp32 sums.
+//
+// Geometry: a CTA of kQuantMmaWarps warps owns 32 weight rows; its warps split the row's units
+// (formats.cuh) into contiguous ranges, and their fp32 partials are added in shared memory in a
+// fixed order (the result does not depend on timing). In one step lane (g, q) = (lane / 4,
+// lane % 4) of a warp loads unit 4t + q of rows g, g + 8, g + 16 and g + 24, and feeds its
+// elements to the mma k-slots 2q, 2q + 1, 2q + 8, 2q + 9 four at a time: the k dimension is the
+// row's elements in an order of the units' making, and the activations are read in that same
+// order (four consecutive elements of a run per load).
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "backend/cuda/device_matrix.h"
+#include "core/status.h"
+
+namespace llamaserve::cuda {
+
+// Activation rows one pass of the kernel multiplies; larger batches take several passes.
+inline constexpr int kQuantMmaRows = 32;
+
+struct QuantMmaArgs {
+  DeviceMatrix w;                // quantized (quant_mma_supported)
+  const void* x_half = nullptr;  // f16, row b at x_half + b * x_stride elements
+  int64_t x_stride = 0;          // elements; a multiple of 4, >= w.cols
+  int64_t n_rows = 0;
+  float* y = nullptr;  // y[b * y_stride + r]
+  int64_t y_stride = 0;
+  void* y_half = nullptr;  // instead of y: f16 outputs (no bias, no accumulate)
+  const float* bias = nullptr;
+  bool accumulate = false;
+};
+
+// The weight types the kernel reads: the quantized ones.
+bool quant_mma_supported(TensorType type);
+
+// PRECONDITIONS: as above; w.cols a whole number of units of its type.
+Status quant_mma(const QuantMmaArgs& args, cudaStream_t stream);
+
+}  // namespace llamaserve::cuda
