@@ -584,9 +584,28 @@ std::vector<int> quant_mma_settings(TensorType type) {
   return {0, 4096};
 }
 
-std::string quant_mma_trace(int rows) {
-  return rows == 0 ? std::string("weights dequantized for cuBLAS")
-                   : "quant_mma up to " + std::to_string(rows) + " rows";
+GemmArgs gemm_args(const DeviceMatrix& w, const float* x, int64_t x_stride, int64_t n_rows,
+                   float* y, int64_t y_stride) {
+  GemmArgs args;
+  args.w = w;
+  args.x = x;
+  args.x_stride = x_stride;
+  args.n_rows = n_rows;
+  args.y = y;
+  args.y_stride = y_stride;
+  return args;
+}
+
+// Runs `check` once on each path a GEMM of `type` weights can take, then restores the default.
+template <class Check>
+void for_each_gemm_path(TensorType type, Check&& check) {
+  for (const int rows : quant_mma_settings(type)) {
+    SCOPED_TRACE(rows == 0 ? std::string("weights dequantized for cuBLAS")
+                           : "quant_mma up to " + std::to_string(rows) + " rows");
+    set_quant_mma_rows(rows);
+    check();
+  }
+  set_quant_mma_rows(kDefaultQuantMmaRows);
 }
 
 TEST_P(GemmTest, MatchesReference) {
@@ -606,23 +625,14 @@ TEST_P(GemmTest, MatchesReference) {
   // Room for 100 dequantized rows: the 769 rows go through 8 slices.
   DeviceArray<uint8_t> weight_half(100 * ((cols + 7) / 8 * 8) * 2);
   GemmWorkspace ws{act_half.get(), act_half.size(), weight_half.get(), weight_half.size()};
-  GemmArgs args;
-  args.w = w.view;
-  args.x = x_dev.get();
-  args.x_stride = x_stride;
-  args.n_rows = n_act;
-  args.y = y_dev.get();
-  args.y_stride = y_stride;
+  const GemmArgs args = gemm_args(w.view, x_dev.get(), x_stride, n_act, y_dev.get(), y_stride);
   const Reference want = reference_product(m, x, x_stride, n_act);
-  for (const int mma_rows : quant_mma_settings(type)) {
-    SCOPED_TRACE(quant_mma_trace(mma_rows));
-    set_quant_mma_rows(mma_rows);
+  for_each_gemm_path(type, [&] {
     y_dev.poison();
     ASSERT_OK(gemm(handle_, args, ws, nullptr));
     ASSERT_CUDA(cudaDeviceSynchronize());
     expect_close(y_dev.download(), y_stride, want, kRows, n_act, gemm_tolerance(type));
-  }
-  set_quant_mma_rows(kDefaultQuantMmaRows);
+  });
 }
 
 // Quantized weights on quant_mma.h's kernel: every pass width (1 to 4 tiles of 8 activation
@@ -647,14 +657,8 @@ TEST_P(GemmTest, QuantMmaMatchesReferenceForEveryRowCount) {
     y_dev.poison();
     DeviceArray<uint8_t> act_half(gemm_act_half_bytes(n_act, cols));
     GemmWorkspace ws{act_half.get(), act_half.size(), nullptr, 0};
-    GemmArgs args;
-    args.w = w.view;
-    args.x = x_dev.get();
-    args.x_stride = x_stride;
-    args.n_rows = n_act;
-    args.y = y_dev.get();
-    args.y_stride = y_stride;
-    ASSERT_OK(gemm(handle_, args, ws, nullptr));
+    ASSERT_OK(gemm(handle_, gemm_args(w.view, x_dev.get(), x_stride, n_act, y_dev.get(), y_stride),
+                   ws, nullptr));
     ASSERT_CUDA(cudaDeviceSynchronize());
     expect_close(y_dev.download(), y_stride, reference_product(m, x, x_stride, n_act), rows, n_act,
                  gemm_tolerance(type));
@@ -677,13 +681,7 @@ TEST_P(GemmTest, AccumulatesAndAddsBias) {
   DeviceArray<uint8_t> act_half(gemm_act_half_bytes(n_act, cols));
   DeviceArray<uint8_t> weight_half(rows * cols * 2);
   GemmWorkspace ws{act_half.get(), act_half.size(), weight_half.get(), weight_half.size()};
-  GemmArgs args;
-  args.w = w.view;
-  args.x = x_dev.get();
-  args.x_stride = cols;
-  args.n_rows = n_act;
-  args.y = y_dev.get();
-  args.y_stride = rows;
+  GemmArgs args = gemm_args(w.view, x_dev.get(), cols, n_act, y_dev.get(), rows);
   args.bias = bias_dev.get();
   args.accumulate = true;
   std::vector<double> extra(n_act * rows);
@@ -691,15 +689,12 @@ TEST_P(GemmTest, AccumulatesAndAddsBias) {
     for (int64_t r = 0; r < rows; ++r) extra[b * rows + r] = y0[b * rows + r] + bias[r];
   }
   const Reference want = reference_product(m, x, cols, n_act);
-  for (const int mma_rows : quant_mma_settings(type)) {
-    SCOPED_TRACE(quant_mma_trace(mma_rows));
-    set_quant_mma_rows(mma_rows);
+  for_each_gemm_path(type, [&] {
     y_dev.upload(y0);
     ASSERT_OK(gemm(handle_, args, ws, nullptr));
     ASSERT_CUDA(cudaDeviceSynchronize());
     expect_close(y_dev.download(), rows, want, rows, n_act, gemm_tolerance(type), extra);
-  }
-  set_quant_mma_rows(kDefaultQuantMmaRows);
+  });
 }
 
 // A tensor-parallel partial as halves (GemmArgs::y_half): the product rounded once more, to
@@ -719,17 +714,10 @@ TEST_P(GemmTest, WritesHalfOutput) {
   // Room for 64 dequantized rows: the 203 rows go through 4 slices.
   DeviceArray<uint8_t> weight_half(64 * ((cols + 7) / 8 * 8) * 2);
   GemmWorkspace ws{act_half.get(), act_half.size(), weight_half.get(), weight_half.size()};
-  GemmArgs args;
-  args.w = w.view;
-  args.x = x_dev.get();
-  args.x_stride = cols;
-  args.n_rows = n_act;
+  GemmArgs args = gemm_args(w.view, x_dev.get(), cols, n_act, nullptr, y_stride);
   args.y_half = y_dev.get();
-  args.y_stride = y_stride;
   const Reference want = reference_product(m, x, cols, n_act);
-  for (const int mma_rows : quant_mma_settings(type)) {
-    SCOPED_TRACE(quant_mma_trace(mma_rows));
-    set_quant_mma_rows(mma_rows);
+  for_each_gemm_path(type, [&] {
     y_dev.poison();
     ASSERT_OK(gemm(handle_, args, ws, nullptr));
     ASSERT_CUDA(cudaDeviceSynchronize());
@@ -740,8 +728,7 @@ TEST_P(GemmTest, WritesHalfOutput) {
     }
     expect_close(y, y_stride, want, rows, n_act,
                  gemm_tolerance(type) + (type == TensorType::BF16 ? 4e-3 : 5e-4));
-  }
-  set_quant_mma_rows(kDefaultQuantMmaRows);
+  });
   // Halves are a partial alone: no accumulating into them, no bias.
   args.accumulate = true;
   EXPECT_FALSE(gemm(handle_, args, ws, nullptr).is_ok());

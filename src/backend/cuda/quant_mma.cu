@@ -5,6 +5,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/formats.cuh"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/matvec.h"
 
 namespace llamaserve::cuda {
 namespace {
@@ -180,17 +181,8 @@ Status launch_passes(const QuantMmaArgs& args, cudaStream_t stream) {
 
 }  // namespace
 
-bool quant_mma_supported(TensorType type) {
-  switch (type) {
-    case TensorType::Q8_0:
-    case TensorType::Q4_0:
-    case TensorType::Q4_1:
-    case TensorType::Q4_K:
-    case TensorType::Q5_K:
-    case TensorType::Q6_K: return true;
-    default: return false;
-  }
-}
+// The quantized types: those whose matvec meets 8-bit activations.
+bool quant_mma_supported(TensorType type) { return matvec_uses_q8(type); }
 
 Status quant_mma(const QuantMmaArgs& a, cudaStream_t stream) {
   LS_CUDA_REQUIRE(quant_mma_supported(a.w.type) && a.w.quants != nullptr && a.x_half != nullptr);
