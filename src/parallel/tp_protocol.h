@@ -78,7 +78,7 @@ struct TpSetup {
   int32_t max_seqs = 256;
   int64_t max_context_tokens = 0;
   int64_t kv_capacity_tokens = 0;
-  int32_t gemm_min_rows = 32;
+  int32_t gemm_min_rows = 5;  // CudaExecutorOptions' defaults
   int32_t float_gemm_min_rows = 5;
   bool cuda_graphs = true;
 
