@@ -3,14 +3,15 @@
 //
 // Between the matvec (matvec.h: integer dots, each weight decoded once per 8 activation rows)
 // and the GEMM (gemm.h: the weights dequantized into an f16 copy that cuBLAS then reads), a
-// batch of 9 to 64 rows did badly either way: the matvec decodes every weight once per 8 rows,
-// and the copy writes and rereads 3.5 times the bytes of Q4 weights. Here each weight is read
-// once per kQuantMmaRows rows, decoded to f16 in registers and multiplied with mma.sync
+// batch of 5 to 64 rows did badly either way: the matvec's integer work grows with every row
+// and it decodes the weights again every 8 rows, and the copy is written and read again at 3.6
+// times the bytes of Q4_K weights (bench/results/2026-12-01-h200-quant-mma.md). Here each weight is
+// read once per kQuantMmaRows rows, decoded to f16 in registers and multiplied with mma.sync
 // (m16n8k16, f16 inputs, fp32 sums): the weights are the A operand (16 rows an mma), the
 // activations B (8 rows an mma). The weights are rounded to f16 exactly as dequantize_rows
 // rounds them, so the product is the GEMM path's up to the order of the fp32 sums.
 //
-// Geometry: a CTA of kQuantMmaWarps warps owns 32 weight rows; its warps split the row's units
+// Geometry: a CTA of 8 warps owns 32 weight rows; its warps split the row's units
 // (formats.cuh) into contiguous ranges, and their fp32 partials are added in shared memory in a
 // fixed order (the result does not depend on timing). In one step lane (g, q) = (lane / 4,
 // lane % 4) of a warp loads unit 4t + q of rows g, g + 8, g + 16 and g + 24, and feeds its
