@@ -20,6 +20,7 @@
 #include "backend/cuda/launch.h"
 #include "backend/cuda/memory_plan.h"
 #include "backend/cuda/sampling.h"
+#include "core/env.h"
 #include "parallel/batch_pieces.h"
 #include "parallel/batch_validation.h"
 
@@ -42,17 +43,6 @@ constexpr int32_t kSplitTokens = 512;  // context per flash-decoding split
 constexpr int32_t kDecodeSplitTokens = 64;
 // Tensor-parallel passes split in halves for overlapping from this many rows per half.
 constexpr int32_t kOverlapMinRows = 128;
-
-// The integer in environment variable `name` when it lies in [lo, hi] (a warning when it is set
-// otherwise): the overrides below, for measurements.
-std::optional<int32_t> int_from_env(const char* name, long lo, long hi) {
-  const char* env = std::getenv(name);
-  if (env == nullptr) return std::nullopt;
-  const long value = std::strtol(env, nullptr, 10);
-  if (value >= lo && value <= hi) return static_cast<int32_t>(value);
-  spdlog::warn("{}={}: not {} to {}, ignored", name, env, lo, hi);
-  return std::nullopt;
-}
 
 // Context per split of decode steps: kDecodeSplitTokens, or LLAMASERVE_DECODE_SPLIT_TOKENS
 // (16 to 65536, read once).

@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/dequant.h"
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/quant_mma.h"
+#include "core/env.h"
 
 namespace llamaserve::cuda {
 namespace {
@@ -18,14 +18,8 @@ int64_t padded_cols(int64_t cols) { return (cols + 7) / 8 * 8; }
 constexpr int kMaxQuantMmaRows = 4096;
 
 std::atomic<int>& quant_mma_rows_setting() {
-  static std::atomic<int> setting{[] {
-    const char* value = std::getenv("LLAMASERVE_QUANT_MMA_ROWS");
-    if (value == nullptr || value[0] == '\0') return kDefaultQuantMmaRows;
-    char* end = nullptr;
-    const long rows = std::strtol(value, &end, 10);
-    if (*end != '\0' || rows < 0 || rows > kMaxQuantMmaRows) return kDefaultQuantMmaRows;
-    return static_cast<int>(rows);
-  }()};
+  static std::atomic<int> setting{int_from_env("LLAMASERVE_QUANT_MMA_ROWS", 0, kMaxQuantMmaRows)
+                                      .value_or(kDefaultQuantMmaRows)};
   return setting;
 }
 
@@ -69,25 +63,11 @@ Status gemm(cublasHandle_t handle, const GemmArgs& g, const GemmWorkspace& ws,
   const int64_t ldx = padded_cols(g.w.cols);
   LS_CUDA_REQUIRE(ws.act_half != nullptr &&
                   ws.act_half_bytes >= gemm_act_half_bytes(g.n_rows, g.w.cols));
-  // cublasSetStream also resets the handle's workspace to cuBLAS's own pool (which may then
-  // allocate, illegal during graph capture), so only switch when the stream differs.
-  cudaStream_t current = nullptr;
-  LS_CUBLAS_CHECK(cublasGetStream(handle, &current));
-  if (current != stream) LS_CUBLAS_CHECK(cublasSetStream(handle, stream));
-
   const bool bf16 = g.w.type == TensorType::BF16;
-  const cudaDataType_t half_type = bf16 ? CUDA_R_16BF : CUDA_R_16F;
   if (!g.x_half_ready) {
     LS_RETURN_IF_ERROR(convert_to_half(g.x, g.x_stride, g.n_rows, g.w.cols, ws.act_half, ldx,
                                        bf16 ? HalfType::kBF16 : HalfType::kF16, stream));
   }
-  const float beta = g.accumulate ? 1.0f : 0.0f;
-  // Output column `first` of the slices below.
-  const cudaDataType_t y_type = g.y_half != nullptr ? half_type : CUDA_R_32F;
-  auto y_at = [&](int64_t first) -> void* {
-    if (g.y_half != nullptr) return static_cast<uint8_t*>(g.y_half) + first * 2;
-    return g.y + first;
-  };
   if (quant_mma_supported(g.w.type) && g.n_rows <= quant_mma_rows()) {
     QuantMmaArgs q;
     q.w = g.w;
@@ -101,6 +81,20 @@ Status gemm(cublasHandle_t handle, const GemmArgs& g, const GemmWorkspace& ws,
     q.accumulate = g.accumulate;
     return quant_mma(q, stream);
   }
+
+  // cublasSetStream also resets the handle's workspace to cuBLAS's own pool (which may then
+  // allocate, illegal during graph capture), so only switch when the stream differs.
+  cudaStream_t current = nullptr;
+  LS_CUBLAS_CHECK(cublasGetStream(handle, &current));
+  if (current != stream) LS_CUBLAS_CHECK(cublasSetStream(handle, stream));
+  const cudaDataType_t half_type = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  const float beta = g.accumulate ? 1.0f : 0.0f;
+  // Output column `first` of the slices below.
+  const cudaDataType_t y_type = g.y_half != nullptr ? half_type : CUDA_R_32F;
+  auto y_at = [&](int64_t first) -> void* {
+    if (g.y_half != nullptr) return static_cast<uint8_t*>(g.y_half) + first * 2;
+    return g.y + first;
+  };
   if (g.w.type == TensorType::F16 || bf16) {
     LS_RETURN_IF_ERROR(gemm_slice(handle, g.w.quants, g.w.quant_row_bytes / 2, g.w.rows, g,
                                   ws.act_half, ldx, half_type, y_at(0), y_type, beta));
