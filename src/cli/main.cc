@@ -18,7 +18,8 @@ int main(int argc, char** argv) {
   CLI::App app{"llamaserve: LLaMA-family inference server"};
   app.require_subcommand(1);
   std::string log_level = "info";
-  app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off")->capture_default_str();
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off")
+      ->capture_default_str();
   app.set_version_flag("--version", "llamaserve 0.1.0");
 
   auto& commands = cli::command_registry();

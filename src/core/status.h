@@ -14,16 +14,16 @@ namespace llamaserve {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,  // the caller's input is malformed
-  kNotFound,         // a file, key or tensor that must exist does not
-  kOutOfRange,       // a value is past a limit (context, sizes, counts)
-  kUnsupported,      // well-formed, but not something this build can handle
+  kInvalidArgument,    // the caller's input is malformed
+  kNotFound,           // a file, key or tensor that must exist does not
+  kOutOfRange,         // a value is past a limit (context, sizes, counts)
+  kUnsupported,        // well-formed, but not something this build can handle
   kResourceExhausted,  // memory, KV blocks, queue slots
-  kUnavailable,      // draining, shutting down, not ready
+  kUnavailable,        // draining, shutting down, not ready
   kCancelled,
   kDeadlineExceeded,
-  kInternal,         // a bug or an unexpected system failure
-  kIo,               // the operating system refused a file operation
+  kInternal,  // a bug or an unexpected system failure
+  kIo,        // the operating system refused a file operation
 };
 
 const char* status_code_name(StatusCode code);
@@ -59,7 +59,7 @@ Status make_error(StatusCode code, fmt::format_string<Args...> format, Args&&...
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : storage_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : storage_(std::move(value)) {}        // NOLINT: implicit by design
   Result(Status status) : storage_(std::move(status)) {  // NOLINT: implicit by design
     assert(!std::get<Status>(storage_).is_ok() && "Result built from an ok Status");
   }
@@ -86,15 +86,16 @@ class [[nodiscard]] Result {
 }  // namespace llamaserve
 
 // Early-return helpers. LS_ASSIGN_OR_RETURN(auto x, expr) declares x from a Result.
-#define LS_RETURN_IF_ERROR(expr)                       \
-  do {                                                 \
-    ::llamaserve::Status ls_status_ = (expr);          \
-    if (!ls_status_.is_ok()) return ls_status_;        \
+#define LS_RETURN_IF_ERROR(expr)                \
+  do {                                          \
+    ::llamaserve::Status ls_status_ = (expr);   \
+    if (!ls_status_.is_ok()) return ls_status_; \
   } while (0)
 
 #define LS_CONCAT_INNER(a, b) a##b
 #define LS_CONCAT(a, b) LS_CONCAT_INNER(a, b)
-#define LS_ASSIGN_OR_RETURN(lhs, expr) LS_ASSIGN_OR_RETURN_IMPL(LS_CONCAT(ls_result_, __LINE__), lhs, expr)
+#define LS_ASSIGN_OR_RETURN(lhs, expr) \
+  LS_ASSIGN_OR_RETURN_IMPL(LS_CONCAT(ls_result_, __LINE__), lhs, expr)
 #define LS_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                             \
   if (!tmp.is_ok()) return tmp.status();         \

@@ -6,7 +6,8 @@ namespace llamaserve {
 namespace {
 
 Result<int> parse_positive(int x) {
-  if (x <= 0) return make_error(StatusCode::kInvalidArgument, "expected a positive number, got {}", x);
+  if (x <= 0)
+    return make_error(StatusCode::kInvalidArgument, "expected a positive number, got {}", x);
   return x;
 }
 

@@ -245,7 +245,8 @@ TEST(SamplerTest, DeviceSamplingOnlyForWhatTheDeviceDraws) {
   EXPECT_EQ(row->seed, 1234u);
   EXPECT_EQ(row->offset, 7u);
 
-  const std::optional<RowSampling> greedy = Sampler(with_temperature(0.0f), {}, 1).device_sampling(0);
+  const std::optional<RowSampling> greedy =
+      Sampler(with_temperature(0.0f), {}, 1).device_sampling(0);
   ASSERT_TRUE(greedy.has_value());
   EXPECT_EQ(greedy->temperature, 0.0f);
 

@@ -38,21 +38,23 @@ TEST(BatchPiecesTest, LogitsSamplingAndTokensFollowTheirRows) {
   std::vector<int32_t> tokens(batch.logit_rows.size(), -1);
   PieceScratch scratch;
   std::vector<int32_t> piece_sizes;
-  const Status status = run_in_pieces(
-      batch, 4, kVocab, PassOutputs{logits, sampling, tokens}, scratch,
-      [&](const Batch& piece, const PassOutputs& out) {
-        piece_sizes.push_back(piece.n_tokens());
-        EXPECT_EQ(out.sampling.size(), piece.logit_rows.size());
-        EXPECT_EQ(out.tokens.size(), piece.logit_rows.size());
-        for (size_t i = 0; i < piece.logit_rows.size(); ++i) {
-          // The piece's token at that row tells which batch row it is.
-          const int32_t row = piece.tokens[piece.logit_rows[i]] - 100;
-          EXPECT_EQ(out.sampling[i].seed, 1000u + row);
-          out.tokens[i] = 500 + row;
-          for (int64_t v = 0; v < kVocab; ++v) out.logits[i * kVocab + v] = 10.0f * row + v;
-        }
-        return Status::ok();
-      });
+  const Status status = run_in_pieces(batch, 4, kVocab, PassOutputs{logits, sampling, tokens},
+                                      scratch, [&](const Batch& piece, const PassOutputs& out) {
+                                        piece_sizes.push_back(piece.n_tokens());
+                                        EXPECT_EQ(out.sampling.size(), piece.logit_rows.size());
+                                        EXPECT_EQ(out.tokens.size(), piece.logit_rows.size());
+                                        for (size_t i = 0; i < piece.logit_rows.size(); ++i) {
+                                          // The piece's token at that row tells which batch row it
+                                          // is.
+                                          const int32_t row =
+                                              piece.tokens[piece.logit_rows[i]] - 100;
+                                          EXPECT_EQ(out.sampling[i].seed, 1000u + row);
+                                          out.tokens[i] = 500 + row;
+                                          for (int64_t v = 0; v < kVocab; ++v)
+                                            out.logits[i * kVocab + v] = 10.0f * row + v;
+                                        }
+                                        return Status::ok();
+                                      });
   ASSERT_TRUE(status.is_ok()) << status.to_string();
   EXPECT_EQ(piece_sizes, (std::vector<int32_t>{4, 4, 3}));
   for (size_t i = 0; i < batch.logit_rows.size(); ++i) {
@@ -81,8 +83,9 @@ TEST(BatchPiecesTest, ValidateSamplingWantsOneEntryPerLogitRowAndFiniteParameter
   EXPECT_TRUE(validate_sampling(batch, sampling, tokens).is_ok());
   std::vector<int32_t> three(3);
   EXPECT_EQ(validate_sampling(batch, sampling, three).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(validate_sampling(batch, std::span<const RowSampling>(sampling).first(3), tokens).code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      validate_sampling(batch, std::span<const RowSampling>(sampling).first(3), tokens).code(),
+      StatusCode::kInvalidArgument);
   sampling[2].top_p = std::numeric_limits<float>::quiet_NaN();
   const Status nan = validate_sampling(batch, sampling, tokens);
   EXPECT_EQ(nan.code(), StatusCode::kInvalidArgument);
