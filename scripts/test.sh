@@ -46,6 +46,7 @@ tsan_tests() {
   TSAN_OPTIONS=halt_on_error=1 ctest_preset tsan -R '^Engine|^Scheduler|^BlockManager|^Sampler'
 }
 
+stage format scripts/check_format.sh
 stage setup scripts/setup.sh || true
 export LLAMASERVE_BIN="$root/build/cpu/src/cli/llamaserve"
 export LLAMASERVE_BUILD_DIR="$root/build/cpu"

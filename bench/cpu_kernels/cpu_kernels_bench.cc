@@ -16,7 +16,7 @@
 #include "backend/cpu/kv_cache.h"
 #include "backend/cpu/matmul.h"
 #include "core/thread_pool.h"
-#include "parallel/cpu_executor.h"
+#include "executor/cpu_executor.h"
 #include "quant/quant.h"
 
 namespace llamaserve {

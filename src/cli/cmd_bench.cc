@@ -34,11 +34,11 @@
 
 #include "backend/batch.h"
 #include "cli/command.h"
-#include "cli/load_progress.h"
 #include "cli/synthetic_model.h"
+#include "executor/profiler_range.h"
 #include "model/weights.h"
-#include "parallel/executor_factory.h"
-#include "parallel/profiler_range.h"
+#include "service/layout_factory.h"
+#include "service/load_progress.h"
 
 namespace llamaserve::cli {
 namespace {

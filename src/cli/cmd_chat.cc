@@ -12,7 +12,7 @@
 
 #include "cli/command.h"
 #include "cli/generation_options.h"
-#include "cli/load_progress.h"
+#include "service/load_progress.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 

@@ -11,7 +11,7 @@
 
 #include "cli/command.h"
 #include "cli/generation_options.h"
-#include "cli/load_progress.h"
+#include "service/load_progress.h"
 #include "tokenizer/tokenizer.h"
 
 namespace llamaserve::cli {

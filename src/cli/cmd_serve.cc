@@ -23,14 +23,14 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/command.h"
-#include "cli/load_progress.h"
 #include "engine/engine.h"
 #include "engine/engine_group.h"
 #include "gguf/gguf.h"
 #include "model/weights.h"
-#include "parallel/executor_factory.h"
 #include "server/http_server.h"
 #include "server/options.h"
+#include "service/layout_factory.h"
+#include "service/load_progress.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 

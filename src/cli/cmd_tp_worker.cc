@@ -14,10 +14,10 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/command.h"
-#include "cli/load_progress.h"
 #include "model/weights.h"
-#include "parallel/executor_factory.h"
 #include "server/config_layer.h"
+#include "service/layout_factory.h"
+#include "service/load_progress.h"
 
 namespace llamaserve::cli {
 namespace {

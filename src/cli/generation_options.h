@@ -11,6 +11,7 @@
 
 #include "engine/generate.h"
 #include "engine/request.h"
+#include "service/cpu_engine.h"
 
 namespace llamaserve::cli {
 

@@ -12,11 +12,11 @@
 
 #include <fmt/format.h>
 
-#include "cli/load_progress.h"
 #include "core/status.h"
 #include "model/importers/synth_memory.h"
 #include "model/shapes.h"
 #include "model/weights.h"
+#include "service/load_progress.h"
 
 namespace llamaserve::cli {
 

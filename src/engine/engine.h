@@ -26,7 +26,7 @@
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
-#include "parallel/executor.h"
+#include "executor/executor.h"
 
 namespace llamaserve {
 

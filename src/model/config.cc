@@ -1,11 +1,17 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
 #include "gguf/gguf.h"
 
 namespace llamaserve {
+
+int64_t ModelConfig::default_context_tokens() const {
+  constexpr int64_t kUnknown = 4096, kMost = 8192;
+  return std::min(n_ctx_train > 0 ? n_ctx_train : kUnknown, kMost);
+}
 namespace {
 
 // Upper bounds far above any real model; they keep a hostile file from sizing buffers.

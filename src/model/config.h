@@ -48,6 +48,10 @@ struct ModelConfig {
   bool tied_output = false;  // no output.weight: the head reuses token_embd
   bool attn_bias = false;    // q/k/v projections carry biases (qwen2)
 
+  // Tokens per sequence when nobody chose: the training context, at most 8192 (4096 when the
+  // file does not say). The one rule every entry point and executor uses.
+  int64_t default_context_tokens() const;
+
   int64_t q_dim() const { return n_head * head_dim; }
   int64_t kv_dim() const { return n_head_kv * head_dim; }
   int64_t group_size() const { return n_head / n_head_kv; }  // query heads per KV head

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "backend/batch.h"
-#include "parallel/batch_pieces.h"
+#include "executor/batch_pieces.h"
 
 namespace llamaserve {
 

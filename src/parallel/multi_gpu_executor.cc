@@ -19,8 +19,8 @@
 #include "backend/cuda/matvec.h"
 #include "backend/cuda/peer_access.h"
 #include "backend/cuda/peer_all_reduce.h"
-#include "parallel/batch_pieces.h"
-#include "parallel/batch_validation.h"
+#include "executor/batch_pieces.h"
+#include "executor/batch_validation.h"
 #include "parallel/micro_batches.h"
 #include "parallel/parallel_layout.h"
 #include "parallel/pipeline_split.h"
@@ -590,6 +590,7 @@ Result<std::unique_ptr<Executor>> create_multi_gpu_executor(
           return owner->all_reduce(r, data, count, type, stream);
         };
         part.peer_reduce = owner->peer_reduce(r);
+        LS_ASSIGN_OR_RETURN(part.tp_half_sums, tp_half_sums_from_env());
         part.rank_barrier = [owner, r] { return owner->meet(r); };
       }
       // Parts on one device plan before any of them allocates: each gets its share.

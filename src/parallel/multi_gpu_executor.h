@@ -25,9 +25,9 @@
 #include <vector>
 
 #include "core/status.h"
+#include "executor/cuda_executor.h"
+#include "executor/executor.h"
 #include "model/weights.h"
-#include "parallel/cuda_executor.h"
-#include "parallel/executor.h"
 
 namespace llamaserve {
 

@@ -10,7 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "core/status.h"
-#include "parallel/executor_factory.h"
+#include "service/layout_factory.h"
 
 namespace llamaserve::server {
 

@@ -16,8 +16,8 @@
 #include <span>
 #include <vector>
 
-#include "parallel/batch_validation.h"
-#include "parallel/tp_protocol.h"
+#include "executor/batch_validation.h"
+#include "parallel/distributed/tp_protocol.h"
 
 namespace llamaserve {
 namespace {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/tp_protocol.h"
+#include "parallel/distributed/tp_protocol.h"
 
 namespace llamaserve {
 namespace {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "backend/batch.h"
-#include "parallel/executor.h"
+#include "executor/executor.h"
 
 namespace llamaserve::gpu_testing {
 

@@ -20,8 +20,8 @@
 #include "backend/cuda/matvec.h"
 #include "backend/cuda/memory_plan.h"
 #include "backend/cuda/sampling.h"
-#include "parallel/cpu_executor.h"
-#include "parallel/cuda_executor.h"
+#include "executor/cpu_executor.h"
+#include "executor/cuda_executor.h"
 #include "test_layout.h"
 #include "test_util.h"
 

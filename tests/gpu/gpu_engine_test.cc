@@ -15,8 +15,8 @@
 
 #include "engine/engine.h"
 #include "engine/engine_group.h"
+#include "executor/cuda_executor.h"
 #include "model/importers/synth_model.h"
-#include "parallel/cuda_executor.h"
 #include "test_layout.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"

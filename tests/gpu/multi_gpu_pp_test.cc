@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/cuda_executor.h"
+#include "executor/cuda_executor.h"
 #include "parallel/multi_gpu_executor.h"
 
 #include "multi_gpu_util.h"

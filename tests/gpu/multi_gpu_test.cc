@@ -18,7 +18,7 @@
 
 #include "engine/engine.h"
 #include "engine/engine_group.h"
-#include "parallel/cuda_executor.h"
+#include "executor/cuda_executor.h"
 #include "parallel/multi_gpu_executor.h"
 #include "parallel/tp_shard.h"
 #include "tokenizer/tokenizer.h"

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "backend/cuda/sampling.h"
-#include "parallel/cuda_executor.h"
+#include "executor/cuda_executor.h"
 #include "parallel/multi_gpu_executor.h"
 
 #include "multi_gpu_util.h"

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <functional>
 
+#include "executor/cuda_executor.h"
 #include "model/importers/synth_model.h"
-#include "parallel/cuda_executor.h"
 #include "parallel/multi_gpu_executor.h"
 
 namespace llamaserve::multi_gpu_testing {

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "batch_builders.h"
-#include "parallel/executor.h"
-#include "parallel/executor_factory.h"
+#include "executor/executor.h"
+#include "service/layout_factory.h"
 #include "test_util.h"
 
 namespace llamaserve::multi_gpu_testing {

@@ -28,9 +28,9 @@
 #include <fmt/format.h>
 
 #include "core/status.h"
+#include "executor/cuda_executor.h"
+#include "executor/executor.h"
 #include "model/weights.h"
-#include "parallel/cuda_executor.h"
-#include "parallel/executor.h"
 #include "parallel/multi_gpu_executor.h"
 #include "parallel/tp_shard.h"
 

@@ -32,7 +32,7 @@
 
 #include "batch_builders.h"
 #include "model/importers/synth_model.h"
-#include "parallel/executor_factory.h"
+#include "service/layout_factory.h"
 #include "test_util.h"
 
 extern char** environ;

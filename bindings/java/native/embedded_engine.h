@@ -18,6 +18,7 @@
 #include "core/status.h"
 #include "engine/generate.h"
 #include "engine/request.h"
+#include "service/cpu_engine.h"
 #include "tokenizer/chat_template.h"
 
 namespace llamaserve::jni {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
-#include "parallel/cpu_executor.h"
+#include "executor/cpu_executor.h"
 
 namespace llamaserve {
 namespace {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/cpu_executor.h"
+#include "executor/cpu_executor.h"
 
 namespace llamaserve {
 namespace {

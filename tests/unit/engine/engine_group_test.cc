@@ -11,8 +11,8 @@
 #include <gtest/gtest.h>
 
 #include "engine/generate.h"
+#include "executor/cpu_executor.h"
 #include "model/weights.h"
-#include "parallel/cpu_executor.h"
 #include "smollm2_engine_test.h"
 #include "tokenizer/tokenizer.h"
 

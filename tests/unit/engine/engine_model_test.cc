@@ -9,8 +9,8 @@
 
 #include "engine/engine.h"
 #include "engine/generate.h"
+#include "executor/cpu_executor.h"
 #include "model/weights.h"
-#include "parallel/cpu_executor.h"
 #include "smollm2_engine_test.h"
 #include "tokenizer/tokenizer.h"
 

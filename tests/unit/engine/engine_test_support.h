@@ -23,7 +23,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/engine.h"
-#include "parallel/executor.h"
+#include "executor/executor.h"
 #include "tokenizer/tokenizer.h"
 
 namespace llamaserve::testing {

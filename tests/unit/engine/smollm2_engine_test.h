@@ -10,8 +10,8 @@
 #include <gtest/gtest.h>
 
 #include "engine/engine.h"
+#include "executor/cpu_executor.h"
 #include "model/weights.h"
-#include "parallel/cpu_executor.h"
 #include "tokenizer/tokenizer.h"
 
 namespace llamaserve::testing {

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "parallel/executor_factory.h"
 #include "parallel/parallel_layout.h"
+#include "service/layout_factory.h"
 
 namespace llamaserve {
 namespace {

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "parallel/cpu_executor.h"
-#include "parallel/executor_factory.h"
+#include "executor/cpu_executor.h"
+#include "service/layout_factory.h"
 
 namespace {
 

@@ -4,11 +4,11 @@
 
 #include <cmath>
 
+#include "executor/cpu_executor.h"
 #include "gguf/gguf.h"
 #include "model/importers/synth_model.h"
 #include "model/shapes.h"
 #include "model/weights.h"
-#include "parallel/cpu_executor.h"
 #include "quant/quant.h"
 #include "tokenizer/tokenizer_data.h"
 #include "tools_test_util.h"

@@ -1,4 +1,4 @@
-#include "parallel/batch_validation.h"
+#include "executor/batch_validation.h"
 
 #include <cmath>
 #include <vector>

@@ -1,4 +1,4 @@
-#include "parallel/model_fingerprint.h"
+#include "parallel/distributed/model_fingerprint.h"
 
 #include <algorithm>
 #include <bit>

@@ -1,4 +1,4 @@
-#include "parallel/tp_protocol.h"
+#include "parallel/distributed/tp_protocol.h"
 
 #include <algorithm>
 #include <bit>

@@ -18,9 +18,9 @@
 #include "core/progress.h"
 #include "core/status.h"
 #include "model/weights.h"
-#include "parallel/executor_factory.h"
+#include "service/layout_factory.h"
 
-namespace llamaserve::cli {
+namespace llamaserve {
 
 class LoadProgress {
  public:
@@ -80,4 +80,4 @@ inline Status prefault_for_device(const LoadedModel& model, const std::string& d
   return Status::ok();
 }
 
-}  // namespace llamaserve::cli
+}  // namespace llamaserve

@@ -1,6 +1,6 @@
 // model_fingerprint: a copy of the file gives the same fingerprint; a change to a metadata value
 // or to a byte of a tensor's sampled windows gives another.
-#include "parallel/model_fingerprint.h"
+#include "parallel/distributed/model_fingerprint.h"
 
 #include <algorithm>
 #include <filesystem>

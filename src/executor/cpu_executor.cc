@@ -1,4 +1,4 @@
-#include "parallel/cpu_executor.h"
+#include "executor/cpu_executor.h"
 
 #include <algorithm>
 #include <vector>
@@ -7,8 +7,8 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/thread_pool.h"
-#include "parallel/batch_pieces.h"
-#include "parallel/batch_validation.h"
+#include "executor/batch_pieces.h"
+#include "executor/batch_validation.h"
 
 namespace llamaserve {
 namespace {
@@ -99,9 +99,8 @@ Result<std::unique_ptr<Executor>> create_cpu_executor(std::shared_ptr<const Load
   if (options.kv_capacity_bytes > 0) {
     n_blocks = options.kv_capacity_bytes / bytes_per_block;
   } else {
-    const int64_t tokens = options.kv_capacity_tokens > 0
-                               ? options.kv_capacity_tokens
-                               : std::min<int64_t>(c.n_ctx_train, 8192) * 4;
+    const int64_t tokens = options.kv_capacity_tokens > 0 ? options.kv_capacity_tokens
+                                                          : c.default_context_tokens() * 4;
     n_blocks = static_cast<uint64_t>((tokens + options.kv_block_size - 1) / options.kv_block_size);
   }
   if (n_blocks == 0 || n_blocks > (1u << 30)) {

@@ -17,8 +17,8 @@
 #include "backend/cuda/tp_sum.h"
 #include "backend/layer_range.h"
 #include "core/status.h"
+#include "executor/executor.h"
 #include "model/weights.h"
-#include "parallel/executor.h"
 
 namespace llamaserve {
 
@@ -47,6 +47,9 @@ struct CudaExecutorOptions {
   // residual and computes logits.
   RankAllReduceFn all_reduce;
   bool primary_rank = true;
+  // With all_reduce: the partials of the GEMM output projections are summed as halves (f16, or
+  // bf16 for BF16 weights) instead of fp32 (CudaBackendOptions::half_sums).
+  bool tp_half_sums = true;
   // With all_reduce, on devices with peer access: this rank's handles of the group's fused
   // reductions (decode passes sum their output projections without a separate all-reduce;
   // cuda_backend.h). Every rank of a group has them, or none.

@@ -1,4 +1,4 @@
-#include "parallel/distributed_tp.h"
+#include "parallel/distributed/distributed_tp.h"
 
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -17,9 +17,9 @@
 #include <spdlog/spdlog.h>
 
 #include "backend/cuda/check.h"
-#include "parallel/batch_pieces.h"
-#include "parallel/batch_validation.h"
-#include "parallel/model_fingerprint.h"
+#include "executor/batch_pieces.h"
+#include "executor/batch_validation.h"
+#include "parallel/distributed/model_fingerprint.h"
 #include "parallel/tp_rank.h"
 #include "parallel/tp_shard.h"
 
@@ -364,6 +364,7 @@ Result<std::unique_ptr<Executor>> create_distributed_tp_executor(
   part_options.primary_rank = true;
   part_options.layers.reset();
   part_options.all_reduce = comm->all_reduce_hook(comm);
+  LS_ASSIGN_OR_RETURN(part_options.tp_half_sums, tp_half_sums_from_env());
   LS_ASSIGN_OR_RETURN(std::unique_ptr<CudaPart> part, CudaPart::create(shard, part_options));
   LS_ASSIGN_OR_RETURN(std::unique_ptr<PassThread> pass, PassThread::create());
 
@@ -466,6 +467,9 @@ Status run_tp_worker(std::shared_ptr<const LoadedModel> model, const CudaExecuto
   part_options.primary_rank = false;
   part_options.layers.reset();
   part_options.all_reduce = comm->all_reduce_hook(comm);
+  const Result<bool> half_sums = tp_half_sums_from_env();
+  if (!half_sums.is_ok()) return report(half_sums.status());
+  part_options.tp_half_sums = half_sums.value();
   auto created = CudaPart::create(shard, part_options);
   if (!created.is_ok()) return report(created.status());
   std::unique_ptr<CudaPart> part = std::move(created).value();

@@ -18,10 +18,10 @@
 #include <string>
 
 #include "core/status.h"
+#include "executor/cuda_executor.h"
+#include "executor/executor.h"
 #include "model/weights.h"
-#include "parallel/cuda_executor.h"
-#include "parallel/executor.h"
-#include "parallel/rendezvous.h"
+#include "parallel/distributed/rendezvous.h"
 
 namespace llamaserve {
 

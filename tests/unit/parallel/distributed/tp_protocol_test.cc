@@ -2,7 +2,7 @@
 // every malformed frame (another protocol, another version, a flipped bit, a short or long
 // payload, counts that disagree with the payload, values out of range) is refused with a
 // message naming what is wrong.
-#include "parallel/tp_protocol.h"
+#include "parallel/distributed/tp_protocol.h"
 
 #include <cstring>
 #include <string>

@@ -1,4 +1,4 @@
-#include "parallel/tp_connection.h"
+#include "parallel/distributed/tp_connection.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "parallel/executor.h"
+#include "executor/executor.h"
 
 namespace llamaserve {
 

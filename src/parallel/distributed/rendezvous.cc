@@ -1,4 +1,4 @@
-#include "parallel/rendezvous.h"
+#include "parallel/distributed/rendezvous.h"
 
 #include <sys/socket.h>
 #include <unistd.h>

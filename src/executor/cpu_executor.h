@@ -6,8 +6,8 @@
 #include <memory>
 
 #include "core/status.h"
+#include "executor/executor.h"
 #include "model/weights.h"
-#include "parallel/executor.h"
 #include "quant/types.h"
 
 namespace llamaserve {
@@ -16,7 +16,7 @@ struct CpuExecutorOptions {
   int threads = 0;             // 0 = all online cores
   int32_t kv_block_size = 16;  // tokens per KV block
   // KV capacity: kv_capacity_bytes if > 0, else kv_capacity_tokens if > 0, else
-  // min(n_ctx_train, 8192) × 4 tokens (four full-length sequences).
+  // ModelConfig::default_context_tokens() × 4 tokens (four full-length sequences).
   int64_t kv_capacity_tokens = 0;
   uint64_t kv_capacity_bytes = 0;
   int32_t max_batch_tokens = 512;        // rows per forward pass; larger batches run in pieces

@@ -5,7 +5,7 @@
 
 #include <filesystem>
 
-#include "parallel/executor_factory.h"
+#include "service/layout_factory.h"
 
 namespace llamaserve {
 namespace {

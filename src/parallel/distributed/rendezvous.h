@@ -39,8 +39,8 @@
 
 #include "backend/batch.h"
 #include "core/status.h"
-#include "parallel/tp_connection.h"
-#include "parallel/tp_protocol.h"
+#include "parallel/distributed/tp_connection.h"
+#include "parallel/distributed/tp_protocol.h"
 
 namespace llamaserve {
 

@@ -3,7 +3,7 @@
 // rank twice, another model); failures in the middle (a rank's error, a peer that hangs up in
 // the middle of a frame, a corrupted frame, a silent rank) that fail rank 0 at once and reach
 // the other ranks; and the deadlines of connecting and of waiting for ranks.
-#include "parallel/rendezvous.h"
+#include "parallel/distributed/rendezvous.h"
 
 #include <netinet/in.h>
 #include <sys/eventfd.h>

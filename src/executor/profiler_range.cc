@@ -1,4 +1,4 @@
-#include "parallel/profiler_range.h"
+#include "executor/profiler_range.h"
 
 #if LLAMASERVE_HAS_CUDA
 #include <cuda_profiler_api.h>

@@ -1,5 +1,4 @@
-#include "parallel/cuda_executor.h"
-#include "parallel/tp_rank.h"
+#include "executor/cuda_executor.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -21,8 +20,8 @@
 #include "backend/cuda/memory_plan.h"
 #include "backend/cuda/sampling.h"
 #include "core/env.h"
-#include "parallel/batch_pieces.h"
-#include "parallel/batch_validation.h"
+#include "executor/batch_pieces.h"
+#include "executor/batch_validation.h"
 
 namespace llamaserve {
 namespace {
@@ -221,9 +220,7 @@ Result<int32_t> CudaExecutor::plan_kv_blocks() {
   limits_.gemm_scratch_elems = std::min(max_quantized, kMaxGemmScratchElems);
   limits_.max_matvec_rows =
       std::min<int64_t>(limits_.max_tokens, static_cast<int64_t>(options_.gemm_min_rows) - 1);
-  if (options_.all_reduce) {
-    LS_ASSIGN_OR_RETURN(limits_.half_sums, tp_half_sums_from_env());
-  }
+  limits_.half_sums = options_.all_reduce && options_.tp_half_sums;
 
   request_.range = range_;
   request_.limits = limits_;

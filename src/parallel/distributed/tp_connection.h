@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "parallel/tp_protocol.h"
+#include "parallel/distributed/tp_protocol.h"
 
 namespace llamaserve {
 

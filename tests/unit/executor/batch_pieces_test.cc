@@ -1,7 +1,7 @@
 // Batches larger than a pass, in pieces: every logit row's logits, sampling parameters and
 // drawn token go with that row whatever order the logit rows are listed in; and the checks of
 // forward_sampled's arguments.
-#include "parallel/batch_pieces.h"
+#include "executor/batch_pieces.h"
 
 #include <cmath>
 #include <limits>
@@ -9,7 +9,7 @@
 
 #include <gtest/gtest.h>
 
-#include "parallel/batch_validation.h"
+#include "executor/batch_validation.h"
 
 namespace llamaserve {
 namespace {
