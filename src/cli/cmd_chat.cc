@@ -12,7 +12,7 @@
 
 #include "cli/command.h"
 #include "cli/generation_options.h"
-#include "service/load_progress.h"
+#include "service/model_service.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -23,13 +23,13 @@ struct ChatOptions {
   GenerationOptions generation;
   std::string message;
   std::string system;
-  std::string template_name;
 };
 
 class ChatSession {
  public:
-  ChatSession(const ChatOptions& options, CpuEngine cpu, ChatTemplate chat_template)
-      : options_(options), cpu_(std::move(cpu)), template_(std::move(chat_template)) {
+  ChatSession(const ChatOptions& options, std::unique_ptr<ModelService> model,
+              ChatTemplate chat_template)
+      : options_(options), model_(std::move(model)), template_(std::move(chat_template)) {
     if (!options_.system.empty()) history_.push_back({"system", options_.system});
   }
 
@@ -45,7 +45,7 @@ class ChatSession {
     request.id = "chat";
     request.prompt_tokens = std::move(prompt).value();
     auto budget = budget_new_tokens(options_.generation, request.prompt_tokens.size(),
-                                    cpu_.engine->max_context());
+                                    model_->engines().max_context());
     if (!budget.is_ok()) {
       history_.pop_back();
       return budget.status();
@@ -54,7 +54,7 @@ class ChatSession {
     request.sampling = sampling_params(options_.generation);
     request.ignore_eos = options_.generation.ignore_eos;
 
-    auto completion = generate(*cpu_.engine, std::move(request), [](std::string_view text) {
+    auto completion = generate(model_->engines(), std::move(request), [](std::string_view text) {
       std::fwrite(text.data(), 1, text.size(), stdout);
       std::fflush(stdout);
     });
@@ -78,15 +78,15 @@ class ChatSession {
   // The templated conversation, dropping the oldest exchanges (never the system message or
   // the newest user message) until the prompt leaves room to answer.
   Result<std::vector<int32_t>> fit_prompt() {
-    const int32_t max_context = cpu_.engine->max_context();
+    const int32_t max_context = model_->engines().max_context();
     const int32_t wanted =
         options_.generation.max_new_tokens > 0 ? options_.generation.max_new_tokens : 1;
     while (true) {
       LS_ASSIGN_OR_RETURN(ChatPrompt prompt,
                           template_.render(history_, /*add_generation_prompt=*/true));
       // Only the template's markup becomes control tokens; text typed into a message stays text.
-      std::vector<int32_t> tokens =
-          cpu_.tokenizer->encode_guarded(prompt.text, /*add_special=*/true, prompt.content_ranges);
+      std::vector<int32_t> tokens = model_->tokenizer().encode_guarded(
+          prompt.text, /*add_special=*/true, prompt.content_ranges);
       const size_t first_turn = !history_.empty() && history_.front().role == "system" ? 1 : 0;
       const bool can_drop = history_.size() > first_turn + 1;
       if (static_cast<int64_t>(tokens.size()) + wanted <= max_context || !can_drop) return tokens;
@@ -99,22 +99,26 @@ class ChatSession {
   }
 
   const ChatOptions& options_;
-  CpuEngine cpu_;
+  std::unique_ptr<ModelService> model_;
   ChatTemplate template_;
   std::vector<ChatMessage> history_;
 };
 
 Status run_chat(const ChatOptions& options) {
-  LS_ASSIGN_OR_RETURN(CpuEngine cpu, open_cpu_engine(engine_options(options.generation)));
-  LS_RETURN_IF_ERROR(prefault_for_device(*cpu.model, options.generation.device));
-  auto chat_template =
-      ChatTemplate::for_model(cpu.tokenizer->data().chat_template, options.template_name);
-  if (!chat_template.is_ok()) {
-    return chat_template.status().with_context(
-        options.template_name.empty() ? "the model's chat template (choose one with --template)"
-                                      : "--template");
+  const std::string& template_name = options.generation.model.chat_template;
+  if (!template_name.empty()) {
+    // A wrong name is refused before the model loads.
+    LS_RETURN_IF_ERROR(ChatTemplate::from_name(template_name).status().with_context("--template"));
   }
-  ChatSession session(options, std::move(cpu), std::move(chat_template).value());
+  LS_ASSIGN_OR_RETURN(std::unique_ptr<ModelService> model,
+                      ModelService::open(options.generation.model));
+  if (!model->chat_template()) {
+    return Status(StatusCode::kUnsupported,
+                  "the model has no chat template that llamaserve knows; choose one with "
+                  "--template");
+  }
+  ChatTemplate chat_template = *model->chat_template();
+  ChatSession session(options, std::move(model), std::move(chat_template));
   if (!options.message.empty()) return session.turn(options.message);
 
   const bool interactive = isatty(STDIN_FILENO);
@@ -136,7 +140,7 @@ std::function<int()> setup_chat(CLI::App& sub) {
   add_generation_options(sub, options->generation);
   sub.add_option("-p,--prompt", options->message, "one user message: answer it and exit");
   sub.add_option("--system", options->system, "system message");
-  sub.add_option("--template", options->template_name,
+  sub.add_option("--template", options->generation.model.chat_template,
                  "chat format: llama2, llama3 or chatml (default: detected from the model)");
   return [options] {
     Status status = run_chat(*options);

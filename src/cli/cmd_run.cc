@@ -11,7 +11,7 @@
 
 #include "cli/command.h"
 #include "cli/generation_options.h"
-#include "service/load_progress.h"
+#include "service/model_service.h"
 #include "tokenizer/tokenizer.h"
 
 namespace llamaserve::cli {
@@ -30,23 +30,23 @@ Status write_stdout(std::string_view text) {
 }
 
 Status run_completion(const RunOptions& options) {
-  LS_ASSIGN_OR_RETURN(CpuEngine cpu, open_cpu_engine(engine_options(options.generation)));
-  LS_RETURN_IF_ERROR(prefault_for_device(*cpu.model, options.generation.device));
+  LS_ASSIGN_OR_RETURN(std::unique_ptr<ModelService> model,
+                      ModelService::open(options.generation.model));
   GenerationRequest request;
   request.id = "run";
   // Control tokens written in the prompt (<|im_start|>, <s>) are honoured: a raw completion
   // is how one feeds a hand-made template.
   request.prompt_tokens =
-      cpu.tokenizer->encode(options.prompt, /*add_special=*/true, /*parse_special=*/true);
+      model->tokenizer().encode(options.prompt, /*add_special=*/true, /*parse_special=*/true);
   LS_ASSIGN_OR_RETURN(request.max_new_tokens,
                       budget_new_tokens(options.generation, request.prompt_tokens.size(),
-                                        cpu.engine->max_context()));
+                                        model->engines().max_context()));
   request.sampling = sampling_params(options.generation);
   request.ignore_eos = options.generation.ignore_eos;
 
   Status write_status;
   LS_ASSIGN_OR_RETURN(Completion completion,
-                      generate(*cpu.engine, std::move(request), [&](std::string_view text) {
+                      generate(model->engines(), std::move(request), [&](std::string_view text) {
                         if (write_status.is_ok()) write_status = write_stdout(text);
                       }));
   LS_RETURN_IF_ERROR(write_status);

@@ -14,72 +14,58 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/command.h"
-#include "model/weights.h"
 #include "server/config_layer.h"
-#include "service/layout_factory.h"
-#include "service/load_progress.h"
+#include "service/config.h"
+#include "service/model_service.h"
 
 namespace llamaserve::cli {
 namespace {
 
-struct TpWorkerCliOptions {
-  std::string model_path;
-  ExecutorOptions executor;
-  TpProcessOptions process;
-};
-
-int run_tp_worker_command(const TpWorkerCliOptions& options) {
-  if (options.model_path.empty()) {
+int run_tp_worker_command(const ModelSpec& spec) {
+  if (spec.path.empty()) {
     spdlog::error("tp-worker: no model: pass -m/--model or set LLAMASERVE_MODEL");
     return 2;
   }
-  auto model = load_model_for_device(options.model_path, options.executor.device);
-  if (!model.is_ok()) {
-    spdlog::error("tp-worker: {}", model.status().to_string());
-    return 1;
-  }
-  ExecutorOptions executor = options.executor;
-  LoadProgress upload(options.model_path);  // the shard going to the GPU
-  executor.on_upload_progress = upload.callback();
-  const Status status = run_tp_worker_process(std::move(model).value(), executor, options.process);
-  upload.finish();
+  const Status status = run_tp_worker(spec);
   if (!status.is_ok()) {
-    spdlog::error("tp-worker rank {}: {}", options.process.rank, status.to_string());
+    spdlog::error("tp-worker rank {}: {}", spec.layout.tp_rank, status.to_string());
     return status.code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
-  spdlog::info("tp-worker rank {}: done", options.process.rank);
+  spdlog::info("tp-worker rank {}: done", spec.layout.tp_rank);
   return 0;
 }
 
 std::function<int()> setup_tp_worker(CLI::App& sub) {
-  auto options = std::make_shared<TpWorkerCliOptions>();
-  options->executor.device = "cuda:0";
-  options->process.rank = 1;
-  sub.add_option("-m,--model", options->model_path,
-                 "GGUF model file, the same as rank 0's (required)");
-  sub.add_option("--tp", options->executor.tensor_parallel,
+  auto spec = std::make_shared<ModelSpec>();
+  LayoutSpec& layout = spec->layout;
+  layout.device = "cuda:0";
+  layout.tp_rank = 1;
+  sub.add_option("-m,--model", spec->path, "GGUF model file, the same as rank 0's (required)");
+  sub.add_option("--tp", layout.tensor_parallel,
                  "Ranks in the tensor-parallel group, rank 0 (the server) included (required)")
       ->required()
       ->check(CLI::Range(2, 1024));
-  sub.add_option("--tp-rank", options->process.rank, "This process's rank, 1 to tp - 1")
+  sub.add_option("--tp-rank", layout.tp_rank, "This process's rank, 1 to tp - 1")
       ->required()
       ->check(CLI::Range(1, 1023));
-  sub.add_option("--tp-coordinator", options->process.coordinator,
+  sub.add_option("--tp-coordinator", layout.tp_coordinator,
                  "Rank 0's rendezvous address, HOST:PORT (its --tp-listen port)")
       ->required();
-  sub.add_option("--device", options->executor.device, "This process's GPU: cuda:N or N")
+  sub.add_option("--device", layout.device, "This process's GPU: cuda:N or N")
       ->envname("LLAMASERVE_DEVICES")
       ->capture_default_str();
-  sub.add_option("--gpu-memory-utilization", options->executor.gpu_memory_utilization,
+  sub.add_option("--gpu-memory-utilization", layout.gpu_memory_utilization,
                  "Fraction of the GPU's memory this process may use")
       ->check(CLI::Range(0.01, 1.0))
       ->capture_default_str();
-  sub.add_option("--tp-timeout-ms", options->process.rendezvous_timeout_ms,
-                 "How long to keep trying to reach rank 0")
+  sub.add_option("--tp-timeout-ms", layout.tp_timeout_ms, "How long to keep trying to reach rank 0")
       ->check(CLI::Range(int64_t{1}, int64_t{86400000}))
       ->capture_default_str();
+  sub.add_flag_function(
+      "--no-pdl", [spec](int64_t count) { spec->tuning.pdl = count == 0; },
+      "Launch CUDA kernels without programmatic dependent launch");
   server::bind_env_vars(sub, "LLAMASERVE_");
-  return [options] { return run_tp_worker_command(*options); };
+  return [spec] { return run_tp_worker_command(*spec); };
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// Options shared by `llamaserve run` and `llamaserve chat`: model, threads, context, and
-// sampling, with the same names and defaults in both.
+// Options shared by `llamaserve run` and `llamaserve chat`: the model's spec (file, device,
+// threads, context), bound straight into a ModelSpec, and sampling, with the same names and
+// defaults in both.
 #pragma once
 
 #include <cstdint>
@@ -11,12 +12,17 @@
 
 #include "engine/generate.h"
 #include "engine/request.h"
-#include "service/cpu_engine.h"
+#include "service/config.h"
 
 namespace llamaserve::cli {
 
 struct GenerationOptions {
-  std::string model_path;
+  GenerationOptions() {
+    model.engine.max_running = 1;  // one conversation
+    model.warmup_tokens = 0;       // the first request is the only one
+  }
+
+  ModelSpec model;
   int32_t max_new_tokens = 256;  // -1 = until the context is full or the model stops
   float temperature = 0.8f;      // 0 = greedy
   int32_t top_k = 40;
@@ -24,16 +30,12 @@ struct GenerationOptions {
   float min_p = 0.05f;
   float repeat_penalty = 1.0f;
   std::optional<uint64_t> seed;
-  int threads = 0;
-  std::string device = "cpu";
-  double gpu_memory_utilization = 0.90;
-  int64_t context_tokens = 0;
   bool ignore_eos = false;
   bool verbose = false;
 };
 
 inline void add_generation_options(CLI::App& sub, GenerationOptions& o) {
-  sub.add_option("-m,--model", o.model_path, "GGUF model file")->required();
+  sub.add_option("-m,--model", o.model.path, "GGUF model file")->required();
   sub.add_option("-n,--max-tokens", o.max_new_tokens,
                  "tokens to generate (-1 = until the context is full)")
       ->capture_default_str();
@@ -48,28 +50,26 @@ inline void add_generation_options(CLI::App& sub, GenerationOptions& o) {
   sub.add_option("--repeat-penalty", o.repeat_penalty, "repetition penalty (1 = off)")
       ->capture_default_str();
   sub.add_option("--seed", o.seed, "sampling seed (default: random)");
-  sub.add_option("-t,--threads", o.threads, "CPU threads (0 = all cores)")->capture_default_str();
-  sub.add_option("--device,--devices", o.device, "cpu, cuda:N, or a CUDA device index N")
+  LayoutSpec& layout = o.model.layout;
+  sub.add_option("-t,--threads", layout.threads, "CPU threads (0 = all cores)")
       ->capture_default_str();
-  sub.add_option("--gpu-memory-utilization", o.gpu_memory_utilization,
+  sub.add_option("--device,--devices", layout.device,
+                 "cpu, cuda:N, a CUDA device index N, or a device list 0,1 with --tp/--pp")
+      ->capture_default_str();
+  sub.add_option("--tp", layout.tensor_parallel, "GPUs that split every layer (tensor parallel)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  sub.add_option("--pp", layout.pipeline_parallel, "GPUs that each run a block of layers")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  sub.add_option("--gpu-memory-utilization", layout.gpu_memory_utilization,
                  "fraction of the GPU's memory to use (CUDA devices)")
       ->capture_default_str();
-  sub.add_option("-c,--ctx-size", o.context_tokens,
-                 "context length in tokens (0 = min(model, 4096))")
+  sub.add_option("-c,--ctx-size", o.model.context_tokens,
+                 "context length in tokens (0 = the model's, at most 8192)")
       ->capture_default_str();
   sub.add_flag("--ignore-eos", o.ignore_eos, "keep generating past end-of-generation tokens");
   sub.add_flag("--verbose", o.verbose, "print prompt and generation speed to stderr");
-}
-
-inline CpuEngineOptions engine_options(const GenerationOptions& o) {
-  CpuEngineOptions options;
-  options.model_path = o.model_path;
-  options.threads = o.threads;
-  options.device = o.device;
-  options.gpu_memory_utilization = o.gpu_memory_utilization;
-  options.context_tokens = o.context_tokens;
-  options.engine.max_running = 1;
-  return options;
 }
 
 inline SamplingParams sampling_params(const GenerationOptions& o) {

@@ -2,9 +2,11 @@
 
 namespace llamaserve {
 
-Result<Completion> generate(Engine& engine, GenerationRequest request,
-                            const std::function<void(std::string_view text)>& on_text) {
-  LS_ASSIGN_OR_RETURN(RequestHandle handle, engine.submit(std::move(request)));
+namespace {
+
+// Reads a request's stream to its finish event.
+Result<Completion> read_to_end(RequestHandle handle,
+                               const std::function<void(std::string_view text)>& on_text) {
   Completion out;
   // The engine always ends a stream (shutdown included), so this wait is bounded by it.
   while (std::optional<GenerationEvent> event = handle.next(std::chrono::hours(24))) {
@@ -20,6 +22,20 @@ Result<Completion> generate(Engine& engine, GenerationRequest request,
     return out;
   }
   return Status(StatusCode::kDeadlineExceeded, "no finish event within 24 hours");
+}
+
+}  // namespace
+
+Result<Completion> generate(Engine& engine, GenerationRequest request,
+                            const std::function<void(std::string_view text)>& on_text) {
+  LS_ASSIGN_OR_RETURN(RequestHandle handle, engine.submit(std::move(request)));
+  return read_to_end(std::move(handle), on_text);
+}
+
+Result<Completion> generate(EngineGroup& engines, GenerationRequest request,
+                            const std::function<void(std::string_view text)>& on_text) {
+  LS_ASSIGN_OR_RETURN(RequestHandle handle, engines.submit(std::move(request)));
+  return read_to_end(std::move(handle), on_text);
 }
 
 }  // namespace llamaserve

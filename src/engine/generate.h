@@ -11,6 +11,7 @@
 
 #include "core/status.h"
 #include "engine/engine.h"
+#include "engine/engine_group.h"
 #include "engine/request.h"
 
 namespace llamaserve {
@@ -27,6 +28,9 @@ struct Completion {
 // with every non-empty delta as it arrives. Fails only if submit() does; how the generation
 // ended is in the Completion.
 Result<Completion> generate(Engine& engine, GenerationRequest request,
+                            const std::function<void(std::string_view text)>& on_text = {});
+// The same through a group's router.
+Result<Completion> generate(EngineGroup& engines, GenerationRequest request,
                             const std::function<void(std::string_view text)>& on_text = {});
 
 }  // namespace llamaserve

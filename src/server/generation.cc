@@ -97,7 +97,7 @@ class GenerationSession {
   // Why a finish event is not a normal end, as the error to answer with; nullopt for
   // kStop / kLength.
   std::optional<ApiError> failure(const GenerationEvent& finish) const {
-    const ServerOptions& options = server_.options_;
+    const ServerConfig& options = server_.options_;
     switch (finish.finish_reason) {
       case FinishReason::kStop:
       case FinishReason::kLength: return std::nullopt;
@@ -247,18 +247,18 @@ class GenerationSession {
   Clock::time_point last_token_;
 };
 
-Result<std::vector<int32_t>> HttpServer::build_prompt(const ServedModel& model,
+Result<std::vector<int32_t>> HttpServer::build_prompt(const ModelService& model,
                                                       const ParsedGeneration& parsed) const {
-  const Tokenizer& tokenizer = *model.tokenizer;
+  const Tokenizer& tokenizer = model.tokenizer();
   std::vector<int32_t> tokens;
   switch (parsed.prompt_kind) {
     case PromptKind::kMessages: {
-      if (!model.chat_template) {
+      if (!model.chat_template()) {
         return Status(StatusCode::kUnsupported,
                       "this model has no chat template; use /v1/completions or start the server "
                       "with --chat-template");
       }
-      LS_ASSIGN_OR_RETURN(std::string text, model.chat_template->apply(parsed.messages, true));
+      LS_ASSIGN_OR_RETURN(std::string text, model.chat_template()->apply(parsed.messages, true));
       tokens = tokenizer.encode(text, /*add_special=*/true, /*parse_special=*/true);
       break;
     }
@@ -309,9 +309,9 @@ bool HttpServer::handle_generation(const Route& route, const httplib::Request& r
     send_error(res, api_error_from_status(parsed.status()));
     return false;
   }
-  if (!parsed->model.empty() && parsed->model != model->name) {
+  if (!parsed->model.empty() && parsed->model != model->name()) {
     send_error(res, not_found(fmt::format("model '{}' is not served here; this server serves '{}'",
-                                          parsed->model, model->name),
+                                          parsed->model, model->name()),
                               "model_not_found"));
     return false;
   }
@@ -321,7 +321,7 @@ bool HttpServer::handle_generation(const Route& route, const httplib::Request& r
     return false;
   }
   const auto n_prompt = static_cast<int32_t>(prompt->size());
-  const int32_t max_context = model->engine->max_context();
+  const int32_t max_context = model->engines().max_context();
   const int32_t max_prompt = options_.max_prompt_tokens > 0
                                  ? std::min(options_.max_prompt_tokens, max_context - 1)
                                  : max_context - 1;
@@ -346,11 +346,10 @@ bool HttpServer::handle_generation(const Route& route, const httplib::Request& r
   }
 
   if (!try_admit()) {
-    send_error(res,
-               overloaded(fmt::format("the server is at capacity ({} running + {} queued "
-                                      "requests); retry later",
-                                      options_.replicas * options_.max_running, options_.max_queue),
-                          "queue_full", 1));
+    send_error(res, overloaded(fmt::format("the server is at capacity ({} running + {} queued "
+                                           "requests); retry later",
+                                           running_limit_, options_.max_queue),
+                               "queue_full", 1));
     return false;
   }
   GenerationRequest request;
@@ -362,14 +361,14 @@ bool HttpServer::handle_generation(const Route& route, const httplib::Request& r
   request.ignore_eos = parsed->ignore_eos;
   request.timeout = std::chrono::milliseconds(options_.request_timeout_ms);
   request.queue_timeout = std::chrono::milliseconds(options_.queue_timeout_ms);
-  auto handle = model->engine->submit(std::move(request));
+  auto handle = model->engines().submit(std::move(request));
   if (!handle) {
     release_admission();
     ApiError error = api_error_from_status(handle.status());
     if (handle.status().code() == StatusCode::kResourceExhausted) {
       error = overloaded(fmt::format("the server is at capacity ({} running, {} queued); retry "
                                      "later",
-                                     options_.replicas * options_.max_running, options_.max_queue),
+                                     running_limit_, options_.max_queue),
                          "queue_full", 1);
     } else if (handle.status().code() == StatusCode::kUnavailable) {
       error = unavailable("the server is shutting down", "draining", 0);
@@ -378,7 +377,7 @@ bool HttpServer::handle_generation(const Route& route, const httplib::Request& r
     return false;
   }
 
-  ResponseIdentity identity{record.id, unix_seconds(), model->name};
+  ResponseIdentity identity{record.id, unix_seconds(), model->name()};
   std::unique_ptr<ResponseFormat> format;
   switch (route.id) {
     case RouteId::kChatCompletions:

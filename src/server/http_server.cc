@@ -87,8 +87,13 @@ void send_error(httplib::Response& res, const ApiError& error) {
   res.set_content(error_body(error), "application/json");
 }
 
-HttpServer::HttpServer(ServerOptions options)
-    : options_(std::move(options)), server_(std::make_unique<httplib::Server>()) {
+HttpServer::HttpServer(const ServiceConfig& config)
+    : options_(config.server),
+      model_name_(config.models.front().served_name()),
+      device_(config.models.front().layout.device),
+      running_limit_(config.admission_limit() - config.server.max_queue),
+      admission_limit_(config.admission_limit()),
+      server_(std::make_unique<httplib::Server>()) {
   openapi_json_ = std::make_shared<const std::string>(build_openapi_json(0));
   const size_t threads = static_cast<size_t>(options_.http_threads);
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
@@ -109,7 +114,7 @@ HttpServer::HttpServer(ServerOptions options)
   // Options are checked before the server is built; a device list that does not parse here
   // has no CUDA devices to report anyway.
   std::vector<int> cuda_devices;
-  if (auto devices = parse_devices(options_.device); devices.is_ok()) {
+  if (auto devices = parse_devices(device_); devices.is_ok()) {
     for (const DeviceChoice& device : *devices) {
       if (device.kind == DeviceChoice::Kind::kCuda) cuda_devices.push_back(device.index);
     }
@@ -182,15 +187,15 @@ void HttpServer::stop() {
 std::string HttpServer::build_openapi_json(int32_t n_vocab) const {
   OpenApiParams params;
   params.max_tokens_limit = options_.max_tokens_limit;
-  params.model_name = options_.model_name;
+  params.model_name = model_name_;
   params.n_vocab = n_vocab;
   params.auth_required = !options_.api_keys.empty();
   return dump_json(openapi_document(params));
 }
 
-void HttpServer::set_model(std::shared_ptr<const ServedModel> model) {
+void HttpServer::set_model(std::shared_ptr<const ModelService> model) {
   auto openapi = std::make_shared<const std::string>(
-      build_openapi_json(model ? model->tokenizer->n_vocab() : 0));
+      build_openapi_json(model ? model->tokenizer().n_vocab() : 0));
   {
     std::lock_guard lock(model_mutex_);
     model_ = std::move(model);
@@ -205,7 +210,7 @@ void HttpServer::release_model() {
   model_.reset();
 }
 
-std::shared_ptr<const ServedModel> HttpServer::served_model() const {
+std::shared_ptr<const ModelService> HttpServer::served_model() const {
   std::lock_guard lock(model_mutex_);
   return model_;
 }
@@ -218,7 +223,7 @@ void HttpServer::begin_drain() {
 
 bool HttpServer::try_admit() {
   std::lock_guard lock(active_mutex_);
-  if (admitted_ >= options_.admission_limit()) return false;
+  if (admitted_ >= admission_limit_) return false;
   ++admitted_;
   return true;
 }
@@ -406,9 +411,9 @@ void HttpServer::handle_ready(httplib::Response& res) {
 void HttpServer::handle_metrics(httplib::Response& res) {
   MetricsSnapshot snapshot;
   if (auto model = served_model()) {
-    snapshot.engine = model->engine->stats();
-    for (size_t i = 0; i < model->engine->size(); ++i) {
-      snapshot.replicas.push_back(model->engine->replica_stats(i));
+    snapshot.engine = model->engines().stats();
+    for (size_t i = 0; i < model->engines().size(); ++i) {
+      snapshot.replicas.push_back(model->engines().replica_stats(i));
     }
   }
   if (gpu_metrics_) snapshot.gpus = gpu_metrics_->sample();
@@ -418,19 +423,19 @@ void HttpServer::handle_metrics(httplib::Response& res) {
 
 void HttpServer::handle_models(const httplib::Request& req, httplib::Response& res, bool single) {
   auto model = served_model();
-  json entry = {{"id", options_.model_name},
+  json entry = {{"id", model_name_},
                 {"object", "model"},
-                {"created", model ? model->created : 0},
+                {"created", model ? model->created() : 0},
                 {"owned_by", "llamaserve"}};
-  if (model) entry["context_length"] = model->engine->max_context();
+  if (model) entry["context_length"] = model->engines().max_context();
   if (!single) {
     send_json(res, 200, {{"object", "list"}, {"data", json::array({entry})}});
     return;
   }
   const std::string requested = req.matches.size() > 1 ? req.matches[1].str() : std::string();
-  if (requested != options_.model_name) {
+  if (requested != model_name_) {
     send_error(res, not_found(fmt::format("model '{}' is not served here; this server serves '{}'",
-                                          unicode::sanitize_utf8(requested), options_.model_name),
+                                          unicode::sanitize_utf8(requested), model_name_),
                               "model_not_found"));
     return;
   }
@@ -445,7 +450,7 @@ void HttpServer::handle_tokenize(const httplib::Request& req, httplib::Response&
   auto parsed = parse_tokenize(*body);
   if (!parsed) return send_error(res, api_error_from_status(parsed.status()));
   std::vector<int32_t> tokens =
-      model->tokenizer->encode(parsed->content, parsed->add_special, parsed->parse_special);
+      model->tokenizer().encode(parsed->content, parsed->add_special, parsed->parse_special);
   send_json(res, 200, {{"tokens", tokens}});
 }
 
@@ -456,7 +461,7 @@ void HttpServer::handle_detokenize(const httplib::Request& req, httplib::Respons
   if (!body) return send_error(res, api_error_from_status(body.status()));
   auto tokens = parse_detokenize(*body);
   if (!tokens) return send_error(res, api_error_from_status(tokens.status()));
-  const int32_t n_vocab = model->tokenizer->n_vocab();
+  const int32_t n_vocab = model->tokenizer().n_vocab();
   for (size_t i = 0; i < tokens->size(); ++i) {
     if ((*tokens)[i] >= n_vocab) {
       return send_error(res, invalid_request(fmt::format("'tokens[{}]' = {} is outside the "
@@ -465,7 +470,7 @@ void HttpServer::handle_detokenize(const httplib::Request& req, httplib::Respons
                                              "invalid_value", "tokens"));
     }
   }
-  const std::string text = model->tokenizer->decode(*tokens, /*skip_special=*/false);
+  const std::string text = model->tokenizer().decode(*tokens, /*skip_special=*/false);
   send_json(res, 200, {{"content", unicode::sanitize_utf8(text)}});
 }
 

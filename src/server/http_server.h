@@ -23,8 +23,9 @@
 #include "server/api_error.h"
 #include "server/gpu_metrics.h"
 #include "server/metrics.h"
-#include "server/options.h"
 #include "server/routes.h"
+#include "service/config.h"
+#include "service/model_service.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -35,15 +36,6 @@ struct Response;
 }  // namespace httplib
 
 namespace llamaserve::server {
-
-// What the generation routes need once the model is loaded.
-struct ServedModel {
-  std::shared_ptr<EngineGroup> engine;  // --replicas engines behind the least-loaded router
-  std::shared_ptr<const Tokenizer> tokenizer;
-  std::optional<ChatTemplate> chat_template;  // none: /v1/chat/completions and /chat refuse
-  std::string name;                           // the id of /v1/models
-  int64_t created = 0;                        // Unix seconds, for /v1/models
-};
 
 struct ParsedGeneration;
 
@@ -62,7 +54,8 @@ struct RequestRecord {
 
 class HttpServer {
  public:
-  explicit HttpServer(ServerOptions options);
+  // Serves config.models.front() once set_model() hands it over.
+  explicit HttpServer(const ServiceConfig& config);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -74,7 +67,7 @@ class HttpServer {
   void serve();
 
   // Opens the generation routes and turns /ready to 200 (after warm-up).
-  void set_model(std::shared_ptr<const ServedModel> model);
+  void set_model(std::shared_ptr<const ModelService> model);
   // /ready turns 503 and every new request but /health, /ready and /metrics gets 503;
   // requests already admitted continue.
   void begin_drain();
@@ -105,7 +98,7 @@ class HttpServer {
   // Routes (generation.cc for the generation ones).
   bool handle_generation(const Route& route, const httplib::Request& req, httplib::Response& res,
                          RequestRecord& record);
-  Result<std::vector<int32_t>> build_prompt(const ServedModel& model,
+  Result<std::vector<int32_t>> build_prompt(const ModelService& model,
                                             const ParsedGeneration& parsed) const;
   void handle_models(const httplib::Request& req, httplib::Response& res, bool single);
   void handle_tokenize(const httplib::Request& req, httplib::Response& res);
@@ -113,10 +106,15 @@ class HttpServer {
   void handle_ready(httplib::Response& res);
   void handle_metrics(httplib::Response& res);
 
-  std::shared_ptr<const ServedModel> served_model() const;
+  std::shared_ptr<const ModelService> served_model() const;
   std::string build_openapi_json(int32_t n_vocab) const;
 
-  const ServerOptions options_;
+  const ServerConfig options_;
+  const std::string model_name_;  // the served model's id, also before it is loaded
+  const std::string device_;      // its devices, for the GPU metrics
+  // Sequences running at once over the replicas, and requests admitted before 429.
+  const int running_limit_;
+  const int admission_limit_;
   std::unique_ptr<httplib::Server> server_;
   ServerMetrics metrics_;
   // NVML readings of the CUDA devices of --devices; unavailable on the CPU or without NVML.
@@ -124,14 +122,14 @@ class HttpServer {
   int port_ = 0;
 
   mutable std::mutex model_mutex_;
-  std::shared_ptr<const ServedModel> model_;  // guarded by model_mutex_
+  std::shared_ptr<const ModelService> model_;  // guarded by model_mutex_
   // Rebuilt once the model (and so the vocabulary size) is known.
   std::shared_ptr<const std::string> openapi_json_;  // guarded by model_mutex_
   std::atomic<bool> ready_{false};
   std::atomic<bool> draining_{false};
 
   // Admission: at most replicas x max-running + max-queue generation requests
-  // (ServerOptions::admission_limit) between submission and their finish event; past that,
+  // (ServiceConfig::admission_limit) between submission and their finish event; past that,
   // 429 at once. Each engine's own queue bound is set to that limit so that it never decides
   // instead (it counts requests not yet scheduled, which a burst can fill while running
   // slots are still free).

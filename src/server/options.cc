@@ -1,82 +1,87 @@
 #include "server/options.h"
 
-#include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "server/config_layer.h"
+#include "service/model_service.h"
 
 namespace llamaserve::server {
 
-void add_server_options(CLI::App& app, ServerOptions& o) {
-  app.add_option("-m,--model", o.model_path, "GGUF model file (required)");
-  app.add_option("--model-name", o.model_name,
+void add_service_options(CLI::App& app, ServiceConfig& config) {
+  if (config.models.empty()) config.models.emplace_back();
+  ModelSpec& m = config.models.front();
+  LayoutSpec& layout = m.layout;
+  ServerConfig& o = config.server;
+  app.add_option("-m,--model", m.path, "GGUF model file (required)");
+  app.add_option("--model-name", m.name,
                  "Model id served in /v1/models and accepted as \"model\" (default: file name)");
-  app.add_option("--threads", o.threads,
+  app.add_option("--threads", layout.threads,
                  "CPU threads for the model, shared by the replicas (0 = all cores)")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
-  app.add_option("--device,--devices", o.device,
+  app.add_option("--device,--devices", layout.device,
                  "cpu, cuda:N, a CUDA device index N, or a device list 0,1,2,3 "
                  "(replicas x tp x pp devices)")
       ->envname("LLAMASERVE_DEVICES")
       ->capture_default_str();
-  app.add_option("--replicas", o.replicas,
+  app.add_option("--replicas", layout.replicas,
                  "Whole-model replicas behind a least-loaded router, each on its own devices "
                  "(on the CPU, its share of --threads)")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
-  app.add_option("--tp", o.tensor_parallel,
+  app.add_option("--tp", layout.tensor_parallel,
                  "Tensor parallel: GPUs per replica that split every layer's heads and FFN "
                  "(NCCL all-reduce)")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
-  app.add_option("--pp", o.pipeline_parallel,
+  app.add_option("--pp", layout.pipeline_parallel,
                  "Pipeline parallel: GPUs per replica that each run a contiguous block of layers")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
-  app.add_option("--layer-split", o.layer_split,
+  app.add_option("--layer-split", layout.layer_split,
                  "Layers per pipeline stage, e.g. 16,16 (default: balanced by weight bytes)")
       ->delimiter(',')
       ->check(CLI::Range(1, 1 << 16));
-  app.add_option("--tp-rank", o.tp_rank,
+  app.add_option("--tp-rank", layout.tp_rank,
                  "Tensor parallel with one process per GPU: 0 makes this server rank 0 of --tp "
                  "processes on the one GPU of --device; the others run `llamaserve tp-worker` "
                  "(default: the --tp ranks are threads of this server)")
       ->check(CLI::Range(0, 63));
-  app.add_option("--tp-listen", o.tp_listen_port,
+  app.add_option("--tp-listen", layout.tp_listen_port,
                  "With --tp-rank 0: the TCP port the other ranks connect to (every interface)")
       ->check(CLI::Range(1, 65535))
       ->capture_default_str();
-  app.add_option("--tp-timeout-ms", o.tp_timeout_ms,
+  app.add_option("--tp-timeout-ms", layout.tp_timeout_ms,
                  "With --tp-rank 0: how long each phase of the rendezvous may take (the ranks "
                  "joining, uploading their weights)")
       ->check(CLI::Range(int64_t{1}, int64_t{86400000}))
       ->capture_default_str();
-  app.add_option("--micro-batches", o.micro_batches,
+  app.add_option("--micro-batches", layout.micro_batches,
                  "Pipeline: micro-batches in flight when a step has many sequences, so that every "
                  "stage works at once (0 = one per stage, 1 = the stages in turn)")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
-  app.add_option("--gpu-memory-utilization", o.gpu_memory_utilization,
+  app.add_option("--gpu-memory-utilization", layout.gpu_memory_utilization,
                  "Fraction of the GPU's memory this server may use (CUDA devices)")
       ->check(CLI::Range(0.01, 1.0))
       ->capture_default_str();
   app.add_option(
-         "--ctx-size", o.ctx_size,
+         "--ctx-size", m.context_tokens,
          "Tokens per sequence, prompt plus output (0 = the model's training context, at most 8192)")
       ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
-  app.add_option("--kv-cache-tokens", o.kv_cache_tokens,
+  app.add_option("--kv-cache-tokens", m.kv_cache_tokens,
                  "KV cache capacity in tokens of each replica, over its sequences "
                  "(0 = ctx-size x max-running)")
       ->check(CLI::Range(0, 1 << 30))
       ->capture_default_str();
-  app.add_option("--max-batch-tokens", o.max_batch_tokens,
+  app.add_option("--max-batch-tokens", m.engine.max_batch_tokens,
                  "Tokens per engine step, the chunked-prefill budget (0 = engine default)")
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
 
-  app.add_option("--chat-template", o.chat_template,
+  app.add_option("--chat-template", m.chat_template,
                  "Chat format: llama2, llama3 or chatml (default: detected from the model)")
       ->check(CLI::IsMember({"llama2", "llama3", "chatml"}));
 
@@ -92,7 +97,8 @@ void add_server_options(CLI::App& app, ServerOptions& o) {
   app.add_option("--cors-origin", o.cors_origin,
                  "Allowed CORS origin (\"*\" for any); CORS is off when not given");
 
-  app.add_option("--max-running", o.max_running, "Sequences each replica generates concurrently")
+  app.add_option("--max-running", m.engine.max_running,
+                 "Sequences each replica generates concurrently")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   app.add_option("--max-queue", o.max_queue,
@@ -118,7 +124,7 @@ void add_server_options(CLI::App& app, ServerOptions& o) {
                  "Largest max_tokens a request may ask for")
       ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str();
-  app.add_flag("--host-sampling", o.host_sampling,
+  app.add_flag("--host-sampling", m.engine.host_sampling,
                "Sample every token on the CPU from copied logits (default: a GPU draws the "
                "tokens of requests without penalties, min_p or logprobs)");
 
@@ -132,10 +138,31 @@ void add_server_options(CLI::App& app, ServerOptions& o) {
                  "On SIGTERM/SIGINT, how long in-flight requests may take to finish")
       ->check(CLI::Range(int64_t{0}, int64_t{3600000}))
       ->capture_default_str();
-  app.add_option("--warmup-tokens", o.warmup_tokens,
+  app.add_option("--warmup-tokens", m.warmup_tokens,
                  "Tokens generated by the warm-up request before /ready turns 200")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
+  app.add_option_function<std::string>(
+         "--tp-sums",
+         [&layout](const std::string& mode) {
+           layout.tp_sums.mode = parse_tp_sum_mode(mode).value();
+         },
+         "Tensor parallel: how the ranks sum their partials: fused (decode sums fused into "
+         "peer-to-peer kernels), peer (one-kernel peer all-reduce) or nccl")
+      ->check(CLI::IsMember({"fused", "peer", "nccl"}))
+      ->default_str("fused");
+  app.add_option_function<std::string>(
+         "--tp-gemm-sums",
+         [&layout](const std::string& type) { layout.tp_sums.half_gemm_sums = type == "half"; },
+         "Tensor parallel: sum the partials of GEMM output projections as halves or as floats")
+      ->check(CLI::IsMember({"half", "float"}))
+      ->default_str("half");
+  app.add_flag_function(
+      "--no-pdl", [&m](int64_t count) { m.tuning.pdl = count == 0; },
+      "Launch CUDA kernels without programmatic dependent launch (for profilers and sanitizers)");
+  app.add_flag("--op-times", m.tuning.op_times,
+               "Time every operation of every layer on the GPU and log a report at shutdown "
+               "(slow: for profiling)");
   app.add_option("--config", o.config_path,
                  "JSON file of options (keys = flag names without dashes); flags and "
                  "LLAMASERVE_* variables take precedence");
@@ -159,39 +186,25 @@ Status read_api_key_file(const std::string& path, std::vector<std::string>& keys
 
 }  // namespace
 
-Status finalize_server_options(CLI::App& app, ServerOptions& o) {
+Status finalize_service_config(CLI::App& app, ServiceConfig& config) {
+  ServerConfig& o = config.server;
+  ModelSpec& model = config.models.front();
   if (!o.config_path.empty()) LS_RETURN_IF_ERROR(apply_json_config_file(app, o.config_path));
-  if (o.model_path.empty()) {
+  if (model.path.empty()) {
     return Status(StatusCode::kInvalidArgument,
                   "no model: pass -m/--model, set LLAMASERVE_MODEL or put \"model\" in --config");
   }
   if (!o.api_key_file.empty()) LS_RETURN_IF_ERROR(read_api_key_file(o.api_key_file, o.api_keys));
   std::erase_if(o.api_keys, [](const std::string& key) { return key.empty(); });
-  if (o.model_name.empty()) o.model_name = std::filesystem::path(o.model_path).stem().string();
-  if (!o.layer_split.empty() && static_cast<int>(o.layer_split.size()) != o.pipeline_parallel) {
+  if (model.layout.tp_rank > 0) {
     return make_error(StatusCode::kInvalidArgument,
-                      "--layer-split lists {} stages but --pp is {}: give one layer count per "
-                      "pipeline stage",
-                      o.layer_split.size(), o.pipeline_parallel);
+                      "--tp-rank {}: the server is rank 0 of its tensor-parallel group; start "
+                      "the other ranks with `llamaserve tp-worker --tp-rank R`",
+                      model.layout.tp_rank);
   }
   // Device counts and combinations are checked now, before the model loads.
-  if (o.tp_rank >= 0) {
-    if (o.tp_rank != 0) {
-      return make_error(StatusCode::kInvalidArgument,
-                        "--tp-rank {}: the server is rank 0 of its tensor-parallel group; start "
-                        "the other ranks with `llamaserve tp-worker --tp-rank R`",
-                        o.tp_rank);
-    }
-    if (o.replicas != 1) {
-      return make_error(StatusCode::kInvalidArgument,
-                        "--tp-rank 0 serves one replica, the group's; --replicas is {}",
-                        o.replicas);
-    }
-    LS_RETURN_IF_ERROR(tp_process_device(base_executor_options(o), tp_process_options(o)).status());
-  } else {
-    LS_RETURN_IF_ERROR(replica_options(base_executor_options(o), o.replicas).status());
-  }
-  const int admitted = o.admission_limit();
+  LS_RETURN_IF_ERROR(check_layout(model));
+  const int admitted = config.admission_limit();
   if (o.http_threads == 0) o.http_threads = admitted + 16;
   if (o.http_threads <= admitted) {
     // Every admitted request holds an HTTP thread while it runs or waits; without spare
@@ -201,28 +214,9 @@ Status finalize_server_options(CLI::App& app, ServerOptions& o) {
                       "--max-queue ({})",
                       o.http_threads, admitted);
   }
+  // Each engine's queue bound is a backstop that the server's own admission never reaches.
+  model.engine.max_waiting = admitted;
   return Status::ok();
-}
-
-TpProcessOptions tp_process_options(const ServerOptions& o) {
-  TpProcessOptions process;
-  process.rank = o.tp_rank;
-  process.listen_port = o.tp_listen_port;
-  process.rendezvous_timeout_ms = o.tp_timeout_ms;
-  return process;
-}
-
-ExecutorOptions base_executor_options(const ServerOptions& o) {
-  ExecutorOptions executor;
-  executor.device = o.device;
-  executor.tensor_parallel = o.tensor_parallel;
-  executor.pipeline_parallel = o.pipeline_parallel;
-  executor.layer_split = o.layer_split;
-  executor.pipeline_micro_batches = o.micro_batches;
-  executor.threads = o.threads;
-  executor.max_batch_tokens = o.max_batch_tokens;
-  executor.gpu_memory_utilization = o.gpu_memory_utilization;
-  return executor;
 }
 
 }  // namespace llamaserve::server

@@ -60,7 +60,6 @@ Result<std::vector<ExecutorOptions>> replica_options(const ExecutorOptions& base
   return out;
 }
 
-
 Result<std::unique_ptr<Executor>> create_executor(std::shared_ptr<const LoadedModel> model,
                                                   const ExecutorOptions& options) {
   LS_ASSIGN_OR_RETURN(const std::vector<DeviceChoice> devices, parse_devices(options.device));

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "server/options.h"
+#include "service/model_service.h"
 
 namespace llamaserve::server {
 namespace {
@@ -39,18 +40,20 @@ class ConfigPrecedence : public ::testing::Test {
 
   // Parses argv the way `llamaserve serve` does and finalizes the options.
   Status parse(std::vector<std::string> args) {
-    add_server_options(app_, options_);
+    add_service_options(app_, config_);
     std::vector<std::string> argv = {"serve"};
     argv.insert(argv.end(), args.begin(), args.end());
     std::reverse(argv.begin() + 1, argv.end());  // CLI11 takes a reversed vector
     std::vector<std::string> to_parse(argv.begin() + 1, argv.end());
     app_.parse(to_parse);
-    return finalize_server_options(app_, options_);
+    return finalize_service_config(app_, config_);
   }
 
   std::filesystem::path config_path_;
   CLI::App app_{"test"};
-  ServerOptions options_;
+  ServiceConfig config_;
+  ServerConfig& server() { return config_.server; }
+  ModelSpec& model() { return config_.models.front(); }
   ScopedEnv env_;
 };
 
@@ -61,14 +64,14 @@ TEST_F(ConfigPrecedence, FlagBeatsEnvBeatsFileBeatsDefault) {
   env_.set("LLAMASERVE_MAX_QUEUE", "9");
   Status status = parse({"--config", config_path_.string(), "--max-running", "6"});
   ASSERT_TRUE(status.is_ok()) << status.to_string();
-  EXPECT_EQ(options_.max_running, 6);         // flag over env and file
-  EXPECT_EQ(options_.max_queue, 9);           // env over file
-  EXPECT_EQ(options_.queue_timeout_ms, 111);  // file over default
-  EXPECT_EQ(options_.port, 9001);
-  EXPECT_EQ(options_.model_path, "from-file.gguf");
-  EXPECT_EQ(options_.model_name, "from-file");
-  EXPECT_EQ(options_.host, "127.0.0.1");  // default
-  EXPECT_EQ(options_.request_timeout_ms, 0);
+  EXPECT_EQ(model().engine.max_running, 6);   // flag over env and file
+  EXPECT_EQ(server().max_queue, 9);           // env over file
+  EXPECT_EQ(server().queue_timeout_ms, 111);  // file over default
+  EXPECT_EQ(server().port, 9001);
+  EXPECT_EQ(model().path, "from-file.gguf");
+  EXPECT_EQ(model().served_name(), "from-file");
+  EXPECT_EQ(server().host, "127.0.0.1");  // default
+  EXPECT_EQ(server().request_timeout_ms, 0);
 }
 
 TEST_F(ConfigPrecedence, ConfigPathItselfFromEnv) {
@@ -76,15 +79,15 @@ TEST_F(ConfigPrecedence, ConfigPathItselfFromEnv) {
   env_.set("LLAMASERVE_CONFIG", config_path_.string());
   Status status = parse({});
   ASSERT_TRUE(status.is_ok()) << status.to_string();
-  EXPECT_EQ(options_.api_keys, (std::vector<std::string>{"k1", "k2"}));
-  EXPECT_EQ(options_.host, "0.0.0.0");
+  EXPECT_EQ(server().api_keys, (std::vector<std::string>{"k1", "k2"}));
+  EXPECT_EQ(server().host, "0.0.0.0");
 }
 
 TEST_F(ConfigPrecedence, RepeatableFlagReplacesFileList) {
   write_config(R"({"model": "m.gguf", "api-key": ["file-key"]})");
   Status status = parse({"--config", config_path_.string(), "--api-key", "a", "--api-key", "b"});
   ASSERT_TRUE(status.is_ok()) << status.to_string();
-  EXPECT_EQ(options_.api_keys, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(server().api_keys, (std::vector<std::string>{"a", "b"}));
 }
 
 TEST_F(ConfigPrecedence, UnknownKeyIsAnError) {
@@ -102,10 +105,10 @@ TEST_F(ConfigPrecedence, BadValueNamesTheKey) {
 
   write_config(R"({"model": "m.gguf", "port": 70000})");
   CLI::App other{"test"};
-  ServerOptions other_options;
-  add_server_options(other, other_options);
+  ServiceConfig other_options;
+  add_service_options(other, other_options);
   other.parse(std::vector<std::string>{config_path_.string(), "--config"});
-  EXPECT_FALSE(finalize_server_options(other, other_options).is_ok());
+  EXPECT_FALSE(finalize_service_config(other, other_options).is_ok());
 }
 
 TEST_F(ConfigPrecedence, ArrayForSingleValueAndNestedObjectsRejected) {
@@ -119,11 +122,11 @@ TEST_F(ConfigPrecedence, MissingModelAndTooFewHttpThreads) {
   EXPECT_NE(no_model.message().find("--model"), std::string::npos);
 
   CLI::App other{"test"};
-  ServerOptions other_options;
-  add_server_options(other, other_options);
+  ServiceConfig other_options;
+  add_service_options(other, other_options);
   other.parse(std::vector<std::string>{"10", "--http-threads", "8", "--max-queue", "4",
                                        "--max-running", "m.gguf", "-m"});
-  Status threads = finalize_server_options(other, other_options);
+  Status threads = finalize_service_config(other, other_options);
   ASSERT_FALSE(threads.is_ok());
   EXPECT_NE(threads.message().find("--http-threads"), std::string::npos);
 }
@@ -135,8 +138,8 @@ TEST_F(ConfigPrecedence, DerivedHttpThreadsAndApiKeyFile) {
                          key_file, "--api-key", "inline"});
   std::filesystem::remove(key_file);
   ASSERT_TRUE(status.is_ok()) << status.to_string();
-  EXPECT_EQ(options_.http_threads, 2 + 3 + 16);
-  EXPECT_EQ(options_.api_keys, (std::vector<std::string>{"inline", "secret-one", "secret-two"}));
+  EXPECT_EQ(server().http_threads, 2 + 3 + 16);
+  EXPECT_EQ(server().api_keys, (std::vector<std::string>{"inline", "secret-one", "secret-two"}));
 }
 
 TEST_F(ConfigPrecedence, ParallelismFlagsEnvAndFile) {
@@ -145,13 +148,13 @@ TEST_F(ConfigPrecedence, ParallelismFlagsEnvAndFile) {
   env_.set("LLAMASERVE_DEVICES", "0,1,2,3,4,5,6,7");
   Status status = parse({"--config", config_path_.string()});
   ASSERT_TRUE(status.is_ok()) << status.to_string();
-  EXPECT_EQ(options_.replicas, 2);
-  EXPECT_EQ(options_.tensor_parallel, 2);
-  EXPECT_EQ(options_.pipeline_parallel, 2);
-  EXPECT_EQ(options_.layer_split, (std::vector<int32_t>{10, 20}));
-  EXPECT_EQ(options_.admission_limit(), 2 * 4 + 32);
-  EXPECT_EQ(options_.http_threads, 2 * 4 + 32 + 16);
-  ExecutorOptions base = base_executor_options(options_);
+  EXPECT_EQ(model().layout.replicas, 2);
+  EXPECT_EQ(model().layout.tensor_parallel, 2);
+  EXPECT_EQ(model().layout.pipeline_parallel, 2);
+  EXPECT_EQ(model().layout.layer_split, (std::vector<int32_t>{10, 20}));
+  EXPECT_EQ(config_.admission_limit(), 2 * 4 + 32);
+  EXPECT_EQ(server().http_threads, 2 * 4 + 32 + 16);
+  ExecutorOptions base = executor_options(model(), 0);
   EXPECT_EQ(base.device, "0,1,2,3,4,5,6,7");
   EXPECT_EQ(base.tensor_parallel, 2);
   EXPECT_EQ(base.pipeline_parallel, 2);
@@ -162,37 +165,37 @@ TEST_F(ConfigPrecedence, LayerSplitIsACommaList) {
   Status status =
       parse({"-m", "m.gguf", "--devices", "0,1,2", "--pp", "3", "--layer-split", "8,8,14"});
   ASSERT_TRUE(status.is_ok()) << status.to_string();
-  EXPECT_EQ(options_.layer_split, (std::vector<int32_t>{8, 8, 14}));
+  EXPECT_EQ(model().layout.layer_split, (std::vector<int32_t>{8, 8, 14}));
 }
 
 TEST_F(ConfigPrecedence, LayerSplitFromEnv) {
   env_.set("LLAMASERVE_LAYER_SPLIT", "16,16");
   Status status = parse({"-m", "m.gguf", "--devices", "0,1", "--pp", "2"});
   ASSERT_TRUE(status.is_ok()) << status.to_string();
-  EXPECT_EQ(options_.layer_split, (std::vector<int32_t>{16, 16}));
+  EXPECT_EQ(model().layout.layer_split, (std::vector<int32_t>{16, 16}));
 }
 
 TEST_F(ConfigPrecedence, LayerSplitAsAStringInTheFile) {
   write_config(R"({"model": "m.gguf", "devices": "0,1", "pp": 2, "layer-split": "12,18"})");
   Status status = parse({"--config", config_path_.string()});
   ASSERT_TRUE(status.is_ok()) << status.to_string();
-  EXPECT_EQ(options_.layer_split, (std::vector<int32_t>{12, 18}));
+  EXPECT_EQ(model().layout.layer_split, (std::vector<int32_t>{12, 18}));
 }
 
 TEST_F(ConfigPrecedence, MicroBatchesReachTheExecutorOptions) {
-  EXPECT_EQ(base_executor_options(options_).pipeline_micro_batches, 0);  // one per stage
+  EXPECT_EQ(executor_options(ModelSpec{}, 0).pipeline_micro_batches, 0);  // one per stage
   env_.set("LLAMASERVE_MICRO_BATCHES", "1");
   Status status = parse({"-m", "m.gguf", "--devices", "0,1", "--pp", "2"});
   ASSERT_TRUE(status.is_ok()) << status.to_string();
-  EXPECT_EQ(options_.micro_batches, 1);
-  EXPECT_EQ(base_executor_options(options_).pipeline_micro_batches, 1);
+  EXPECT_EQ(model().layout.micro_batches, 1);
+  EXPECT_EQ(executor_options(model(), 0).pipeline_micro_batches, 1);
 }
 
 TEST_F(ConfigPrecedence, MicroBatchesFlagBeatsTheFile) {
   write_config(R"({"model": "m.gguf", "devices": "0,1", "pp": 2, "micro-batches": 3})");
   Status status = parse({"--config", config_path_.string(), "--micro-batches", "4"});
   ASSERT_TRUE(status.is_ok()) << status.to_string();
-  EXPECT_EQ(base_executor_options(options_).pipeline_micro_batches, 4);
+  EXPECT_EQ(executor_options(model(), 0).pipeline_micro_batches, 4);
 }
 
 // Each case is checked before the model loads, with a message that names what is wrong.
@@ -207,27 +210,27 @@ TEST(ServerOptionsCheck, BadParallelCombinations) {
   };
   for (const auto& [flags, expected] : cases) {
     CLI::App app{"test"};
-    ServerOptions options;
-    add_server_options(app, options);
+    ServiceConfig options;
+    add_service_options(app, options);
     std::vector<std::string> args = {"-m", "m.gguf"};
     args.insert(args.end(), flags.begin(), flags.end());
     std::reverse(args.begin(), args.end());
     app.parse(args);
-    Status status = finalize_server_options(app, options);
+    Status status = finalize_service_config(app, options);
     ASSERT_FALSE(status.is_ok()) << fmt::format("{}", fmt::join(flags, " "));
     EXPECT_NE(status.message().find(expected), std::string::npos) << status.message();
   }
   for (const char* zero : {"--replicas", "--tp", "--pp"}) {
     CLI::App app{"test"};
-    ServerOptions options;
-    add_server_options(app, options);
+    ServiceConfig options;
+    add_service_options(app, options);
     EXPECT_THROW(app.parse(std::vector<std::string>{"0", zero, "m.gguf", "-m"}), CLI::ParseError)
         << zero;
   }
   for (const char* bad : {"-1", "65"}) {
     CLI::App app{"test"};
-    ServerOptions options;
-    add_server_options(app, options);
+    ServiceConfig options;
+    add_service_options(app, options);
     EXPECT_THROW(app.parse(std::vector<std::string>{bad, "--micro-batches", "m.gguf", "-m"}),
                  CLI::ParseError)
         << bad;
@@ -240,12 +243,12 @@ TEST_F(ConfigPrecedence, TensorParallelProcessFlags) {
   env_.set("LLAMASERVE_TP_LISTEN", "29600");
   Status status = parse({"-m", "m.gguf", "--device", "cuda:1", "--tp", "4", "--tp-rank", "0"});
   ASSERT_TRUE(status.is_ok()) << status.to_string();
-  const TpProcessOptions process = tp_process_options(options_);
+  const TpProcessOptions process = tp_process_options(model().layout);
   EXPECT_EQ(process.rank, 0);
   EXPECT_EQ(process.listen_port, 29600);
   EXPECT_EQ(process.rendezvous_timeout_ms, 600000);
-  EXPECT_EQ(tp_process_device(base_executor_options(options_), process).value(), 1);
-  EXPECT_EQ(base_executor_options(options_).tensor_parallel, 4);
+  EXPECT_EQ(tp_process_device(executor_options(model(), 0), process).value(), 1);
+  EXPECT_EQ(executor_options(model(), 0).tensor_parallel, 4);
 }
 
 TEST(ServerOptionsCheck, BadTensorParallelProcessCombinations) {
@@ -262,19 +265,19 @@ TEST(ServerOptionsCheck, BadTensorParallelProcessCombinations) {
   };
   for (const auto& [flags, expected] : cases) {
     CLI::App app{"test"};
-    ServerOptions options;
-    add_server_options(app, options);
+    ServiceConfig options;
+    add_service_options(app, options);
     std::vector<std::string> args = {"-m", "m.gguf"};
     args.insert(args.end(), flags.begin(), flags.end());
     std::reverse(args.begin(), args.end());
     app.parse(args);
-    Status status = finalize_server_options(app, options);
+    Status status = finalize_service_config(app, options);
     ASSERT_FALSE(status.is_ok()) << fmt::format("{}", fmt::join(flags, " "));
     EXPECT_NE(status.message().find(expected), std::string::npos) << status.message();
   }
   CLI::App app{"test"};
-  ServerOptions options;
-  add_server_options(app, options);
+  ServiceConfig options;
+  add_service_options(app, options);
   EXPECT_THROW(app.parse(std::vector<std::string>{"0", "--tp-listen", "m.gguf", "-m"}),
                CLI::ParseError);
 }

@@ -24,13 +24,18 @@ class HttpServerTest : public ::testing::Test {
  protected:
   void SetUp() override { spdlog::set_level(spdlog::level::warn); }
 
-  void start(ServerOptions options) {
-    options.port = 0;
-    options.http_threads = 8;
-    options.max_running = 1;
-    options.max_queue = 1;
-    options.model_name = "tiny";
-    server_ = std::make_unique<HttpServer>(options);
+  // The server section of `options`; the model is "tiny" on `device`, one running sequence.
+  void start(ServerConfig options, const std::string& device = "cpu") {
+    ServiceConfig config;
+    config.server = std::move(options);
+    config.server.port = 0;
+    config.server.http_threads = 8;
+    config.server.max_queue = 1;
+    ModelSpec& model = config.models.emplace_back();
+    model.name = "tiny";
+    model.engine.max_running = 1;
+    model.layout.device = device;
+    server_ = std::make_unique<HttpServer>(config);
     ASSERT_TRUE(server_->bind().is_ok());
     thread_ = std::thread([this] { server_->serve(); });
     client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
@@ -70,7 +75,7 @@ TEST_F(HttpServerTest, HealthIsOpenReadyWaitsForTheModel) {
 }
 
 TEST_F(HttpServerTest, BearerAuthOnEverythingButHealth) {
-  ServerOptions options;
+  ServerConfig options;
   options.api_keys = {"secret-1", "secret-2"};
   start(options);
   EXPECT_EQ(client_->Get("/health")->status, 200);
@@ -129,7 +134,7 @@ TEST_F(HttpServerTest, UnknownRouteWrongMethodAndModel) {
 }
 
 TEST_F(HttpServerTest, OversizedBodyIs413AndTheServerKeepsServing) {
-  ServerOptions options;
+  ServerConfig options;
   options.max_body_bytes = 2048;
   start(options);
   auto big = client_->Post("/v1/completions", std::string(10000, 'x'), "application/json");
@@ -245,7 +250,7 @@ TEST_F(HttpServerTest, CorsOnlyWhenConfigured) {
 }
 
 TEST_F(HttpServerTest, CorsPreflightAndHeaders) {
-  ServerOptions options;
+  ServerConfig options;
   options.cors_origin = "https://app.example";
   options.api_keys = {"k"};
   start(options);
@@ -293,9 +298,7 @@ TEST_F(HttpServerTest, MetricsCountRequestsByEndpointAndStatus) {
 // GPU series come from NVML for the CUDA devices of --devices. Without NVML (a machine
 // without a GPU driver) they are left out, not reported as zeros; with it, device 0 is there.
 TEST_F(HttpServerTest, GpuMetricsOnlyWhereNvmlReadsThem) {
-  ServerOptions options;
-  options.device = "0";
-  start(options);
+  start({}, "0");
   auto metrics = client_->Get("/metrics");
   ASSERT_TRUE(metrics);
   ASSERT_EQ(metrics->status, 200);

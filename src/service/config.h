@@ -1,0 +1,96 @@
+// The configuration tree: everything a served model and the server around it can be told, as
+// plain nested structs. `serve` fills one ServiceConfig once from flags, LLAMASERVE_* variables
+// and --config (server/options.h: flag > environment > file > default); `run`, `chat`,
+// `tp-worker` and the JNI engine fill the parts they take. The structs are passed down by
+// reference or as members, never copied field by field into look-alikes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/kernel_tuning.h"
+#include "executor/tp_sums.h"
+
+namespace llamaserve {
+
+// Where one model runs: devices and how the model is split over them.
+struct LayoutSpec {
+  // "cpu", "cuda:N", a device index N, or a CUDA device list "0,1,2,3" with replicas x
+  // tensor_parallel x pipeline_parallel devices, consecutive groups per replica.
+  std::string device = "cpu";
+  int replicas = 1;           // whole-model engines behind the least-loaded router
+  int tensor_parallel = 1;    // GPUs that split every layer's heads and FFN columns
+  int pipeline_parallel = 1;  // GPUs that each run a contiguous block of layers
+  std::vector<int32_t> layer_split;  // layers per pipeline stage (sums to n_layer); empty = balanced
+  // Pipeline: micro-batches in flight per pass; 0 = one per stage, 1 = off.
+  int micro_batches = 0;
+  int threads = 0;  // CPU threads over all replicas; 0 = every online core
+  double gpu_memory_utilization = 0.90;  // CUDA: fraction of each device this model may use
+  TpSums tp_sums;                        // how tensor-parallel ranks sum their partials
+
+  // Tensor parallel with one process per GPU: this process is rank `tp_rank` (0 = the one
+  // that serves) of a group of tensor_parallel processes on the one CUDA device of `device`.
+  // -1: the ranks are threads of this process on the devices of `device`.
+  int tp_rank = -1;
+  std::string tp_listen_host;  // rank 0: where the other ranks connect ("" = every interface)
+  int tp_listen_port = 29500;  // rank 0
+  std::string tp_coordinator;  // ranks >= 1: rank 0's HOST:PORT
+  int64_t tp_timeout_ms = 600000;  // each phase of the rendezvous
+};
+
+// What each engine of a model admits and how it steps.
+struct EngineLimits {
+  int max_running = 4;       // sequences generated concurrently, per replica
+  int max_waiting = 0;       // each engine's queue bound; 0 = the engine's default
+  int max_batch_tokens = 0;  // tokens per engine step (chunked-prefill budget); 0 = default
+  // Sample every token on the host from copied logits, even where the GPU could draw it.
+  bool host_sampling = false;
+};
+
+// One model as it is served.
+struct ModelSpec {
+  std::string name;  // the id clients send as "model"; empty = the file name without .gguf
+  std::string path;  // GGUF file
+  std::string chat_template;  // llama2 | llama3 | chatml; empty = the model's own
+  int64_t context_tokens = 0;  // tokens per sequence; 0 = ModelConfig::default_context_tokens()
+  int64_t kv_cache_tokens = 0;  // KV capacity of each replica; 0 = context x max_running
+  int warmup_tokens = 2;        // tokens of the warm-up generation on each replica; 0 = none
+  LayoutSpec layout;
+  EngineLimits engine;
+  KernelTuning tuning;
+
+  // The name served for this model: `name`, or the file name without its extension.
+  std::string served_name() const;
+};
+
+// The HTTP server around the models.
+struct ServerConfig {
+  std::string host = "127.0.0.1";
+  int port = 8080;          // 0 = any free port (the chosen one is logged)
+  int http_threads = 0;     // 0 = admission limit + 16
+  std::string cors_origin;  // empty = no CORS headers at all
+
+  int max_queue = 32;  // waiting requests over the whole server, beyond the running ones
+  int64_t queue_timeout_ms = 30000;
+  int64_t request_timeout_ms = 0;  // 0 = no limit
+  int64_t max_body_bytes = 4 << 20;
+  int max_prompt_tokens = 0;  // 0 = the model's context - 1
+  int max_tokens_limit = 4096;
+
+  std::vector<std::string> api_keys;
+  std::string api_key_file;
+
+  int64_t drain_timeout_ms = 30000;
+  std::string config_path;  // --config JSON file
+};
+
+struct ServiceConfig {
+  ServerConfig server;
+  std::vector<ModelSpec> models;  // `serve` holds one
+
+  // Generation requests admitted at once (running or queued) before 429.
+  int admission_limit() const;
+};
+
+}  // namespace llamaserve
