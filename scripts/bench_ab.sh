@@ -8,9 +8,10 @@
 #   AB_LAYOUTS  NAME/DEVICES/TP (default "one/0/1 tp2/0,1/2")
 #   AB_ARGS     bench arguments (default "-p 16 -n 128 -b 1,4 --reps 3")
 #   AB_REPEATS  rounds of base-then-candidate (default 2)
-#   AB_BASE_ENV, AB_NEW_ENV  NAME=VALUE settings for each side's runs (default none), so that
-#               one binary can be timed against itself with a switch, e.g.
-#               AB_BASE_ENV=LLAMASERVE_MATVEC_SPLIT=1 scripts/bench_ab.sh BIN BIN MODEL
+#   AB_BASE_ARGS, AB_NEW_ARGS  more bench arguments for each side's runs (default none), so
+#               that one binary can be timed against itself with a switch, e.g.
+#               AB_BASE_ARGS=--no-pdl scripts/bench_ab.sh BIN BIN MODEL
+#   AB_BASE_ENV, AB_NEW_ENV  NAME=VALUE environment for each side's runs (default none)
 set -uo pipefail
 : "${OUT:?set OUT}"
 base=$1 new=$2 model=$3
@@ -20,10 +21,12 @@ read -r -a args <<<"${AB_ARGS:--p 16 -n 128 -b 1,4 --reps 3}"
 read -r -a layouts <<<"${AB_LAYOUTS:-one/0/1 tp2/0,1/2}"
 read -r -a base_env <<<"${AB_BASE_ENV:-}"
 read -r -a new_env <<<"${AB_NEW_ENV:-}"
+read -r -a base_args <<<"${AB_BASE_ARGS:-}"
+read -r -a new_args <<<"${AB_NEW_ARGS:-}"
 {
   echo "bench ${args[*]}"
   echo
-  echo "base: ${base_env[*]} $base; new: ${new_env[*]} $new"
+  echo "base: ${base_env[*]} $base ${base_args[*]}; new: ${new_env[*]} $new ${new_args[*]}"
   echo
   echo "| layout | round | binary | case | tok/s | ms/tok |"
   echo "| --- | ---: | --- | --- | ---: | ---: |"
@@ -34,12 +37,15 @@ for layout in "${layouts[@]}"; do
     for which in base new; do
       bin=$base
       settings=("${base_env[@]}")
+      extra=("${base_args[@]}")
       if [[ $which == new ]]; then
         bin=$new
         settings=("${new_env[@]}")
+        extra=("${new_args[@]}")
       fi
       json=$OUT/ab-$name-$round-$which.json
-      env "${settings[@]}" "$bin" bench -m "$model" --devices "$devices" --tp "$tp" "${args[@]}" --json-file "$json" \
+      env "${settings[@]}" "$bin" bench -m "$model" --devices "$devices" --tp "$tp" "${args[@]}" \
+        "${extra[@]}" --json-file "$json" \
         >"$OUT/ab-$name-$round-$which.log" 2>&1 || echo "| $name | $round | $which | FAILED | | |" >>"$md"
       [[ -s $json ]] || continue
       python3 - "$json" "$name" "$round" "$which" >>"$md" <<'PY'

@@ -18,7 +18,7 @@
 #     "q4_k_m q8_0 f16") and runs `llamaserve bench` on cuda:0 with BENCH7B_ARGS (default
 #     -p 512 -n 128 -b 1,16,64,256 --reps 3). One device call runs at most 10 minutes: give
 #     one type per call (a warm machine keeps BENCH7B_DIR between calls), e.g.
-#     BENCH7B_TYPES=q4_k_m scripts/device_run.sh bench7b; LLAMASERVE_CUDA_PDL=0 compares
+#     BENCH7B_TYPES=q4_k_m scripts/device_run.sh bench7b; BENCH7B_ARGS with --no-pdl compares
 #     against plain launches.
 #
 # The device hands back at most 8 files, so $OUT ends up holding only:
@@ -227,8 +227,8 @@ multi7b() {
     [[ $name == *-nccl* ]] && mode=nccl
     local sums=half
     [[ $name == *-floatsums* ]] && sums=float
-    step "bench-7b-f16-$name" "${MULTI_TIMEOUT:-400}" env LLAMASERVE_TP_ALLREDUCE=$mode \
-      LLAMASERVE_TP_GEMM_SUMS=$sums "$bin" bench -m "$model" --devices "$devices" --tp "$tp" --pp "$pp" \
+    step "bench-7b-f16-$name" "${MULTI_TIMEOUT:-400}" "$bin" bench -m "$model" \
+      --devices "$devices" --tp "$tp" --pp "$pp" --tp-sums "$mode" --tp-gemm-sums "$sums" \
       --micro-batches "${mb:-0}" "${args[@]}" --json-file "$logs/bench-multi-$name.json" \
       --markdown-file "$logs/bench-multi-$name.md" || continue
     [[ $first -eq 1 ]] || echo "," >>"$json"

@@ -7,7 +7,7 @@
 // launches timed with CUDA events. Weight contents are random bytes: the kernels' speed does
 // not depend on the values.
 //
-// Usage: cuda_kernels_bench [--quick] [--csv FILE] [--markdown FILE]
+// Usage: cuda_kernels_bench [--quick] [--no-pdl] [--csv FILE] [--markdown FILE]
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -46,6 +46,7 @@ namespace {
 
 struct Options {
   bool quick = false;
+  bool pdl = true;  // programmatic dependent launch (--no-pdl: plain launches)
   std::string csv;
   std::string markdown;
 };
@@ -156,7 +157,7 @@ T* upload(const std::vector<T>& host) {
 // heads) and LLaMA-3-8B (8), with the CUDA-core and the tensor-core kernel. FLOPs count the
 // causal half: Q·Kᵀ and P·V are 4 · head_dim FLOPs per (query head, row, visible position).
 // Also prints the largest difference between the two kernels' outputs.
-std::string bench_prefill_attention(int groups, FILE* csv, cudaStream_t stream) {
+std::string bench_prefill_attention(int groups, FILE* csv, LaunchStream stream) {
   constexpr int kPositions = 512, kHeads = 32, kHeadDim = 128, kBlockSize = 16;
   constexpr int kBlocks = kPositions / kBlockSize;
   BENCH_OK(configure_attention_kernels());
@@ -274,16 +275,17 @@ int run(const Options& options) {
               prop.totalGlobalMem / 1073741824.0, prop.l2CacheSize / 1048576.0);
   const double copy = copy_bandwidth();
   // Launches go to a created stream, as in the executor: consecutive kernels overlap through
-  // programmatic dependent launch unless LLAMASERVE_CUDA_PDL=0.
-  cudaStream_t stream = nullptr;
-  BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  // programmatic dependent launch unless --no-pdl.
+  cudaStream_t created = nullptr;
+  BENCH_CHECK(cudaStreamCreateWithFlags(&created, cudaStreamNonBlocking));
+  const LaunchStream stream(created, options.pdl);
   const std::string intro = fmt::format(
       "{}, {} SMs; device-to-device copy {:.1f} GB/s (read + write, 4 GiB); weights rotate "
       "through {:.0f} MiB; median of groups of launches on one stream, programmatic dependent "
       "launch {}",
       prop.name, prop.multiProcessorCount, copy / 1e9,
       std::max<size_t>(4ull * prop.l2CacheSize, 256ull << 20) / 1048576.0,
-      programmatic_launch_enabled() ? "on" : "off");
+      options.pdl ? "on" : "off");
   std::printf("%s\n\n", intro.c_str());
   FILE* csv = options.csv.empty() ? nullptr : std::fopen(options.csv.c_str(), "w");
   if (csv != nullptr)
@@ -465,7 +467,7 @@ int run(const Options& options) {
     }
   }
   cublasDestroy(handle);
-  BENCH_CHECK(cudaStreamDestroy(stream));
+  BENCH_CHECK(cudaStreamDestroy(created));
   BENCH_CHECK(cudaFree(x));
   BENCH_CHECK(cudaFree(y));
   BENCH_CHECK(cudaFree(gx));
@@ -493,12 +495,15 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       options.quick = true;
+    } else if (std::strcmp(argv[i], "--no-pdl") == 0) {
+      options.pdl = false;
     } else if (std::strcmp(argv[i], "--csv") == 0 && i + 1 < argc) {
       options.csv = argv[++i];
     } else if (std::strcmp(argv[i], "--markdown") == 0 && i + 1 < argc) {
       options.markdown = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--csv FILE] [--markdown FILE]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--no-pdl] [--csv FILE] [--markdown FILE]\n",
+                   argv[0]);
       return 2;
     }
   }

@@ -36,6 +36,7 @@
 #include "cli/command.h"
 #include "cli/synthetic_model.h"
 #include "executor/profiler_range.h"
+#include "executor/tp_sums.h"
 #include "model/weights.h"
 #include "service/layout_factory.h"
 #include "service/load_progress.h"
@@ -70,6 +71,13 @@ struct BenchOptions {
   int32_t profile_batch = 1;
   // Nsight Compute capture range: one more prompt pass after the prompt case's timed runs.
   bool profile_prompt = false;
+  // Tensor parallelism: how the ranks sum their partials (fused, peer, nccl), and whether the
+  // GEMM output projections' partials are summed as halves (half) or fp32 (float).
+  std::string tp_sums = "fused";
+  std::string tp_gemm_sums = "half";
+  // CUDA kernels: programmatic dependent launch (--no-pdl turns it off); per-operation times.
+  bool no_pdl = false;
+  bool op_times = false;
 };
 
 // Bytes a decode step reads for the weights (every matrix but the embedding table, whose one
@@ -401,6 +409,10 @@ Status run_bench(const BenchOptions& o) {
   eo.max_context_tokens = static_cast<int64_t>(first_seq_blocks) * kBlockSize;
   LoadProgress upload(o.model_path);  // weights going to a GPU
   eo.on_upload_progress = upload.callback();
+  LS_ASSIGN_OR_RETURN(eo.tp_sums.mode, parse_tp_sum_mode(o.tp_sums));
+  eo.tp_sums.half_gemm_sums = o.tp_gemm_sums == "half";
+  eo.tuning.pdl = !o.no_pdl;
+  eo.tuning.op_times = o.op_times;
   LS_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor, create_executor(model, eo));
   upload.finish();
   const KvCacheInfo kv = executor->kv_info();
@@ -535,6 +547,20 @@ std::function<int()> setup_bench(CLI::App& sub) {
   sub.add_flag("--profile-prompt", o->profile_prompt,
                "one more prompt pass inside a profiler capture range, after the prompt case's "
                "timed runs");
+  sub.add_option("--tp-sums", o->tp_sums,
+                 "how tensor-parallel ranks sum their partials: fused (decode products through "
+                 "fused peer reductions, the rest NCCL), peer (small tensors through the "
+                 "peer-to-peer all-reduce), nccl")
+      ->check(CLI::IsMember({"fused", "peer", "nccl"}))
+      ->capture_default_str();
+  sub.add_option("--tp-gemm-sums", o->tp_gemm_sums,
+                 "tensor parallel: sum the GEMM output projections' partials as half or float")
+      ->check(CLI::IsMember({"half", "float"}))
+      ->capture_default_str();
+  sub.add_flag("--no-pdl", o->no_pdl, "launch CUDA kernels without programmatic dependent launch");
+  sub.add_flag("--op-times", o->op_times,
+               "time every operation of every layer with CUDA events and log a report at exit "
+               "(slower: no CUDA graphs)");
   sub.add_option("--json-file", o->json_file, "also write the JSON results to this file");
   sub.add_option("--markdown-file", o->markdown_file, "also write a markdown table to this file");
   return [o] {

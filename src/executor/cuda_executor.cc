@@ -1,10 +1,8 @@
 #include "executor/cuda_executor.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <map>
 #include <optional>
-#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -16,10 +14,8 @@
 #include "backend/cuda/attention.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/launch.h"
 #include "backend/cuda/memory_plan.h"
 #include "backend/cuda/sampling.h"
-#include "core/env.h"
 #include "executor/batch_pieces.h"
 #include "executor/batch_validation.h"
 
@@ -43,27 +39,6 @@ constexpr int32_t kDecodeSplitTokens = 64;
 // Tensor-parallel passes split in halves for overlapping from this many rows per half.
 constexpr int32_t kOverlapMinRows = 128;
 
-// Context per split of decode steps: kDecodeSplitTokens, or LLAMASERVE_DECODE_SPLIT_TOKENS
-// (16 to 65536, read once).
-int32_t decode_split_tokens() {
-  static const int32_t tokens =
-      int_from_env("LLAMASERVE_DECODE_SPLIT_TOKENS", 16, 65536).value_or(kDecodeSplitTokens);
-  return tokens;
-}
-
-// `options` with LLAMASERVE_GEMM_MIN_ROWS (2 to 4096, read once) in place of gemm_min_rows.
-CudaExecutorOptions with_env_overrides(CudaExecutorOptions options) {
-  static const std::optional<int32_t> gemm_min_rows =
-      int_from_env("LLAMASERVE_GEMM_MIN_ROWS", 2, 4096);
-  if (gemm_min_rows) options.gemm_min_rows = *gemm_min_rows;
-  return options;
-}
-
-bool op_times_requested() {
-  const char* env = std::getenv("LLAMASERVE_OP_TIMES");
-  return env != nullptr && *env != '\0' && std::string_view(env) != "0";
-}
-
 int32_t next_pow2(int64_t n) {
   int32_t p = 1;
   while (p < n) p *= 2;
@@ -74,7 +49,7 @@ class CudaExecutor final : public Executor, public CudaPart {
  public:
   CudaExecutor(std::shared_ptr<const LoadedModel> model, const CudaExecutorOptions& options)
       : model_(std::move(model)),
-        options_(with_env_overrides(options)),
+        options_(options),
         range_(options.layers.value_or(
             LayerRange{0, static_cast<int32_t>(model_->config.n_layer), true, true})) {}
 
@@ -82,7 +57,7 @@ class CudaExecutor final : public Executor, public CudaPart {
     if (cudaSetDevice(options_.device) != cudaSuccess) return;
     if (stream_ != nullptr) LS_CUDA_LOG_ERROR(cudaStreamSynchronize(stream_));
     if (op_timer_) {
-      spdlog::info("operation times (LLAMASERVE_OP_TIMES):{}", op_timer_->report());
+      spdlog::info("operation times:{}", op_timer_->report());
       op_timer_.reset();
     }
     for (auto& [key, exec] : graphs_) LS_CUDA_LOG_ERROR(cudaGraphExecDestroy(exec));
@@ -124,8 +99,7 @@ class CudaExecutor final : public Executor, public CudaPart {
         "cuda:{} ({}){}, {}, max {} tokens per pass, CUDA graphs {}, programmatic launch {}{}",
         options_.device, device_name_, role(), plan_.describe(options_.kv_block_size),
         options_.max_batch_tokens, options_.cuda_graphs ? "on" : "off",
-        cuda::programmatic_launch_enabled() ? "on" : "off",
-        op_timer_ ? ", operation timing on (LLAMASERVE_OP_TIMES)" : "");
+        options_.tuning.pdl ? "on" : "off", op_timer_ ? ", operation timing on" : "");
   }
 
   Status forward(const Batch& batch, std::span<float> logits) override;
@@ -160,7 +134,7 @@ class CudaExecutor final : public Executor, public CudaPart {
   CudaKvCache kv_;
   CudaActivations act_;
   std::unique_ptr<cuda::BatchStaging> staging_;
-  std::unique_ptr<cuda::OpTimer> op_timer_;  // LLAMASERVE_OP_TIMES
+  std::unique_ptr<cuda::OpTimer> op_timer_;  // with options_.tuning.op_times
   // Tensor-parallel ranks: the stream of the overlapped all-reduces, and per half the events
   // "its block is computed" and "its all-reduce is done".
   cudaStream_t comm_stream_ = nullptr;
@@ -275,7 +249,8 @@ Status CudaExecutor::init(int32_t kv_blocks) {
   backend_options.half_sums = limits_.half_sums;
   backend_options.peer_reduce = options_.peer_reduce;
   backend_options.rank_barrier = options_.rank_barrier;
-  if (op_times_requested()) {
+  backend_options.tuning = options_.tuning;
+  if (options_.tuning.op_times) {
     op_timer_ = std::make_unique<cuda::OpTimer>(options_.device);
     options_.cuda_graphs = false;  // events between the operations of eager passes
     backend_options.op_timer = op_timer_.get();
@@ -365,7 +340,7 @@ int32_t CudaExecutor::choose_splits(const Batch& piece, const DeviceBatch& b) co
   int32_t max_len = 1;
   for (int32_t len : piece.seq_lengths) max_len = std::max(max_len, len);
   const int64_t blocks = static_cast<int64_t>(b.n_tiles) * model_->config.n_head_kv;
-  const int32_t split_tokens = b.max_tile_rows == 1 ? decode_split_tokens() : kSplitTokens;
+  const int32_t split_tokens = b.max_tile_rows == 1 ? kDecodeSplitTokens : kSplitTokens;
   int32_t splits = std::min(next_pow2((max_len + split_tokens - 1) / split_tokens),
                             next_pow2((2 * sm_count_ + blocks - 1) / blocks));
   // The partials are per (row, head, split).

@@ -15,6 +15,7 @@
 
 #include "backend/cuda/peer_all_reduce.h"
 #include "backend/cuda/tp_sum.h"
+#include "backend/kernel_tuning.h"
 #include "backend/layer_range.h"
 #include "core/status.h"
 #include "executor/executor.h"
@@ -38,6 +39,9 @@ struct CudaExecutorOptions {
   int32_t gemm_min_rows = 5;        // products with this many rows or more are GEMMs (gemm.h)
   int32_t float_gemm_min_rows = 5;  // the same for F16/BF16/F32 weights
   bool cuda_graphs = true;
+  // The kernels' settings (programmatic dependent launch; per-operation timing, which turns
+  // CUDA graphs off).
+  KernelTuning tuning;
 
   // Multi-GPU roles (multi_gpu_executor.h); the defaults make the whole-model executor.
   // A pipeline stage runs these layers only (embeddings and head where the range says).

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
-#include <cstdlib>
 #include <mutex>
 #include <string_view>
 #include <thread>
@@ -21,6 +20,7 @@
 #include "backend/cuda/peer_all_reduce.h"
 #include "executor/batch_pieces.h"
 #include "executor/batch_validation.h"
+#include "executor/tp_sums.h"
 #include "parallel/micro_batches.h"
 #include "parallel/parallel_layout.h"
 #include "parallel/pipeline_split.h"
@@ -31,23 +31,6 @@
 
 namespace llamaserve {
 namespace {
-
-// How a tensor-parallel stage sums its ranks' partials (LLAMASERVE_TP_ALLREDUCE).
-enum class TpSums {
-  kFused,  // decode passes (matvec products) through fused peer-to-peer reductions, the rest NCCL
-  kPeer,   // tensors of up to the peer group's capacity through the one-kernel peer all-reduce
-  kNccl,   // NCCL only
-};
-
-Result<TpSums> tp_sums_from_env() {
-  const char* mode = std::getenv("LLAMASERVE_TP_ALLREDUCE");
-  const std::string_view m = mode != nullptr ? mode : "fused";
-  if (m == "fused") return TpSums::kFused;
-  if (m == "peer") return TpSums::kPeer;
-  if (m == "nccl") return TpSums::kNccl;
-  return make_error(StatusCode::kInvalidArgument,
-                    "LLAMASERVE_TP_ALLREDUCE={}: expected fused, peer or nccl", m);
-}
 
 using PartSpec = std::pair<std::shared_ptr<const LoadedModel>, CudaExecutorOptions>;
 
@@ -85,7 +68,7 @@ std::string join_described(const std::vector<std::unique_ptr<CudaPart>>& parts,
 class Stage {
  public:
   Stage(std::vector<int> devices, std::vector<ncclComm_t> comms,
-        std::unique_ptr<cuda::PeerAllReduce> peer_all_reduce, TpSums sums)
+        std::unique_ptr<cuda::PeerAllReduce> peer_all_reduce, TpSumMode sums)
       : devices_(std::move(devices)),
         comms_(std::move(comms)),
         peer_all_reduce_(std::move(peer_all_reduce)),
@@ -109,11 +92,11 @@ class Stage {
     }
   }
 
-  // With TpSums::kPeer small tensors (decode rows) through the peer-to-peer kernel; the rest
+  // With TpSumMode::kPeer small tensors (decode rows) through the peer-to-peer kernel; the rest
   // (and everything otherwise) through NCCL.
   Status all_reduce(int rank, void* data, size_t count, cuda::SumType type,
                     cudaStream_t stream) const {
-    if (sums_ == TpSums::kPeer && peer_all_reduce_ && type == cuda::SumType::kF32 &&
+    if (sums_ == TpSumMode::kPeer && peer_all_reduce_ && type == cuda::SumType::kF32 &&
         count <= peer_all_reduce_->capacity()) {
       return peer_all_reduce_->run(rank, static_cast<float*>(data), count, stream);
     }
@@ -131,10 +114,10 @@ class Stage {
   // Rank r's arrival before it queues a kernel that waits for the other ranks.
   Status meet(int rank) { return barrier_.arrive(rank); }
 
-  // Rank r's handles of fused reductions (inactive unless TpSums::kFused found peer access).
+  // Rank r's handles of fused reductions (inactive unless TpSumMode::kFused found peer access).
   cuda::PeerReduceView peer_reduce(int rank) const {
-    return sums_ == TpSums::kFused && peer_all_reduce_ ? peer_all_reduce_->view(rank)
-                                                       : cuda::PeerReduceView{};
+    return sums_ == TpSumMode::kFused && peer_all_reduce_ ? peer_all_reduce_->view(rank)
+                                                          : cuda::PeerReduceView{};
   }
 
   const std::vector<std::unique_ptr<CudaPart>>& ranks() const { return ranks_; }
@@ -144,7 +127,7 @@ class Stage {
 
   std::string describe_all_reduce() const {
     std::string peer;
-    if (peer_all_reduce_ && sums_ == TpSums::kFused) {
+    if (peer_all_reduce_ && sums_ == TpSumMode::kFused) {
       peer = fmt::format(
           "fused into the decode products up to {} floats, GEMM partials pulled peer to peer, "
           "else ",
@@ -221,7 +204,7 @@ class Stage {
   std::vector<int> devices_;
   std::vector<ncclComm_t> comms_;  // empty for a single rank
   std::unique_ptr<cuda::PeerAllReduce> peer_all_reduce_;
-  TpSums sums_;
+  TpSumMode sums_;
   RankBarrier barrier_;
   std::vector<std::unique_ptr<CudaPart>> ranks_;
   std::vector<std::thread> workers_;
@@ -402,28 +385,27 @@ class MultiGpuExecutor final : public Executor {
   std::unique_ptr<StagePipeline> pipeline_;  // with micro-batching; its threads end first
 };
 
-// One stage's communicator and, unless LLAMASERVE_TP_ALLREDUCE=nccl, its peer-to-peer group:
-// room for kMaxMatvecRows rows of n_embd floats (the decode passes' fused reductions) and, with
-// LLAMASERVE_TP_ALLREDUCE=fused, pulled sums of max_tokens rows of the GEMM partials' type (f16,
-// bf16 for BF16 output projections, or fp32 with LLAMASERVE_TP_GEMM_SUMS=float). A stage of one
-// rank needs neither.
+// One stage's communicator and, unless sums.mode is kNccl, its peer-to-peer group: room for
+// kMaxMatvecRows rows of n_embd floats (the decode passes' fused reductions) and, with kFused,
+// pulled sums of max_tokens rows of the GEMM partials' type (f16, bf16 for BF16 output
+// projections, or fp32 without sums.half_gemm_sums). A stage of one rank needs neither.
 Result<std::unique_ptr<Stage>> create_stage(std::vector<int> devices, const LoadedModel& model,
-                                            int64_t max_tokens) {
+                                            int64_t max_tokens, const TpSums& tp_sums) {
   const int64_t n_embd = model.config.n_embd;
   const int n = static_cast<int>(devices.size());
-  LS_ASSIGN_OR_RETURN(const TpSums sums, tp_sums_from_env());
+  const TpSumMode sums = tp_sums.mode;
   if (n == 1) {
     return std::make_unique<Stage>(std::move(devices), std::vector<ncclComm_t>(), nullptr, sums);
   }
   std::vector<ncclComm_t> comms(static_cast<size_t>(n));
   LS_NCCL_CHECK(ncclCommInitAll(comms.data(), n, devices.data()));
   std::unique_ptr<cuda::PeerAllReduce> peer;
-  if (sums != TpSums::kNccl) {
+  if (sums != TpSumMode::kNccl) {
     const size_t capacity = static_cast<size_t>(cuda::kMaxMatvecRows * n_embd);
     size_t pull_slot_bytes = 0;
     cuda::SumType pull_type = cuda::SumType::kF32;
-    if (sums == TpSums::kFused) {
-      LS_ASSIGN_OR_RETURN(const bool half, tp_half_sums_from_env());
+    if (sums == TpSumMode::kFused) {
+      const bool half = tp_sums.half_gemm_sums;
       const bool bf16 =
           !model.weights.layers.empty() && model.weights.layers.front().wo.type == TensorType::BF16;
       pull_type = !half ? cuda::SumType::kF32 : bf16 ? cuda::SumType::kBF16 : cuda::SumType::kF16;
@@ -562,7 +544,8 @@ Result<std::unique_ptr<Executor>> create_multi_gpu_executor(
 
   std::vector<std::unique_ptr<Stage>> stages;
   for (int s = 0; s < pp; ++s) {
-    auto stage = create_stage(layout.stage_devices(s), *model, base.max_batch_tokens);
+    auto stage =
+        create_stage(layout.stage_devices(s), *model, base.max_batch_tokens, options.tp_sums);
     if (!stage.is_ok()) {
       if (pp == 1) return stage.status();
       return stage.status().with_context(
@@ -590,7 +573,7 @@ Result<std::unique_ptr<Executor>> create_multi_gpu_executor(
           return owner->all_reduce(r, data, count, type, stream);
         };
         part.peer_reduce = owner->peer_reduce(r);
-        LS_ASSIGN_OR_RETURN(part.tp_half_sums, tp_half_sums_from_env());
+        part.tp_half_sums = options.tp_sums.half_gemm_sums;
         part.rank_barrier = [owner, r] { return owner->meet(r); };
       }
       // Parts on one device plan before any of them allocates: each gets its share.

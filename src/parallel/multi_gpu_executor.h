@@ -27,6 +27,7 @@
 #include "core/status.h"
 #include "executor/cuda_executor.h"
 #include "executor/executor.h"
+#include "executor/tp_sums.h"
 #include "model/weights.h"
 
 namespace llamaserve {
@@ -48,6 +49,9 @@ struct MultiGpuOptions {
   // device must not run at once).
   int32_t pipeline_micro_batches = 0;
   int32_t micro_batch_min_rows = 128;
+  // Tensor parallelism: how the ranks of a stage sum their partials (every rank's
+  // CudaExecutorOptions::tp_half_sums follows half_gemm_sums).
+  TpSums tp_sums;
 };
 
 // What a pipeline executor has run as micro-batches in flight: passes, and the micro-batches

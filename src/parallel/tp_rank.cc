@@ -1,7 +1,6 @@
 #include "parallel/tp_rank.h"
 
 #include <cstdlib>
-#include <string_view>
 
 #include <fmt/format.h>
 
@@ -18,15 +17,6 @@ Status nccl_all_reduce_sum(ncclComm_t comm, void* data, size_t count, cuda::SumT
                                                                  : ncclBfloat16;
   LS_NCCL_CHECK(ncclAllReduce(data, data, count, nccl_type, ncclSum, comm, stream));
   return Status::ok();
-}
-
-Result<bool> tp_half_sums_from_env() {
-  const char* env = std::getenv("LLAMASERVE_TP_GEMM_SUMS");
-  const std::string_view mode = env != nullptr ? env : "half";
-  if (mode == "half") return true;
-  if (mode == "float") return false;
-  return make_error(StatusCode::kInvalidArgument,
-                    "LLAMASERVE_TP_GEMM_SUMS={}: expected half or float", mode);
 }
 
 std::string describe_shard(const LoadedModel& full, const LoadedModel& shard) {

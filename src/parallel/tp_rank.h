@@ -25,11 +25,6 @@ void keep_nvls_off_by_default();
 Status nccl_all_reduce_sum(ncclComm_t comm, void* data, size_t count, cuda::SumType type,
                            cudaStream_t stream);
 
-// Whether tensor-parallel ranks sum the partials of their GEMM output projections in half
-// precision (CudaBackendOptions::half_sums): LLAMASERVE_TP_GEMM_SUMS=half (the default) or
-// float; anything else is an error.
-Result<bool> tp_half_sums_from_env();
-
 // What a rank's shard holds of the full model, for the log:
 // "2 of 4 heads, 1 of 2 KV heads, 384 of 768 FFN columns".
 std::string describe_shard(const LoadedModel& full, const LoadedModel& shard);

@@ -88,6 +88,7 @@ Result<std::unique_ptr<Executor>> create_executor(std::shared_ptr<const LoadedMo
   multi.layer_split = options.layer_split;
   multi.pipeline_micro_batches = options.pipeline_micro_batches;
   if (options.micro_batch_min_rows > 0) multi.micro_batch_min_rows = options.micro_batch_min_rows;
+  multi.tp_sums = options.tp_sums;
   return create_multi_gpu_executor(std::move(model),
                                    cuda_executor_options(options, devices.front().index), multi);
 #else

@@ -66,13 +66,7 @@ void expect_close(const std::vector<float>& y, int64_t y_stride, const Reference
   EXPECT_EQ(failures, 0) << "worst relative error " << worst << ", tolerance " << tolerance;
 }
 
-class MatvecTest : public GpuTest, public ::testing::WithParamInterface<TensorType> {
- protected:
-  void TearDown() override {
-    set_matvec_k_split(0);
-    set_matvec_group_rows(0);
-  }
-};
+class MatvecTest : public GpuTest, public ::testing::WithParamInterface<TensorType> {};
 
 // Up to kMaxSplitMatvecRows activation rows, a launch may split each row group's columns over
 // 1, 2 or 4 warps, and a float launch may take groups of 2 or 4 rows: the matvec tests run with
@@ -102,9 +96,9 @@ std::string config_trace(const MatvecConfig& c) {
   return trace;
 }
 
-void use_config(const MatvecConfig& c) {
-  set_matvec_k_split(c.split);
-  set_matvec_group_rows(c.group_rows);
+void use_config(const MatvecConfig& c, MatvecArgs& args) {
+  args.forced_split = c.split;
+  args.forced_group_rows = c.group_rows;
 }
 
 // The activations a matvec of `type` multiplies with: x itself for float weights; for
@@ -173,9 +167,10 @@ TEST_P(MatvecTest, MatchesReferenceForEveryRowCount) {
     DeviceArray<float> y_dev(n_act * y_stride);
     for (const MatvecConfig& config : matvec_configs(type, n_act)) {
       SCOPED_TRACE(config_trace(config));
-      use_config(config);
+      MatvecArgs args = matvec_args(w.view, in, x_stride, n_act, y_dev.get(), y_stride);
+      use_config(config, args);
       y_dev.poison();
-      ASSERT_OK(matvec(matvec_args(w.view, in, x_stride, n_act, y_dev.get(), y_stride), nullptr));
+      ASSERT_OK(matvec(args, nullptr));
       ASSERT_CUDA(cudaDeviceSynchronize());
       expect_close(y_dev.download(), y_stride, want, kRows, n_act, kMatvecTolerance);
     }
@@ -204,9 +199,9 @@ TEST_P(MatvecTest, AccumulatesIntoOutputAndAddsBias) {
     DeviceArray<float> bias_dev(bias);
     for (const MatvecConfig& config : matvec_configs(type, n_act)) {
       SCOPED_TRACE(config_trace(config));
-      use_config(config);
       DeviceArray<float> y_dev(y0);
       MatvecArgs args = matvec_args(w.view, in, cols, n_act, y_dev.get(), rows);
+      use_config(config, args);
       args.bias = bias_dev.get();
       args.accumulate = true;
       ASSERT_OK(matvec(args, nullptr));
@@ -261,7 +256,7 @@ void MatvecPartsTest::run(int64_t n_act) {
   }
   for (const MatvecConfig& config : matvec_configs(type, n_act)) {
     SCOPED_TRACE(config_trace(config));
-    use_config(config);
+    for (MatvecArgs& part : parts) use_config(config, part);
     for (auto& out : outputs) out.poison();
     ASSERT_OK(matvec_parts(parts, nullptr));
     ASSERT_CUDA(cudaDeviceSynchronize());
@@ -285,7 +280,6 @@ void MatvecPartsTest::run(int64_t n_act) {
 // takes (groups of four sum a group's lanes in another order).
 TEST_P(MatvecTest, ShortRowsMatchTheWholeRowKernel) {
   const TensorType type = GetParam();
-  set_matvec_group_rows(2);
   const bool float_weights = !matvec_uses_q8(type);
   const int64_t rows = 4099;
   const int64_t item_elems = type == TensorType::F32 ? 4 : 8;  // 16 bytes of float weights
@@ -302,10 +296,12 @@ TEST_P(MatvecTest, ShortRowsMatchTheWholeRowKernel) {
       const Reference want = reference_product(m, in.seen, cols, n_act);
       std::vector<float> by_split[2];
       for (const int split : {0, 1}) {
-        set_matvec_k_split(split);
         DeviceArray<float> y_dev(n_act * rows);
         y_dev.poison();
-        ASSERT_OK(matvec(matvec_args(w.view, in, cols, n_act, y_dev.get(), rows), nullptr));
+        MatvecArgs args = matvec_args(w.view, in, cols, n_act, y_dev.get(), rows);
+        args.forced_group_rows = 2;
+        args.forced_split = split;
+        ASSERT_OK(matvec(args, nullptr));
         ASSERT_CUDA(cudaDeviceSynchronize());
         by_split[split] = y_dev.download();
         expect_close(by_split[split], rows, want, rows, n_act, kMatvecTolerance);
@@ -402,11 +398,6 @@ TEST(MatvecGrid, WidensGroupsOnlyWhereGroupsOfTwoLeaveWarpsIdle) {
   EXPECT_EQ(choose_matvec_group_rows(h200_shape(2048, 15), 4, 2), 2);
   EXPECT_EQ(choose_matvec_group_rows(h200_shape(6144, 6), 1, kWideMatvecRows), kWideMatvecRows);
   EXPECT_EQ(choose_matvec_group_rows(h200_shape(6144, 6), 1, 3), 2);
-  set_matvec_group_rows(3);
-  EXPECT_EQ(matvec_group_rows(), 0);
-  set_matvec_group_rows(kWideMatvecRows);
-  EXPECT_EQ(matvec_group_rows(), kWideMatvecRows);
-  set_matvec_group_rows(0);
 }
 
 // Which launches may take groups of four rows: float weights up to kMaxSplitMatvecRows
@@ -596,16 +587,17 @@ GemmArgs gemm_args(const DeviceMatrix& w, const float* x, int64_t x_stride, int6
   return args;
 }
 
-// Runs `check` once on each path a GEMM of `type` weights can take, then restores the default.
+// Runs `check` once on each path a GEMM of `type` weights can take (setting
+// args.quant_mma_rows), then restores the default.
 template <class Check>
-void for_each_gemm_path(TensorType type, Check&& check) {
+void for_each_gemm_path(TensorType type, GemmArgs& args, Check&& check) {
   for (const int rows : quant_mma_settings(type)) {
     SCOPED_TRACE(rows == 0 ? std::string("weights dequantized for cuBLAS")
                            : "quant_mma up to " + std::to_string(rows) + " rows");
-    set_quant_mma_rows(rows);
+    args.quant_mma_rows = rows;
     check();
   }
-  set_quant_mma_rows(kDefaultQuantMmaRows);
+  args.quant_mma_rows = kDefaultQuantMmaRows;
 }
 
 TEST_P(GemmTest, MatchesReference) {
@@ -625,9 +617,9 @@ TEST_P(GemmTest, MatchesReference) {
   // Room for 100 dequantized rows: the 769 rows go through 8 slices.
   DeviceArray<uint8_t> weight_half(100 * ((cols + 7) / 8 * 8) * 2);
   GemmWorkspace ws{act_half.get(), act_half.size(), weight_half.get(), weight_half.size()};
-  const GemmArgs args = gemm_args(w.view, x_dev.get(), x_stride, n_act, y_dev.get(), y_stride);
+  GemmArgs args = gemm_args(w.view, x_dev.get(), x_stride, n_act, y_dev.get(), y_stride);
   const Reference want = reference_product(m, x, x_stride, n_act);
-  for_each_gemm_path(type, [&] {
+  for_each_gemm_path(type, args, [&] {
     y_dev.poison();
     ASSERT_OK(gemm(handle_, args, ws, nullptr));
     ASSERT_CUDA(cudaDeviceSynchronize());
@@ -646,7 +638,6 @@ TEST_P(GemmTest, QuantMmaMatchesReferenceForEveryRowCount) {
   const HostMatrix m = make_matrix(type, rows, cols, 97);
   UploadedMatrix w = upload(m);
   ASSERT_NE(w.view.quants, nullptr);
-  set_quant_mma_rows(4096);
   for (const int64_t n_act : {1, 7, 8, 9, 16, 17, 25, 32, 33, 70}) {
     SCOPED_TRACE("activation rows " + std::to_string(n_act));
     const int64_t x_stride = cols + 12;
@@ -657,13 +648,13 @@ TEST_P(GemmTest, QuantMmaMatchesReferenceForEveryRowCount) {
     y_dev.poison();
     DeviceArray<uint8_t> act_half(gemm_act_half_bytes(n_act, cols));
     GemmWorkspace ws{act_half.get(), act_half.size(), nullptr, 0};
-    ASSERT_OK(gemm(handle_, gemm_args(w.view, x_dev.get(), x_stride, n_act, y_dev.get(), y_stride),
-                   ws, nullptr));
+    GemmArgs args = gemm_args(w.view, x_dev.get(), x_stride, n_act, y_dev.get(), y_stride);
+    args.quant_mma_rows = 4096;
+    ASSERT_OK(gemm(handle_, args, ws, nullptr));
     ASSERT_CUDA(cudaDeviceSynchronize());
     expect_close(y_dev.download(), y_stride, reference_product(m, x, x_stride, n_act), rows, n_act,
                  gemm_tolerance(type));
   }
-  set_quant_mma_rows(kDefaultQuantMmaRows);
 }
 
 TEST_P(GemmTest, AccumulatesAndAddsBias) {
@@ -689,7 +680,7 @@ TEST_P(GemmTest, AccumulatesAndAddsBias) {
     for (int64_t r = 0; r < rows; ++r) extra[b * rows + r] = y0[b * rows + r] + bias[r];
   }
   const Reference want = reference_product(m, x, cols, n_act);
-  for_each_gemm_path(type, [&] {
+  for_each_gemm_path(type, args, [&] {
     y_dev.upload(y0);
     ASSERT_OK(gemm(handle_, args, ws, nullptr));
     ASSERT_CUDA(cudaDeviceSynchronize());
@@ -717,7 +708,7 @@ TEST_P(GemmTest, WritesHalfOutput) {
   GemmArgs args = gemm_args(w.view, x_dev.get(), cols, n_act, nullptr, y_stride);
   args.y_half = y_dev.get();
   const Reference want = reference_product(m, x, cols, n_act);
-  for_each_gemm_path(type, [&] {
+  for_each_gemm_path(type, args, [&] {
     y_dev.poison();
     ASSERT_OK(gemm(handle_, args, ws, nullptr));
     ASSERT_CUDA(cudaDeviceSynchronize());

@@ -7,13 +7,13 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "backend/cuda/sampling.h"
 #include "executor/cuda_executor.h"
+#include "executor/executor_factory.h"
+#include "executor/tp_sums.h"
 #include "parallel/multi_gpu_executor.h"
 
 #include "multi_gpu_util.h"
@@ -36,8 +36,6 @@ TEST_F(MultiGpuTest, TensorParallelF16MatchesOneGpu) {
 TEST_F(MultiGpuTest, TensorParallelPromptHalvesMatchOneGpu) {
   // The overlapped halves all-reduce the residual stream in fp32 through NCCL; so do the whole
   // passes here (the same sums in the same order).
-  setenv("LLAMASERVE_TP_GEMM_SUMS", "float", 1);
-  setenv("LLAMASERVE_TP_ALLREDUCE", "nccl", 1);
   for (const auto& [model, tolerance] :
        {std::pair{load(source_dir() / "tests" / "fixtures" / "reference" / "tiny-llama-f16.gguf"),
                   kF16FloatSums},
@@ -51,7 +49,9 @@ TEST_F(MultiGpuTest, TensorParallelPromptHalvesMatchOneGpu) {
       base.max_seqs = 16;
       base.max_context_tokens = 512;
       base.overlap_all_reduce = overlap;
+      base.tp_half_sums = false;
       MultiGpuOptions multi;
+      multi.tp_sums = {TpSumMode::kNccl, /*half_gemm_sums=*/false};
       multi.devices = tp == 2 ? std::vector<int>{0, 1} : std::vector<int>{0};
       multi.tensor_parallel = tp;
       auto executor = tp == 2 ? create_multi_gpu_executor(model, base, multi)
@@ -78,61 +78,45 @@ TEST_F(MultiGpuTest, TensorParallelPromptHalvesMatchOneGpu) {
       EXPECT_LE(max_rel_error(got, run(*whole, passes[i]), n_vocab), 1e-4) << "pass " << i;
     }
   }
-  unsetenv("LLAMASERVE_TP_GEMM_SUMS");
-  unsetenv("LLAMASERVE_TP_ALLREDUCE");
 }
 
-// Each way of summing the ranks' partials (LLAMASERVE_TP_ALLREDUCE): fused into the decode
+// Each way of summing the ranks' partials (ExecutorOptions::tp_sums): fused into the decode
 // matvecs (the default; the prompt passes' GEMMs through NCCL), the one-kernel peer all-reduce
 // for small tensors, NCCL alone. The decode steps of expect_same_as_single have 3 rows: matvecs.
 TEST_F(MultiGpuTest, TensorParallelThroughEachWayOfSummingMatchesOneGpu) {
   auto model = load(source_dir() / "tests" / "fixtures" / "reference" / "tiny-llama-f16.gguf");
   ASSERT_NE(model, nullptr);
-  for (const char* mode : {"fused", "peer", "nccl"}) {
-    SCOPED_TRACE(mode);
-    setenv("LLAMASERVE_TP_ALLREDUCE", mode, 1);
-    auto parallel = make(model, small("0,1", 2, 1));
+  for (const TpSumMode mode : {TpSumMode::kFused, TpSumMode::kPeer, TpSumMode::kNccl}) {
+    SCOPED_TRACE(tp_sum_mode_name(mode));
+    ExecutorOptions options = small("0,1", 2, 1);
+    options.tp_sums.mode = mode;
+    auto parallel = make(model, options);
     ASSERT_NE(parallel, nullptr);
     const std::string described = parallel->describe();
     EXPECT_EQ(described.find("fused into the decode products") != std::string::npos,
-              std::string_view(mode) == "fused")
+              mode == TpSumMode::kFused)
         << described;
-    EXPECT_EQ(described.find("peer-to-peer up to") != std::string::npos,
-              std::string_view(mode) == "peer")
+    EXPECT_EQ(described.find("peer-to-peer up to") != std::string::npos, mode == TpSumMode::kPeer)
         << described;
     expect_same_as_single(model, std::move(parallel), kF16);
   }
-  setenv("LLAMASERVE_TP_ALLREDUCE", "bogus", 1);
-  auto refused = create_executor(model, small("0,1", 2, 1));
-  unsetenv("LLAMASERVE_TP_ALLREDUCE");
-  ASSERT_FALSE(refused.is_ok());
-  EXPECT_NE(refused.status().message().find("expected fused, peer or nccl"), std::string::npos)
-      << refused.status().to_string();
 }
 
 // The partials of GEMM output projections (prompts here) summed as halves (the default) or
-// as fp32 (LLAMASERVE_TP_GEMM_SUMS): halves round each partial once more, 2^-11 of it.
+// as fp32 (TpSums::half_gemm_sums): halves round each partial once more, 2^-11 of it.
 TEST_F(MultiGpuTest, TensorParallelGemmSumsInHalfOrFloatMatchOneGpu) {
   auto model = load(source_dir() / "tests" / "fixtures" / "reference" / "tiny-llama-f16.gguf");
   ASSERT_NE(model, nullptr);
-  for (const char* mode : {"half", "float"}) {
-    SCOPED_TRACE(mode);
-    setenv("LLAMASERVE_TP_GEMM_SUMS", mode, 1);
-    auto parallel = make(model, small("0,1", 2, 1));
+  for (const bool half : {true, false}) {
+    SCOPED_TRACE(half ? "half" : "float");
+    ExecutorOptions options = small("0,1", 2, 1);
+    options.tp_sums.half_gemm_sums = half;
+    auto parallel = make(model, options);
     ASSERT_NE(parallel, nullptr);
     const std::string described = parallel->describe();
-    EXPECT_EQ(described.find("summed as halves") != std::string::npos,
-              std::string_view(mode) == "half")
-        << described;
-    expect_same_as_single(model, std::move(parallel),
-                          std::string_view(mode) == "half" ? kF16 : kF16FloatSums);
+    EXPECT_EQ(described.find("summed as halves") != std::string::npos, half) << described;
+    expect_same_as_single(model, std::move(parallel), half ? kF16 : kF16FloatSums);
   }
-  setenv("LLAMASERVE_TP_GEMM_SUMS", "bogus", 1);
-  auto refused = create_executor(model, small("0,1", 2, 1));
-  unsetenv("LLAMASERVE_TP_GEMM_SUMS");
-  ASSERT_FALSE(refused.is_ok());
-  EXPECT_NE(refused.status().message().find("expected half or float"), std::string::npos)
-      << refused.status().to_string();
 }
 
 TEST_F(MultiGpuTest, TensorParallelQ8_0MatchesOneGpu) {

@@ -50,7 +50,7 @@ Q8Rows q8_rows_view(void* storage, int64_t n_rows, int64_t n_cols) {
 }
 
 Status quantize_q8(const float* x, int64_t x_stride, int64_t n_rows, int64_t n, const Q8Rows& out,
-                   cudaStream_t stream) {
+                   LaunchStream stream) {
   LS_CUDA_REQUIRE(x != nullptr && out.qs != nullptr && out.ds != nullptr);
   LS_CUDA_REQUIRE(n > 0 && n % kQ8Block == 0 && x_stride >= n && n_rows >= 0);
   LS_CUDA_REQUIRE(out.qs_stride >= n && out.qs_stride % 16 == 0 && out.ds_stride >= n / kQ8Block);

@@ -14,6 +14,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "backend/cuda/launch.h"
 #include "core/status.h"
 
 namespace llamaserve::cuda {
@@ -36,7 +37,7 @@ Q8Rows q8_rows_view(void* storage, int64_t n_rows, int64_t n_cols);
 // out = the 8-bit blocks of x's n_rows rows of n floats.
 // PRECONDITIONS: n % 32 == 0; out sized for n_rows rows of n.
 Status quantize_q8(const float* x, int64_t x_stride, int64_t n_rows, int64_t n, const Q8Rows& out,
-                   cudaStream_t stream);
+                   LaunchStream stream);
 
 // The same on the host, for one row (the tests' reference). PRECONDITION: n % 32 == 0.
 void quantize_q8_reference(const float* x, int64_t n, int8_t* qs, float4* ds);

@@ -1,7 +1,5 @@
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 
 #include <cuda_fp16.h>
 #include <cuda_pipeline.h>
@@ -343,7 +341,7 @@ __global__ void write_kv_kernel(const KvWriteArgs a) {
 
 // The CUDA-core kernel or the decode kernel, then the splits' reduction where there are several.
 template <int D>
-Status launch_attention(const AttentionArgs& a, bool decode, cudaStream_t stream) {
+Status launch_attention(const AttentionArgs& a, bool decode, LaunchStream stream) {
   if (decode) {
     LS_RETURN_IF_ERROR(launch_attention_decode<D>(a, stream));
   } else {
@@ -361,26 +359,6 @@ Status launch_attention(const AttentionArgs& a, bool decode, cudaStream_t stream
   return Status::ok();
 }
 
-// kAuto picks the tensor-core kernel where it applies unless LLAMASERVE_ATTENTION_MMA=0 (read
-// once), which keeps every tile on the CUDA-core kernel (for comparisons).
-bool tensor_core_attention_enabled() {
-  static const bool enabled = [] {
-    const char* value = std::getenv("LLAMASERVE_ATTENTION_MMA");
-    return value == nullptr || std::strcmp(value, "0") != 0;
-  }();
-  return enabled;
-}
-
-// The same for the decode kernel: LLAMASERVE_ATTENTION_DECODE=0 keeps decode rows on the
-// CUDA-core kernel.
-bool decode_attention_enabled() {
-  static const bool enabled = [] {
-    const char* value = std::getenv("LLAMASERVE_ATTENTION_DECODE");
-    return value == nullptr || std::strcmp(value, "0") != 0;
-  }();
-  return enabled;
-}
-
 }  // namespace
 
 Status configure_attention_kernels() {
@@ -395,7 +373,7 @@ Status configure_attention_kernels() {
   return Status::ok();
 }
 
-Status write_kv(const KvWriteArgs& a, cudaStream_t stream) {
+Status write_kv(const KvWriteArgs& a, LaunchStream stream) {
   LS_CUDA_REQUIRE(a.k != nullptr && a.v != nullptr && a.k_cache != nullptr && a.v_cache != nullptr);
   LS_CUDA_REQUIRE(a.positions != nullptr && a.seq_index != nullptr && a.block_tables != nullptr);
   LS_CUDA_REQUIRE(a.block_size > 0 && a.blocks_per_seq > 0 && a.kv_dim > 0 && a.n_rows >= 0);
@@ -414,7 +392,7 @@ int64_t attention_workspace_floats(int64_t n_batch_rows, int32_t n_head, int32_t
   return n_batch_rows * n_head * n_splits * (static_cast<int64_t>(head_dim) + 2);
 }
 
-Status attention(const AttentionArgs& a, cudaStream_t stream) {
+Status attention(const AttentionArgs& a, LaunchStream stream) {
   LS_CUDA_REQUIRE(a.q != nullptr && a.out != nullptr && a.k_cache != nullptr &&
                   a.v_cache != nullptr);
   LS_CUDA_REQUIRE(a.positions != nullptr && a.seq_index != nullptr && a.block_tables != nullptr);
@@ -441,10 +419,8 @@ Status attention(const AttentionArgs& a, cudaStream_t stream) {
                       a.n_splits, a.out_q.qs != nullptr ? "one" : "none", kMinTensorCoreQueries,
                       a.max_tile_rows, group_size);
   }
-  const bool tensor_cores =
-      tensor_cores_apply &&
-      (a.kernel == AttentionKernel::kTensorCores ||
-       (a.kernel == AttentionKernel::kAuto && tensor_core_attention_enabled()));
+  const bool tensor_cores = tensor_cores_apply && (a.kernel == AttentionKernel::kTensorCores ||
+                                                   a.kernel == AttentionKernel::kAuto);
   const bool decode_applies = a.max_tile_rows == 1 && group_size <= kMaxDecodeGroup;
   if (a.kernel == AttentionKernel::kDecode && !decode_applies) {
     return make_error(StatusCode::kInvalidArgument,
@@ -452,9 +428,8 @@ Status attention(const AttentionArgs& a, cudaStream_t stream) {
                       "most {} query heads per KV head (got {})",
                       a.max_tile_rows, kMaxDecodeGroup, group_size);
   }
-  const bool decode =
-      decode_applies && (a.kernel == AttentionKernel::kDecode ||
-                         (a.kernel == AttentionKernel::kAuto && decode_attention_enabled()));
+  const bool decode = decode_applies &&
+                      (a.kernel == AttentionKernel::kDecode || a.kernel == AttentionKernel::kAuto);
   if (a.n_tiles == 0) return Status::ok();
   switch (a.head_dim) {
     case 64:

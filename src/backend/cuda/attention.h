@@ -16,7 +16,8 @@
 // style) is for prefill tiles: one split, no 8-bit output, and tiles of at least
 // kMinTensorCoreQueries query vectors. The decode kernel (attention_decode.cu: warps streaming
 // whole K/V rows, fp32) is for batches whose tiles are all one row, up to 8 query heads per KV
-// head; LLAMASERVE_ATTENTION_DECODE=0 leaves those to the CUDA-core kernel.
+// head. AttentionArgs::kernel may name one (tests, benchmarks); the forward pass lets
+// attention() choose.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +25,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/act_quant.h"
+#include "backend/cuda/launch.h"
 #include "core/status.h"
 
 namespace llamaserve::cuda {
@@ -53,7 +55,7 @@ struct KvWriteArgs {
 
 // Stores the K/V rows of a batch at their positions' cache slots.
 // PRECONDITION (validated on the host from the Batch): every block id is within the cache.
-Status write_kv(const KvWriteArgs& args, cudaStream_t stream);
+Status write_kv(const KvWriteArgs& args, LaunchStream stream);
 
 struct AttentionTile {
   int32_t first_row;
@@ -61,8 +63,8 @@ struct AttentionTile {
 };
 
 enum class AttentionKernel {
-  kAuto,       // tensor cores where they apply (unless LLAMASERVE_ATTENTION_MMA=0), else CUDA cores
-  kCudaCores,  // the fp32 kernel, whatever the shape
+  kAuto,         // tensor cores where they apply, else the decode kernel, else CUDA cores
+  kCudaCores,    // the fp32 kernel, whatever the shape
   kTensorCores,  // the mma.sync kernel; attention() refuses shapes it does not handle
   kDecode,       // the decode kernel (one row per tile, up to 8 query heads per KV head); likewise
 };
@@ -124,8 +126,8 @@ Status configure_attention_kernels();
 // kMaxAttentionQueries.
 // The tensor-core kernel runs when it applies (n_splits == 1, out_q.qs == nullptr and
 // max_tile_rows * (n_head / n_head_kv) >= kMinTensorCoreQueries) and either args.kernel is
-// kTensorCores or args.kernel is kAuto and the environment does not set
-// LLAMASERVE_ATTENTION_MMA=0 (which keeps every tile on the CUDA-core kernel, for comparisons).
-Status attention(const AttentionArgs& args, cudaStream_t stream);
+// kTensorCores or kAuto; the decode kernel when it applies (tiles of one row, up to
+// kMaxDecodeGroup query heads per KV head) and args.kernel is kDecode or kAuto.
+Status attention(const AttentionArgs& args, LaunchStream stream);
 
 }  // namespace llamaserve::cuda

@@ -248,7 +248,7 @@ __global__ void __launch_bounds__(32 * W) attention_decode_kernel(const Attentio
 }
 
 template <int D, int G>
-Status launch_group(const AttentionArgs& a, cudaStream_t stream) {
+Status launch_group(const AttentionArgs& a, LaunchStream stream) {
   const dim3 grid(static_cast<unsigned>(a.n_tiles), static_cast<unsigned>(a.n_head_kv),
                   static_cast<unsigned>(a.n_splits));
   int warps = a.decode_warps;
@@ -279,7 +279,7 @@ Status launch_group(const AttentionArgs& a, cudaStream_t stream) {
 }  // namespace
 
 template <int D>
-Status launch_attention_decode(const AttentionArgs& a, cudaStream_t stream) {
+Status launch_attention_decode(const AttentionArgs& a, LaunchStream stream) {
   switch (a.n_head / a.n_head_kv) {
     case 1: return launch_group<D, 1>(a, stream);
     case 2: return launch_group<D, 2>(a, stream);
@@ -297,7 +297,7 @@ Status launch_attention_decode(const AttentionArgs& a, cudaStream_t stream) {
   }
 }
 
-template Status launch_attention_decode<64>(const AttentionArgs&, cudaStream_t);
-template Status launch_attention_decode<128>(const AttentionArgs&, cudaStream_t);
+template Status launch_attention_decode<64>(const AttentionArgs&, LaunchStream);
+template Status launch_attention_decode<128>(const AttentionArgs&, LaunchStream);
 
 }  // namespace llamaserve::cuda

@@ -17,6 +17,6 @@ inline constexpr int kMaxDecodeGroup = 8;
 // PRECONDITIONS: as attention(), plus max_tile_rows == 1 and n_head / n_head_kv <=
 // kMaxDecodeGroup. Explicitly instantiated for D = 64 and 128.
 template <int D>
-Status launch_attention_decode(const AttentionArgs& args, cudaStream_t stream);
+Status launch_attention_decode(const AttentionArgs& args, LaunchStream stream);
 
 }  // namespace llamaserve::cuda

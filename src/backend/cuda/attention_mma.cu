@@ -382,7 +382,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const Attention
 }  // namespace
 
 template <int D>
-Status launch_attention_mma(const AttentionArgs& a, cudaStream_t stream) {
+Status launch_attention_mma(const AttentionArgs& a, LaunchStream stream) {
   LS_CUDA_REQUIRE(a.head_dim == D && a.n_splits == 1 && a.out_q.qs == nullptr);
   LS_CUDA_REQUIRE(a.n_head_kv > 0 && a.n_head % a.n_head_kv == 0 && a.n_head_kv <= 65535);
   LS_CUDA_REQUIRE(a.max_tile_rows * (a.n_head / a.n_head_kv) <= kMaxAttentionQueries);
@@ -394,8 +394,8 @@ Status launch_attention_mma(const AttentionArgs& a, cudaStream_t stream) {
   return Status::ok();
 }
 
-template Status launch_attention_mma<64>(const AttentionArgs& a, cudaStream_t stream);
-template Status launch_attention_mma<128>(const AttentionArgs& a, cudaStream_t stream);
+template Status launch_attention_mma<64>(const AttentionArgs& a, LaunchStream stream);
+template Status launch_attention_mma<128>(const AttentionArgs& a, LaunchStream stream);
 
 Status configure_attention_mma_kernels() {
   LS_CUDA_CHECK(cudaFuncSetAttribute(

@@ -12,7 +12,7 @@ namespace llamaserve::cuda {
 // PRECONDITIONS: as attention(), plus n_splits == 1, out_q.qs == nullptr and a head_dim of D.
 // Explicitly instantiated for D = 64 and 128.
 template <int D>
-Status launch_attention_mma(const AttentionArgs& args, cudaStream_t stream);
+Status launch_attention_mma(const AttentionArgs& args, LaunchStream stream);
 
 // Raises the kernels' shared-memory limit (above 48 KB for head_dim 128); called by
 // configure_attention_kernels().

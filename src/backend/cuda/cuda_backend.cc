@@ -1,7 +1,6 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <optional>
 #include <span>
 
@@ -16,21 +15,6 @@
 #include "backend/cuda/rope.h"
 
 namespace llamaserve::cuda {
-namespace {
-
-// Warps per block of the decode attention kernel: 0 lets it choose; LLAMASERVE_DECODE_WARPS=4
-// or 16 forces one (read once; for measurements).
-int32_t decode_attention_warps() {
-  static const int32_t warps = [] {
-    const char* env = std::getenv("LLAMASERVE_DECODE_WARPS");
-    const long value = env != nullptr ? std::strtol(env, nullptr, 10) : 0;
-    return value == 4 || value == 16 ? static_cast<int32_t>(value) : 0;
-  }();
-  return warps;
-}
-
-}  // namespace
-
 // Whether GEMM projection b can join a's: float weights (multiplied in place) whose rows follow
 // a's in memory (upload_weights allocates a layer's Q, K, V and gate, up back to back), and
 // outputs whose columns follow a's (CudaActivations lays them out side by side).
@@ -74,7 +58,7 @@ std::optional<HalfType> CudaBackend::gemm_input(
 
 Status CudaBackend::project(std::initializer_list<Projection> projections, const float* x,
                             int64_t x_stride, int64_t n_rows, bool x_q8_ready, CudaActivations& act,
-                            cudaStream_t stream, std::optional<HalfType> x_half) const {
+                            LaunchStream stream, std::optional<HalfType> x_half) const {
   const int64_t cols = projections.begin()->w->cols;
   bool q8_ready = x_q8_ready;
   // The half-precision type x was last converted to for a GEMM of this input (QKV and
@@ -179,7 +163,7 @@ bool CudaBackend::pulls_sums(int64_t n_rows, const CudaLayerWeights& w,
 
 Status CudaBackend::output_projection(const DeviceMatrix& w, const float* x, int64_t x_stride,
                                       int64_t n_rows, bool x_q8_ready, CudaActivations& act,
-                                      cudaStream_t stream, PendingSum* pending, bool pull,
+                                      LaunchStream stream, PendingSum* pending, bool pull,
                                       std::optional<HalfType> x_half) const {
   // This rank's partial alone, fp32 at y or halves at y_half: every rank adds the sum over the
   // ranks to its own residual.
@@ -226,7 +210,7 @@ Status CudaBackend::output_projection(const DeviceMatrix& w, const float* x, int
 
 Status CudaBackend::run_layer(const DeviceBatch& b, int32_t layer, const CudaKvCache& kv,
                               CudaActivations& act, int32_t n_splits, PendingSum& pending,
-                              cudaStream_t stream) const {
+                              LaunchStream stream) const {
   LS_RETURN_IF_ERROR(attention_block(b, layer, kv, act, n_splits, stream, &pending));
   LS_RETURN_IF_ERROR(sum_over_ranks(b.n_tokens, pending, act, stream));
   LS_RETURN_IF_ERROR(ffn_block(b, layer, kv, act, stream, &pending));
@@ -234,8 +218,9 @@ Status CudaBackend::run_layer(const DeviceBatch& b, int32_t layer, const CudaKvC
 }
 
 Status CudaBackend::attention_block(const DeviceBatch& b, int32_t layer, const CudaKvCache& kv,
-                                    CudaActivations& act, int32_t n_splits, cudaStream_t stream,
-                                    PendingSum* pending) const {
+                                    CudaActivations& act, int32_t n_splits,
+                                    cudaStream_t cuda_stream, PendingSum* pending) const {
+  const LaunchStream stream = on(cuda_stream);
   const ModelConfig& c = config_;
   const CudaLayerWeights& w = weights_.layers[static_cast<size_t>(layer - kv.first_layer)];
   const int64_t n = b.n_tokens;
@@ -304,7 +289,6 @@ Status CudaBackend::attention_block(const DeviceBatch& b, int32_t layer, const C
   at.n_splits = n_splits;
   at.partial = act.attention_partial;
   at.split_counters = act.attention_counters;
-  at.decode_warps = decode_attention_warps();
   at.n_batch_rows = n;
   const bool wo_q8 = wants_q8(n, {&w.wo});
   at.out_q = wo_q8 ? act.q8 : Q8Rows{};
@@ -316,8 +300,9 @@ Status CudaBackend::attention_block(const DeviceBatch& b, int32_t layer, const C
 }
 
 Status CudaBackend::ffn_block(const DeviceBatch& b, int32_t layer, const CudaKvCache& kv,
-                              CudaActivations& act, cudaStream_t stream,
+                              CudaActivations& act, cudaStream_t cuda_stream,
                               PendingSum* pending) const {
+  const LaunchStream stream = on(cuda_stream);
   const ModelConfig& c = config_;
   const CudaLayerWeights& w = weights_.layers[static_cast<size_t>(layer - kv.first_layer)];
   const int64_t n = b.n_tokens;
@@ -347,7 +332,7 @@ Status CudaBackend::ffn_block(const DeviceBatch& b, int32_t layer, const CudaKvC
 }
 
 Status CudaBackend::sum_over_ranks(int64_t n_rows, PendingSum pending, CudaActivations& act,
-                                   cudaStream_t stream) const {
+                                   LaunchStream stream) const {
   using Kind = PendingSum::Kind;
   if (!options_.all_reduce || pending.with_peers()) {
     return Status::ok();
@@ -364,7 +349,9 @@ Status CudaBackend::sum_over_ranks(int64_t n_rows, PendingSum pending, CudaActiv
 }
 
 Status CudaBackend::forward(const DeviceBatch& b, const LayerRange& range, const CudaKvCache& kv,
-                            CudaActivations& act, int32_t n_splits, cudaStream_t stream) const {
+                            CudaActivations& act, int32_t n_splits,
+                            cudaStream_t cuda_stream) const {
+  const LaunchStream stream = on(cuda_stream);
   if (range.begin < kv.first_layer || range.end > kv.first_layer + kv.n_layers ||
       range.n_layers() != static_cast<int32_t>(weights_.layers.size())) {
     return make_error(StatusCode::kInvalidArgument,
@@ -402,7 +389,7 @@ Status CudaBackend::forward(const DeviceBatch& b, const LayerRange& range, const
 }
 
 Status CudaBackend::norm_hidden(const float* weight, int64_t n_rows, bool q8, CudaActivations& act,
-                                cudaStream_t stream, PendingSum* pending,
+                                LaunchStream stream, PendingSum* pending,
                                 std::optional<HalfType> half) const {
   RmsNormArgs norm;
   norm.x = act.hidden;
@@ -443,7 +430,9 @@ Status CudaBackend::meet_ranks(cudaStream_t stream) const {
   return capture == cudaStreamCaptureStatusNone ? options_.rank_barrier() : Status::ok();
 }
 
-Status CudaBackend::embed(const DeviceBatch& b, CudaActivations& act, cudaStream_t stream) const {
+Status CudaBackend::embed(const DeviceBatch& b, CudaActivations& act,
+                          cudaStream_t cuda_stream) const {
+  const LaunchStream stream = on(cuda_stream);
   DequantArgs embed;
   embed.w = weights_.token_embd;
   embed.row_ids = b.tokens;
@@ -456,8 +445,9 @@ Status CudaBackend::embed(const DeviceBatch& b, CudaActivations& act, cudaStream
 }
 
 Status CudaBackend::head(const DeviceBatch& b, int32_t first, int32_t count, CudaActivations& act,
-                         cudaStream_t stream) const {
+                         cudaStream_t cuda_stream) const {
   if (count <= 0) return Status::ok();
+  const LaunchStream stream = on(cuda_stream);
   RmsNormArgs norm;
   norm.x = act.hidden;
   norm.x_stride = act.embd_stride;

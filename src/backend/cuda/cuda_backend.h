@@ -15,9 +15,11 @@
 #include "backend/cuda/cuda_state.h"
 #include "backend/cuda/cuda_weights.h"
 #include "backend/cuda/elementwise.h"
+#include "backend/cuda/launch.h"
 #include "backend/cuda/op_timer.h"
 #include "backend/cuda/peer_all_reduce.h"
 #include "backend/cuda/tp_sum.h"
+#include "backend/kernel_tuning.h"
 #include "backend/layer_range.h"
 #include "core/status.h"
 #include "model/weights.h"
@@ -26,7 +28,7 @@ namespace llamaserve::cuda {
 
 struct CudaBackendOptions {
   // Products with at least this many activation rows are GEMMs (gemm.h: cuBLAS, or for
-  // quantized weights of up to quant_mma_rows() rows quant_mma.h's kernel); fewer use matvec.
+  // quantized weights of up to kDefaultQuantMmaRows rows quant_mma.h's kernel); fewer use matvec.
   // Quantized weights and float weights have their own thresholds: from 5 rows on both lose
   // as matvecs (Q4_K_M 7B at 6 rows 7.3 ms a step as 8-bit matvecs, 4.6 on quant_mma; Q8_0 at
   // 4 rows 4.3 against 5.5, bench/results/2026-12-01-h200-quant-mma.md).
@@ -55,6 +57,9 @@ struct CudaBackendOptions {
   std::function<Status()> rank_barrier;
   // When set, an event after each operation (op_timer.h); eager passes only.
   OpTimer* op_timer = nullptr;
+  // The kernels' settings: whether launches use programmatic dependent launch (tuning.pdl,
+  // passed to every launcher in its LaunchStream).
+  KernelTuning tuning;
 };
 
 class CudaBackend {
@@ -113,6 +118,8 @@ class CudaBackend {
               cudaStream_t stream) const;
 
  private:
+  // `stream` with this backend's PDL setting, for the launchers.
+  LaunchStream on(cudaStream_t stream) const { return {stream, options_.tuning.pdl}; }
   // Closes the interval of `label` when op timing is on.
   Status timed(const char* label, cudaStream_t stream) const {
     return options_.op_timer != nullptr ? options_.op_timer->mark(label, stream) : Status::ok();
@@ -123,7 +130,7 @@ class CudaBackend {
   // One layer; `pending` as for attention_block.
   Status run_layer(const DeviceBatch& batch, int32_t layer, const CudaKvCache& kv,
                    CudaActivations& act, int32_t n_splits, PendingSum& pending,
-                   cudaStream_t stream) const;
+                   LaunchStream stream) const;
   // One product y (+)= W x (+ bias) of a layer.
   struct Projection {
     const DeviceMatrix* w;
@@ -146,7 +153,7 @@ class CudaBackend {
   // x as 8-bit blocks (written by the producer of x); otherwise it is quantized here if needed.
   // x_half: act.gemm.act_half already holds x as these halves (its producer wrote them).
   Status project(std::initializer_list<Projection> projections, const float* x, int64_t x_stride,
-                 int64_t n_rows, bool x_q8_ready, CudaActivations& act, cudaStream_t stream,
+                 int64_t n_rows, bool x_q8_ready, CudaActivations& act, LaunchStream stream,
                  std::optional<HalfType> x_half = {}) const;
   // The half type in which every one of `weights` takes a GEMM input of n_rows rows, when each
   // runs as a GEMM (and all take one type): the producer of that input can then write it for
@@ -165,20 +172,20 @@ class CudaBackend {
   // may instead go to a pulled sum (`pull`, from pulls_sums), a fused reduction
   // (fuses_reduction) or act.sum_half (sums_in_half), setting *pending.
   Status output_projection(const DeviceMatrix& w, const float* x, int64_t x_stride, int64_t n_rows,
-                           bool x_q8_ready, CudaActivations& act, cudaStream_t stream,
+                           bool x_q8_ready, CudaActivations& act, LaunchStream stream,
                            PendingSum* pending, bool pull,
                            std::optional<HalfType> x_half = {}) const;
   // Tensor parallelism, after an output projection: all-reduces act.hidden (kNone) or
   // act.sum_half (kF16, kBF16); fused reductions and pulled sums need nothing here. No-op for
   // one rank.
   Status sum_over_ranks(int64_t n_rows, PendingSum pending, CudaActivations& act,
-                        cudaStream_t stream) const;
+                        LaunchStream stream) const;
   // act.normed = rmsnorm(act.hidden) with `weight` over n_rows rows, also as 8-bit blocks in
   // act.q8 when `q8` (the next products run as integer matvecs). With *pending, first adds
   // what act.hidden lacks (and clears it).
   // With `half`, the normalized rows go to act.gemm.act_half as those halves instead.
   Status norm_hidden(const float* weight, int64_t n_rows, bool q8, CudaActivations& act,
-                     cudaStream_t stream, PendingSum* pending = nullptr,
+                     LaunchStream stream, PendingSum* pending = nullptr,
                      std::optional<HalfType> half = {}) const;
 
   ModelConfig config_;

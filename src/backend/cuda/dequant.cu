@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(kDequantThreads)
 }
 
 template <TensorType T, typename Out>
-Status launch(const DequantArgs& a, cudaStream_t stream) {
+Status launch(const DequantArgs& a, LaunchStream stream) {
   const int units = static_cast<int>(a.w.cols / kUnitElems<T>);
   const int64_t blocks = (a.n_rows * units + kDequantThreads - 1) / kDequantThreads;
   LS_CUDA_REQUIRE(blocks <= 0x7fffffff);
@@ -80,7 +80,7 @@ Status launch(const DequantArgs& a, cudaStream_t stream) {
 
 }  // namespace
 
-Status dequantize_rows(const DequantArgs& a, cudaStream_t stream) {
+Status dequantize_rows(const DequantArgs& a, LaunchStream stream) {
   LS_CUDA_REQUIRE(a.w.quants != nullptr && a.dst != nullptr);
   LS_CUDA_REQUIRE(a.n_rows >= 0 && a.dst_stride >= a.w.cols && a.dst_stride % 8 == 0);
   LS_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.dst) % 16 == 0);

@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/device_matrix.h"
+#include "backend/cuda/launch.h"
 #include "core/status.h"
 
 namespace llamaserve::cuda {
@@ -25,6 +26,6 @@ struct DequantArgs {
   int64_t dst_stride = 0;  // elements; a multiple of 8 and >= w.cols
 };
 
-Status dequantize_rows(const DequantArgs& args, cudaStream_t stream);
+Status dequantize_rows(const DequantArgs& args, LaunchStream stream);
 
 }  // namespace llamaserve::cuda

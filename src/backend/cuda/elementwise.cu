@@ -36,7 +36,7 @@ __global__ void rows_kernel(int64_t n_rows, int64_t n, Op op) {
 }
 
 template <class Op>
-Status launch_rows(int64_t n_rows, int64_t n, Op op, cudaStream_t stream) {
+Status launch_rows(int64_t n_rows, int64_t n, Op op, LaunchStream stream) {
   LS_CUDA_REQUIRE(n_rows >= 0 && n >= 0);
   if (n_rows == 0 || n == 0) return Status::ok();
   LS_CUDA_REQUIRE((n + kThreads - 1) / kThreads <= 0x7fffffff);
@@ -65,7 +65,7 @@ bool quad_aligned(const void* p, int64_t stride, int64_t element_bytes, int64_t 
 // Op's quads where n and the rows allow (16-byte float rows in, 8-byte half rows out), else its
 // single elements.
 template <class Op>
-Status launch_half_rows(int64_t n_rows, int64_t n, Op op, bool quads, cudaStream_t stream) {
+Status launch_half_rows(int64_t n_rows, int64_t n, Op op, bool quads, LaunchStream stream) {
   if (!quads || n % 4 != 0) return launch_rows(n_rows, n, op, stream);
   LS_CUDA_REQUIRE(n_rows >= 0 && n >= 0);
   if (n_rows == 0 || n == 0) return Status::ok();
@@ -178,14 +178,14 @@ struct Gather {
 }  // namespace
 
 Status convert_to_half(const float* x, int64_t x_stride, int64_t n_rows, int64_t n, void* dst,
-                       int64_t dst_stride, HalfType type, cudaStream_t stream) {
+                       int64_t dst_stride, HalfType type, LaunchStream stream) {
   LS_CUDA_REQUIRE(x != nullptr && dst != nullptr && dst_stride >= n && x_stride >= n);
   const ToHalf op{x, x_stride, HalfRows{dst, dst_stride, type}};
   return launch_half_rows(n_rows, n, op, op.quads(), stream);
 }
 
 Status silu_mul(const float* gate, int64_t gate_stride, const float* up, int64_t up_stride,
-                int64_t n_rows, int64_t n, float* out, int64_t out_stride, cudaStream_t stream,
+                int64_t n_rows, int64_t n, float* out, int64_t out_stride, LaunchStream stream,
                 const Q8Rows& out_q, const HalfRows& out_half) {
   LS_CUDA_REQUIRE(gate != nullptr && up != nullptr && (out != nullptr || out_half.data != nullptr));
   const SiluMul op{gate, gate_stride, up, up_stride, out, out_stride};
@@ -206,13 +206,13 @@ Status silu_mul(const float* gate, int64_t gate_stride, const float* up, int64_t
 }
 
 Status add_inplace(float* x, int64_t x_stride, const float* y, int64_t y_stride, int64_t n_rows,
-                   int64_t n, cudaStream_t stream) {
+                   int64_t n, LaunchStream stream) {
   LS_CUDA_REQUIRE(x != nullptr && y != nullptr);
   return launch_rows(n_rows, n, AddInplace{x, x_stride, y, y_stride}, stream);
 }
 
 Status add_half(float* x, int64_t x_stride, const void* y, int64_t y_stride, HalfType type,
-                int64_t n_rows, int64_t n, cudaStream_t stream) {
+                int64_t n_rows, int64_t n, LaunchStream stream) {
   LS_CUDA_REQUIRE(x != nullptr && y != nullptr);
   if (type == HalfType::kF16) {
     return launch_rows(
@@ -224,13 +224,13 @@ Status add_half(float* x, int64_t x_stride, const void* y, int64_t y_stride, Hal
 }
 
 Status add_bias(float* y, int64_t y_stride, const float* bias, int64_t n_rows, int64_t n,
-                cudaStream_t stream) {
+                LaunchStream stream) {
   LS_CUDA_REQUIRE(y != nullptr && bias != nullptr);
   return launch_rows(n_rows, n, AddBias{y, y_stride, bias}, stream);
 }
 
 Status gather_rows(const float* src, int64_t src_stride, const int32_t* row_ids, int64_t n_rows,
-                   int64_t n, float* dst, int64_t dst_stride, cudaStream_t stream) {
+                   int64_t n, float* dst, int64_t dst_stride, LaunchStream stream) {
   LS_CUDA_REQUIRE(src != nullptr && row_ids != nullptr && dst != nullptr);
   return launch_rows(n_rows, n, Gather{src, src_stride, row_ids, dst, dst_stride}, stream);
 }

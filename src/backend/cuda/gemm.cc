@@ -1,27 +1,17 @@
 #include "backend/cuda/gemm.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/dequant.h"
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/quant_mma.h"
-#include "core/env.h"
 
 namespace llamaserve::cuda {
 namespace {
 
 int64_t padded_cols(int64_t cols) { return (cols + 7) / 8 * 8; }
-
-constexpr int kMaxQuantMmaRows = 4096;
-
-std::atomic<int>& quant_mma_rows_setting() {
-  static std::atomic<int> setting{int_from_env("LLAMASERVE_QUANT_MMA_ROWS", 0, kMaxQuantMmaRows)
-                                      .value_or(kDefaultQuantMmaRows)};
-  return setting;
-}
 
 // Y[:, first_row : first_row + m] (+)= A · X^T in cuBLAS's column-major terms: A is the
 // weight slice (row-major rows × cols = column-major cols × rows, hence OP_T), X^T is the
@@ -41,12 +31,6 @@ Status gemm_slice(cublasHandle_t handle, const void* a, int64_t lda, int64_t m, 
 
 }  // namespace
 
-int quant_mma_rows() { return quant_mma_rows_setting().load(std::memory_order_relaxed); }
-
-void set_quant_mma_rows(int rows) {
-  quant_mma_rows_setting().store(std::clamp(rows, 0, kMaxQuantMmaRows));
-}
-
 int64_t gemm_act_half_stride(int64_t cols) { return padded_cols(cols); }
 
 size_t gemm_act_half_bytes(int64_t n_rows, int64_t max_cols) {
@@ -54,7 +38,7 @@ size_t gemm_act_half_bytes(int64_t n_rows, int64_t max_cols) {
 }
 
 Status gemm(cublasHandle_t handle, const GemmArgs& g, const GemmWorkspace& ws,
-            cudaStream_t stream) {
+            LaunchStream stream) {
   LS_CUDA_REQUIRE(handle != nullptr && g.w.quants != nullptr && g.x != nullptr);
   LS_CUDA_REQUIRE(g.y_half != nullptr ? g.y == nullptr && g.bias == nullptr && !g.accumulate
                                       : g.y != nullptr);
@@ -68,7 +52,7 @@ Status gemm(cublasHandle_t handle, const GemmArgs& g, const GemmWorkspace& ws,
     LS_RETURN_IF_ERROR(convert_to_half(g.x, g.x_stride, g.n_rows, g.w.cols, ws.act_half, ldx,
                                        bf16 ? HalfType::kBF16 : HalfType::kF16, stream));
   }
-  if (quant_mma_supported(g.w.type) && g.n_rows <= quant_mma_rows()) {
+  if (quant_mma_supported(g.w.type) && g.n_rows <= g.quant_mma_rows) {
     QuantMmaArgs q;
     q.w = g.w;
     q.x_half = ws.act_half;

@@ -5,8 +5,8 @@
 // fp32 into the fp32 output. F16/BF16 weights are used in place; quantized (and F32) weights
 // are first dequantized to f16, a slice of rows at a time, into a scratch buffer: the cost is
 // one extra pass over an f16 copy of the slice, small next to the GEMM once the batch has more
-// than a few dozen rows. Quantized weights with fewer rows (quant_mma_rows) are multiplied by
-// quant_mma.h's kernel, which decodes them in registers instead.
+// than a few dozen rows. Quantized weights with fewer rows (GemmArgs::quant_mma_rows) are
+// multiplied by quant_mma.h's kernel, which decodes them in registers instead.
 #pragma once
 
 #include <cstddef>
@@ -16,9 +16,14 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/device_matrix.h"
+#include "backend/cuda/launch.h"
 #include "core/status.h"
 
 namespace llamaserve::cuda {
+
+// Products of quantized weights with up to this many activation rows skip the f16 copy of the
+// weights and run on quant_mma.h's kernel instead (GemmArgs::quant_mma_rows).
+inline constexpr int kDefaultQuantMmaRows = 64;
 
 struct GemmWorkspace {
   void* act_half = nullptr;  // activations as f16/bf16: n_rows * round_up(cols, 8) elements
@@ -44,6 +49,9 @@ struct GemmArgs {
   // of the same x and the same half type, or x's producer; row stride gemm_act_half_stride):
   // skip the conversion (x is then not read).
   bool x_half_ready = false;
+  // Quantized weights with up to this many rows run on quant_mma.h's kernel, with more through
+  // the f16 copy and cuBLAS (0: always cuBLAS). The tests force either path.
+  int32_t quant_mma_rows = kDefaultQuantMmaRows;
 };
 
 // Bytes of GemmWorkspace::act_half needed for n_rows rows of max_cols features.
@@ -53,18 +61,10 @@ size_t gemm_act_half_bytes(int64_t n_rows, int64_t max_cols);
 // producer writes the converted input itself (GemmArgs::x_half_ready).
 int64_t gemm_act_half_stride(int64_t cols);
 
-// Products of quantized weights with up to this many activation rows skip the f16 copy of the
-// weights and run on quant_mma.h's kernel instead (default kDefaultQuantMmaRows; 0: never). The
-// environment's LLAMASERVE_QUANT_MMA_ROWS (0 to 4096) sets the starting value;
-// set_quant_mma_rows() overrides it (the tests run both paths).
-inline constexpr int kDefaultQuantMmaRows = 64;
-int quant_mma_rows();
-void set_quant_mma_rows(int rows);
-
 // PRECONDITIONS: the workspace holds the converted activations and at least one dequantized
 // weight row (more rows, fewer and larger GEMMs). For CUDA graph capture, `handle` must already
 // be bound to `stream` with a workspace set (cublasSetWorkspace), so nothing allocates.
 Status gemm(cublasHandle_t handle, const GemmArgs& args, const GemmWorkspace& workspace,
-            cudaStream_t stream);
+            LaunchStream stream);
 
 }  // namespace llamaserve::cuda

@@ -1,20 +1,10 @@
 #include "backend/cuda/launch.h"
 
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 
 #include <cuda_runtime_api.h>
 
 namespace llamaserve::cuda {
-
-bool programmatic_launch_enabled() {
-  static const bool enabled = [] {
-    const char* value = std::getenv("LLAMASERVE_CUDA_PDL");
-    return value == nullptr || std::strcmp(value, "0") != 0;
-  }();
-  return enabled;
-}
 
 int current_device_sm_count() {
   constexpr int kDevices = 64;

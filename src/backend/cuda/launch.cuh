@@ -13,8 +13,8 @@
 //     KV cache slots of positions written by earlier passes (AttentionArgs::earlier_kv_settled:
 //     those kernels completed before the pass's copies);
 //   - it may call pdl_launch_dependents() early to let its successor be scheduled.
-// Kernels launched with <<<>>> are ordered as usual. Without PDL (LLAMASERVE_CUDA_PDL=0 in the
-// environment, or before sm_90) both calls do nothing and launches are plain.
+// Kernels launched with <<<>>> are ordered as usual. Without PDL (a LaunchStream with pdl false,
+// from KernelTuning::pdl, or before sm_90) both calls do nothing and launches are plain.
 #pragma once
 
 #include <utility>
@@ -37,12 +37,12 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
-// kernel<<<grid, block, smem_bytes, stream>>>(args...), with the PDL attribute when enabled
+// kernel<<<grid, block, smem_bytes, stream>>>(args...), with the PDL attribute when stream.pdl
 // and `stream` is a created stream (launches on the legacy default stream, as the kernel tests
 // make, stay plain). Returns the launch error (check it with LS_CUDA_CHECK).
 template <typename... Params, typename... Args>
 cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes,
-                          cudaStream_t stream, Args&&... args) {
+                          LaunchStream stream, Args&&... args) {
   cudaLaunchAttribute attribute;
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
@@ -50,9 +50,9 @@ cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem_bytes;
-  config.stream = stream;
+  config.stream = stream.stream;
   config.attrs = &attribute;
-  config.numAttrs = programmatic_launch_enabled() && stream != nullptr ? 1 : 0;
+  config.numAttrs = stream.pdl && stream.stream != nullptr ? 1 : 0;
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 

@@ -1,8 +1,6 @@
 #include "backend/cuda/matvec.h"
 
 #include <algorithm>
-#include <atomic>
-#include <cstdlib>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/matvec_launch.h"
@@ -27,25 +25,6 @@ bool is_split(int split) { return split == 1 || split == 2 || split == 4; }
 
 bool is_group_rows(int rows) { return rows == 2 || rows == kWideMatvecRows; }
 
-// The one-digit value of the environment variable `name` when `valid` accepts it, else 0.
-int digit_from_environment(const char* name, bool (*valid)(int)) {
-  const char* value = std::getenv(name);
-  if (value == nullptr || value[0] == '\0' || value[1] != '\0') return 0;
-  const int digit = value[0] - '0';
-  return valid(digit) ? digit : 0;
-}
-
-std::atomic<int>& k_split_setting() {
-  static std::atomic<int> setting{digit_from_environment("LLAMASERVE_MATVEC_SPLIT", is_split)};
-  return setting;
-}
-
-std::atomic<int>& group_rows_setting() {
-  static std::atomic<int> setting{
-      digit_from_environment("LLAMASERVE_MATVEC_GROUP_ROWS", is_group_rows)};
-  return setting;
-}
-
 constexpr double kBusyEnough = 0.75;
 
 MatvecGrid grid_with_split(const MatvecShape& shape, int index) {
@@ -61,14 +40,6 @@ MatvecGrid grid_with_split(const MatvecShape& shape, int index) {
 }
 
 }  // namespace
-
-int matvec_k_split() { return k_split_setting().load(std::memory_order_relaxed); }
-
-void set_matvec_k_split(int split) { k_split_setting().store(is_split(split) ? split : 0); }
-
-int matvec_group_rows() { return group_rows_setting().load(std::memory_order_relaxed); }
-
-void set_matvec_group_rows(int rows) { group_rows_setting().store(is_group_rows(rows) ? rows : 0); }
 
 bool matvec_may_widen_groups(TensorType type, int n_rows) {
   if (matvec_uses_q8(type)) return n_rows == 1 && quant_takes_wide_groups(type);
@@ -106,11 +77,11 @@ uint64_t matvec_weight_bytes(const DeviceMatrix& w) {
          static_cast<uint64_t>(w.quant_row_bytes + w.scale_row_bytes);
 }
 
-Status matvec(const MatvecArgs& a, cudaStream_t stream) {
+Status matvec(const MatvecArgs& a, LaunchStream stream) {
   return matvec_parts(std::span<const MatvecArgs>(&a, 1), stream);
 }
 
-Status matvec_parts(std::span<const MatvecArgs> parts, cudaStream_t stream) {
+Status matvec_parts(std::span<const MatvecArgs> parts, LaunchStream stream) {
   LS_CUDA_REQUIRE(!parts.empty() && parts.size() <= static_cast<size_t>(kMaxMatvecParts));
   const MatvecArgs& first = parts[0];
   const bool q8 = matvec_uses_q8(first.w.type);
@@ -118,6 +89,10 @@ Status matvec_parts(std::span<const MatvecArgs> parts, cudaStream_t stream) {
   launch.n_parts = static_cast<int32_t>(parts.size());
   launch.n_rows = first.n_rows;
   launch.accumulate = first.accumulate;
+  LS_CUDA_REQUIRE(first.forced_split == 0 || is_split(first.forced_split));
+  LS_CUDA_REQUIRE(first.forced_group_rows == 0 || is_group_rows(first.forced_group_rows));
+  launch.forced_split = first.forced_split;
+  launch.forced_group_rows = first.forced_group_rows;
   if (q8) {
     launch.xq = first.xq;
   } else {
@@ -129,6 +104,8 @@ Status matvec_parts(std::span<const MatvecArgs> parts, cudaStream_t stream) {
     LS_CUDA_REQUIRE(a.w.quants != nullptr && a.w.rows > 0 && a.w.cols > 0);
     LS_CUDA_REQUIRE(a.w.type == first.w.type && a.w.cols == first.w.cols);
     LS_CUDA_REQUIRE(a.n_rows == first.n_rows && a.n_rows >= 1 && a.accumulate == first.accumulate);
+    LS_CUDA_REQUIRE(a.forced_split == first.forced_split &&
+                    a.forced_group_rows == first.forced_group_rows);
     LS_CUDA_REQUIRE(a.y != nullptr && (a.n_rows == 1 || a.y_stride >= a.w.rows));
     if (q8) {
       LS_CUDA_REQUIRE(a.xq.qs == first.xq.qs && a.xq.ds == first.xq.ds);

@@ -17,6 +17,7 @@
 
 #include "backend/cuda/act_quant.h"
 #include "backend/cuda/device_matrix.h"
+#include "backend/cuda/launch.h"
 #include "backend/cuda/peer_all_reduce.h"
 #include "core/status.h"
 
@@ -24,6 +25,8 @@ namespace llamaserve::cuda {
 
 inline constexpr int kMaxMatvecRows = 8;
 inline constexpr int kMaxMatvecParts = 3;
+// Rows in the taller of the two row groups of float launches (matvec_launch.h).
+inline constexpr int kWideMatvecRows = 4;
 
 // True when matvec takes `type` weights with 8-bit activations (MatvecArgs::xq).
 bool matvec_uses_q8(TensorType type);
@@ -45,15 +48,22 @@ struct MatvecArgs {
   // instead of y, and the launch publishes them. PRECONDITIONS then: one part, no bias, no
   // accumulate, n_rows <= kMaxMatvecRows, n_rows * w.rows <= reduce->capacity.
   const PeerReduceView* reduce = nullptr;
+  // Variants the launcher otherwise chooses per launch, forced (for the tests and the kernel
+  // benchmark; 0 leaves the choice to the launcher): the column split of launches of up to
+  // kMaxSplitMatvecRows activation rows (1, 2 or 4 warps a row group), and the rows of a group
+  // where a launch may widen its groups (2 or kWideMatvecRows; matvec_launch.h). Every part of
+  // a launch has the same.
+  int32_t forced_split = 0;
+  int32_t forced_group_rows = 0;
 };
 
 // PRECONDITIONS (checked, an error Status otherwise): the contract above; w is a matrix of a
 // supported type uploaded by upload_matrix; y does not overlap x.
-Status matvec(const MatvecArgs& args, cudaStream_t stream);
+Status matvec(const MatvecArgs& args, LaunchStream stream);
 
 // Several products in one launch. PRECONDITIONS: as matvec for each; all parts have the same
 // weight type, columns, activations (x / xq) and n_rows; at most kMaxMatvecParts parts.
-Status matvec_parts(std::span<const MatvecArgs> parts, cudaStream_t stream);
+Status matvec_parts(std::span<const MatvecArgs> parts, LaunchStream stream);
 
 // Weight bytes one matvec reads (for bandwidth figures).
 uint64_t matvec_weight_bytes(const DeviceMatrix& w);

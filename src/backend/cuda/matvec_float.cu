@@ -3,8 +3,8 @@
 
 namespace llamaserve::cuda {
 
-template Status launch_matvec<TensorType::F32>(const MatvecLaunch&, cudaStream_t);
-template Status launch_matvec<TensorType::F16>(const MatvecLaunch&, cudaStream_t);
-template Status launch_matvec<TensorType::BF16>(const MatvecLaunch&, cudaStream_t);
+template Status launch_matvec<TensorType::F32>(const MatvecLaunch&, LaunchStream);
+template Status launch_matvec<TensorType::F16>(const MatvecLaunch&, LaunchStream);
+template Status launch_matvec<TensorType::BF16>(const MatvecLaunch&, LaunchStream);
 
 }  // namespace llamaserve::cuda

@@ -398,8 +398,8 @@ MatvecShape matvec_shape(const MatvecLaunch& launch) {
 
 template <TensorType T, int B, int RW, int U>
 Status launch_matvec_grid(const MatvecLaunch& launch, const MatvecShape& shape,
-                          cudaStream_t stream) {
-  const MatvecGrid grid = choose_matvec_grid(shape, matvec_k_split());
+                          LaunchStream stream) {
+  const MatvecGrid grid = choose_matvec_grid(shape, launch.forced_split);
   LS_CUDA_REQUIRE(grid.ctas <= 0x7fffffff);
   LS_CUDA_CHECK(launch_kernel(matvec_kernel_with_split<T, B, RW, U>(grid.split),
                               static_cast<unsigned>(grid.ctas), kMatvecThreads, 0, stream, launch));
@@ -407,18 +407,18 @@ Status launch_matvec_grid(const MatvecLaunch& launch, const MatvecShape& shape,
 }
 
 template <TensorType T, int B>
-Status launch_matvec_rows(const MatvecLaunch& a, cudaStream_t stream) {
+Status launch_matvec_rows(const MatvecLaunch& a, LaunchStream stream) {
   constexpr int kRows = kMatvecRowsPerWarp<T, B>;
   constexpr int kUnroll = kMatvecStepItems<T, B, kRows>;
   const MatvecLaunch launch = with_groups_of<kRows>(a);
   // Rows of at most kShortRowItems items a lane, one group a warp: the short-rows kernel (unless
-  // a column split is forced, as the tests and LLAMASERVE_MATVEC_SPLIT do).
+  // a column split is forced: MatvecArgs::forced_split, as the tests do).
   if constexpr (!DotFormat<T>::kQ8 && B <= kMaxShortRowBatch) {
     const auto short_kernel = matvec_short_rows_kernel<T, B, kRows>;
     static const int kShortCtasPerSm = ctas_per_sm(short_kernel);
     const int64_t n_items = a.parts[0].w.cols / DotFormat<T>::kItemElems;
     const int64_t ctas = (launch.n_groups + kMatvecWarps - 1) / kMatvecWarps;
-    if (matvec_k_split() == 0 && n_items <= 32 * kShortRowItems &&
+    if (a.forced_split == 0 && n_items <= 32 * kShortRowItems &&
         ctas <= static_cast<int64_t>(current_device_sm_count()) * kShortCtasPerSm) {
       LS_CUDA_CHECK(launch_kernel(short_kernel, static_cast<unsigned>(ctas), kMatvecThreads, 0,
                                   stream, launch));
@@ -428,7 +428,7 @@ Status launch_matvec_rows(const MatvecLaunch& a, cudaStream_t stream) {
   // Q4_0 and Q4_1 at one activation row: groups of four rows, one item a step, unless groups of
   // two are forced (quant_takes_wide_groups).
   if constexpr (DotFormat<T>::kQ8 && B == 1 && quant_takes_wide_groups(T)) {
-    if (matvec_group_rows() != 2) {
+    if (a.forced_group_rows != 2) {
       const MatvecLaunch wide = with_groups_of<kWideMatvecRows>(a);
       return launch_matvec_grid<T, B, kWideMatvecRows, 1>(
           wide, matvec_shape<T, B, kWideMatvecRows, 1>(wide), stream);
@@ -439,7 +439,7 @@ Status launch_matvec_rows(const MatvecLaunch& a, cudaStream_t stream) {
   // launcher prefers them (choose_matvec_group_rows), two items a step or one
   // (choose_wide_matvec_unroll).
   if constexpr (!DotFormat<T>::kQ8 && B <= kMaxSplitMatvecRows) {
-    if (choose_matvec_group_rows(shape, B, matvec_group_rows()) == kWideMatvecRows) {
+    if (choose_matvec_group_rows(shape, B, a.forced_group_rows) == kWideMatvecRows) {
       const MatvecLaunch wide = with_groups_of<kWideMatvecRows>(a);
       const MatvecShape two_items = matvec_shape<T, B, kWideMatvecRows, kWideMatvecUnroll>(wide);
       if constexpr (B > 2) {
@@ -456,7 +456,7 @@ Status launch_matvec_rows(const MatvecLaunch& a, cudaStream_t stream) {
 
 // Runs activation rows in groups of kMaxMatvecRows, each group with the kernel of its size.
 template <TensorType T>
-Status launch_matvec(const MatvecLaunch& launch, cudaStream_t stream) {
+Status launch_matvec(const MatvecLaunch& launch, LaunchStream stream) {
   for (int i = 0; i < launch.n_parts; ++i) {
     LS_CUDA_REQUIRE(launch.parts[i].w.type == T &&
                     launch.parts[i].w.cols == launch.parts[0].w.cols &&

@@ -32,6 +32,9 @@ struct MatvecLaunch {
   bool accumulate = false;
   PeerReduceView reduce;  // a fused reduction's partial (MatvecArgs::reduce), when active
   int64_t n_groups = 0;   // row groups of all parts (set by the launcher)
+  // MatvecArgs::forced_split and forced_group_rows (0: the launcher chooses).
+  int32_t forced_split = 0;
+  int32_t forced_group_rows = 0;
 };
 
 // Warps of a matvec CTA (matvec_kernel.cuh).
@@ -40,12 +43,6 @@ inline constexpr int kMatvecWarps = 4;
 // Batches of up to this many activation rows may split each row group's columns over 2 or 4
 // warps (matvec_kernel.cuh).
 inline constexpr int kMaxSplitMatvecRows = 4;
-
-// The column split every such launch uses: 0 (the default) lets the launcher pick per launch;
-// 1, 2 or 4 forces it. The environment's LLAMASERVE_MATVEC_SPLIT sets the starting value (for
-// timing one against another); set_matvec_k_split() overrides it (the tests run every split).
-int matvec_k_split();
-void set_matvec_k_split(int split);
 
 // What the launcher knows of a launch when it sizes its grid: n_groups row groups of n_steps
 // steps each, the CTAs one SM keeps resident of the kernel with each split (1, 2, 4; 0 where
@@ -67,14 +64,9 @@ struct MatvecGrid {
 };
 
 // Rows in a group of a float matvec of up to kMaxSplitMatvecRows activation rows: two
-// (kMatvecRowsPerWarp) or kWideMatvecRows (choose_matvec_group_rows). 0 (the default) lets the
-// launcher choose per launch; 2 or 4 forces it for every such launch. The environment's
-// LLAMASERVE_MATVEC_GROUP_ROWS sets the starting value (for timing one against the other);
-// set_matvec_group_rows() overrides it (the tests run both).
-inline constexpr int kWideMatvecRows = 4;
+// (kMatvecRowsPerWarp) or kWideMatvecRows (choose_matvec_group_rows); the launcher chooses per
+// launch unless MatvecArgs::forced_group_rows forces one (the tests run both).
 inline constexpr int kWideMatvecUnroll = 2;  // items a lane and row a step (128 bytes a lane)
-int matvec_group_rows();
-void set_matvec_group_rows(int rows);
 
 // The group rows of a float launch of batch_rows activation rows (1 to kMaxSplitMatvecRows),
 // from the shape of its groups of two (with their steps and the CTAs per SM of their kernels).
@@ -109,8 +101,8 @@ int choose_wide_matvec_unroll(const MatvecShape& two_item_groups, int batch_rows
 // against 12.43 (whole); Q4_1 alike; 7B Q4_0 decode at batch 1 524 against 444 tok/s. Q4_K,
 // faster in groups of four in the kernel benchmark (4096 x 4096 4.61 against 5.38 us with two
 // items a step), was not in a 7B Q4_K_M decode (472 against 472 tok/s), and keeps groups of two
-// as Q8_0, Q5_K and Q6_K do. LLAMASERVE_MATVEC_GROUP_ROWS=2 (matvec_group_rows) forces groups of
-// two here too.
+// as Q8_0, Q5_K and Q6_K do. MatvecArgs::forced_group_rows = 2 forces groups of two here
+// too.
 constexpr bool quant_takes_wide_groups(TensorType type) {
   return type == TensorType::Q4_0 || type == TensorType::Q4_1;
 }
@@ -133,6 +125,6 @@ MatvecGrid choose_matvec_grid(const MatvecShape& shape, int forced_split);
 
 // PRECONDITION: the parts passed the checks of matvec_parts() and have type T.
 template <TensorType T>
-Status launch_matvec(const MatvecLaunch& launch, cudaStream_t stream);
+Status launch_matvec(const MatvecLaunch& launch, LaunchStream stream);
 
 }  // namespace llamaserve::cuda

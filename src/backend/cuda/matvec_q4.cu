@@ -3,7 +3,7 @@
 
 namespace llamaserve::cuda {
 
-template Status launch_matvec<TensorType::Q4_0>(const MatvecLaunch&, cudaStream_t);
-template Status launch_matvec<TensorType::Q4_1>(const MatvecLaunch&, cudaStream_t);
+template Status launch_matvec<TensorType::Q4_0>(const MatvecLaunch&, LaunchStream);
+template Status launch_matvec<TensorType::Q4_1>(const MatvecLaunch&, LaunchStream);
 
 }  // namespace llamaserve::cuda

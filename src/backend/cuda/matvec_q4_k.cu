@@ -3,6 +3,6 @@
 
 namespace llamaserve::cuda {
 
-template Status launch_matvec<TensorType::Q4_K>(const MatvecLaunch&, cudaStream_t);
+template Status launch_matvec<TensorType::Q4_K>(const MatvecLaunch&, LaunchStream);
 
 }  // namespace llamaserve::cuda

@@ -3,6 +3,6 @@
 
 namespace llamaserve::cuda {
 
-template Status launch_matvec<TensorType::Q8_0>(const MatvecLaunch&, cudaStream_t);
+template Status launch_matvec<TensorType::Q8_0>(const MatvecLaunch&, LaunchStream);
 
 }  // namespace llamaserve::cuda

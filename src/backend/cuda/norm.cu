@@ -263,7 +263,7 @@ bool row_kernel_takes(const RmsNormArgs& a) {
 
 }  // namespace
 
-Status rmsnorm(const RmsNormArgs& a, cudaStream_t stream) {
+Status rmsnorm(const RmsNormArgs& a, LaunchStream stream) {
   LS_CUDA_REQUIRE(a.x != nullptr && a.weight != nullptr);
   LS_CUDA_REQUIRE(a.y_half.data != nullptr
                       ? a.yq.qs == nullptr && a.y_half.stride >= a.n && a.y_half.stride % 2 == 0

@@ -7,6 +7,7 @@
 
 #include "backend/cuda/act_quant.h"
 #include "backend/cuda/elementwise.h"
+#include "backend/cuda/launch.h"
 #include "backend/cuda/peer_all_reduce.h"
 #include "core/status.h"
 
@@ -49,6 +50,6 @@ struct RmsNormArgs {
   float eps = 1e-5f;
 };
 
-Status rmsnorm(const RmsNormArgs& args, cudaStream_t stream);
+Status rmsnorm(const RmsNormArgs& args, LaunchStream stream);
 
 }  // namespace llamaserve::cuda

@@ -1,5 +1,5 @@
 // Per-operation GPU times of eager passes, from CUDA events recorded between the operations of
-// every layer (LLAMASERVE_OP_TIMES=1 turns it on in the CUDA executor; it then runs without
+// every layer (KernelTuning::op_times turns it on in the CUDA executor; it then runs without
 // CUDA graphs). Passes are grouped by their row count, so that a prompt's 512-row passes and
 // the one-row decode steps of the same run are reported apart; the first pass of each size
 // (kernel loading, cuBLAS's choices) is left out. Events add a little time of

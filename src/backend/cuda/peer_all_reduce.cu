@@ -189,7 +189,7 @@ Status peer_pull_signal(const PeerReduceView& view, cudaStream_t stream) {
 }
 
 Status peer_pull_add(const PeerReduceView& view, int slot, int64_t stride, float* x,
-                     int64_t x_stride, int64_t n_rows, int64_t n, cudaStream_t stream) {
+                     int64_t x_stride, int64_t n_rows, int64_t n, LaunchStream stream) {
   LS_CUDA_REQUIRE(view.pulls() && (slot == 0 || slot == 1) && x != nullptr && n > 0);
   LS_CUDA_REQUIRE(n_rows >= 0 && stride >= n && (n_rows <= 1 || x_stride >= n));
   LS_CUDA_REQUIRE(view.pull_fits(n_rows, stride));
@@ -200,7 +200,7 @@ Status peer_pull_add(const PeerReduceView& view, int slot, int64_t stride, float
 }
 
 Status peer_reduce_add(const PeerReduceView& view, float* x, int64_t x_stride, int64_t n_rows,
-                       int64_t n, cudaStream_t stream) {
+                       int64_t n, LaunchStream stream) {
   LS_CUDA_REQUIRE(view.active() && x != nullptr && n > 0 && n_rows >= 0);
   LS_CUDA_REQUIRE(n_rows * n <= view.capacity && (n_rows <= 1 || x_stride >= n));
   if (n_rows == 0) return Status::ok();

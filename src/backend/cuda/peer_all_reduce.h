@@ -41,6 +41,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "backend/cuda/launch.h"
 #include "backend/cuda/tp_sum.h"
 #include "core/status.h"
 
@@ -132,12 +133,12 @@ Status peer_pull_signal(const PeerReduceView& view, cudaStream_t stream);
 // x[r, c] += the sum over ranks (in rank order) of the partials in slot `slot` at [r * stride +
 // c], for r < n_rows, c < n.
 Status peer_pull_add(const PeerReduceView& view, int slot, int64_t stride, float* x,
-                     int64_t x_stride, int64_t n_rows, int64_t n, cudaStream_t stream);
+                     int64_t x_stride, int64_t n_rows, int64_t n, LaunchStream stream);
 
 // Fused reductions' last consumer, where no RMSNorm follows (the end of a layer range):
 // x[r, c] += the sum over ranks of the latest reduction's partials [r * n + c], for r <
 // n_rows, c < n. PRECONDITION: n_rows * n <= view.capacity.
 Status peer_reduce_add(const PeerReduceView& view, float* x, int64_t x_stride, int64_t n_rows,
-                       int64_t n, cudaStream_t stream);
+                       int64_t n, LaunchStream stream);
 
 }  // namespace llamaserve::cuda

@@ -151,7 +151,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <TensorType T>
-Status launch_passes(const QuantMmaArgs& args, cudaStream_t stream) {
+Status launch_passes(const QuantMmaArgs& args, LaunchStream stream) {
   const int64_t units = args.w.cols / kUnitElems<T>;
   LS_CUDA_REQUIRE(units * kUnitElems<T> == args.w.cols && units <= 0x7fffffff);
   const int64_t steps = (units + kUnitsAStep - 1) / kUnitsAStep;
@@ -184,7 +184,7 @@ Status launch_passes(const QuantMmaArgs& args, cudaStream_t stream) {
 // The quantized types: those whose matvec meets 8-bit activations.
 bool quant_mma_supported(TensorType type) { return matvec_uses_q8(type); }
 
-Status quant_mma(const QuantMmaArgs& a, cudaStream_t stream) {
+Status quant_mma(const QuantMmaArgs& a, LaunchStream stream) {
   LS_CUDA_REQUIRE(quant_mma_supported(a.w.type) && a.w.quants != nullptr && a.x_half != nullptr);
   LS_CUDA_REQUIRE(a.y_half != nullptr ? a.y == nullptr && a.bias == nullptr && !a.accumulate
                                       : a.y != nullptr);

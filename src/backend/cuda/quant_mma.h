@@ -25,6 +25,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/device_matrix.h"
+#include "backend/cuda/launch.h"
 #include "core/status.h"
 
 namespace llamaserve::cuda {
@@ -48,6 +49,6 @@ struct QuantMmaArgs {
 bool quant_mma_supported(TensorType type);
 
 // PRECONDITIONS: as above; w.cols a whole number of units of its type.
-Status quant_mma(const QuantMmaArgs& args, cudaStream_t stream);
+Status quant_mma(const QuantMmaArgs& args, LaunchStream stream);
 
 }  // namespace llamaserve::cuda

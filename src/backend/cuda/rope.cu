@@ -122,7 +122,7 @@ Status check_rope(const RopeArgs& a) {
 
 }  // namespace
 
-Status rope(const RopeArgs& a, cudaStream_t stream) {
+Status rope(const RopeArgs& a, LaunchStream stream) {
   LS_RETURN_IF_ERROR(check_rope(a));
   if (a.n_rows == 0) return Status::ok();
   const int64_t threads = a.n_rows * (a.rope_dim / 2);
@@ -133,7 +133,7 @@ Status rope(const RopeArgs& a, cudaStream_t stream) {
   return Status::ok();
 }
 
-Status rope_write_kv(const RopeArgs& a, const KvWriteArgs& w, cudaStream_t stream) {
+Status rope_write_kv(const RopeArgs& a, const KvWriteArgs& w, LaunchStream stream) {
   LS_RETURN_IF_ERROR(check_rope(a));
   LS_CUDA_REQUIRE(w.k == a.k && w.k_stride == a.k_stride && w.n_rows == a.n_rows);
   LS_CUDA_REQUIRE(w.kv_dim == static_cast<int64_t>(a.n_head_kv) * a.head_dim &&

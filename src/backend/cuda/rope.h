@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/attention.h"
+#include "backend/cuda/launch.h"
 #include "core/status.h"
 #include "model/config.h"
 
@@ -31,12 +32,12 @@ struct RopeArgs {
   RopeOrdering ordering = RopeOrdering::kNormal;
 };
 
-Status rope(const RopeArgs& args, cudaStream_t stream);
+Status rope(const RopeArgs& args, LaunchStream stream);
 
 // rope() and then write_kv() (attention.h) in one kernel: Q rotated in place, K rotated in
 // place and stored with V at the rows' cache slots; the same values as the two launches.
 // PRECONDITIONS: those of both; kv.k and kv.k_stride are rope.k and rope.k_stride, kv.n_rows is
 // rope.n_rows and kv.kv_dim is n_head_kv * head_dim.
-Status rope_write_kv(const RopeArgs& rope, const KvWriteArgs& kv, cudaStream_t stream);
+Status rope_write_kv(const RopeArgs& rope, const KvWriteArgs& kv, LaunchStream stream);
 
 }  // namespace llamaserve::cuda

@@ -43,6 +43,7 @@ TpSetup setup_of(const CudaExecutorOptions& o) {
   s.gemm_min_rows = o.gemm_min_rows;
   s.float_gemm_min_rows = o.float_gemm_min_rows;
   s.cuda_graphs = o.cuda_graphs;
+  s.half_gemm_sums = o.tp_half_sums;
   return s;
 }
 
@@ -55,6 +56,7 @@ void apply_setup(const TpSetup& s, CudaExecutorOptions& o) {
   o.gemm_min_rows = s.gemm_min_rows;
   o.float_gemm_min_rows = s.float_gemm_min_rows;
   o.cuda_graphs = s.cuda_graphs;
+  o.tp_half_sums = s.half_gemm_sums;
 }
 
 // One rank's NCCL communicator. The part's all-reduce hook reads it, so it exists (empty)
@@ -364,7 +366,6 @@ Result<std::unique_ptr<Executor>> create_distributed_tp_executor(
   part_options.primary_rank = true;
   part_options.layers.reset();
   part_options.all_reduce = comm->all_reduce_hook(comm);
-  LS_ASSIGN_OR_RETURN(part_options.tp_half_sums, tp_half_sums_from_env());
   LS_ASSIGN_OR_RETURN(std::unique_ptr<CudaPart> part, CudaPart::create(shard, part_options));
   LS_ASSIGN_OR_RETURN(std::unique_ptr<PassThread> pass, PassThread::create());
 
@@ -467,9 +468,6 @@ Status run_tp_worker(std::shared_ptr<const LoadedModel> model, const CudaExecuto
   part_options.primary_rank = false;
   part_options.layers.reset();
   part_options.all_reduce = comm->all_reduce_hook(comm);
-  const Result<bool> half_sums = tp_half_sums_from_env();
-  if (!half_sums.is_ok()) return report(half_sums.status());
-  part_options.tp_half_sums = half_sums.value();
   auto created = CudaPart::create(shard, part_options);
   if (!created.is_ok()) return report(created.status());
   std::unique_ptr<CudaPart> part = std::move(created).value();
