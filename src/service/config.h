@@ -22,10 +22,11 @@ struct LayoutSpec {
   int replicas = 1;           // whole-model engines behind the least-loaded router
   int tensor_parallel = 1;    // GPUs that split every layer's heads and FFN columns
   int pipeline_parallel = 1;  // GPUs that each run a contiguous block of layers
-  std::vector<int32_t> layer_split;  // layers per pipeline stage (sums to n_layer); empty = balanced
+  std::vector<int32_t>
+      layer_split;  // layers per pipeline stage (sums to n_layer); empty = balanced
   // Pipeline: micro-batches in flight per pass; 0 = one per stage, 1 = off.
   int micro_batches = 0;
-  int threads = 0;  // CPU threads over all replicas; 0 = every online core
+  int threads = 0;                       // CPU threads over all replicas; 0 = every online core
   double gpu_memory_utilization = 0.90;  // CUDA: fraction of each device this model may use
   TpSums tp_sums;                        // how tensor-parallel ranks sum their partials
 
@@ -33,9 +34,9 @@ struct LayoutSpec {
   // that serves) of a group of tensor_parallel processes on the one CUDA device of `device`.
   // -1: the ranks are threads of this process on the devices of `device`.
   int tp_rank = -1;
-  std::string tp_listen_host;  // rank 0: where the other ranks connect ("" = every interface)
-  int tp_listen_port = 29500;  // rank 0
-  std::string tp_coordinator;  // ranks >= 1: rank 0's HOST:PORT
+  std::string tp_listen_host;      // rank 0: where the other ranks connect ("" = every interface)
+  int tp_listen_port = 29500;      // rank 0
+  std::string tp_coordinator;      // ranks >= 1: rank 0's HOST:PORT
   int64_t tp_timeout_ms = 600000;  // each phase of the rendezvous
 };
 
@@ -50,10 +51,10 @@ struct EngineLimits {
 
 // One model as it is served.
 struct ModelSpec {
-  std::string name;  // the id clients send as "model"; empty = the file name without .gguf
-  std::string path;  // GGUF file
+  std::string name;           // the id clients send as "model"; empty = the file name without .gguf
+  std::string path;           // GGUF file
   std::string chat_template;  // llama2 | llama3 | chatml; empty = the model's own
-  int64_t context_tokens = 0;  // tokens per sequence; 0 = ModelConfig::default_context_tokens()
+  int64_t context_tokens = 0;   // tokens per sequence; 0 = ModelConfig::default_context_tokens()
   int64_t kv_cache_tokens = 0;  // KV capacity of each replica; 0 = context x max_running
   int warmup_tokens = 2;        // tokens of the warm-up generation on each replica; 0 = none
   LayoutSpec layout;

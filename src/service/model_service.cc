@@ -127,7 +127,8 @@ Status ModelService::start(const OpenHooks& hooks) {
   if (!tokenizer.is_ok()) return tokenizer.status().with_context(spec_.path);
   tokenizer_ = std::make_shared<const Tokenizer>(std::move(tokenizer).value());
 
-  auto chat_template = ChatTemplate::for_model(tokenizer_->data().chat_template, spec_.chat_template);
+  auto chat_template =
+      ChatTemplate::for_model(tokenizer_->data().chat_template, spec_.chat_template);
   if (chat_template.is_ok()) {
     chat_template_ = std::move(chat_template).value();
   } else if (!spec_.chat_template.empty()) {
@@ -137,8 +138,8 @@ Status ModelService::start(const OpenHooks& hooks) {
                  chat_template.status().to_string());
   }
 
-  context_tokens_ = spec_.context_tokens > 0 ? spec_.context_tokens
-                                             : model_->config.default_context_tokens();
+  context_tokens_ =
+      spec_.context_tokens > 0 ? spec_.context_tokens : model_->config.default_context_tokens();
   const ExecutorOptions base = executor_options(spec_, context_tokens_);
   const bool process_group = spec_.layout.tp_rank == 0;
   std::vector<ExecutorOptions> replicas = {base};

@@ -31,6 +31,10 @@ class DevicePool {
 
   int device() const { return device_; }
   uint64_t capacity() const { return capacity_; }
+  // Bytes of every pool alive in this process, and how many pools: what closing a model must
+  // give back (counters only; pools stay independent).
+  static uint64_t live_bytes();
+  static int64_t live_pools();
   uint64_t used() const { return used_; }
 
  private:

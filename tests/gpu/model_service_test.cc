@@ -1,0 +1,113 @@
+// ModelService on one GPU: open() builds a serving model from its spec (executor, engine,
+// warm-up) that generates; close() gives back every device pool it took, and opening and
+// closing again and again does not leak device memory.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <filesystem>
+#include <string>
+
+#include "backend/cuda/device_pool.h"
+#include "engine/generate.h"
+#include "model/importers/synth_model.h"
+#include "service/model_service.h"
+#include "test_util.h"
+
+namespace llamaserve {
+namespace {
+
+namespace fs = std::filesystem;
+using cuda::DevicePool;
+using cuda::testing::vocab_path;
+
+class ModelServiceTest : public cuda::testing::GpuTest {
+ protected:
+  void SetUp() override {
+    cuda::testing::GpuTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    const fs::path path = fs::temp_directory_path() / "llamaserve-model-service-tiny-q8_0.gguf";
+    SynthOptions o;
+    o.shape = "tiny";
+    o.type = "q8_0";
+    o.output_path = path.string();
+    o.vocab_path = vocab_path();
+    o.seed = 11;
+    auto written = write_synthetic_model(o);
+    ASSERT_TRUE(written.is_ok()) << written.status().to_string();
+    spec_.path = path.string();
+    spec_.layout.device = "cuda:0";
+    spec_.layout.gpu_memory_utilization = 0.2;
+    spec_.context_tokens = 256;
+    spec_.engine.max_running = 4;
+    spec_.warmup_tokens = 2;
+  }
+
+  static uint64_t free_device_bytes() {
+    size_t free_bytes = 0, total_bytes = 0;
+    EXPECT_EQ(cudaMemGetInfo(&free_bytes, &total_bytes), cudaSuccess);
+    return free_bytes;
+  }
+
+  ModelSpec spec_;
+};
+
+TEST_F(ModelServiceTest, OpensGeneratesAndGivesItsPoolsBack) {
+  ASSERT_EQ(DevicePool::live_pools(), 0);
+  auto opened = ModelService::open(spec_, OpenHooks{.show_progress = false});
+  ASSERT_TRUE(opened.is_ok()) << opened.status().to_string();
+  std::unique_ptr<ModelService> model = std::move(opened).value();
+  EXPECT_GT(DevicePool::live_pools(), 0);
+  EXPECT_GT(DevicePool::live_bytes(), 0u);
+  EXPECT_EQ(model->context_tokens(), 256);
+  EXPECT_EQ(model->engines().max_context(), 256);
+
+  GenerationRequest request;
+  request.id = "greedy";
+  request.prompt_tokens = model->tokenizer().encode("Hello there", /*add_special=*/true,
+                                                    /*parse_special=*/false);
+  request.max_new_tokens = 8;
+  request.sampling.temperature = 0.0f;
+  request.ignore_eos = true;
+  auto completion = generate(model->engines(), std::move(request));
+  ASSERT_TRUE(completion.is_ok()) << completion.status().to_string();
+  EXPECT_EQ(completion->finish_reason, FinishReason::kLength);
+  EXPECT_EQ(completion->tokens.size(), 8u);
+
+  model->close();
+  EXPECT_EQ(DevicePool::live_pools(), 0);
+  EXPECT_EQ(DevicePool::live_bytes(), 0u);
+}
+
+// The first cycle creates the CUDA context and library handles; later ones must leave the free
+// memory where the first left it.
+TEST_F(ModelServiceTest, RepeatedOpenAndCloseDoesNotLeak) {
+  uint64_t after_first = 0;
+  for (int cycle = 0; cycle < 4; ++cycle) {
+    auto opened = ModelService::open(spec_, OpenHooks{.show_progress = false});
+    ASSERT_TRUE(opened.is_ok()) << opened.status().to_string();
+    (*opened)->close();
+    opened = Status(StatusCode::kCancelled, "closed");
+    ASSERT_EQ(DevicePool::live_bytes(), 0u) << "cycle " << cycle;
+    const uint64_t free_now = free_device_bytes();
+    if (cycle == 0) {
+      after_first = free_now;
+      continue;
+    }
+    constexpr uint64_t kSlack = 16ull << 20;  // allocator granularity
+    EXPECT_GE(free_now + kSlack, after_first) << "cycle " << cycle << ": device memory leaked";
+  }
+}
+
+TEST_F(ModelServiceTest, RefusesWhatDoesNotFitWithoutKeepingAnything) {
+  spec_.layout.gpu_memory_utilization = 0.01;
+  spec_.kv_cache_tokens = int64_t{1} << 30;  // far beyond the budget
+  auto opened = ModelService::open(spec_, OpenHooks{.show_progress = false});
+  ASSERT_FALSE(opened.is_ok());
+  EXPECT_EQ(opened.status().code(), StatusCode::kResourceExhausted)
+      << opened.status().to_string();
+  EXPECT_EQ(DevicePool::live_pools(), 0);
+}
+
+}  // namespace
+}  // namespace llamaserve
