@@ -110,9 +110,10 @@ struct GpuMetrics::Nvml {
   }
 
   // The NVML device that CUDA calls `ordinal`.
-  Result<nvmlDevice_t> device_for_ordinal(int ordinal) const {
+  Result<nvmlDevice_t> device_for_ordinal(int ordinal,
+                                          const std::optional<std::string>& visible) const {
     LS_ASSIGN_OR_RETURN(const std::string entry,
-                        nvml_device_id(ordinal, std::getenv("CUDA_VISIBLE_DEVICES")));
+                        nvml_device_id(ordinal, visible ? visible->c_str() : nullptr));
     nvmlDevice_t device = nullptr;
     nvmlReturn_t status = kNvmlSuccess;
     unsigned index = 0;
@@ -136,8 +137,9 @@ struct GpuMetrics::Nvml {
   }
 };
 
-std::unique_ptr<GpuMetrics> GpuMetrics::open(const std::vector<int>& cuda_devices,
-                                             const std::string& nvml_library) {
+std::unique_ptr<GpuMetrics> GpuMetrics::open(
+    const std::vector<int>& cuda_devices, const std::string& nvml_library,
+    const std::optional<std::string>& cuda_visible_devices) {
   std::unique_ptr<GpuMetrics> metrics(new GpuMetrics());
   auto nvml = std::make_unique<Nvml>();
   if (cuda_devices.empty()) {
@@ -146,7 +148,7 @@ std::unique_ptr<GpuMetrics> GpuMetrics::open(const std::vector<int>& cuda_device
     metrics->unavailable_reason_ = loaded.message();
   } else {
     for (int ordinal : cuda_devices) {
-      Result<nvmlDevice_t> device = nvml->device_for_ordinal(ordinal);
+      Result<nvmlDevice_t> device = nvml->device_for_ordinal(ordinal, cuda_visible_devices);
       if (!device.is_ok()) {
         spdlog::debug("gpu metrics: leaving out {}", device.status().message());
         continue;

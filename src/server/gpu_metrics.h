@@ -38,11 +38,13 @@ class GpuMetrics {
  public:
   static constexpr const char* kNvmlLibrary = "libnvidia-ml.so.1";
 
-  // Loads `nvml_library`, initializes NVML and finds every device of `cuda_devices`. Never
-  // fails: when NVML or a device cannot be had, the collector is unavailable (or leaves that
-  // device out) and says why once, at debug level.
-  static std::unique_ptr<GpuMetrics> open(const std::vector<int>& cuda_devices,
-                                          const std::string& nvml_library = kNvmlLibrary);
+  // Loads `nvml_library`, initializes NVML and finds every device of `cuda_devices`, CUDA
+  // ordinals as the process's CUDA_VISIBLE_DEVICES (none: unset) maps them. Never fails: when
+  // NVML or a device cannot be had, the collector is unavailable (or leaves that device out)
+  // and says why once, at debug level.
+  static std::unique_ptr<GpuMetrics> open(
+      const std::vector<int>& cuda_devices, const std::string& nvml_library = kNvmlLibrary,
+      const std::optional<std::string>& cuda_visible_devices = std::nullopt);
   ~GpuMetrics();
   GpuMetrics(const GpuMetrics&) = delete;
   GpuMetrics& operator=(const GpuMetrics&) = delete;

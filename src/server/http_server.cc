@@ -119,7 +119,10 @@ HttpServer::HttpServer(const ServiceConfig& config)
       if (device.kind == DeviceChoice::Kind::kCuda) cuda_devices.push_back(device.index);
     }
   }
-  if (!cuda_devices.empty()) gpu_metrics_ = GpuMetrics::open(cuda_devices);
+  if (!cuda_devices.empty()) {
+    gpu_metrics_ =
+        GpuMetrics::open(cuda_devices, GpuMetrics::kNvmlLibrary, options_.cuda_visible_devices);
+  }
 }
 
 HttpServer::~HttpServer() { stop(); }

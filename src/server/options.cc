@@ -1,5 +1,6 @@
 #include "server/options.h"
 
+#include <cstdlib>
 #include <fstream>
 #include <map>
 
@@ -214,6 +215,7 @@ Status finalize_service_config(CLI::App& app, ServiceConfig& config) {
                       "--max-queue ({})",
                       o.http_threads, admitted);
   }
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) o.cuda_visible_devices = visible;
   // Each engine's queue bound is a backstop that the server's own admission never reaches.
   model.engine.max_waiting = admitted;
   return Status::ok();

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,10 @@ struct ServerConfig {
 
   int64_t drain_timeout_ms = 30000;
   std::string config_path;  // --config JSON file
+
+  // The process's CUDA_VISIBLE_DEVICES (none: unset), read once with the rest of the
+  // configuration: the GPU metrics map CUDA ordinals to NVML devices through it.
+  std::optional<std::string> cuda_visible_devices;
 };
 
 struct ServiceConfig {

@@ -104,8 +104,7 @@ TEST_F(ModelServiceTest, RefusesWhatDoesNotFitWithoutKeepingAnything) {
   spec_.kv_cache_tokens = int64_t{1} << 30;  // far beyond the budget
   auto opened = ModelService::open(spec_, OpenHooks{.show_progress = false});
   ASSERT_FALSE(opened.is_ok());
-  EXPECT_EQ(opened.status().code(), StatusCode::kResourceExhausted)
-      << opened.status().to_string();
+  EXPECT_EQ(opened.status().code(), StatusCode::kResourceExhausted) << opened.status().to_string();
   EXPECT_EQ(DevicePool::live_pools(), 0);
 }
 
