@@ -9,6 +9,7 @@
 #include "server/http_server.h"
 #include "server/request_parser.h"
 #include "server/response_format.h"
+#include "tokenizer/prompt_builder.h"
 
 namespace llamaserve::server {
 namespace {
@@ -258,13 +259,11 @@ Result<std::vector<int32_t>> HttpServer::build_prompt(const ServedModel& model,
                       "this model has no chat template; use /v1/completions or start the server "
                       "with --chat-template");
       }
-      LS_ASSIGN_OR_RETURN(std::string text, model.chat_template->apply(parsed.messages, true));
-      tokens = tokenizer.encode(text, /*add_special=*/true, /*parse_special=*/true);
+      LS_ASSIGN_OR_RETURN(tokens,
+                          encode_chat_prompt(*model.chat_template, tokenizer, parsed.messages));
       break;
     }
-    case PromptKind::kText:
-      tokens = tokenizer.encode(parsed.prompt_text, /*add_special=*/true, /*parse_special=*/true);
-      break;
+    case PromptKind::kText: tokens = encode_text_prompt(tokenizer, parsed.prompt_text); break;
     case PromptKind::kTokens: {
       const int32_t n_vocab = tokenizer.n_vocab();
       for (size_t i = 0; i < parsed.prompt_tokens.size(); ++i) {
