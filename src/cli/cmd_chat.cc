@@ -14,6 +14,7 @@
 #include "cli/generation_options.h"
 #include "service/model_service.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/prompt_builder.h"
 #include "tokenizer/tokenizer.h"
 
 namespace llamaserve::cli {
@@ -82,11 +83,9 @@ class ChatSession {
     const int32_t wanted =
         options_.generation.max_new_tokens > 0 ? options_.generation.max_new_tokens : 1;
     while (true) {
-      LS_ASSIGN_OR_RETURN(ChatPrompt prompt,
-                          template_.render(history_, /*add_generation_prompt=*/true));
       // Only the template's markup becomes control tokens; text typed into a message stays text.
-      std::vector<int32_t> tokens = model_->tokenizer().encode_guarded(
-          prompt.text, /*add_special=*/true, prompt.content_ranges);
+      LS_ASSIGN_OR_RETURN(std::vector<int32_t> tokens,
+                          encode_chat_prompt(template_, model_->tokenizer(), history_));
       const size_t first_turn = !history_.empty() && history_.front().role == "system" ? 1 : 0;
       const bool can_drop = history_.size() > first_turn + 1;
       if (static_cast<int64_t>(tokens.size()) + wanted <= max_context || !can_drop) return tokens;

@@ -9,6 +9,7 @@
 #include "server/http_server.h"
 #include "server/request_parser.h"
 #include "server/response_format.h"
+#include "tokenizer/prompt_builder.h"
 
 namespace llamaserve::server {
 namespace {
@@ -37,6 +38,12 @@ void send_client_closed(httplib::Response& res) {
              api_error_from_status(Status(StatusCode::kCancelled, "client closed the connection")));
 }
 
+// The limits a request ran under, for the messages of requests that exceed them.
+struct SessionLimits {
+  std::chrono::milliseconds queue_timeout;
+  std::chrono::milliseconds request_timeout;
+};
+
 }  // namespace
 
 // One admitted generation request, from the engine's first event to the last byte sent.
@@ -44,18 +51,21 @@ void send_client_closed(httplib::Response& res) {
 // generation if it is still running (the client left, or the response was abandoned).
 class GenerationSession {
  public:
-  // PRECONDITION: the request holds an admission (HttpServer::try_admit); the session
-  // releases it when the finish event arrives or when it is destroyed.
+  // `admission` (HttpServer::try_admit) is released when the finish event arrives or when
+  // the session is destroyed; `in_flight` when the session is destroyed, after the record.
   GenerationSession(HttpServer& server, RequestHandle handle, ConnectionWatch watch,
-                    std::unique_ptr<ResponseFormat> format, RequestRecord record)
+                    std::unique_ptr<ResponseFormat> format, RequestRecord record,
+                    InFlightCounter::Ticket admission, InFlightCounter::Ticket in_flight,
+                    SessionLimits limits)
       : server_(server),
         handle_(std::move(handle)),
         watch_(watch),
         format_(std::move(format)),
-        record_(std::move(record)) {
-    std::lock_guard lock(server_.active_mutex_);
-    ++server_.active_generations_;
-    server_.metrics_.add_http_in_flight(1);
+        record_(std::move(record)),
+        admission_(std::move(admission)),
+        in_flight_(std::move(in_flight)),
+        limits_(limits) {
+    server_.metrics().add_http_in_flight(1);
   }
 
   ~GenerationSession() {
@@ -63,14 +73,10 @@ class GenerationSession {
       handle_.cancel();
       if (record_.status == 0) record_.status = kClientClosedStatus;
     }
-    release_admission();
+    admission_.release();
     server_.finish_record(record_);
-    server_.metrics_.add_http_in_flight(-1);
-    {
-      std::lock_guard lock(server_.active_mutex_);
-      --server_.active_generations_;
-    }
-    server_.active_changed_.notify_all();
+    server_.metrics().add_http_in_flight(-1);
+    in_flight_.release();
   }
 
   // The next event, or nullopt once the client has gone (the generation is then cancelled).
@@ -97,7 +103,6 @@ class GenerationSession {
   // Why a finish event is not a normal end, as the error to answer with; nullopt for
   // kStop / kLength.
   std::optional<ApiError> failure(const GenerationEvent& finish) const {
-    const ServerConfig& options = server_.options_;
     switch (finish.finish_reason) {
       case FinishReason::kStop:
       case FinishReason::kLength: return std::nullopt;
@@ -106,12 +111,12 @@ class GenerationSession {
         if (finish.usage.completion_tokens == 0 && finish.usage.queue_ms >= finish.usage.total_ms) {
           return overloaded(fmt::format("the request waited in the queue longer than {} ms "
                                         "(--queue-timeout-ms); retry later",
-                                        options.queue_timeout_ms),
+                                        limits_.queue_timeout.count()),
                             "queue_timeout", 1);
         }
         return request_timeout(
             fmt::format("the request ran longer than {} ms (--request-timeout-ms)",
-                        options.request_timeout_ms));
+                        limits_.request_timeout.count()));
       case FinishReason::kCancelled:
         return unavailable("the server is shutting down; the request was cancelled", "draining", 0);
       case FinishReason::kError:
@@ -195,12 +200,6 @@ class GenerationSession {
     return true;
   }
 
-  void release_admission() {
-    if (admission_released_) return;
-    admission_released_ = true;
-    server_.release_admission();
-  }
-
   void client_gone() {
     handle_.cancel();
     if (!finished_) record_.status = kClientClosedStatus;
@@ -208,7 +207,7 @@ class GenerationSession {
 
   void observe(const GenerationEvent& event) {
     const Clock::time_point now = Clock::now();
-    ServerMetrics& metrics = server_.metrics_;
+    ServerMetrics& metrics = server_.metrics();
     if (event.kind == GenerationEvent::Kind::kDelta) {
       if (event.tokens.empty()) return;
       // Counted as they arrive so that a request cut short still logs what it produced.
@@ -226,7 +225,7 @@ class GenerationSession {
       last_token_ = now;
       return;
     }
-    release_admission();
+    admission_.release();
     record_.prompt_tokens = event.usage.prompt_tokens;
     record_.completion_tokens = event.usage.completion_tokens;
     record_.finish_reason = finish_reason_name(event.finish_reason);
@@ -241,8 +240,10 @@ class GenerationSession {
   std::unique_ptr<ResponseFormat> format_;
   RequestRecord record_;
   std::optional<GenerationEvent> first_event_;
+  InFlightCounter::Ticket admission_;
+  InFlightCounter::Ticket in_flight_;
+  SessionLimits limits_;
   bool finished_ = false;  // the finish event was consumed
-  bool admission_released_ = false;
   bool has_token_ = false;
   Clock::time_point last_token_;
 };
@@ -258,13 +259,11 @@ Result<std::vector<int32_t>> HttpServer::build_prompt(const ModelService& model,
                       "this model has no chat template; use /v1/completions or start the server "
                       "with --chat-template");
       }
-      LS_ASSIGN_OR_RETURN(std::string text, model.chat_template()->apply(parsed.messages, true));
-      tokens = tokenizer.encode(text, /*add_special=*/true, /*parse_special=*/true);
+      LS_ASSIGN_OR_RETURN(tokens,
+                          encode_chat_prompt(*model.chat_template(), tokenizer, parsed.messages));
       break;
     }
-    case PromptKind::kText:
-      tokens = tokenizer.encode(parsed.prompt_text, /*add_special=*/true, /*parse_special=*/true);
-      break;
+    case PromptKind::kText: tokens = encode_text_prompt(tokenizer, parsed.prompt_text); break;
     case PromptKind::kTokens: {
       const int32_t n_vocab = tokenizer.n_vocab();
       for (size_t i = 0; i < parsed.prompt_tokens.size(); ++i) {
@@ -345,7 +344,8 @@ bool HttpServer::handle_generation(const Route& route, const httplib::Request& r
     max_new_tokens = *parsed->max_tokens;
   }
 
-  if (!try_admit()) {
+  std::optional<InFlightCounter::Ticket> admission = try_admit();
+  if (!admission) {
     send_error(res, overloaded(fmt::format("the server is at capacity ({} running + {} queued "
                                            "requests); retry later",
                                            running_limit_, options_.max_queue),
@@ -361,9 +361,10 @@ bool HttpServer::handle_generation(const Route& route, const httplib::Request& r
   request.ignore_eos = parsed->ignore_eos;
   request.timeout = std::chrono::milliseconds(options_.request_timeout_ms);
   request.queue_timeout = std::chrono::milliseconds(options_.queue_timeout_ms);
+  const SessionLimits session_limits{request.queue_timeout, request.timeout};
   auto handle = model->engines().submit(std::move(request));
   if (!handle) {
-    release_admission();
+    admission.reset();
     ApiError error = api_error_from_status(handle.status());
     if (handle.status().code() == StatusCode::kResourceExhausted) {
       error = overloaded(fmt::format("the server is at capacity ({} running, {} queued); retry "
@@ -398,8 +399,9 @@ bool HttpServer::handle_generation(const Route& route, const httplib::Request& r
         "a write fails",
         record.id);
   }
-  auto session = std::make_shared<GenerationSession>(*this, std::move(handle).value(), watch,
-                                                     std::move(format), std::move(record));
+  auto session = std::make_shared<GenerationSession>(
+      *this, std::move(handle).value(), watch, std::move(format), std::move(record),
+      std::move(*admission), active_generations_.acquire(), session_limits);
   if (!session->wait_first_event()) {
     send_client_closed(res);
     return true;

@@ -224,21 +224,12 @@ void HttpServer::begin_drain() {
   metrics_.set_ready(false);
 }
 
-bool HttpServer::try_admit() {
-  std::lock_guard lock(active_mutex_);
-  if (admitted_ >= admission_limit_) return false;
-  ++admitted_;
-  return true;
-}
-
-void HttpServer::release_admission() {
-  std::lock_guard lock(active_mutex_);
-  --admitted_;
+std::optional<InFlightCounter::Ticket> HttpServer::try_admit() {
+  return admitted_.try_acquire(admission_limit_);
 }
 
 bool HttpServer::wait_until_idle(std::chrono::milliseconds timeout) {
-  std::unique_lock lock(active_mutex_);
-  return active_changed_.wait_for(lock, timeout, [&] { return active_generations_ == 0; });
+  return active_generations_.wait_until_zero(timeout);
 }
 
 std::optional<ApiError> HttpServer::check_auth(const httplib::Request& req) const {

@@ -10,7 +10,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -22,6 +21,7 @@
 #include "engine/engine_group.h"
 #include "server/api_error.h"
 #include "server/gpu_metrics.h"
+#include "server/in_flight.h"
 #include "server/metrics.h"
 #include "server/routes.h"
 #include "service/config.h"
@@ -85,8 +85,6 @@ class HttpServer {
   void finish_record(RequestRecord& record);
 
  private:
-  friend class GenerationSession;
-
   void register_routes();
   void dispatch(const Route& route, const httplib::Request& req, httplib::Response& res);
   // Returns true when a streaming response took over the record (finished later).
@@ -133,13 +131,10 @@ class HttpServer {
   // 429 at once. Each engine's own queue bound is set to that limit so that it never decides
   // instead (it counts requests not yet scheduled, which a burst can fill while running
   // slots are still free).
-  bool try_admit();
-  void release_admission();
+  std::optional<InFlightCounter::Ticket> try_admit();
 
-  std::mutex active_mutex_;
-  std::condition_variable active_changed_;
-  int admitted_ = 0;            // guarded by active_mutex_
-  int active_generations_ = 0;  // guarded by active_mutex_: sessions still answering
+  InFlightCounter admitted_;
+  InFlightCounter active_generations_;  // sessions still answering: wait_until_idle
 };
 
 // Shared by the HTTP layer and its tests.

@@ -201,12 +201,6 @@ std::string_view ChatTemplate::name() const {
   return "unknown";
 }
 
-Result<std::string> ChatTemplate::apply(const std::vector<ChatMessage>& messages,
-                                        bool add_generation_prompt) const {
-  LS_ASSIGN_OR_RETURN(ChatPrompt prompt, render(messages, add_generation_prompt));
-  return std::move(prompt.text);
-}
-
 Result<ChatPrompt> ChatTemplate::render(const std::vector<ChatMessage>& messages,
                                         bool add_generation_prompt) const {
   if (messages.empty()) {

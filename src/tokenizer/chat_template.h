@@ -5,10 +5,9 @@
 //   kLlama3  <|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|> ...
 //   kChatML  <|im_start|>{role}\n{content}<|im_end|>\n ...
 //
-// The result never starts with BOS: tokenize it with add_special (which adds BOS when the
-// model wants one) and parse_special (so the markup becomes control tokens), or better with
-// Tokenizer::encode_guarded and the content ranges of render(), which keeps control-token
-// text inside messages as plain text. Content is
+// The result never starts with BOS. Turn it into ids with encode_chat_prompt
+// (prompt_builder.h): it adds BOS where the model wants one and makes only the template's
+// markup control tokens, control-token text inside messages staying plain text. Content is
 // trimmed for Llama 2 and Llama 3, as their reference templates do; ChatML keeps it verbatim.
 // A ChatML template that inserts a system prompt when the conversation has none (SmolLM2,
 // Qwen2) is detected and that prompt reproduced.
@@ -54,13 +53,10 @@ class ChatTemplate {
   // Empty when the format adds none.
   const std::string& default_system_prompt() const { return default_system_prompt_; }
 
-  // The prompt text for `messages`; with add_generation_prompt it ends where the assistant's
-  // reply begins (Llama 2's prompt always ends with [/INST], so the flag changes nothing
-  // there). kInvalidArgument for no messages, an unknown role, or (Llama 2) a system message
-  // that is not the first.
-  Result<std::string> apply(const std::vector<ChatMessage>& messages,
-                            bool add_generation_prompt) const;
-  // apply() with the content ranges.
+  // The prompt text for `messages` and where their contents lie in it; with
+  // add_generation_prompt it ends where the assistant's reply begins (Llama 2's prompt always
+  // ends with [/INST], so the flag changes nothing there). kInvalidArgument for no messages,
+  // an unknown role, or (Llama 2) a system message that is not the first.
   Result<ChatPrompt> render(const std::vector<ChatMessage>& messages,
                             bool add_generation_prompt) const;
 

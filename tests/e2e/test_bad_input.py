@@ -139,10 +139,18 @@ def test_routes_and_methods(client):
     assert_error(client.put("/tokenize", json={}), 405)
 
 
-def test_garbage_http_does_not_hurt(server):
+def test_garbage_http_does_not_hurt(server, client):
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
         sock.sendall(b"\x16\x03\x01\x02\x00garbage that is not HTTP\r\n\r\n")
         sock.recv(4096)
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
         sock.sendall(b"POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"prompt\"")
         # The client vanishes mid-body.
+    # Still serving: health, and a generation.
+    assert client.get("/health").status_code == 200
+    response = client.post("/v1/completions", json={"prompt": "Hello", "max_tokens": 2})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["choices"][0]["finish_reason"] in ("length", "stop")
+    assert isinstance(body["choices"][0]["text"], str)
+    assert body["usage"]["completion_tokens"] <= 2

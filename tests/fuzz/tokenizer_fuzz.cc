@@ -299,13 +299,10 @@ void check_chat(const LoadedTokenizer& loaded, std::string_view text) {
   for (const ChatTemplate& chat : templates) {
     for (const bool add_generation_prompt : {false, true}) {
       auto rendered = chat.render(messages, add_generation_prompt);
-      auto applied = chat.apply(messages, add_generation_prompt);
-      check(rendered.is_ok() == applied.is_ok(), "render and apply disagree on success");
       if (!rendered.is_ok()) {
         check(!rendered.status().message().empty(), "chat error without a message");
         continue;
       }
-      check(rendered->text == *applied, "render and apply disagree on the text");
       check_prompt_ranges(*rendered, messages);
       // The prompt without the generation suffix is a prefix of this one: encode one of them.
       if (add_generation_prompt) check_guarded(loaded, *rendered);

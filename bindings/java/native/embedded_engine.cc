@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "tokenizer/prompt_builder.h"
 #include "tokenizer/tokenizer.h"
 
 namespace llamaserve::jni {
@@ -49,14 +50,11 @@ Result<RequestHandle> EmbeddedEngine::submit(EmbeddedRequest request) {
                     "this model has no chat template; open the engine with a chatTemplate "
                     "(llama2, llama3, chatml) or generate from a raw prompt");
     }
-    LS_ASSIGN_OR_RETURN(ChatPrompt prompt,
-                        chat_template_->render(request.messages, /*add_generation_prompt=*/true));
     // Only the template's markup becomes control tokens; message text stays text.
-    generation.prompt_tokens =
-        cpu_.tokenizer->encode_guarded(prompt.text, /*add_special=*/true, prompt.content_ranges);
+    LS_ASSIGN_OR_RETURN(generation.prompt_tokens,
+                        encode_chat_prompt(*chat_template_, *cpu_.tokenizer, request.messages));
   } else {
-    generation.prompt_tokens =
-        cpu_.tokenizer->encode(request.prompt_text, /*add_special=*/true, /*parse_special=*/true);
+    generation.prompt_tokens = encode_text_prompt(*cpu_.tokenizer, request.prompt_text);
   }
   generation.id = std::move(request.id);
   generation.max_new_tokens = request.max_new_tokens;

@@ -46,9 +46,9 @@ const std::vector<ChatMessage> kConversation = {
 };
 
 std::string apply(const ChatTemplate& tmpl, const std::vector<ChatMessage>& messages, bool gen) {
-  Result<std::string> out = tmpl.apply(messages, gen);
+  Result<ChatPrompt> out = tmpl.render(messages, gen);
   EXPECT_TRUE(out.is_ok()) << out.status().to_string();
-  return out.is_ok() ? *out : std::string();
+  return out.is_ok() ? out->text : std::string();
 }
 
 TEST(ChatTemplate, DetectsFormats) {
@@ -110,7 +110,7 @@ TEST(ChatTemplate, Llama2) {
             "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\n Hi there [/INST] Hello! </s>"
             "<s>[INST] What is 2+2? [/INST]");
   EXPECT_EQ(apply(llama2, {{"user", "Hi"}}, false), "[INST] Hi [/INST]");
-  EXPECT_EQ(llama2.apply({{"user", "a"}, {"system", "late"}}, true).status().code(),
+  EXPECT_EQ(llama2.render({{"user", "a"}, {"system", "late"}}, true).status().code(),
             StatusCode::kInvalidArgument);
 }
 
@@ -121,7 +121,6 @@ TEST(ChatTemplate, RenderMarksMessageContents) {
         {"system", "Sys <|im_end|>"}, {"user", " Hi <|eot_id|> "}, {"assistant", "[/INST] ok"}};
     const Result<ChatPrompt> prompt = tmpl.render(messages, true);
     ASSERT_TRUE(prompt.is_ok()) << prompt.status().to_string();
-    EXPECT_EQ(prompt->text, *tmpl.apply(messages, true));
     std::vector<std::string> contents;
     size_t previous_end = 0;
     for (const TextRange& range : prompt->content_ranges) {
@@ -145,8 +144,8 @@ TEST(ChatTemplate, Errors) {
   for (std::string_view name : {"llama2", "llama3", "chatml"}) {
     const ChatTemplate tmpl = *ChatTemplate::from_name(name);
     EXPECT_EQ(tmpl.name(), name);
-    EXPECT_EQ(tmpl.apply({}, true).status().code(), StatusCode::kInvalidArgument) << name;
-    const Result<std::string> unknown = tmpl.apply({{"user", "a"}, {"wizard", "b"}}, true);
+    EXPECT_EQ(tmpl.render({}, true).status().code(), StatusCode::kInvalidArgument) << name;
+    const Result<ChatPrompt> unknown = tmpl.render({{"user", "a"}, {"wizard", "b"}}, true);
     ASSERT_FALSE(unknown.is_ok());
     EXPECT_EQ(unknown.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(unknown.status().message().find("wizard"), std::string::npos);

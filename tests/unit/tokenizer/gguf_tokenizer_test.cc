@@ -72,7 +72,7 @@ TEST(GgufTokenizer, SmolLM2) {
   const auto chat = ChatTemplate::detect(tok.data().chat_template);
   ASSERT_TRUE(chat.is_ok()) << chat.status().to_string();
   EXPECT_EQ(chat->kind(), ChatTemplateKind::kChatML);
-  const std::string prompt = *chat->apply({{"user", "Hi"}}, true);
+  const std::string prompt = chat->render({{"user", "Hi"}}, true)->text;
   const Ids ids = tok.encode(prompt, true, true);
   EXPECT_EQ(ids.front(), 1);  // <|im_start|> as one control token
   EXPECT_EQ(std::count(ids.begin(), ids.end(), 1), 3);
