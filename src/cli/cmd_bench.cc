@@ -47,7 +47,7 @@ namespace {
 struct BenchOptions {
   std::string model_path;
   std::string synth;        // SHAPE:TYPE, synthesized in memory instead of -m
-  std::string synth_vocab;  // tokenizer of --synth (default: the shape's, from shared/fixtures)
+  std::string synth_vocab;  // tokenizer of --synth (default: find_default_vocab)
   int32_t prompt_tokens = 512;
   int32_t decode_tokens = 128;
   std::vector<int32_t> batches = {1, 16, 64, 256};

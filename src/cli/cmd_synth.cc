@@ -3,9 +3,9 @@
 //   llamaserve synth --shape llama2-7b|llama2-13b|llama2-70b|llama3-8b|tiny
 //                    --type f16|q8_0|q4_k_m -o FILE [--seed S] [--threads N] [--vocab FILE]
 //     --vocab: GGUF whose tokenizer is copied. Default: vocab-llama2-spm.gguf (LLaMA 2 shapes
-//     and tiny) or vocab-llama3-bpe.gguf (llama3-8b) in ../shared/fixtures, relative to the
-//     repository root, which is searched upwards from the binary and from the working
-//     directory.
+//     and tiny) or vocab-llama3-bpe.gguf (llama3-8b), from share/llamaserve/ (installed with
+//     the binary, and in the build directory) or a source tree's tests/fixtures/, searched
+//     upwards from the binary and from the working directory (find_default_vocab).
 // For benchmarks and memory plans of shapes too large to download; the text is noise.
 #include <cstdio>
 

@@ -20,8 +20,14 @@
 
 namespace llamaserve::cli {
 
-// ../shared/fixtures/<file> next to the first ancestor (of the binary's directory, then of
-// the working directory) that has it. `flag` names the option that overrides it, for the error.
+// Where the default vocabularies are looked for, in each ancestor of a starting directory:
+// share/llamaserve/ (installed beside bin/, and copied there in a build directory) and
+// tests/fixtures/ (a source tree).
+inline constexpr std::string_view kVocabDirs[] = {"share/llamaserve", "tests/fixtures"};
+
+// The vocabulary `file` a synthetic model copies its tokenizer from when none is given: the
+// first of kVocabDirs that has it, in the nearest ancestor of the binary's directory, then of
+// the working directory. `flag` names the option that overrides it, for the error.
 inline Result<std::string> find_default_vocab(std::string_view file, std::string_view flag) {
   namespace fs = std::filesystem;
   std::vector<fs::path> starts;
@@ -32,21 +38,24 @@ inline Result<std::string> find_default_vocab(std::string_view file, std::string
   std::string searched;
   for (const fs::path& start : starts) {
     for (fs::path dir = start; !dir.empty(); dir = dir.parent_path()) {
-      const fs::path candidate = dir / ".." / "shared" / "fixtures" / file;
-      if (fs::exists(candidate, ec)) return candidate.lexically_normal().string();
+      for (std::string_view sub : kVocabDirs) {
+        const fs::path candidate = dir / sub / file;
+        if (fs::exists(candidate, ec)) return candidate.lexically_normal().string();
+      }
       if (dir == dir.parent_path()) break;
     }
     searched += (searched.empty() ? "" : ", ") + start.string();
   }
   return make_error(StatusCode::kNotFound,
-                    "no {} given and {} was not found in ../shared/fixtures above {}; pass {} "
-                    "FILE (a GGUF with the tokenizer)",
+                    "no {} given and {} was not found in share/llamaserve/ or tests/fixtures/ "
+                    "of {} or any directory above; pass {} FILE (a GGUF with the tokenizer)",
                     flag, file, searched, flag);
 }
 
 // The model of `spec` (SHAPE:TYPE) written into memory on all cores and loaded as
 // load_model_for_device would load a file (prefaulted on the CPU). Says on stderr how long
-// the synthesis took. `vocab_path` empty: the shape's vocabulary from shared/fixtures.
+// the synthesis took. `vocab_path` empty: the shape's default vocabulary
+// (find_default_vocab).
 inline Result<std::shared_ptr<const LoadedModel>> synthesize_for_device(
     const std::string& spec, const std::string& vocab_path, const std::string& device) {
   LS_ASSIGN_OR_RETURN(const SynthSpec parsed, parse_synth_spec(spec));

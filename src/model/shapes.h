@@ -24,7 +24,8 @@ struct ModelShape {
   int64_t n_ctx_train;
   float rope_theta;
   float norm_eps;
-  // Vocabulary-only GGUF in the shared fixtures whose tokenizer matches n_vocab.
+  // Vocabulary-only GGUF (tests/fixtures, installed in share/llamaserve) whose tokenizer
+  // matches n_vocab.
   std::string_view vocab_file;
 };
 

@@ -1,5 +1,5 @@
 // libFuzzer target for the tokenizers, the streaming detokenizer and the chat formats, on the
-// real vocabularies (the shared LLaMA 2 SentencePiece and LLaMA 3 byte-level BPE fixtures, and
+// real vocabularies (the LLaMA 2 SentencePiece and LLaMA 3 byte-level BPE fixtures, and
 // SmolLM2's when the model file is present). Input layout:
 //   byte 0     which tokenizer (modulo the number loaded)
 //   the rest   text; the same bytes are also read as token ids and as chat messages
@@ -99,7 +99,7 @@ LoadedTokenizer load(const std::string& path, std::string_view fallback_template
 // Built once: the Llama 3 vocabulary alone takes a noticeable part of a second.
 const std::vector<LoadedTokenizer>& tokenizers() {
   static const std::vector<LoadedTokenizer> loaded = [] {
-    const std::string fixtures = std::string(LLAMASERVE_SHARED_DIR) + "/fixtures";
+    const std::string fixtures = LLAMASERVE_FIXTURES_DIR;
     std::vector<LoadedTokenizer> out;
     out.push_back(load(fixtures + "/vocab-llama2-spm.gguf", "llama2"));
     out.push_back(load(fixtures + "/vocab-llama3-bpe.gguf", "llama3"));

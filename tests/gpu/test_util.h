@@ -37,12 +37,12 @@ inline std::filesystem::path source_dir() {
   return env != nullptr ? std::filesystem::path(env) : std::filesystem::path(LLAMASERVE_SOURCE_DIR);
 }
 
-// The LLaMA 2 vocabulary synth copies: LLAMASERVE_FIXTURES_DIR (the GPU machine's carried
-// copy) or ../shared/fixtures beside the source tree.
+// The LLaMA 2 vocabulary synth copies: in LLAMASERVE_FIXTURES_DIR from the environment when
+// set (the GPU machine's carried copy), else in the source tree's tests/fixtures.
 inline std::string vocab_path() {
   const char* env = std::getenv("LLAMASERVE_FIXTURES_DIR");
   const std::filesystem::path dir =
-      env != nullptr ? std::filesystem::path(env) : source_dir() / ".." / "shared" / "fixtures";
+      env != nullptr ? std::filesystem::path(env) : source_dir() / "tests" / "fixtures";
   return (dir / "vocab-llama2-spm.gguf").string();
 }
 #endif

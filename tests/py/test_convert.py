@@ -35,14 +35,14 @@ import pytest
 gguf = pytest.importorskip("gguf")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SHARED = REPO_ROOT.parent / "shared" / "fixtures"
+FIXTURES = REPO_ROOT / "tests" / "fixtures"
 BIN = Path(os.environ.get("LLAMASERVE_BIN", REPO_ROOT / "build" / "cpu" / "src" / "cli" / "llamaserve"))
 _BUILD = Path(os.environ.get("LLAMASERVE_BUILD_DIR", "build/cpu"))
 BUILD_DIR = _BUILD if _BUILD.is_absolute() else REPO_ROOT / _BUILD
 LOGITS_TOOL = BUILD_DIR / "tests" / "unit" / "tools" / "logits_tool"
-SPM_MODEL = SHARED / "llama2-tokenizer.model"
-LLAMA2_VOCAB = SHARED / "vocab-llama2-spm.gguf"
-LLAMA3_VOCAB = SHARED / "vocab-llama3-bpe.gguf"
+SPM_MODEL = FIXTURES / "llama2-tokenizer.model"
+LLAMA2_VOCAB = FIXTURES / "vocab-llama2-spm.gguf"
+LLAMA3_VOCAB = FIXTURES / "vocab-llama3-bpe.gguf"
 SMOLLM2 = REPO_ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 pytestmark = [

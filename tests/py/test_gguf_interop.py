@@ -3,7 +3,7 @@
 - Our writer's output (gguf_test writes tests/fixtures/generated/gguf_roundtrip.gguf when
   LLAMASERVE_WRITE_FIXTURES is set) is read by gguf.GGUFReader: same keys in the same order,
   same value types and values, same tensor names, types, shapes and bytes.
-- Files written by gguf.GGUFWriter, and the shared fixtures, are read by
+- Files written by gguf.GGUFWriter, and the vocab-only fixtures, are read by
   `llamaserve inspect --json`: same metadata, alignment, tensor directory and offsets.
 """
 
@@ -25,7 +25,7 @@ BUILD_DIR = Path(os.environ.get("LLAMASERVE_BUILD_DIR", ROOT / "build" / "cpu"))
 GGUF_TEST = BUILD_DIR / "tests" / "unit" / "gguf" / "gguf_test"
 LLAMASERVE = Path(os.environ.get("LLAMASERVE_BIN", ROOT / "build" / "cpu" / "src" / "cli" / "llamaserve"))
 ROUNDTRIP = ROOT / "tests" / "fixtures" / "generated" / "gguf_roundtrip.gguf"
-FIXTURES = ROOT.parent / "shared" / "fixtures"
+FIXTURES = ROOT / "tests" / "fixtures"
 MODEL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1

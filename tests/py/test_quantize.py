@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -28,12 +29,12 @@ gguf = pytest.importorskip("gguf")
 from gguf import GGMLQuantizationType as QT  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SHARED = REPO_ROOT.parent / "shared" / "fixtures"
+FIXTURES = REPO_ROOT / "tests" / "fixtures"
 BIN = Path(os.environ.get("LLAMASERVE_BIN", REPO_ROOT / "build" / "cpu" / "src" / "cli" / "llamaserve"))
 _BUILD = Path(os.environ.get("LLAMASERVE_BUILD_DIR", "build/cpu"))
 LOGITS_TOOL = (_BUILD if _BUILD.is_absolute() else REPO_ROOT / _BUILD) / "tests" / "unit" / "tools" / "logits_tool"
 SMOLLM2 = REPO_ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
-LLAMA2_VOCAB = SHARED / "vocab-llama2-spm.gguf"
+LLAMA2_VOCAB = FIXTURES / "vocab-llama2-spm.gguf"
 
 pytestmark = pytest.mark.skipif(not BIN.exists(), reason=f"llamaserve binary not built: {BIN}")
 needs_model = pytest.mark.skipif(not SMOLLM2.exists(), reason=f"model missing: {SMOLLM2}")
@@ -226,6 +227,26 @@ def test_synth_tiny_read_by_gguf_py(tmp_path, tiny_f16, type_name):
     a = tensor_floats({t.name: t for t in gguf.GGUFReader(str(tiny_f16)).tensors}["blk.0.attn_q.weight"])
     b = tensor_floats({t.name: t for t in gguf.GGUFReader(str(out)).tensors}["blk.0.attn_q.weight"])
     assert np.sqrt(((a - b) ** 2).mean()) < 0.15 * 0.02
+
+
+def test_synth_default_vocab_installed_layout(tmp_path):
+    # A copy of the binary in bin/ finds the vocabulary in ../share/llamaserve/, as installed;
+    # without it, the error names where it looked and the option to pass.
+    binary = tmp_path / "bin" / "llamaserve"
+    binary.parent.mkdir()
+    shutil.copy2(BIN, binary)
+    out = tmp_path / "x.gguf"
+    args = [str(binary), "synth", "--shape", "tiny", "--type", "f16", "-o", str(out), "--progress", "none"]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout
+    for part in ("vocab-llama2-spm.gguf", "share/llamaserve/", "tests/fixtures/", str(tmp_path / "bin"), "--vocab"):
+        assert part in proc.stderr, proc.stderr
+    assert not out.exists()
+    (tmp_path / "share" / "llamaserve").mkdir(parents=True)
+    shutil.copy2(LLAMA2_VOCAB, tmp_path / "share" / "llamaserve" / LLAMA2_VOCAB.name)
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert str(tmp_path / "share" / "llamaserve" / LLAMA2_VOCAB.name) in proc.stdout
 
 
 def test_synth_errors(tmp_path):

@@ -1,6 +1,6 @@
 """Checks our tokenizers against the reference implementations, token for token.
 
-  (a) SentencePiece-style BPE (LLaMA 2): /work/shared/fixtures/vocab-llama2-spm.gguf under
+  (a) SentencePiece-style BPE (LLaMA 2): tests/fixtures/vocab-llama2-spm.gguf under
       our tokenizer against the `sentencepiece` package with llama2-tokenizer.model.
   (b) Byte-level BPE: vocab-llama3-bpe.gguf (pre-tokenizer llama3) and the SmolLM2 model
       (pre-tokenizer smollm) against the `tokenizers` package, with a BPE model built from
@@ -31,7 +31,7 @@ sentencepiece = pytest.importorskip("sentencepiece")
 tokenizers = pytest.importorskip("tokenizers")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = REPO_ROOT.parent / "shared" / "fixtures"
+FIXTURES = REPO_ROOT / "tests" / "fixtures"
 LLAMA2_GGUF = FIXTURES / "vocab-llama2-spm.gguf"
 LLAMA2_MODEL = FIXTURES / "llama2-tokenizer.model"
 LLAMA3_GGUF = FIXTURES / "vocab-llama3-bpe.gguf"

@@ -1,4 +1,4 @@
-// Reading real files: the shared vocab-only fixtures, the default model (when present), and
+// Reading real files: the vocab-only fixtures, the default model (when present), and
 // the round-trip fixture that tests/py/test_gguf_interop.py hands to the PyPI gguf package.
 #include <gtest/gtest.h>
 
@@ -15,7 +15,7 @@ namespace {
 using namespace gguf_test;
 namespace fs = std::filesystem;
 
-const std::string kFixtures = std::string(LLAMASERVE_SHARED_DIR) + "/fixtures";
+const std::string kFixtures = LLAMASERVE_FIXTURES_DIR;
 const std::string kModel =
     std::string(LLAMASERVE_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
 

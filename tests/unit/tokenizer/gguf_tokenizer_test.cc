@@ -1,4 +1,4 @@
-// Tokenizers loaded from real GGUF files (the shared vocab-only fixtures and, when present,
+// Tokenizers loaded from real GGUF files (the vocab-only fixtures and, when present,
 // the default SmolLM2 model), and tokenizer keys that are missing or malformed. Expected ids
 // were checked against sentencepiece / tokenizers (see tests/py/test_tokenizer_reference.py).
 #include <gtest/gtest.h>
@@ -14,7 +14,7 @@ namespace llamaserve {
 namespace {
 
 using Ids = std::vector<int32_t>;
-const std::string kFixtures = std::string(LLAMASERVE_SHARED_DIR) + "/fixtures";
+const std::string kFixtures = LLAMASERVE_FIXTURES_DIR;
 const std::string kSmolLm2 =
     std::string(LLAMASERVE_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
 

@@ -12,7 +12,7 @@
 namespace llamaserve {
 namespace {
 
-const std::string kFixtures = std::string(LLAMASERVE_SHARED_DIR) + "/fixtures";
+const std::string kFixtures = LLAMASERVE_FIXTURES_DIR;
 constexpr double kLimitSeconds = 20;  // generous for sanitizer builds on a shared 2-core CI box
 
 Tokenizer load(const std::string& name) {

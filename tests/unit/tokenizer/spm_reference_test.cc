@@ -12,7 +12,7 @@
 namespace llamaserve {
 namespace {
 
-const std::string kFixtures = std::string(LLAMASERVE_SHARED_DIR) + "/fixtures";
+const std::string kFixtures = LLAMASERVE_FIXTURES_DIR;
 
 TEST(SentencePieceReference, Llama2CorpusMatches) {
   sentencepiece::SentencePieceProcessor sp;

@@ -231,7 +231,7 @@ TEST(HfTokenizerTest, DirectoryLookup) {
   EXPECT_EQ(data->chat_template, "{{ messages }}");
 
   // An SPM model wins over tokenizer.json.
-  fs::copy_file(kSharedFixtures / "llama2-tokenizer.model", dir.path() / "tokenizer.model");
+  fs::copy_file(kFixtures / "llama2-tokenizer.model", dir.path() / "tokenizer.model");
   auto spm = read_hf_tokenizer(dir.path().string(), {32000, std::nullopt, std::nullopt});
   ASSERT_TRUE(spm.is_ok()) << spm.status().to_string();
   EXPECT_EQ(spm->model, "llama");

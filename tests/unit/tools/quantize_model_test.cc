@@ -24,7 +24,7 @@ class QuantizeModelTest : public ::testing::Test {
     o.shape = "tiny";
     o.type = "f16";
     o.output_path = dir_->file("tiny-f16.gguf");
-    o.vocab_path = (kSharedFixtures / "vocab-llama2-spm.gguf").string();
+    o.vocab_path = (kFixtures / "vocab-llama2-spm.gguf").string();
     o.threads = 2;
     o.progress = ProgressStyle::kSilent;
     auto summary = write_synthetic_model(o);
@@ -153,7 +153,7 @@ TEST_F(QuantizeModelTest, RefusalsLeaveNoFile) {
   o.progress = ProgressStyle::kSilent;
   EXPECT_FALSE(quantize_model(dir_->file("missing.gguf"), out, o).is_ok());
   // A vocabulary-only GGUF is not a model.
-  auto vocab = quantize_model((kSharedFixtures / "vocab-llama2-spm.gguf").string(), out, o);
+  auto vocab = quantize_model((kFixtures / "vocab-llama2-spm.gguf").string(), out, o);
   ASSERT_FALSE(vocab.is_ok());
   EXPECT_NE(vocab.status().message().find("token_embd"), std::string::npos);
   auto same = quantize_model(source(), source(), o);

@@ -46,7 +46,7 @@ std::vector<uint8_t> piece(const std::string& text, float score, int type) {
 }
 
 TEST(SentencePieceModelTest, Llama2ModelMatchesItsVocabularyGguf) {
-  auto model = read_sentencepiece_model((kSharedFixtures / "llama2-tokenizer.model").string());
+  auto model = read_sentencepiece_model((kFixtures / "llama2-tokenizer.model").string());
   ASSERT_TRUE(model.is_ok()) << model.status().to_string();
   EXPECT_EQ(model->model_type, 2);  // BPE
   EXPECT_TRUE(model->byte_fallback);
@@ -58,7 +58,7 @@ TEST(SentencePieceModelTest, Llama2ModelMatchesItsVocabularyGguf) {
 
   auto data = tokenizer_from_sentencepiece(*model);
   ASSERT_TRUE(data.is_ok()) << data.status().to_string();
-  auto gguf = GgufFile::open((kSharedFixtures / "vocab-llama2-spm.gguf").string());
+  auto gguf = GgufFile::open((kFixtures / "vocab-llama2-spm.gguf").string());
   ASSERT_TRUE(gguf.is_ok());
   auto expected = tokenizer_data_from_gguf(**gguf);
   ASSERT_TRUE(expected.is_ok()) << expected.status().to_string();
@@ -128,7 +128,7 @@ TEST(SentencePieceModelTest, HandEncodedMessage) {
 // Random byte flips in the real model: a clean parse or an error, never a crash or a read
 // past the buffer (the sanitizer builds check the latter).
 TEST(SentencePieceModelTest, CorruptedModelsNeverCrash) {
-  const std::vector<uint8_t> model = read_bytes(kSharedFixtures / "llama2-tokenizer.model");
+  const std::vector<uint8_t> model = read_bytes(kFixtures / "llama2-tokenizer.model");
   ASSERT_FALSE(model.empty());
   std::mt19937 rng(99);
   int refused = 0;

@@ -10,7 +10,7 @@ namespace llamaserve {
 namespace {
 
 TEST(SentencePieceReferenceTest, PiecesScoresTypesAndIdsMatchTheLibrary) {
-  const std::string path = (tools_test::kSharedFixtures / "llama2-tokenizer.model").string();
+  const std::string path = (tools_test::kFixtures / "llama2-tokenizer.model").string();
   sentencepiece::SentencePieceProcessor sp;
   ASSERT_TRUE(sp.Load(path).ok());
   auto model = read_sentencepiece_model(path);

@@ -21,7 +21,7 @@ SynthOptions tiny_options(const std::string& type) {
   SynthOptions o;
   o.shape = "tiny";
   o.type = type;
-  o.vocab_path = (kSharedFixtures / "vocab-llama2-spm.gguf").string();
+  o.vocab_path = (kFixtures / "vocab-llama2-spm.gguf").string();
   o.seed = 42;
   o.threads = 2;
   o.progress = ProgressStyle::kSilent;
@@ -158,7 +158,7 @@ TEST(SynthMemoryTest, SpecsAndErrors) {
   // Bad options fail before a memory file is made, and leave no descriptor behind.
   const int fds_before = open_fds();
   SynthOptions bad_vocab = tiny_options("f16");
-  bad_vocab.vocab_path = (kSharedFixtures / "vocab-llama3-bpe.gguf").string();  // 128256 tokens
+  bad_vocab.vocab_path = (kFixtures / "vocab-llama3-bpe.gguf").string();  // 128256 tokens
   auto mismatch = synthesize_in_memory(bad_vocab);
   ASSERT_FALSE(mismatch.is_ok());
   EXPECT_NE(mismatch.status().message().find("128256 tokens"), std::string::npos);

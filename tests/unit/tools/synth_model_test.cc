@@ -23,7 +23,7 @@ SynthOptions tiny_options(const TempDir& dir, const std::string& file, const std
   o.shape = "tiny";
   o.type = type;
   o.output_path = dir.file(file);
-  o.vocab_path = (kSharedFixtures / "vocab-llama2-spm.gguf").string();
+  o.vocab_path = (kFixtures / "vocab-llama2-spm.gguf").string();
   o.seed = 42;
   o.threads = 2;
   o.progress = ProgressStyle::kSilent;
@@ -132,7 +132,7 @@ TEST(SynthModelTest, QuantizedMixAndErrors) {
   bad = tiny_options(dir, "x.gguf", "q3_k");
   EXPECT_FALSE(write_synthetic_model(bad).is_ok());
   bad = tiny_options(dir, "x.gguf", "f16");
-  bad.vocab_path = (kSharedFixtures / "vocab-llama3-bpe.gguf").string();  // 128256 tokens
+  bad.vocab_path = (kFixtures / "vocab-llama3-bpe.gguf").string();  // 128256 tokens
   auto mismatch = write_synthetic_model(bad);
   ASSERT_FALSE(mismatch.is_ok());
   EXPECT_NE(mismatch.status().message().find("128256 tokens"), std::string::npos);

@@ -19,7 +19,7 @@ namespace llamaserve::tools_test {
 
 namespace fs = std::filesystem;
 
-inline const fs::path kSharedFixtures = fs::path(LLAMASERVE_SHARED_DIR) / "fixtures";
+inline const fs::path kFixtures = LLAMASERVE_FIXTURES_DIR;
 
 // A fresh directory under the system temp dir, removed with its contents at scope exit.
 class TempDir {
