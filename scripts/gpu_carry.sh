@@ -13,8 +13,9 @@
 #       python3 -c 'import tarfile; tarfile.open("build/carry-pack/carry.tar.xz").extractall("build")'
 
 #   TARGETs: GPU test binaries (cuda_kernels_test cuda_executor_test multi_gpu_test peer_reduce_test
-#   gpu_engine_test model_service_test), cuda_kernels_bench, all_reduce_bench, logits_tool; llamaserve, the
-#   runtime libraries and the fixtures always come along. Default: every GPU test binary.
+#   gpu_engine_test model_service_test embedded_engine_test), cuda_kernels_bench, all_reduce_bench,
+#   logits_tool; llamaserve, the runtime libraries and the fixtures always come along. Default:
+#   every GPU test binary.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,7 +32,8 @@ while [[ $# -gt 0 ]]; do
     *) targets+=("$1"); shift ;;
   esac
 done
-[[ ${#targets[@]} -eq 0 ]] && targets=(cuda_kernels_test cuda_executor_test multi_gpu_test peer_reduce_test gpu_engine_test model_service_test)
+[[ ${#targets[@]} -eq 0 ]] && targets=(cuda_kernels_test cuda_executor_test multi_gpu_test peer_reduce_test gpu_engine_test
+  model_service_test embedded_engine_test)
 
 if [[ ! -f $build/CMakeCache.txt ]]; then
   cmake --preset cuda -B "$build"

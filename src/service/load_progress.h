@@ -70,14 +70,4 @@ inline Result<std::shared_ptr<const LoadedModel>> load_model_for_device(
   return model;
 }
 
-// run and chat, whose engine (open_cpu_engine) loads the model: prefaults it afterwards, before
-// the first request, when it runs on the CPU.
-inline Status prefault_for_device(const LoadedModel& model, const std::string& device) {
-  if (!runs_on_cpu(device)) return Status::ok();
-  LoadProgress progress(model.file->path());
-  LS_RETURN_IF_ERROR(prefault_weights(model, progress.callback()));
-  progress.finish();
-  return Status::ok();
-}
-
 }  // namespace llamaserve

@@ -1,5 +1,7 @@
 #include "embedded_engine.h"
 
+#include <optional>
+
 #include <fmt/format.h>
 
 #include "tokenizer/prompt_builder.h"
@@ -7,54 +9,53 @@
 
 namespace llamaserve::jni {
 
-Result<std::unique_ptr<EmbeddedEngine>> EmbeddedEngine::open(const EmbeddedEngineOptions& options) {
-  if (options.model_path.empty()) {
-    return Status(StatusCode::kInvalidArgument, "no model path given");
-  }
-  if (options.threads < 0 || options.context_tokens < 0 || options.kv_sequences < 1 ||
-      options.max_running < 1 || options.max_waiting < 0 || options.max_batch_tokens < 1) {
+Result<std::unique_ptr<EmbeddedEngine>> EmbeddedEngine::open(const ModelSpec& spec) {
+  if (spec.path.empty()) return Status(StatusCode::kInvalidArgument, "no model path given");
+  const LayoutSpec& layout = spec.layout;
+  const EngineLimits& limits = spec.engine;
+  if (layout.threads < 0 || spec.context_tokens < 0 || spec.kv_cache_tokens < 0 ||
+      limits.max_running < 1 || limits.max_waiting < 0 || limits.max_batch_tokens < 0) {
     return make_error(StatusCode::kInvalidArgument,
                       "invalid engine options: threads {} (>= 0), context_tokens {} (>= 0), "
-                      "kv_sequences {} (>= 1), max_running {} (>= 1), max_waiting {} (>= 0), "
-                      "max_batch_tokens {} (>= 1)",
-                      options.threads, options.context_tokens, options.kv_sequences,
-                      options.max_running, options.max_waiting, options.max_batch_tokens);
+                      "kv_cache_tokens {} (>= 0), max_running {} (>= 1), max_waiting {} (>= 0), "
+                      "max_batch_tokens {} (>= 0)",
+                      layout.threads, spec.context_tokens, spec.kv_cache_tokens, limits.max_running,
+                      limits.max_waiting, limits.max_batch_tokens);
   }
-  CpuEngineOptions cpu_options;
-  cpu_options.model_path = options.model_path;
-  cpu_options.threads = options.threads;
-  cpu_options.context_tokens = options.context_tokens;
-  cpu_options.kv_sequences = options.kv_sequences;
-  cpu_options.engine.max_running = options.max_running;
-  cpu_options.engine.max_waiting = options.max_waiting;
-  cpu_options.engine.max_batch_tokens = options.max_batch_tokens;
-  LS_ASSIGN_OR_RETURN(CpuEngine cpu, open_cpu_engine(cpu_options));
-
-  std::optional<ChatTemplate> chat_template;
-  auto found = ChatTemplate::for_model(cpu.tokenizer->data().chat_template, options.chat_template);
-  if (found.is_ok()) {
-    chat_template = std::move(found).value();
-  } else if (!options.chat_template.empty()) {
-    // A template the caller named must exist; a model without one only loses chat().
-    return found.status().with_context(fmt::format("chat template '{}'", options.chat_template));
+  if (layout.replicas < 1 || layout.tensor_parallel < 1 || layout.pipeline_parallel < 1 ||
+      !(layout.gpu_memory_utilization > 0.0 && layout.gpu_memory_utilization <= 1.0)) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "invalid layout: replicas {} (>= 1), tensor_parallel {} (>= 1), "
+                      "pipeline_parallel {} (>= 1), gpu_memory_utilization {} (in (0, 1])",
+                      layout.replicas, layout.tensor_parallel, layout.pipeline_parallel,
+                      layout.gpu_memory_utilization);
   }
-  return std::unique_ptr<EmbeddedEngine>(
-      new EmbeddedEngine(std::move(cpu), std::move(chat_template)));
+  if (layout.tp_rank >= 0) {
+    return Status(StatusCode::kInvalidArgument,
+                  "an embedded engine runs its tensor-parallel ranks as threads (tp_rank -1)");
+  }
+  // Device strings and device counts are checked by ModelService (check_layout).
+  OpenHooks hooks;
+  hooks.show_progress = false;
+  LS_ASSIGN_OR_RETURN(std::unique_ptr<ModelService> service, ModelService::open(spec, hooks));
+  return std::unique_ptr<EmbeddedEngine>(new EmbeddedEngine(std::move(service)));
 }
 
 Result<RequestHandle> EmbeddedEngine::submit(EmbeddedRequest request) {
   GenerationRequest generation;
   if (request.chat) {
-    if (!chat_template_) {
+    const std::optional<ChatTemplate>& chat_template = service_->chat_template();
+    if (!chat_template) {
       return Status(StatusCode::kUnsupported,
                     "this model has no chat template; open the engine with a chatTemplate "
                     "(llama2, llama3, chatml) or generate from a raw prompt");
     }
     // Only the template's markup becomes control tokens; message text stays text.
-    LS_ASSIGN_OR_RETURN(generation.prompt_tokens,
-                        encode_chat_prompt(*chat_template_, *cpu_.tokenizer, request.messages));
+    LS_ASSIGN_OR_RETURN(
+        generation.prompt_tokens,
+        encode_chat_prompt(*chat_template, service_->tokenizer(), request.messages));
   } else {
-    generation.prompt_tokens = encode_text_prompt(*cpu_.tokenizer, request.prompt_text);
+    generation.prompt_tokens = encode_text_prompt(service_->tokenizer(), request.prompt_text);
   }
   generation.id = std::move(request.id);
   generation.max_new_tokens = request.max_new_tokens;
@@ -62,15 +63,15 @@ Result<RequestHandle> EmbeddedEngine::submit(EmbeddedRequest request) {
   generation.stop_strings = std::move(request.stop_strings);
   generation.ignore_eos = request.ignore_eos;
   generation.timeout = request.timeout;
-  return cpu_.engine->submit(std::move(generation));
+  return service_->engines().submit(std::move(generation));
 }
 
 std::vector<int32_t> EmbeddedEngine::tokenize(std::string_view text, bool add_special) const {
-  return cpu_.tokenizer->encode(text, add_special, /*parse_special=*/false);
+  return service_->tokenizer().encode(text, add_special, /*parse_special=*/false);
 }
 
 Result<std::string> EmbeddedEngine::detokenize(std::span<const int32_t> tokens) const {
-  const int32_t n_vocab = cpu_.tokenizer->n_vocab();
+  const int32_t n_vocab = service_->tokenizer().n_vocab();
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < 0 || tokens[i] >= n_vocab) {
       return make_error(StatusCode::kInvalidArgument,
@@ -78,12 +79,13 @@ Result<std::string> EmbeddedEngine::detokenize(std::span<const int32_t> tokens) 
                         n_vocab);
     }
   }
-  return cpu_.tokenizer->decode(tokens, /*skip_special=*/true);
+  return service_->tokenizer().decode(tokens, /*skip_special=*/true);
 }
 
 std::string EmbeddedEngine::describe() const {
-  return fmt::format("{}; chat template: {}", cpu_.engine->describe(),
-                     chat_template_ ? std::string(chat_template_->name()) : "none");
+  const std::optional<ChatTemplate>& chat_template = service_->chat_template();
+  return fmt::format("{}; chat template: {}", service_->engines().describe(),
+                     chat_template ? std::string(chat_template->name()) : "none");
 }
 
 }  // namespace llamaserve::jni

@@ -1,15 +1,15 @@
-// EmbeddedEngine: what one io.llamaserve.engine.LlamaEngine holds on the native side — a CPU
-// engine with its tokenizer and chat template — and the prompt building the Java API needs.
-// No JNI types appear here; jni_exports.cc only converts arguments and results.
+// EmbeddedEngine: what one io.llamaserve.engine.LlamaEngine holds on the native side — a model
+// opened by ModelService for its spec's layout (the CPU, one GPU, tensor or pipeline parallel
+// GPUs, replicas) with its tokenizer and chat template — and the prompt building the Java API
+// needs. No JNI types appear here; jni_exports.cc only converts arguments and results.
 //
-// Thread safety: every method may be called from many threads at once (Engine::submit and
-// the Tokenizer are thread-safe; the rest is immutable after open()).
+// Thread safety: every method may be called from many threads at once (EngineGroup::submit
+// and the Tokenizer are thread-safe; the rest is immutable after open()).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -18,21 +18,11 @@
 #include "core/status.h"
 #include "engine/generate.h"
 #include "engine/request.h"
-#include "service/cpu_engine.h"
+#include "service/config.h"
+#include "service/model_service.h"
 #include "tokenizer/chat_template.h"
 
 namespace llamaserve::jni {
-
-struct EmbeddedEngineOptions {
-  std::string model_path;
-  int32_t threads = 0;         // 0 = all online cores
-  int64_t context_tokens = 0;  // per sequence; 0 = min(model, 4096)
-  int32_t kv_sequences = 1;    // the KV cache holds context_tokens * kv_sequences tokens
-  int32_t max_running = 8;
-  int32_t max_waiting = 256;
-  int32_t max_batch_tokens = 512;
-  std::string chat_template;  // llama2 | llama3 | chatml; empty = detect from the model
-};
 
 // One generation as the Java side describes it: chat messages (templated here) or a raw
 // prompt (tokenized with the model's BOS and with special-token markup recognised, as the
@@ -51,12 +41,14 @@ struct EmbeddedRequest {
 
 class EmbeddedEngine {
  public:
-  // Loads the model, resolves the chat template and starts the engine thread. Errors name
-  // the file or option that was wrong.
-  static Result<std::unique_ptr<EmbeddedEngine>> open(const EmbeddedEngineOptions& options);
+  // Checks the spec's numbers, then opens it through ModelService without progress output:
+  // loads the model, resolves the chat template, builds the layout's executors and starts
+  // and warms up its engines. Errors name the file, device or option that was wrong (a CUDA
+  // device in a build without CUDA: kUnsupported).
+  static Result<std::unique_ptr<EmbeddedEngine>> open(const ModelSpec& spec);
 
   // Builds the prompt and submits it. Errors: kUnsupported (chat without a chat template),
-  // and everything Engine::submit returns.
+  // and everything EngineGroup::submit returns.
   Result<RequestHandle> submit(EmbeddedRequest request);
 
   std::vector<int32_t> tokenize(std::string_view text, bool add_special) const;
@@ -64,16 +56,18 @@ class EmbeddedEngine {
   // kInvalidArgument for an id outside the vocabulary.
   Result<std::string> detokenize(std::span<const int32_t> tokens) const;
 
-  EngineStats stats() const { return cpu_.engine->stats(); }
-  int32_t max_context() const { return cpu_.engine->max_context(); }
+  // Summed over the replicas; the counters include the warm-up generation of open().
+  EngineStats stats() const { return service_->engines().stats(); }
+  int32_t max_context() const { return service_->engines().max_context(); }
   std::string describe() const;
+  const ModelService& service() const { return *service_; }
 
  private:
-  explicit EmbeddedEngine(CpuEngine cpu, std::optional<ChatTemplate> chat_template)
-      : cpu_(std::move(cpu)), chat_template_(std::move(chat_template)) {}
+  explicit EmbeddedEngine(std::unique_ptr<ModelService> service) : service_(std::move(service)) {}
 
-  CpuEngine cpu_;
-  std::optional<ChatTemplate> chat_template_;  // none: chat requests are refused
+  // Destroying it shuts the engines down (open requests end with kCancelled) and frees the
+  // model and the executors' device memory.
+  std::unique_ptr<ModelService> service_;
 };
 
 }  // namespace llamaserve::jni

@@ -76,21 +76,39 @@ JNIEXPORT void JNICALL JNI_OnUnload(JavaVM* vm, void* /*reserved*/) {
   }
 }
 
+// kv_sequences: 0 = the KV cache of ModelService's default (context x max_running per
+// replica); n >= 1 = context_tokens x n tokens, which needs context_tokens > 0.
 JNIEXPORT jlong JNICALL Java_io_llamaserve_engine_NativeBridge_open(
-    JNIEnv* env, jclass, jbyteArray model_path, jint threads, jlong context_tokens,
-    jint kv_sequences, jint max_running, jint max_waiting, jint max_batch_tokens,
-    jbyteArray chat_template) {
+    JNIEnv* env, jclass, jbyteArray model_path, jbyteArray chat_template, jbyteArray device,
+    jint tensor_parallel, jint pipeline_parallel, jint replicas, jdouble gpu_memory_utilization,
+    jint threads, jlong context_tokens, jint kv_sequences, jint max_running, jint max_waiting,
+    jint max_batch_tokens) {
   return guarded(env, jlong{0}, [&] {
-    EmbeddedEngineOptions options;
-    options.model_path = bytes_of(env, model_path, "modelPath must not be null");
-    options.threads = threads;
-    options.context_tokens = context_tokens;
-    options.kv_sequences = kv_sequences;
-    options.max_running = max_running;
-    options.max_waiting = max_waiting;
-    options.max_batch_tokens = max_batch_tokens;
-    if (chat_template != nullptr) options.chat_template = bytes_of(env, chat_template, "");
-    auto engine = EmbeddedEngine::open(options);
+    llamaserve::ModelSpec spec;
+    spec.path = bytes_of(env, model_path, "modelPath must not be null");
+    if (chat_template != nullptr) spec.chat_template = bytes_of(env, chat_template, "");
+    spec.layout.device = bytes_of(env, device, "device must not be null");
+    spec.layout.tensor_parallel = tensor_parallel;
+    spec.layout.pipeline_parallel = pipeline_parallel;
+    spec.layout.replicas = replicas;
+    spec.layout.gpu_memory_utilization = gpu_memory_utilization;
+    spec.layout.threads = threads;
+    spec.context_tokens = context_tokens;
+    spec.engine.max_running = max_running;
+    spec.engine.max_waiting = max_waiting;
+    spec.engine.max_batch_tokens = max_batch_tokens;
+    if (kv_sequences < 0) {
+      fail(env, llamaserve::make_error(StatusCode::kInvalidArgument,
+                                       "kvSequences must be >= 0, got {}", kv_sequences));
+    }
+    if (kv_sequences > 0 && context_tokens <= 0) {
+      fail(env, llamaserve::make_error(StatusCode::kInvalidArgument,
+                                       "kvSequences {} needs contextTokens > 0 (got {}); 0 "
+                                       "sizes the KV cache as contextTokens x maxRunning",
+                                       kv_sequences, context_tokens));
+    }
+    if (kv_sequences > 0) spec.kv_cache_tokens = context_tokens * kv_sequences;
+    auto engine = EmbeddedEngine::open(spec);
     if (!engine.is_ok()) fail(env, engine.status());
     return reinterpret_cast<jlong>(std::move(engine).value().release());
   });
@@ -98,7 +116,8 @@ JNIEXPORT jlong JNICALL Java_io_llamaserve_engine_NativeBridge_open(
 
 JNIEXPORT void JNICALL Java_io_llamaserve_engine_NativeBridge_close(JNIEnv* env, jclass,
                                                                     jlong engine) {
-  // Stops the engine thread (open requests end with kCancelled) and frees the model.
+  // Stops the engines (open requests end with kCancelled) and frees the model and the
+  // executors' device memory.
   guarded_void(env, [&] { delete &engine_at(env, engine); });
 }
 

@@ -13,7 +13,7 @@ namespace llamaserve {
 namespace {
 
 using Ids = std::vector<int32_t>;
-const std::string kFixtures = std::string(LLAMASERVE_SHARED_DIR) + "/fixtures";
+const std::string kFixtures = LLAMASERVE_FIXTURES_DIR;
 
 Tokenizer load(const std::string& path) {
   auto file = GgufFile::open(path);

@@ -4,11 +4,21 @@ import java.nio.file.Path;
 import java.util.Objects;
 
 /**
- * How to open a {@link LlamaEngine}. Immutable; build with {@link #builder(Path)}. The
- * builder checks ranges; the model file itself is checked by {@link LlamaEngine#open}.
+ * How to open a {@link LlamaEngine}: the model, where it runs (the CPU by default, one CUDA
+ * device, or several split by tensor and pipeline parallelism, as replicas) and what its
+ * engines admit. Immutable; build with {@link #builder(Path)}. The builder checks ranges; the
+ * model file and the devices are checked by {@link LlamaEngine#open}.
+ *
+ * <p>The options are those of {@code llamaserve serve}: {@code device("0,1")} with
+ * {@code tensorParallel(2)} is {@code --devices 0,1 --tp 2}.
  */
 public final class EngineConfig {
   private final Path modelPath;
+  private final String device;
+  private final int tensorParallel;
+  private final int pipelineParallel;
+  private final int replicas;
+  private final double gpuMemoryUtilization;
   private final int threads;
   private final int contextTokens;
   private final int kvSequences;
@@ -19,6 +29,11 @@ public final class EngineConfig {
 
   private EngineConfig(Builder b) {
     this.modelPath = b.modelPath;
+    this.device = b.device;
+    this.tensorParallel = b.tensorParallel;
+    this.pipelineParallel = b.pipelineParallel;
+    this.replicas = b.replicas;
+    this.gpuMemoryUtilization = b.gpuMemoryUtilization;
     this.threads = b.threads;
     this.contextTokens = b.contextTokens;
     this.kvSequences = b.kvSequences;
@@ -34,6 +49,26 @@ public final class EngineConfig {
 
   public Path modelPath() {
     return modelPath;
+  }
+
+  public String device() {
+    return device;
+  }
+
+  public int tensorParallel() {
+    return tensorParallel;
+  }
+
+  public int pipelineParallel() {
+    return pipelineParallel;
+  }
+
+  public int replicas() {
+    return replicas;
+  }
+
+  public double gpuMemoryUtilization() {
+    return gpuMemoryUtilization;
   }
 
   public int threads() {
@@ -66,9 +101,14 @@ public final class EngineConfig {
 
   public static final class Builder {
     private final Path modelPath;
+    private String device = "cpu";
+    private int tensorParallel = 1;
+    private int pipelineParallel = 1;
+    private int replicas = 1;
+    private double gpuMemoryUtilization = 0.90;
     private int threads;
     private int contextTokens;
-    private int kvSequences = 1;
+    private int kvSequences;
     private int maxRunning = 8;
     private int maxWaiting = 256;
     private int maxBatchTokens = 512;
@@ -78,7 +118,51 @@ public final class EngineConfig {
       this.modelPath = Objects.requireNonNull(modelPath, "modelPath");
     }
 
-    /** CPU threads of the forward pass; 0 (default) = all online cores. */
+    /**
+     * Where the model runs: "cpu" (default), "cuda:N" or "N" for one CUDA device, or a list
+     * "0,1,2,3" of replicas x tensorParallel x pipelineParallel CUDA devices, consecutive
+     * groups per replica. Checked when the engine opens; a build without CUDA refuses CUDA
+     * devices with UNSUPPORTED.
+     */
+    public Builder device(String device) {
+      Objects.requireNonNull(device, "device");
+      if (device.isBlank()) throw new IllegalArgumentException("device must not be blank");
+      this.device = device;
+      return this;
+    }
+
+    /** GPUs that split every layer's heads and FFN columns (default 1; --tp). */
+    public Builder tensorParallel(int ranks) {
+      this.tensorParallel = atLeast(ranks, 1, "tensorParallel");
+      return this;
+    }
+
+    /** GPUs that each run a contiguous block of layers (default 1; --pp). */
+    public Builder pipelineParallel(int stages) {
+      this.pipelineParallel = atLeast(stages, 1, "pipelineParallel");
+      return this;
+    }
+
+    /**
+     * Whole-model engines behind a least-loaded router (default 1; --replicas). Each has its
+     * own KV cache and runs up to maxRunning requests; on the CPU they share the threads.
+     */
+    public Builder replicas(int replicas) {
+      this.replicas = atLeast(replicas, 1, "replicas");
+      return this;
+    }
+
+    /** CUDA: the fraction of each device's memory this model may use, in (0, 1] (default 0.9). */
+    public Builder gpuMemoryUtilization(double fraction) {
+      if (!(fraction > 0 && fraction <= 1)) {
+        throw new IllegalArgumentException(
+            "gpuMemoryUtilization must be in (0, 1], got " + fraction);
+      }
+      this.gpuMemoryUtilization = fraction;
+      return this;
+    }
+
+    /** CPU threads of the forward pass over all replicas; 0 (default) = all online cores. */
     public Builder threads(int threads) {
       this.threads = atLeast(threads, 0, "threads");
       return this;
@@ -91,15 +175,18 @@ public final class EngineConfig {
     }
 
     /**
-     * Sequences of contextTokens the KV cache holds (default 1). Concurrent requests share it;
-     * when it runs out, the engine pauses and later recomputes the newest ones.
+     * Sequences of contextTokens the KV cache of each replica holds. 0 (default) = maxRunning,
+     * as {@code llamaserve serve} sizes it, so that running requests never wait for KV space.
+     * A smaller count saves memory: concurrent requests share the cache, and when it runs out
+     * the engine pauses the newest ones and recomputes them later. A count above 0 needs an
+     * explicit {@link #contextTokens}.
      */
     public Builder kvSequences(int sequences) {
-      this.kvSequences = atLeast(sequences, 1, "kvSequences");
+      this.kvSequences = atLeast(sequences, 0, "kvSequences");
       return this;
     }
 
-    /** Requests decoded together (default 8). */
+    /** Requests decoded together by each replica (default 8). */
     public Builder maxRunning(int requests) {
       this.maxRunning = atLeast(requests, 1, "maxRunning");
       return this;
@@ -123,7 +210,13 @@ public final class EngineConfig {
       return this;
     }
 
+    /** @throws IllegalArgumentException kvSequences above 0 without contextTokens */
     public EngineConfig build() {
+      if (kvSequences > 0 && contextTokens == 0) {
+        throw new IllegalArgumentException("kvSequences(" + kvSequences
+            + ") needs contextTokens; leave kvSequences at 0 to size the KV cache as "
+            + "contextTokens x maxRunning");
+      }
       return new EngineConfig(this);
     }
 

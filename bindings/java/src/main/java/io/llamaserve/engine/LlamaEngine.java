@@ -11,8 +11,9 @@ import java.util.concurrent.locks.ReentrantReadWriteLock;
 import java.util.function.Consumer;
 
 /**
- * The llamaserve engine in this process, through JNI: one model on the CPU serving any number
- * of concurrent generations with continuous batching, as the server does.
+ * The llamaserve engine in this process, through JNI: one model on the CPU or on CUDA devices
+ * ({@link EngineConfig.Builder#device}) serving any number of concurrent generations with
+ * continuous batching, as the server does.
  *
  * <pre>{@code
  * try (LlamaEngine engine = LlamaEngine.open(EngineConfig.builder(Path.of("model.gguf")).build())) {
@@ -22,8 +23,8 @@ import java.util.function.Consumer;
  * }</pre>
  *
  * <p>Thread-safe: many threads may generate at once (each call waits only for its own
- * tokens). {@link #close()} cancels what is running, frees the model and the KV cache at
- * once (no finalizers), and may be called twice; any other use after it throws
+ * tokens). {@link #close()} cancels what is running, frees the model, the KV cache and the
+ * device memory at once (no finalizers), and may be called twice; any other use after it throws
  * IllegalStateException. Engine errors are {@link LlamaEngineException}s; invalid arguments
  * are IllegalArgumentExceptions.
  *
@@ -46,18 +47,23 @@ public final class LlamaEngine implements AutoCloseable {
   }
 
   /**
-   * Loads the model and starts the engine.
+   * Loads the model, starts the engines of the configured layout and warms them up with a
+   * two-token generation (counted in {@link #stats()}).
    *
    * @throws LlamaEngineException if the model cannot be loaded (NOT_FOUND, IO,
    *     INVALID_ARGUMENT with what is wrong with the file) or the options are refused
+   *     (INVALID_ARGUMENT naming the device or option; UNSUPPORTED for a CUDA device in a
+   *     build without CUDA; RESOURCE_EXHAUSTED when the model does not fit the devices)
    * @throws UnsatisfiedLinkError if libllamaserve_jni cannot be loaded
    */
   public static LlamaEngine open(EngineConfig config) {
     Objects.requireNonNull(config, "config");
     NativeLibrary.load();
-    long pointer = NativeBridge.open(utf8(config.modelPath().toString()), config.threads(),
-        config.contextTokens(), config.kvSequences(), config.maxRunning(), config.maxWaiting(),
-        config.maxBatchTokens(), utf8(config.chatTemplate()));
+    long pointer = NativeBridge.open(utf8(config.modelPath().toString()),
+        utf8(config.chatTemplate()), utf8(config.device()), config.tensorParallel(),
+        config.pipelineParallel(), config.replicas(), config.gpuMemoryUtilization(),
+        config.threads(), config.contextTokens(), config.kvSequences(), config.maxRunning(),
+        config.maxWaiting(), config.maxBatchTokens());
     return new LlamaEngine(pointer, config);
   }
 
@@ -174,6 +180,7 @@ public final class LlamaEngine implements AutoCloseable {
     return decoder.decode(bytes) + decoder.finish();
   }
 
+  /** Counters and gauges summed over the replicas. */
   public EngineStats stats() {
     lock.readLock().lock();
     try {

@@ -8,8 +8,11 @@ package io.llamaserve.engine;
 final class NativeBridge {
   private NativeBridge() {}
 
-  static native long open(byte[] modelPath, int threads, long contextTokens, int kvSequences,
-      int maxRunning, int maxWaiting, int maxBatchTokens, byte[] chatTemplate);
+  /** kvSequences: 0 = contextTokens x maxRunning per replica; n &gt; 0 needs contextTokens. */
+  static native long open(byte[] modelPath, byte[] chatTemplate, byte[] device,
+      int tensorParallel, int pipelineParallel, int replicas, double gpuMemoryUtilization,
+      int threads, long contextTokens, int kvSequences, int maxRunning, int maxWaiting,
+      int maxBatchTokens);
 
   static native void close(long engine);
 

@@ -276,7 +276,9 @@ class LlamaEngineTest {
   void invalidConfigurationsThrow() throws Exception {
     assertThrows(IllegalArgumentException.class, () -> config().threads(-1));
     assertThrows(IllegalArgumentException.class, () -> config().maxRunning(0));
-    assertThrows(IllegalArgumentException.class, () -> config().kvSequences(0));
+    assertThrows(IllegalArgumentException.class, () -> config().kvSequences(-1));
+    assertThrows(IllegalArgumentException.class,
+        () -> EngineConfig.builder(TestPaths.model()).kvSequences(2).build());
     assertThrows(NullPointerException.class, () -> EngineConfig.builder(null));
 
     LlamaEngineException missing = assertThrows(LlamaEngineException.class, () -> LlamaEngine
@@ -291,6 +293,63 @@ class LlamaEngineTest {
     LlamaEngineException template = assertThrows(LlamaEngineException.class,
         () -> LlamaEngine.open(config().chatTemplate("jinja-of-my-own").build()));
     assertTrue(template.getMessage().contains("jinja-of-my-own"), template.getMessage());
+  }
+
+  @Test
+  void layoutOptionsValidateRanges() {
+    EngineConfig defaults = EngineConfig.builder(TestPaths.model()).build();
+    assertEquals("cpu", defaults.device());
+    assertEquals(1, defaults.tensorParallel());
+    assertEquals(1, defaults.pipelineParallel());
+    assertEquals(1, defaults.replicas());
+    assertEquals(0.90, defaults.gpuMemoryUtilization());
+    assertEquals(0, defaults.kvSequences());
+
+    EngineConfig gpus = config().device("0,1").tensorParallel(2).pipelineParallel(1).replicas(1)
+        .gpuMemoryUtilization(0.5).build();
+    assertEquals("0,1", gpus.device());
+    assertEquals(2, gpus.tensorParallel());
+    assertEquals(0.5, gpus.gpuMemoryUtilization());
+
+    assertThrows(NullPointerException.class, () -> config().device(null));
+    assertThrows(IllegalArgumentException.class, () -> config().device(" "));
+    assertThrows(IllegalArgumentException.class, () -> config().tensorParallel(0));
+    assertThrows(IllegalArgumentException.class, () -> config().pipelineParallel(0));
+    assertThrows(IllegalArgumentException.class, () -> config().replicas(0));
+    assertThrows(IllegalArgumentException.class, () -> config().gpuMemoryUtilization(0));
+    assertThrows(IllegalArgumentException.class, () -> config().gpuMemoryUtilization(1.01));
+    assertThrows(IllegalArgumentException.class,
+        () -> config().gpuMemoryUtilization(Double.NaN));
+    config().gpuMemoryUtilization(1.0);
+  }
+
+  @Test
+  void devicesTheBuildCannotServeAreRefused() {
+    // This build has no CUDA support (the CPU preset); a CUDA build would open the device.
+    LlamaEngineException cuda = assertThrows(LlamaEngineException.class,
+        () -> LlamaEngine.open(config().device("cuda:0").build()));
+    assertEquals(LlamaEngineException.Code.UNSUPPORTED, cuda.code());
+    assertTrue(cuda.getMessage().contains("CUDA"), cuda.getMessage());
+
+    LlamaEngineException invalid = assertThrows(LlamaEngineException.class,
+        () -> LlamaEngine.open(config().device("gpu7").build()));
+    assertEquals(LlamaEngineException.Code.INVALID_ARGUMENT, invalid.code());
+    assertTrue(invalid.getMessage().contains("gpu7"), invalid.getMessage());
+
+    LlamaEngineException parallel = assertThrows(LlamaEngineException.class,
+        () -> LlamaEngine.open(config().tensorParallel(2).build()));
+    assertEquals(LlamaEngineException.Code.INVALID_ARGUMENT, parallel.code());
+    assertTrue(parallel.getMessage().contains("CUDA devices"), parallel.getMessage());
+  }
+
+  @Test
+  void replicasShareTheCpu() throws Exception {
+    try (LlamaEngine two = LlamaEngine.open(config().replicas(2).build())) {
+      assertTrue(two.describe().contains("2 replicas"), two.describe());
+      Generation g = two.generate(greedy("Hi", 4).ignoreEos(true).build());
+      assertEquals(4, g.completionTokens());
+      assertEquals(FinishReason.LENGTH, g.finishReason());
+    }
   }
 
   @Test
