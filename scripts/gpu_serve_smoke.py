@@ -76,7 +76,9 @@ def check_layout(binary: str, model: str, layout: list[str]) -> list[str]:
         else:
             problems.append("not ready within 180 s")
         if server.poll() is not None:
+            reader.join(timeout=5)
             problems.append(f"server exited early with {server.returncode}")
+            print("".join(log[-40:]))
             return problems
         results: list = [None] * 8
         threads = [threading.Thread(target=stream_completion, args=(base, f"Once upon a time {i % 2}", results, i))
@@ -119,12 +121,25 @@ def check_layout(binary: str, model: str, layout: list[str]) -> list[str]:
     return problems
 
 
+def visible_gpus() -> int:
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in listed.stdout.splitlines() if line.startswith("GPU "))
+
+
 def main() -> int:
     binary, model = sys.argv[1], sys.argv[2]
     layouts = [a.split() for a in sys.argv[3:]] or [["--devices", "0"], ["--devices", "0,1", "--tp", "2"],
                                                    ["--devices", "0,1", "--replicas", "2"]]
+    visible = visible_gpus()
     failed = False
     for layout in layouts:
+        needed = len(layout[layout.index("--devices") + 1].split(",")) if "--devices" in layout else 1
+        if needed > visible:
+            print(f"serve {' '.join(layout)}: skipped (needs {needed} GPUs, {visible} visible)")
+            continue
         problems = check_layout(binary, model, layout)
         print(f"serve {' '.join(layout)}: {'ok' if not problems else 'FAILED'}")
         for p in problems:
