@@ -36,29 +36,25 @@
 #include "cli/command.h"
 #include "cli/synthetic_model.h"
 #include "executor/profiler_range.h"
-#include "executor/tp_sums.h"
 #include "model/weights.h"
+#include "server/options.h"
 #include "service/layout_factory.h"
 #include "service/load_progress.h"
+#include "service/model_service.h"
 
 namespace llamaserve::cli {
 namespace {
 
 struct BenchOptions {
-  std::string model_path;
+  // The model's file (or "synthetic SHAPE:TYPE"), devices, layout and kernel settings; the
+  // KV and batch sizes come from the cases.
+  ModelSpec model;
   std::string synth;        // SHAPE:TYPE, synthesized in memory instead of -m
   std::string synth_vocab;  // tokenizer of --synth (default: find_default_vocab)
   int32_t prompt_tokens = 512;
   int32_t decode_tokens = 128;
   std::vector<int32_t> batches = {1, 16, 64, 256};
   int32_t batch_prompt_tokens = 128;
-  std::string device = "cpu";
-  int tensor_parallel = 1;
-  int pipeline_parallel = 1;
-  std::vector<int32_t> layer_split;
-  int32_t micro_batches = 0;  // pipeline micro-batches in flight; 0 = one per stage, 1 = off
-  double gpu_memory_utilization = 0.90;
-  int threads = 0;
   int reps = 3;
   bool json = false;
   std::string json_file;      // also write the JSON here
@@ -71,13 +67,6 @@ struct BenchOptions {
   int32_t profile_batch = 1;
   // Nsight Compute capture range: one more prompt pass after the prompt case's timed runs.
   bool profile_prompt = false;
-  // Tensor parallelism: how the ranks sum their partials (fused, peer, nccl), and whether the
-  // GEMM output projections' partials are summed as halves (half) or fp32 (float).
-  std::string tp_sums = "fused";
-  std::string tp_gemm_sums = "half";
-  // CUDA kernels: programmatic dependent launch (--no-pdl turns it off); per-operation times.
-  bool no_pdl = false;
-  bool op_times = false;
 };
 
 // Bytes a decode step reads for the weights (every matrix but the embedding table, whose one
@@ -266,12 +255,13 @@ double pct_of_copy(const CaseResult& r, double copy_bps) {
 
 nlohmann::json to_json(const BenchReport& b) {
   nlohmann::json out;
-  out["model"] = b.options.model_path;
+  const LayoutSpec& layout = b.options.model.layout;
+  out["model"] = b.options.model.path;
   out["device"] = b.device.name();
-  out["devices"] = b.options.device;
-  out["tensor_parallel"] = b.options.tensor_parallel;
-  out["pipeline_parallel"] = b.options.pipeline_parallel;
-  out["micro_batches"] = b.options.micro_batches;
+  out["devices"] = layout.device;
+  out["tensor_parallel"] = layout.tensor_parallel;
+  out["pipeline_parallel"] = layout.pipeline_parallel;
+  out["micro_batches"] = layout.micro_batches;
   out["executor"] = b.executor;
   out["method"] = method(b);
   out["reps"] = b.options.reps;
@@ -302,7 +292,7 @@ std::string header(const BenchReport& b) {
   return fmt::format(
       "model {} on {}\nexecutor: {}\nmethod: {}\ncopy bandwidth {:.1f} GB/s (read + write); "
       "weights read per step {:.3f} GB; KV per token of context {:.3f} MB; median of {}\n",
-      b.options.model_path, b.options.device, b.executor, method(b), b.copy_bps / 1e9,
+      b.options.model.path, b.options.model.layout.device, b.executor, method(b), b.copy_bps / 1e9,
       static_cast<double>(b.weight_bytes) / 1e9, b.kv_bytes_per_token / 1e6, b.options.reps);
 }
 
@@ -354,16 +344,18 @@ Status run_bench(const BenchOptions& o) {
   for (int32_t b : o.batches) {
     if (b < 1) return make_error(StatusCode::kInvalidArgument, "batch size {} must be >= 1", b);
   }
-  LS_ASSIGN_OR_RETURN(const std::vector<DeviceChoice> devices, parse_devices(o.device));
+  const LayoutSpec& layout = o.model.layout;
+  LS_ASSIGN_OR_RETURN(const std::vector<DeviceChoice> devices, parse_devices(layout.device));
   const DeviceChoice device = devices.front();
   // The layout before anything is measured or loaded (create_executor checks it again).
-  const int per_replica = o.tensor_parallel * o.pipeline_parallel;
-  if (o.tensor_parallel < 1 || o.pipeline_parallel < 1 ||
+  const int per_replica = layout.tensor_parallel * layout.pipeline_parallel;
+  if (layout.tensor_parallel < 1 || layout.pipeline_parallel < 1 ||
       (device.kind == DeviceChoice::Kind::kCuda &&
        static_cast<int>(devices.size()) != per_replica)) {
-    return make_error(
-        StatusCode::kInvalidArgument, "--tp {} x --pp {} need {} devices; --devices '{}' lists {}",
-        o.tensor_parallel, o.pipeline_parallel, per_replica, o.device, devices.size());
+    return make_error(StatusCode::kInvalidArgument,
+                      "--tp {} x --pp {} need {} devices; --devices '{}' lists {}",
+                      layout.tensor_parallel, layout.pipeline_parallel, per_replica, layout.device,
+                      devices.size());
   }
   if ((o.profile_steps > 0 || o.profile_prompt) && device.kind != DeviceChoice::Kind::kCuda) {
     return make_error(StatusCode::kInvalidArgument,
@@ -381,8 +373,9 @@ Status run_bench(const BenchOptions& o) {
   }
 
   LS_ASSIGN_OR_RETURN(std::shared_ptr<const LoadedModel> model,
-                      o.synth.empty() ? load_model_for_device(o.model_path, o.device)
-                                      : synthesize_for_device(o.synth, o.synth_vocab, o.device));
+                      o.synth.empty()
+                          ? load_model_for_device(o.model.path, layout.device)
+                          : synthesize_for_device(o.synth, o.synth_vocab, layout.device));
   const int32_t max_b = *std::max_element(o.batches.begin(), o.batches.end());
   // Sequence 0 runs every case; the others only the batch cases.
   constexpr int32_t kBlockSize = 16;
@@ -393,26 +386,16 @@ Status run_bench(const BenchOptions& o) {
   const int32_t first_seq_blocks =
       std::max({blocks_for(o.prompt_tokens), blocks_for(o.decode_tokens + o.profile_steps),
                 other_seq_blocks});
-  ExecutorOptions eo;
-  eo.device = o.device;
-  eo.tensor_parallel = o.tensor_parallel;
-  eo.pipeline_parallel = o.pipeline_parallel;
-  eo.layer_split = o.layer_split;
-  eo.pipeline_micro_batches = o.micro_batches;
-  eo.threads = o.threads;
-  eo.gpu_memory_utilization = o.gpu_memory_utilization;
+  // The spec's layout and kernel settings; KV, batch and context sizes from the cases.
+  ExecutorOptions eo = executor_options(o.model, 0);
   eo.kv_block_size = kBlockSize;
   eo.kv_capacity_tokens =
       (first_seq_blocks + static_cast<int64_t>(max_b - 1) * other_seq_blocks) * kBlockSize;
   eo.max_batch_tokens = std::max({512, o.prompt_tokens, max_b});
   eo.max_seqs = std::max(256, max_b) + 1;  // the CUDA executor pads decode batches with one more
   eo.max_context_tokens = static_cast<int64_t>(first_seq_blocks) * kBlockSize;
-  LoadProgress upload(o.model_path);  // weights going to a GPU
+  LoadProgress upload(o.model.path);  // weights going to a GPU
   eo.on_upload_progress = upload.callback();
-  LS_ASSIGN_OR_RETURN(eo.tp_sums.mode, parse_tp_sum_mode(o.tp_sums));
-  eo.tp_sums.half_gemm_sums = o.tp_gemm_sums == "half";
-  eo.tuning.pdl = !o.no_pdl;
-  eo.tuning.op_times = o.op_times;
   LS_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor, create_executor(model, eo));
   upload.finish();
   const KvCacheInfo kv = executor->kv_info();
@@ -489,7 +472,7 @@ Status run_bench(const BenchOptions& o) {
 std::function<int()> setup_bench(CLI::App& sub) {
   auto o = std::make_shared<BenchOptions>();
   CLI::Option_group* model = sub.add_option_group("model", "the model to measure (one of)");
-  model->add_option("-m,--model", o->model_path, "GGUF model file");
+  model->add_option("-m,--model", o->model.path, "GGUF model file");
   model
       ->add_option("--synth", o->synth,
                    "SHAPE:TYPE: synthesize a random-weight model in memory (llama2-70b:f16; "
@@ -511,26 +494,28 @@ std::function<int()> setup_bench(CLI::App& sub) {
   sub.add_option("--batch-prompt", o->batch_prompt_tokens,
                  "prompt tokens of each sequence of the batch cases")
       ->capture_default_str();
-  sub.add_option("--device,--devices", o->device,
+  LayoutSpec& layout = o->model.layout;
+  sub.add_option("--device,--devices", layout.device,
                  "cpu, cuda:N, a CUDA device index N, or a list 0,1 for --tp/--pp")
       ->capture_default_str();
-  sub.add_option("--gpu-memory-utilization", o->gpu_memory_utilization,
+  sub.add_option("--gpu-memory-utilization", layout.gpu_memory_utilization,
                  "fraction of the GPU's memory to use (CUDA devices)")
       ->capture_default_str();
-  sub.add_option("--tp", o->tensor_parallel,
+  sub.add_option("--tp", layout.tensor_parallel,
                  "tensor parallel: split every layer's heads and FFN over this many GPUs (NCCL)")
       ->capture_default_str();
-  sub.add_option("--pp", o->pipeline_parallel,
+  sub.add_option("--pp", layout.pipeline_parallel,
                  "pipeline parallel: consecutive layer blocks on this many GPUs")
       ->capture_default_str();
-  sub.add_option("--layer-split", o->layer_split, "layers per pipeline stage, e.g. 16,16")
+  sub.add_option("--layer-split", layout.layer_split, "layers per pipeline stage, e.g. 16,16")
       ->delimiter(',');
-  sub.add_option("--micro-batches", o->micro_batches,
+  sub.add_option("--micro-batches", layout.micro_batches,
                  "pipeline: micro-batches in flight per pass of several sequences (0 = one per "
                  "stage, 1 = the stages in turn)")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
-  sub.add_option("-t,--threads", o->threads, "CPU threads (0 = all cores)")->capture_default_str();
+  sub.add_option("-t,--threads", layout.threads, "CPU threads (0 = all cores)")
+      ->capture_default_str();
   sub.add_option("--reps", o->reps, "timed repetitions per case (the median is reported)")
       ->capture_default_str();
   sub.add_flag("--json", o->json, "print the results as JSON");
@@ -547,25 +532,12 @@ std::function<int()> setup_bench(CLI::App& sub) {
   sub.add_flag("--profile-prompt", o->profile_prompt,
                "one more prompt pass inside a profiler capture range, after the prompt case's "
                "timed runs");
-  sub.add_option("--tp-sums", o->tp_sums,
-                 "how tensor-parallel ranks sum their partials: fused (decode products through "
-                 "fused peer reductions, the rest NCCL), peer (small tensors through the "
-                 "peer-to-peer all-reduce), nccl")
-      ->check(CLI::IsMember({"fused", "peer", "nccl"}))
-      ->capture_default_str();
-  sub.add_option("--tp-gemm-sums", o->tp_gemm_sums,
-                 "tensor parallel: sum the GEMM output projections' partials as half or float")
-      ->check(CLI::IsMember({"half", "float"}))
-      ->capture_default_str();
-  sub.add_flag("--no-pdl", o->no_pdl, "launch CUDA kernels without programmatic dependent launch");
-  sub.add_flag("--op-times", o->op_times,
-               "time every operation of every layer with CUDA events and log a report at exit "
-               "(slower: no CUDA graphs)");
+  server::add_kernel_options(sub, o->model);
   sub.add_option("--json-file", o->json_file, "also write the JSON results to this file");
   sub.add_option("--markdown-file", o->markdown_file, "also write a markdown table to this file");
   return [o] {
     // The reports name the model by its path; a --synth model by its spec.
-    if (!o->synth.empty()) o->model_path = "synthetic " + o->synth;
+    if (!o->synth.empty()) o->model.path = "synthetic " + o->synth;
     const Status status = run_bench(*o);
     if (!status.is_ok()) {
       std::fprintf(stderr, "llamaserve bench: %s\n", status.to_string().c_str());

@@ -16,6 +16,10 @@ namespace llamaserve::server {
 // because it may come from the config file; finalize_service_config() checks it.
 void add_service_options(CLI::App& app, ServiceConfig& config);
 
+// The kernel and tensor-parallel flags (--tp-sums, --tp-gemm-sums, --no-pdl, --op-times),
+// bound to `model`'s layout and tuning: serve and bench declare them here.
+void add_kernel_options(CLI::App& app, ModelSpec& model);
+
 // After parsing: applies --config (to options neither flag nor env set), reads
 // --api-key-file, fills derived defaults and checks the options against each other.
 Status finalize_service_config(CLI::App& app, ServiceConfig& config);
