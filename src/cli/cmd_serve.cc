@@ -93,10 +93,9 @@ int run_serve(CLI::App& app, ServiceConfig& config) {
   spdlog::info("serve: listening on http://{}:{} ({} HTTP threads, {} running + {} queued)",
                options.host, http.port(), options.http_threads,
                config.admission_limit() - options.max_queue, options.max_queue);
-  std::thread http_thread([&http] { http.serve(); });
+  http.start();
   auto stop_http = [&] {
     http.stop();
-    http_thread.join();
     http.release_model();
   };
 

@@ -3,8 +3,10 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "server/openapi.h"
 #include "server/request_parser.h"
@@ -183,8 +185,26 @@ Status HttpServer::bind() {
 
 void HttpServer::serve() { server_->listen_after_bind(); }
 
+void HttpServer::start() {
+  serve_thread_ = std::thread([this] {
+    serve();
+    serve_returned_ = true;
+  });
+}
+
 void HttpServer::stop() {
-  if (server_) server_->stop();
+  if (!server_) return;
+  if (!serve_thread_.joinable()) {
+    server_->stop();
+    return;
+  }
+  // The listener only stops once its loop runs: a stop() that came first (a model that fails
+  // to load at once) would be lost, and the serving thread would never end.
+  while (!serve_returned_ && !server_->is_running()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  server_->stop();
+  serve_thread_.join();
 }
 
 std::string HttpServer::build_openapi_json(int32_t n_vocab) const {

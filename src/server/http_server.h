@@ -14,6 +14,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -65,6 +66,8 @@ class HttpServer {
   int port() const { return port_; }
   // Accepts and serves connections on the calling thread until stop().
   void serve();
+  // serve() on a thread of the server's own, which stop() ends and joins.
+  void start();
 
   // Opens the generation routes and turns /ready to 200 (after warm-up).
   void set_model(std::shared_ptr<const ModelService> model);
@@ -73,8 +76,8 @@ class HttpServer {
   void begin_drain();
   // Waits until no generation response is being produced, at most `timeout`. True if idle.
   bool wait_until_idle(std::chrono::milliseconds timeout);
-  // Closes the listening socket and ends serve(). Responses still streaming are cut, so
-  // drain first.
+  // Closes the listening socket and ends serve() (and start()'s thread, even when it had not
+  // begun to listen yet). Responses still streaming are cut, so drain first.
   void stop();
   // Drops the server's reference to the model (and so to the engine).
   void release_model();
@@ -124,6 +127,8 @@ class HttpServer {
   // Rebuilt once the model (and so the vocabulary size) is known.
   std::shared_ptr<const std::string> openapi_json_;  // guarded by model_mutex_
   std::atomic<bool> ready_{false};
+  std::thread serve_thread_;                 // start()'s
+  std::atomic<bool> serve_returned_{false};  // start()'s thread is done serving
   std::atomic<bool> draining_{false};
 
   // Admission: at most replicas x max-running + max-queue generation requests

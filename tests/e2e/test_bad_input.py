@@ -3,10 +3,15 @@ server keeps serving afterwards."""
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import time
 
 import httpx
 import pytest
+
+from llamaserve_e2e import BIN, MODEL
 
 CHAT = "/v1/chat/completions"
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -154,3 +159,26 @@ def test_garbage_http_does_not_hurt(server, client):
     assert body["choices"][0]["finish_reason"] in ("length", "stop")
     assert isinstance(body["choices"][0]["text"], str)
     assert body["usage"]["completion_tokens"] <= 2
+
+
+def test_serve_exits_at_once_when_the_model_cannot_load(tmp_path):
+    """A model file that fails fast (missing, empty, random bytes, truncated) ends `serve` with a
+    non-zero status within seconds, every time: a liveness probe then restarts it."""
+    real = MODEL.read_bytes()[:4096]
+    broken = {
+        "missing": tmp_path / "missing.gguf",
+        "empty": tmp_path / "empty.gguf",
+        "random": tmp_path / "random.gguf",
+        "truncated": tmp_path / "truncated.gguf",
+    }
+    broken["empty"].write_bytes(b"")
+    broken["random"].write_bytes(os.urandom(4096))
+    broken["truncated"].write_bytes(real)
+    for kind, path in broken.items():
+        for attempt in range(5):
+            start = time.monotonic()
+            proc = subprocess.run([str(BIN), "serve", "-m", str(path), "--port", "0"],
+                                  capture_output=True, text=True, timeout=30)
+            elapsed = time.monotonic() - start
+            assert proc.returncode == 1, (kind, attempt, proc.returncode, proc.stderr[-500:])
+            assert elapsed < 5, (kind, attempt, elapsed)
