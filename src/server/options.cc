@@ -1,6 +1,5 @@
 #include "server/options.h"
 
-#include <cstdlib>
 #include <fstream>
 #include <map>
 
@@ -173,6 +172,14 @@ void add_service_options(CLI::App& app, ServiceConfig& config) {
                  "JSON file of options (keys = flag names without dashes); flags and "
                  "LLAMASERVE_* variables take precedence");
   bind_env_vars(app, "LLAMASERVE_");
+  // Not a flag: the CUDA runtime's own variable, recorded with the rest of the configuration
+  // (the GPU metrics map CUDA ordinals to NVML devices through it). Bound after the
+  // LLAMASERVE_* names so that it keeps its own.
+  app.add_option_function<std::string>(
+         "--cuda-visible-devices",
+         [&o](const std::string& visible) { o.cuda_visible_devices = visible; })
+      ->envname("CUDA_VISIBLE_DEVICES")
+      ->group("");
 }
 
 namespace {
@@ -220,7 +227,6 @@ Status finalize_service_config(CLI::App& app, ServiceConfig& config) {
                       "--max-queue ({})",
                       o.http_threads, admitted);
   }
-  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) o.cuda_visible_devices = visible;
   // Each engine's queue bound is a backstop that the server's own admission never reaches.
   model.engine.max_waiting = admitted;
   return Status::ok();

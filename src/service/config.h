@@ -86,8 +86,8 @@ struct ServerConfig {
   int64_t drain_timeout_ms = 30000;
   std::string config_path;  // --config JSON file
 
-  // The process's CUDA_VISIBLE_DEVICES (none: unset), read once with the rest of the
-  // configuration: the GPU metrics map CUDA ordinals to NVML devices through it.
+  // The process's CUDA_VISIBLE_DEVICES (none: unset), bound with the rest of serve's options:
+  // the GPU metrics map CUDA ordinals to NVML devices through it.
   std::optional<std::string> cuda_visible_devices;
 };
 

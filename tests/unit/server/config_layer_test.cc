@@ -74,6 +74,20 @@ TEST_F(ConfigPrecedence, FlagBeatsEnvBeatsFileBeatsDefault) {
   EXPECT_EQ(server().request_timeout_ms, 0);
 }
 
+TEST_F(ConfigPrecedence, CudaVisibleDevicesIsRecordedUnderItsOwnName) {
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  ASSERT_TRUE(parse({"-m", "m.gguf"}).is_ok());
+  EXPECT_FALSE(server().cuda_visible_devices.has_value());
+
+  env_.set("CUDA_VISIBLE_DEVICES", "GPU-5e1f,3");
+  CLI::App other{"test"};
+  ServiceConfig other_config;
+  add_service_options(other, other_config);
+  other.parse(std::vector<std::string>{"m.gguf", "-m"});
+  ASSERT_TRUE(finalize_service_config(other, other_config).is_ok());
+  EXPECT_EQ(other_config.server.cuda_visible_devices, "GPU-5e1f,3");
+}
+
 TEST_F(ConfigPrecedence, ConfigPathItselfFromEnv) {
   write_config(R"({"model": "m.gguf", "api-key": ["k1", "k2"], "host": "0.0.0.0"})");
   env_.set("LLAMASERVE_CONFIG", config_path_.string());
