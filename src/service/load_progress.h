@@ -58,13 +58,14 @@ inline bool runs_on_cpu(const std::string& device) {
   return choice.is_ok() && choice->kind == DeviceChoice::Kind::kCpu;
 }
 
-// serve and bench: load_model, prefaulting the weights with progress when they stay on the CPU.
+// load_model, prefaulting the weights when they stay on the CPU; with show_progress, reporting
+// the load as LoadProgress does.
 inline Result<std::shared_ptr<const LoadedModel>> load_model_for_device(
-    const std::string& model_path, const std::string& device) {
+    const std::string& model_path, const std::string& device, bool show_progress = true) {
   LoadProgress progress(model_path);
   LoadOptions options;
   options.prefault = runs_on_cpu(device);
-  options.on_progress = progress.callback();
+  if (show_progress) options.on_progress = progress.callback();
   LS_ASSIGN_OR_RETURN(std::shared_ptr<const LoadedModel> model, load_model(model_path, options));
   progress.finish();
   return model;

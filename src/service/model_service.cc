@@ -19,15 +19,6 @@ int64_t unix_seconds_now() {
       .count();
 }
 
-// The model file, prefaulted with progress when its weights stay on the CPU.
-Result<std::shared_ptr<const LoadedModel>> load_for_layout(const ModelSpec& spec,
-                                                           bool show_progress) {
-  if (show_progress) return load_model_for_device(spec.path, spec.layout.device);
-  LoadOptions options;
-  options.prefault = runs_on_cpu(spec.layout.device);
-  return load_model(spec.path, options);
-}
-
 }  // namespace
 
 std::string ModelSpec::served_name() const {
@@ -122,7 +113,8 @@ Result<std::unique_ptr<ModelService>> ModelService::open(const ModelSpec& spec,
 
 Status ModelService::start(const OpenHooks& hooks) {
   const auto start = std::chrono::steady_clock::now();
-  LS_ASSIGN_OR_RETURN(model_, load_for_layout(spec_, hooks.show_progress));
+  LS_ASSIGN_OR_RETURN(model_,
+                      load_model_for_device(spec_.path, spec_.layout.device, hooks.show_progress));
   auto tokenizer = Tokenizer::from_gguf(*model_->file);
   if (!tokenizer.is_ok()) return tokenizer.status().with_context(spec_.path);
   tokenizer_ = std::make_shared<const Tokenizer>(std::move(tokenizer).value());
@@ -224,7 +216,7 @@ void ModelService::close() {
 Status run_tp_worker(const ModelSpec& spec, const OpenHooks& hooks) {
   if (spec.path.empty()) return Status(StatusCode::kInvalidArgument, "no model file given");
   LS_ASSIGN_OR_RETURN(std::shared_ptr<const LoadedModel> model,
-                      load_for_layout(spec, hooks.show_progress));
+                      load_model_for_device(spec.path, spec.layout.device, hooks.show_progress));
   ExecutorOptions options = executor_options(spec, 0);
   std::optional<LoadProgress> upload;  // the shard going to the GPU
   if (hooks.show_progress) {
