@@ -9,7 +9,7 @@ cd "$root"
 apt_packages=(
   build-essential cmake ninja-build pkg-config git ca-certificates ccache clang-format
   clang-14 libclang-rt-14-dev
-  libcpp-httplib-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev
+  libboost1.81-dev zlib1g-dev libcpp-httplib-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev
   prometheus-cpp-dev libgtest-dev libgmock-dev googletest libbenchmark-dev
   libsentencepiece-dev
   default-jdk-headless maven maven-debian-helper junit5 libsurefire-java

@@ -13,10 +13,13 @@
 // LLAMASERVE_<NAME> and from the --config JSON file (docs/configuration.md).
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <thread>
 
@@ -48,12 +51,27 @@ class ShutdownSignal {
       {
         std::lock_guard lock(mutex_);
         received_ = signal_number;
+        if (loading_) {
+          // Nothing is admitted while the model loads (generation routes answer 503), so
+          // there is nothing to drain; a load can take minutes, and is not waited for.
+          spdlog::info("serve: {} while loading the model; exiting",
+                       signal_number == SIGINT ? "SIGINT" : "SIGTERM");
+          spdlog::shutdown();
+          std::_Exit(0);
+        }
       }
       changed_.notify_all();
     });
   }
 
+  // From here on a signal drains instead of exiting at once.
+  void loaded() {
+    std::lock_guard lock(mutex_);
+    loading_ = false;
+  }
+
   ~ShutdownSignal() {
+    loaded();  // the wake-up below must not be taken for a signal during loading
     if (received() == 0) pthread_kill(waiter_.native_handle(), SIGTERM);  // wake sigwait
     waiter_.join();
   }
@@ -75,7 +93,18 @@ class ShutdownSignal {
   std::mutex mutex_;
   std::condition_variable changed_;
   int received_ = 0;
+  bool loading_ = true;  // guarded by mutex_
 };
+
+// Every connection is a descriptor: take the hard limit rather than the usual soft 1024.
+void raise_descriptor_limit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  limit.rlim_cur = limit.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    spdlog::warn("serve: cannot raise the open-file limit: {}", std::strerror(errno));
+  }
+}
 
 int run_serve(CLI::App& app, ServiceConfig& config) {
   if (Status status = server::finalize_service_config(app, config); !status.is_ok()) {
@@ -85,6 +114,7 @@ int run_serve(CLI::App& app, ServiceConfig& config) {
   const ServerConfig& options = config.server;
   const ModelSpec& spec = config.models.front();
   ShutdownSignal shutdown;
+  raise_descriptor_limit();
   server::HttpServer http(config);
   if (Status status = http.bind(); !status.is_ok()) {
     spdlog::error("serve: {}", status.to_string());
@@ -106,6 +136,7 @@ int run_serve(CLI::App& app, ServiceConfig& config) {
     return 1;
   }
   std::shared_ptr<ModelService> model = std::move(opened).value();
+  shutdown.loaded();
   if (shutdown.received() == 0) {
     http.set_model(model);
     spdlog::info("serve: ready (model '{}', context {} tokens)", model->name(),

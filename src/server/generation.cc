@@ -1,11 +1,9 @@
 // The generation routes (POST /v1/chat/completions, /v1/completions, /chat): parse,
 // tokenize, submit, then answer from the request's event stream, watching the client.
-#include <httplib.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
 
-#include "server/connection.h"
 #include "server/http_server.h"
 #include "server/request_parser.h"
 #include "server/response_format.h"
@@ -31,13 +29,6 @@ int64_t unix_seconds() {
       .count();
 }
 
-// Never reaches the client (it has gone); a body keeps httplib's error handler from
-// answering, and counting, the request a second time.
-void send_client_closed(httplib::Response& res) {
-  send_error(res,
-             api_error_from_status(Status(StatusCode::kCancelled, "client closed the connection")));
-}
-
 // The limits a request ran under, for the messages of requests that exceed them.
 struct SessionLimits {
   std::chrono::milliseconds queue_timeout;
@@ -53,13 +44,13 @@ class GenerationSession {
  public:
   // `admission` (HttpServer::try_admit) is released when the finish event arrives or when
   // the session is destroyed; `in_flight` when the session is destroyed, after the record.
-  GenerationSession(HttpServer& server, RequestHandle handle, ConnectionWatch watch,
+  GenerationSession(HttpServer& server, RequestHandle handle, http::Exchange& exchange,
                     std::unique_ptr<ResponseFormat> format, RequestRecord record,
                     InFlightCounter::Ticket admission, InFlightCounter::Ticket in_flight,
                     SessionLimits limits)
       : server_(server),
         handle_(std::move(handle)),
-        watch_(watch),
+        exchange_(exchange),
         format_(std::move(format)),
         record_(std::move(record)),
         admission_(std::move(admission)),
@@ -70,8 +61,12 @@ class GenerationSession {
 
   ~GenerationSession() {
     if (!finished_) {
+      // The finish event is not waited for: the generation is counted as cancelled here.
       handle_.cancel();
       if (record_.status == 0) record_.status = kClientClosedStatus;
+      record_.finish_reason = finish_reason_name(FinishReason::kCancelled);
+      server_.metrics().record_finish_reason(record_.finish_reason);
+      server_.metrics().observe_request_duration(ms_between(record_.start, Clock::now()) / 1000.0);
     }
     admission_.release();
     server_.finish_record(record_);
@@ -88,7 +83,7 @@ class GenerationSession {
       const auto now = std::chrono::steady_clock::now();
       if (now >= next_liveness_check_) {
         next_liveness_check_ = now + kLivenessPoll;
-        if (watch_.peer_closed()) {
+        if (exchange_.client_gone()) {
           client_gone();
           return std::nullopt;
         }
@@ -137,38 +132,47 @@ class GenerationSession {
   }
   const GenerationEvent& first_event() const { return *first_event_; }
 
-  void respond(httplib::Response& res) {
+  // Collects the whole generation and answers it in one response.
+  void respond() {
     std::optional<GenerationEvent> event = std::move(first_event_);
     while (event && event->kind == GenerationEvent::Kind::kDelta) {
       format_->collect(*event);
       event = next_event();
     }
-    if (!event) {
-      send_client_closed(res);  // the client left; the destructor records it
-      return;
-    }
+    if (!event) return;  // the client left; the destructor records it
     finished_ = true;
+    http::Response res;
     if (auto error = failure(*event)) {
       send_error(res, *error);
       record_.error = error->message;
     } else {
       res.status = 200;
-      res.set_content(format_->body(*event), "application/json");
+      res.set_header("Content-Type", "application/json");
+      res.body = format_->body(*event);
     }
     record_.status = res.status;
+    server_.decorate(res, record_.id);
+    exchange_.respond(std::move(res));
   }
 
-  // Content provider body: writes the whole stream, then ends it. False = the connection is
-  // unusable (httplib then closes it).
-  bool stream(httplib::DataSink& sink) {
-    if (!write(sink, format_->stream_begin())) return false;
+  // Streams the generation as server-sent events, one write per event. False when the client
+  // left first.
+  bool stream() {
+    http::Response head;
+    head.status = 200;
+    head.set_header("Content-Type", "text/event-stream");
+    head.set_header("Cache-Control", "no-cache");
+    head.set_header("X-Accel-Buffering", "no");
+    server_.decorate(head, record_.id);
+    exchange_.start_stream(std::move(head));
+    if (!write(format_->stream_begin())) return false;
     std::optional<GenerationEvent> event = std::move(first_event_);
     while (true) {
       if (!event) event = next_event();
       if (!event) return false;
       if (event->kind == GenerationEvent::Kind::kDelta) {
         if ((!event->text.empty() || !event->logprobs.empty()) &&
-            !write(sink, format_->stream_delta(*event))) {
+            !write(format_->stream_delta(*event))) {
           return false;
         }
         event.reset();
@@ -178,22 +182,22 @@ class GenerationSession {
       if (auto error = failure(*event)) {
         record_.status = error->http_status;
         record_.error = error->message;
-        if (!write(sink, format_->stream_error(*error))) return false;
+        if (!write(format_->stream_error(*error))) return false;
       } else {
         record_.status = 200;
-        if (!write(sink, format_->stream_end(*event))) return false;
+        if (!write(format_->stream_end(*event))) return false;
       }
-      sink.done();
+      exchange_.end_stream();
       return true;
     }
   }
 
  private:
-  bool write(httplib::DataSink& sink, const std::string& bytes) {
+  bool write(const std::string& bytes) {
     if (bytes.empty()) return true;
     // A write into the socket buffer can succeed after the peer left; the liveness check
     // catches that before the next token instead of one write later.
-    if (!sink.write(bytes.data(), bytes.size()) || watch_.peer_closed()) {
+    if (!exchange_.write(bytes) || exchange_.client_gone()) {
       client_gone();
       return false;
     }
@@ -235,7 +239,7 @@ class GenerationSession {
 
   HttpServer& server_;
   RequestHandle handle_;
-  ConnectionWatch watch_;
+  http::Exchange& exchange_;
   std::chrono::steady_clock::time_point next_liveness_check_{};
   std::unique_ptr<ResponseFormat> format_;
   RequestRecord record_;
@@ -283,8 +287,9 @@ Result<std::vector<int32_t>> HttpServer::build_prompt(const ModelService& model,
   return tokens;
 }
 
-bool HttpServer::handle_generation(const Route& route, const httplib::Request& req,
-                                   httplib::Response& res, RequestRecord& record) {
+bool HttpServer::handle_generation(const Route& route, http::Exchange& exchange,
+                                   http::Response& res, RequestRecord& record) {
+  const http::Request& req = exchange.request();
   auto model = served_model();
   if (!model) {
     send_error(
@@ -392,34 +397,19 @@ bool HttpServer::handle_generation(const Route& route, const httplib::Request& r
     default: format = make_simple_chat_format(std::move(identity)); break;
   }
   // From here on the session owns the record and finishes it when it is destroyed.
-  ConnectionWatch watch(req.remote_addr, req.remote_port, req.local_port);
-  if (!watch.found()) {
-    spdlog::debug(
-        "request {}: connection socket not found; a disconnect is noticed only when "
-        "a write fails",
-        record.id);
-  }
-  auto session = std::make_shared<GenerationSession>(
-      *this, std::move(handle).value(), watch, std::move(format), std::move(record),
-      std::move(*admission), active_generations_.acquire(), session_limits);
-  if (!session->wait_first_event()) {
-    send_client_closed(res);
-    return true;
-  }
-  const GenerationEvent& first = session->first_event();
+  GenerationSession session(*this, std::move(handle).value(), exchange, std::move(format),
+                            std::move(record), std::move(*admission), active_generations_.acquire(),
+                            session_limits);
+  if (!session.wait_first_event()) return true;  // the client left
+  const GenerationEvent& first = session.first_event();
   // A stream that ends before any output with an error is answered as a plain HTTP error.
   const bool answer_plainly = !parsed->stream || (first.kind == GenerationEvent::Kind::kFinish &&
-                                                  session->failure(first).has_value());
+                                                  session.failure(first).has_value());
   if (answer_plainly) {
-    session->respond(res);
-    return true;
+    session.respond();
+  } else {
+    session.stream();
   }
-  res.status = 200;
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Accel-Buffering", "no");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [session](size_t /*offset*/, httplib::DataSink& sink) { return session->stream(sink); });
   return true;
 }
 

@@ -1,11 +1,13 @@
-// The HTTP front end: cpp-httplib transport, auth, CORS, admission, the routes of
-// routes.h, per-request metrics and logs, readiness and draining.
+// The HTTP front end: routes, auth, CORS, admission, per-request metrics and logs, readiness
+// and draining, on top of the transport of src/http (event loop, strict request reader,
+// limits and timeouts per connection).
 //
-// Threads: cpp-httplib serves each connection on one thread of a fixed pool
-// (--http-threads). A generation request holds its thread while it waits and streams, so
-// the pool is larger than replicas x max-running + max-queue and requests beyond the
-// engine's limits are still answered (429) at once. Handlers never touch model state: they
-// tokenize, submit to the EngineGroup and read events from the RequestHandle.
+// Threads: the transport's event loop checks each request head here (route, auth, draining)
+// before its body is read; complete requests run on its worker pool (--http-threads). A
+// generation request holds its worker while it waits and streams, so the pool is larger than
+// replicas x max-running + max-queue and requests beyond the engine's limits are still
+// answered (429) at once; idle and slow connections hold no thread. Handlers never touch model
+// state: they tokenize, submit to the EngineGroup and read events from the RequestHandle.
 #pragma once
 
 #include <atomic>
@@ -14,12 +16,12 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
 #include "engine/engine_group.h"
+#include "http/transport.h"
 #include "server/api_error.h"
 #include "server/gpu_metrics.h"
 #include "server/in_flight.h"
@@ -29,12 +31,6 @@
 #include "service/model_service.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
-
-namespace httplib {
-class Server;
-struct Request;
-struct Response;
-}  // namespace httplib
 
 namespace llamaserve::server {
 
@@ -53,7 +49,7 @@ struct RequestRecord {
   std::string error;  // message of an error response, for the log
 };
 
-class HttpServer {
+class HttpServer final : private http::Handler {
  public:
   // Serves config.models.front() once set_model() hands it over.
   explicit HttpServer(const ServiceConfig& config);
@@ -64,9 +60,7 @@ class HttpServer {
   // Binds the listening socket (--host, --port; port 0 picks a free one).
   Status bind();
   int port() const { return port_; }
-  // Accepts and serves connections on the calling thread until stop().
-  void serve();
-  // serve() on a thread of the server's own, which stop() ends and joins.
+  // Serves connections on the transport's own threads until stop().
   void start();
 
   // Opens the generation routes and turns /ready to 200 (after warm-up).
@@ -76,36 +70,42 @@ class HttpServer {
   void begin_drain();
   // Waits until no generation response is being produced, at most `timeout`. True if idle.
   bool wait_until_idle(std::chrono::milliseconds timeout);
-  // Closes the listening socket and ends serve() (and start()'s thread, even when it had not
-  // begun to listen yet). Responses still streaming are cut, so drain first.
+  // Closes the listening socket and every connection and waits for the request threads.
+  // Responses still streaming are cut, so drain first.
   void stop();
   // Drops the server's reference to the model (and so to the engine).
   void release_model();
 
   ServerMetrics& metrics() { return metrics_; }
 
-  // For the request log and metrics; public so that streaming sessions can finish records.
+  // For the request log and metrics; public so that generation sessions can finish records.
   void finish_record(RequestRecord& record);
+  // Headers every response carries (request id, CORS); public for generation sessions.
+  void decorate(http::Response& response, const std::string& request_id) const;
 
  private:
-  void register_routes();
-  void dispatch(const Route& route, const httplib::Request& req, httplib::Response& res);
-  // Returns true when a streaming response took over the record (finished later).
-  bool handle_route(const Route& route, const httplib::Request& req, httplib::Response& res,
-                    RequestRecord& record);
-  void handle_error_response(const httplib::Request& req, httplib::Response& res);
-  std::optional<ApiError> check_auth(const httplib::Request& req) const;
+  // http::Handler
+  std::optional<http::Response> check_head(const http::Request& head) override;
+  void handle(std::shared_ptr<http::Exchange> exchange) override;
+  http::Response refusal(const http::HttpError& error, const http::Request& head) override;
 
-  // Routes (generation.cc for the generation ones).
-  bool handle_generation(const Route& route, const httplib::Request& req, httplib::Response& res,
+  std::optional<ApiError> check_auth(const http::Request& head) const;
+  // A refusal decided from the head: counted and logged, with the headers every response has.
+  http::Response refuse(const ApiError& error, const std::string& endpoint,
+                        std::string_view id_prefix);
+  // Routes (generation.cc for the generation ones). Each fills `res`; handle_generation may
+  // answer through the exchange itself (a stream), and then returns true.
+  bool handle_route(const Route& route, http::Exchange& exchange, http::Response& res,
+                    RequestRecord& record);
+  bool handle_generation(const Route& route, http::Exchange& exchange, http::Response& res,
                          RequestRecord& record);
   Result<std::vector<int32_t>> build_prompt(const ModelService& model,
                                             const ParsedGeneration& parsed) const;
-  void handle_models(const httplib::Request& req, httplib::Response& res, bool single);
-  void handle_tokenize(const httplib::Request& req, httplib::Response& res);
-  void handle_detokenize(const httplib::Request& req, httplib::Response& res);
-  void handle_ready(httplib::Response& res);
-  void handle_metrics(httplib::Response& res);
+  void handle_models(const http::Request& req, http::Response& res, bool single);
+  void handle_tokenize(const http::Request& req, http::Response& res);
+  void handle_detokenize(const http::Request& req, http::Response& res);
+  void handle_ready(http::Response& res);
+  void handle_metrics(http::Response& res);
 
   std::shared_ptr<const ModelService> served_model() const;
   std::string build_openapi_json(int32_t n_vocab) const;
@@ -116,7 +116,6 @@ class HttpServer {
   // Sequences running at once over the replicas, and requests admitted before 429.
   const int running_limit_;
   const int admission_limit_;
-  std::unique_ptr<httplib::Server> server_;
   ServerMetrics metrics_;
   // NVML readings of the CUDA devices of --devices; unavailable on the CPU or without NVML.
   std::unique_ptr<GpuMetrics> gpu_metrics_;
@@ -127,8 +126,6 @@ class HttpServer {
   // Rebuilt once the model (and so the vocabulary size) is known.
   std::shared_ptr<const std::string> openapi_json_;  // guarded by model_mutex_
   std::atomic<bool> ready_{false};
-  std::thread serve_thread_;                 // start()'s
-  std::atomic<bool> serve_returned_{false};  // start()'s thread is done serving
   std::atomic<bool> draining_{false};
 
   // Admission: at most replicas x max-running + max-queue generation requests
@@ -140,10 +137,13 @@ class HttpServer {
 
   InFlightCounter admitted_;
   InFlightCounter active_generations_;  // sessions still answering: wait_until_idle
+
+  // Last: destroyed (stopped) first, while everything its threads use still exists.
+  std::unique_ptr<http::Transport> transport_;
 };
 
 // Shared by the HTTP layer and its tests.
-void send_error(httplib::Response& res, const ApiError& error);
-void send_json(httplib::Response& res, int status, const nlohmann::json& body);
+void send_error(http::Response& res, const ApiError& error);
+void send_json(http::Response& res, int status, const nlohmann::json& body);
 
 }  // namespace llamaserve::server

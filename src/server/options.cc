@@ -141,6 +141,31 @@ void add_service_options(CLI::App& app, ServiceConfig& config) {
   app.add_option("--max-body-bytes", o.max_body_bytes, "Largest request body (larger: 413)")
       ->check(CLI::Range(int64_t{1024}, int64_t{1} << 34))
       ->capture_default_str();
+  app.add_option("--max-header-bytes", o.max_header_bytes,
+                 "Largest request head: request line and header fields (larger: 431)")
+      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 24))
+      ->capture_default_str();
+  app.add_option("--max-connections", o.max_connections,
+                 "Client connections open at once; more are closed as they arrive")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--idle-timeout-ms", o.idle_timeout_ms,
+                 "How long a keep-alive connection may wait for its next request")
+      ->check(CLI::Range(int64_t{1}, int64_t{86400000}))
+      ->capture_default_str();
+  app.add_option("--header-timeout-ms", o.header_timeout_ms,
+                 "From a request's first byte to the end of its head (then 408)")
+      ->check(CLI::Range(int64_t{1}, int64_t{86400000}))
+      ->capture_default_str();
+  app.add_option("--body-timeout-ms", o.body_timeout_ms,
+                 "From the end of a request's head to the end of its body (then 408)")
+      ->check(CLI::Range(int64_t{1}, int64_t{86400000}))
+      ->capture_default_str();
+  app.add_option("--write-timeout-ms", o.write_timeout_ms,
+                 "How long a response write may make no progress before the connection is "
+                 "closed (a generation is then cancelled)")
+      ->check(CLI::Range(int64_t{1}, int64_t{86400000}))
+      ->capture_default_str();
   app.add_option("--max-prompt-tokens", o.max_prompt_tokens,
                  "Longest prompt in tokens (0 = ctx-size - 1)")
       ->check(CLI::Range(0, 1 << 24))

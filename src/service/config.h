@@ -75,9 +75,15 @@ struct ServerConfig {
 
   int max_queue = 32;  // waiting requests over the whole server, beyond the running ones
   int64_t queue_timeout_ms = 30000;
-  int64_t request_timeout_ms = 0;  // 0 = no limit
-  int64_t max_body_bytes = 4 << 20;
-  int max_prompt_tokens = 0;  // 0 = the model's context - 1
+  int64_t request_timeout_ms = 0;     // 0 = no limit
+  int64_t max_body_bytes = 4 << 20;   // after de-chunking and decompression
+  int64_t max_header_bytes = 32768;   // request line + header fields
+  int max_connections = 8192;         // open at once; more are closed when accepted
+  int64_t idle_timeout_ms = 60000;    // keep-alive connection without a request
+  int64_t header_timeout_ms = 10000;  // first byte of a request to the end of its head
+  int64_t body_timeout_ms = 30000;    // end of the head to the end of the body
+  int64_t write_timeout_ms = 30000;   // a response write without progress
+  int max_prompt_tokens = 0;          // 0 = the model's context - 1
   int max_tokens_limit = 4096;
 
   std::vector<std::string> api_keys;

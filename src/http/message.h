@@ -1,0 +1,49 @@
+// The HTTP messages the transport hands to a handler and takes back: plain structs, so that
+// the layers above never see the I/O library or the parser.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace llamaserve::http {
+
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+// Case-insensitive name lookup (RFC 9110: field names are case-insensitive).
+bool iequals(std::string_view a, std::string_view b);
+// The first value of `name`, or nullopt.
+std::optional<std::string_view> find_header(const Headers& headers, std::string_view name);
+
+struct Request {
+  std::string method;
+  std::string target;  // as sent: path and query
+  std::string path;    // target up to '?'
+  int version = 11;    // 10 = HTTP/1.0, 11 = HTTP/1.1
+  Headers headers;     // in order, names as sent
+  std::string body;    // de-chunked and decompressed
+  std::string remote_address;
+
+  std::optional<std::string_view> header(std::string_view name) const {
+    return find_header(headers, name);
+  }
+};
+
+struct Response {
+  int status = 200;
+  Headers headers;  // besides Content-Length / Transfer-Encoding / Connection (the transport's)
+  std::string body;
+
+  void set_header(std::string name, std::string value);
+  std::optional<std::string_view> header(std::string_view name) const {
+    return find_header(headers, name);
+  }
+};
+
+// "OK", "Not Found", ...; "Unknown" for codes without a registered phrase.
+std::string_view reason_phrase(int status);
+
+}  // namespace llamaserve::http
