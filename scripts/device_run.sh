@@ -8,7 +8,7 @@
 # scripts/gpu_result.py on the folder it hands back writes the bench/results file.
 #
 # Usage: OUT=/path scripts/device_run.sh [STEP...]
-#   steps: env tests bench (the default, in that order), bench7b, multi7b, serve, sanitize,
+#   steps: env tests bench (the default, in that order), bench7b, serve7b, multi7b, serve, sanitize,
 #   allreduce, replicas7b, transformers7b, profile7b, tp70b, layouts
 #   layouts: cuda_executor_test and gpu_engine_test (GPU_LAYOUT_TESTS) once per multi-GPU
 #     layout of GPU_TEST_LAYOUTS (default "tp2 pp2 pp2mb tp2xpp2 replicas2";
@@ -123,6 +123,29 @@ bench7b() {
     { echo "## LLaMA-2-7B shape, $type"; echo; cat "$logs/bench-7b-$type.md"; echo; } >>"$md"
   done
   echo "}" >>"$json"
+}
+
+# The HTTP server end to end on the 7B shape: SERVE7B_TYPE (default f16) synthesized as in
+# bench7b, served on cuda:0, and bench/serve/serve_load.py's streaming clients at
+# SERVE7B_STREAMS (default 1,16,64,256) plus pooled vs fresh connections at 1 stream:
+# $OUT/$SERVE7B_NAME.md and .json (default serve-7b). SERVE7B_BIN serves another llamaserve
+# binary (an older build, for a before/after comparison on the same machine).
+serve7b() {
+  local bin=${SERVE7B_BIN:-$build/src/cli/llamaserve} name=${SERVE7B_NAME:-serve-7b}
+  need_binary serve7b "$bin" || return
+  local type=${SERVE7B_TYPE:-f16} dir=${BENCH7B_DIR:-/tmp}
+  local model="$dir/llama2-7b-$type.gguf"
+  local vocab=()
+  [[ -f $build/fixtures/vocab-llama2-spm.gguf ]] && vocab=(--vocab "$build/fixtures/vocab-llama2-spm.gguf")
+  if [[ ! -s $model ]]; then
+    step "synth-7b-$type" 420 "$bin" synth --shape llama2-7b --type "$type" -o "$model" \
+      --progress lines "${vocab[@]}" || return
+  fi
+  step "$name-$type" 500 python3 bench/serve/serve_load.py \
+    --serve "$bin serve -m $model --device cuda:0 --ctx-size 512 --max-running 256 --max-queue 256 --max-tokens-limit 256" \
+    --server-log "$logs/$name-server.log" --streams "${SERVE7B_STREAMS:-1,16,64,256}" \
+    --compare-fresh --min-requests 32 --requests-per-stream 3 \
+    --json "$OUT/$name.json" --markdown "$OUT/$name.md"
 }
 
 # Nsight Compute breakdown of decode steps of the 7B shape: for each of PROFILE_TYPES (default
@@ -362,6 +385,7 @@ for s in "${steps[@]}"; do
           --markdown "$OUT/kernels.md"
       ;;
     bench7b) bench7b ;;
+    serve7b) serve7b ;;
     multi7b) multi7b ;;
     profile7b) profile7b ;;
     tp70b)
@@ -391,7 +415,7 @@ for s in "${steps[@]}"; do
       fi
       ;;
     *)
-      note "$s" "FAIL (unknown step; steps: env tests bench bench7b multi7b serve sanitize allreduce replicas7b transformers7b profile7b tp70b)"
+      note "$s" "FAIL (unknown step; steps: env tests bench bench7b serve7b multi7b serve sanitize allreduce replicas7b transformers7b profile7b tp70b)"
       failures=$((failures + 1))
       ;;
   esac

@@ -1,9 +1,9 @@
 #include "http/request_reader.h"
 
 #include <boost/beast/core/error.hpp>
+#include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
-#include <boost/beast/http/empty_body.hpp>
 
 #include <fmt/format.h>
 
@@ -99,13 +99,13 @@ RequestReader::HeadScan RequestReader::scan_head(std::string_view data) {
       return HeadScan::kFailed;
     }
     if (!p.request_line_scanned && line_bytes > limits_.max_request_line_bytes) {
-      fail(414, fmt::format("the request line is longer than {} bytes",
-                            limits_.max_request_line_bytes));
+      fail(414,
+           fmt::format("the request line is longer than {} bytes", limits_.max_request_line_bytes));
       return HeadScan::kFailed;
     }
     if (p.request_line_scanned && line_bytes > limits_.max_header_line_bytes) {
-      fail(431, fmt::format("a header field is longer than {} bytes",
-                            limits_.max_header_line_bytes));
+      fail(431,
+           fmt::format("a header field is longer than {} bytes", limits_.max_header_line_bytes));
       return HeadScan::kFailed;
     }
     if (line_end == std::string_view::npos) break;  // the line is not complete yet
@@ -141,8 +141,8 @@ size_t RequestReader::parse(std::string_view data) {
       case HeadScan::kComplete: break;
     }
     boost::beast::error_code ec;
-    const size_t used = parser_->beast.put(
-        boost::asio::const_buffer(data.data(), parser_->scanned_bytes), ec);
+    const size_t used =
+        parser_->beast.put(boost::asio::const_buffer(data.data(), parser_->scanned_bytes), ec);
     if (ec == beast_http::error::need_more || (!ec && !parser_->beast.is_header_done())) {
       fail(400, "malformed request: the head does not end where its empty line is");
       return consumed;

@@ -6,7 +6,8 @@ namespace llamaserve::http {
 
 std::string serialize_head(const Response& response, size_t body_bytes, Framing framing,
                            int request_version, bool close) {
-  std::string head = fmt::format("HTTP/1.1 {} {}\r\n", response.status, reason_phrase(response.status));
+  std::string head =
+      fmt::format("HTTP/1.1 {} {}\r\n", response.status, reason_phrase(response.status));
   for (const auto& [name, value] : response.headers) {
     if (iequals(name, "Content-Length") || iequals(name, "Transfer-Encoding") ||
         iequals(name, "Connection")) {

@@ -332,10 +332,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     lock.unlock();
     drained_.notify_all();
     arm(Timer::kWrite);
-    asio::async_write(socket_, asio::buffer(in_flight_),
-                      [self = shared_from_this()](const error_code& ec, size_t) {
-                        self->on_written(ec);
-                      });
+    asio::async_write(
+        socket_, asio::buffer(in_flight_),
+        [self = shared_from_this()](const error_code& ec, size_t) { self->on_written(ec); });
   }
 
   void on_written(const error_code& ec) {
@@ -389,15 +388,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   std::mutex mutex_;
   std::condition_variable drained_;
-  const int fd_;                      // for poll(); used only while !closed_
-  std::string pending_;               // guarded: queued response bytes
-  std::string in_flight_;             // being written (event-loop thread)
-  bool writing_ = false;              // guarded
-  bool flush_posted_ = false;         // guarded
-  bool response_done_ = false;        // guarded: the response's last byte is queued
-  bool close_after_response_ = false; // guarded
-  bool closed_ = false;               // guarded: no more writes; the client is gone
-  bool probe_sent_ = false;           // guarded
+  const int fd_;                       // for poll(); used only while !closed_
+  std::string pending_;                // guarded: queued response bytes
+  std::string in_flight_;              // being written (event-loop thread)
+  bool writing_ = false;               // guarded
+  bool flush_posted_ = false;          // guarded
+  bool response_done_ = false;         // guarded: the response's last byte is queued
+  bool close_after_response_ = false;  // guarded
+  bool closed_ = false;                // guarded: no more writes; the client is gone
+  bool probe_sent_ = false;            // guarded
 };
 
 // --- Exchange ---------------------------------------------------------------------------------
@@ -501,7 +500,8 @@ Transport::~Transport() { stop(); }
 Status Transport::listen(const std::string& host, int port) {
   error_code ec;
   const auto address = asio::ip::make_address(host == "localhost" ? "127.0.0.1" : host, ec);
-  if (ec) return make_error(StatusCode::kInvalidArgument, "invalid --host '{}': {}", host, ec.message());
+  if (ec)
+    return make_error(StatusCode::kInvalidArgument, "invalid --host '{}': {}", host, ec.message());
   const tcp::endpoint endpoint(address, static_cast<unsigned short>(port));
   tcp::acceptor& acceptor = state_->acceptor;
   acceptor.open(endpoint.protocol(), ec);

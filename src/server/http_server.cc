@@ -265,11 +265,21 @@ http::Response HttpServer::refusal(const http::HttpError& error, const http::Req
   switch (error.status) {
     case 408: api_error = request_timeout(error.message); break;
     case 413: api_error = payload_too_large(error.message); break;
-    default:
-      api_error = invalid_request(
-          error.message, error.status == 400 ? "invalid_http_request" : "unsupported_http_request");
+    default: {
+      const char* code = "invalid_http_request";
+      switch (error.status) {
+        case 414: code = "request_line_too_long"; break;
+        case 415: code = "unsupported_content_encoding"; break;
+        case 417: code = "unsupported_expectation"; break;
+        case 431: code = "headers_too_large"; break;
+        case 501: code = "unsupported_transfer_encoding"; break;
+        case 505: code = "unsupported_http_version"; break;
+        default: break;
+      }
+      api_error = invalid_request(error.message, code);
       api_error.http_status = error.status;
       break;
+    }
   }
   const Route* route = head.path.empty() ? nullptr : route_for_path(head.path);
   return refuse(api_error, route != nullptr ? std::string(route->path) : "other", "req-");

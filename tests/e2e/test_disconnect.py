@@ -74,3 +74,27 @@ def test_disconnect_while_queued(make_server):
         assert wait_for(lambda: server.metrics().get("llamaserve_queue_length") == 0, timeout_s=5)
         assert server.metrics().get("llamaserve_running_sequences") == 1
     assert wait_for(lambda: idle(server), timeout_s=10)
+
+
+def test_cancelled_long_prompt_frees_the_engine_within_a_chunk(make_server):
+    """A client that leaves while its long prompt is being processed frees the only running
+    slot at the next prefill chunk, not after the whole prompt: the request queued behind it
+    gets its answer long before the prompt could have finished."""
+    server = make_server("--threads", "2", "--ctx-size", "4096", "--max-tokens-limit", "16",
+                         "--max-running", "1", "--max-batch-tokens", "256", base=[])
+    prompt = "The quick brown fox jumps over the lazy dog. " * 350  # ~3500 tokens
+    try:
+        httpx.post(f"{server.url}/v1/completions", json={"prompt": prompt, "max_tokens": 1},
+                   timeout=httpx.Timeout(60, read=1.0))
+        raise AssertionError("a 3500-token prompt should not finish within a second here")
+    except httpx.ReadTimeout:
+        pass
+    left = time.monotonic()
+    response = httpx.post(f"{server.url}/v1/completions", json={"prompt": "Hi", "max_tokens": 1},
+                          timeout=60)
+    waited = time.monotonic() - left
+    assert response.status_code == 200, response.text
+    # On 2 cores the whole prompt takes about 25 s; one 256-token chunk well under 2 s.
+    assert waited < 5, f"the next request waited {waited:.1f} s"
+    assert wait_for(lambda: server.metrics().get("llamaserve_generations_finished_total",
+                                                 reason="cancelled") >= 1)

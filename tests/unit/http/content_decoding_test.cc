@@ -61,8 +61,10 @@ TEST(ContentDecoding, TheReaderInflatesUnderTheBodyLimit) {
   const std::string big = compress(std::string(1 << 20, ' '), 15 + 16);
   for (const auto& [body, status] : {std::pair{small, 0}, std::pair{big, 413}}) {
     RequestReader reader(limits);
-    const std::string request = "POST / HTTP/1.1\r\nHost: a\r\nContent-Encoding: gzip\r\n"
-                                "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    const std::string request =
+        "POST / HTTP/1.1\r\nHost: a\r\nContent-Encoding: gzip\r\n"
+        "Content-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
     const size_t used = reader.parse(request);
     reader.read_body();
     reader.parse(std::string_view(request).substr(used));

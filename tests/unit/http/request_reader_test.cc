@@ -91,7 +91,8 @@ TEST(RequestReader, LimitsAnswerWithTheirStatus) {
   EXPECT_EQ(read_request("GET / HTTP/1.1\r\nX: " + std::string(200, 'a'), limits).error.status,
             431);
   std::string many = "GET / HTTP/1.1\r\n";
-  for (int i = 0; i < 10; ++i) many += "X-" + std::to_string(i) + ": " + std::string(60, 'a') + "\r\n";
+  for (int i = 0; i < 10; ++i)
+    many += "X-" + std::to_string(i) + ": " + std::string(60, 'a') + "\r\n";
   EXPECT_EQ(read_request(many, limits).error.status, 431);
   // A declared length over the limit fails at the head; a chunked body when it crosses.
   EXPECT_EQ(read_request("POST / HTTP/1.1\r\n" + host + "Content-Length: 51\r\n\r\n", limits)
@@ -104,20 +105,20 @@ TEST(RequestReader, LimitsAnswerWithTheirStatus) {
 
 TEST(RequestReader, AmbiguousFramingFails) {
   const std::string start = "POST / HTTP/1.1\r\nHost: a\r\n";
-  EXPECT_EQ(read_request(start + "Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n")
-                .error.status,
-            400);
-  EXPECT_EQ(read_request(start + "Transfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n")
-                .error.status,
-            400);
+  EXPECT_EQ(
+      read_request(start + "Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n").error.status,
+      400);
+  EXPECT_EQ(
+      read_request(start + "Transfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n").error.status,
+      400);
   EXPECT_EQ(read_request(start + "Content-Length: 3\r\nContent-Length: 4\r\n\r\n").error.status,
             400);
   EXPECT_EQ(read_request(start + "Content-Length: -1\r\n\r\n").error.status, 400);
   EXPECT_EQ(read_request(start + "Transfer-Encoding: gzip\r\n\r\n").error.status, 501);
   EXPECT_EQ(read_request(start + "Transfer-Encoding: chunked, gzip\r\n\r\n").error.status, 501);
-  EXPECT_EQ(read_request("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
-                .error.status,
-            400);
+  EXPECT_EQ(
+      read_request("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n").error.status,
+      400);
   EXPECT_EQ(read_request(start + "Transfer-Encoding: chunked\r\n\r\nzz\r\n").error.status, 400);
   EXPECT_EQ(read_request("GET / HTTP/1.1\r\n\r\n").error.status, 400);  // no Host
   EXPECT_EQ(read_request("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n").error.status, 400);
@@ -143,7 +144,8 @@ TEST(RequestReader, Http10AndKeepAlive) {
 
 TEST(RequestReader, HeadIsReadyBeforeTheBody) {
   RequestReader reader({});
-  const std::string head = "POST /a HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n";
+  const std::string head =
+      "POST /a HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n";
   EXPECT_EQ(reader.parse(head + "bo"), head.size());
   ASSERT_EQ(reader.state(), RequestReader::State::kHeadReady);
   EXPECT_TRUE(reader.expects_continue());

@@ -185,13 +185,13 @@ TEST_F(TransportTest, PipelinedRequestsAreAnsweredInOrder) {
   std::string requests;
   for (int i = 0; i < 10; ++i) {
     const std::string body = "body" + std::to_string(i);
-    requests += "POST /echo?" + std::to_string(i) + " HTTP/1.1\r\nHost: a\r\nContent-Length: " +
-                std::to_string(body.size()) + "\r\n\r\n" + body;
+    requests += "POST /echo?" + std::to_string(i) +
+                " HTTP/1.1\r\nHost: a\r\nContent-Length: " + std::to_string(body.size()) +
+                "\r\n\r\n" + body;
   }
   client.send_text(requests);
-  const std::string received = client.receive_until([](const std::string& text) {
-    return text.find("/echo?9 body9") != std::string::npos;
-  });
+  const std::string received = client.receive_until(
+      [](const std::string& text) { return text.find("/echo?9 body9") != std::string::npos; });
   size_t at = 0;
   for (int i = 0; i < 10; ++i) {
     const std::string expected = "POST /echo?" + std::to_string(i) + " body" + std::to_string(i);
@@ -242,7 +242,8 @@ TEST_F(TransportTest, ParseErrorsAndTimeoutsAnswerAndClose) {
   }
   {
     Client client(port());
-    client.send_text("GET /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n");
+    client.send_text(
+        "GET /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n");
     const std::string received = client.receive_all(2000ms);
     EXPECT_EQ(received.rfind("HTTP/1.1 400", 0), 0u) << received;
     EXPECT_TRUE(client.closed());
@@ -327,9 +328,11 @@ TEST_F(TransportTest, StreamsAreChunkedOrCloseDelimited) {
 TEST_F(TransportTest, ExpectContinueIsAnsweredBeforeTheBody) {
   start();
   Client client(port());
-  client.send_text("POST /echo HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n");
-  std::string received = client.receive_until(
-      [](const std::string& text) { return text.find("100 Continue\r\n\r\n") != std::string::npos; });
+  client.send_text(
+      "POST /echo HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n");
+  std::string received = client.receive_until([](const std::string& text) {
+    return text.find("100 Continue\r\n\r\n") != std::string::npos;
+  });
   EXPECT_EQ(received, "HTTP/1.1 100 Continue\r\n\r\n");
   client.send_text("hi");
   received = client.receive_until(
