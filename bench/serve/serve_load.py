@@ -68,9 +68,23 @@ class Connection:
         head = (f"POST /v1/completions HTTP/1.1\r\nHost: {self.host}\r\n"
                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
         sent = time.perf_counter()
-        self.writer.write(head.encode() + body)
-        await self.writer.drain()
-        status_line = await self.reader.readline()
+        retried = False
+        while True:
+            # A pooled connection the server closed while idle fails before any response
+            # byte; like HTTP client libraries, send once more on a new connection.
+            try:
+                self.writer.write(head.encode() + body)
+                await self.writer.drain()
+                status_line = await self.reader.readline()
+            except (ConnectionError, asyncio.IncompleteReadError):
+                status_line = b""
+            if status_line or retried:
+                break
+            retried = True
+            self.close()
+            await self.open()
+        if not status_line:
+            raise ConnectionError("the server closed the connection without a response")
         status = int(status_line.split()[1])
         headers = {}
         while True:
@@ -122,7 +136,8 @@ class Connection:
         if headers.get("connection", "").lower() == "close":
             self.close()
         return {"ttft_s": (first_token or time.perf_counter()) - sent, "gaps_s": gaps,
-                "tokens": usage_tokens, "sent_s": sent, "end_s": time.perf_counter()}
+                "tokens": usage_tokens, "sent_s": sent, "end_s": time.perf_counter(),
+                "retried": retried}
 
 
 def request_body(args, rng: random.Random) -> bytes:
@@ -173,6 +188,7 @@ def run_phase(args, host: str, port: int, streams: int, fresh: bool) -> dict:
     return {
         "streams": streams, "requests": len(results), "fresh_connections": fresh,
         "client_processes": processes,
+        "retried_requests": sum(r["retried"] for r in results),
         "output_tokens": tokens, "wall_s": round(wall, 3),
         "tokens_per_s": round(tokens / wall, 1),
         "ttft_ms": {"p50": round(percentile(ttfts, 50), 2), "p90": round(percentile(ttfts, 90), 2),
@@ -204,10 +220,11 @@ def measure(args) -> dict:
 def markdown(report: dict) -> str:
     lines = [f"Streaming /v1/completions, {report['prompt_tokens']}-token prompts, "
              f"{report['max_tokens']} tokens out.", "",
-             "| streams | requests | tok/s | TTFT p50 / p90 / p99 ms | ITL p50 / p99 ms |",
+             "| streams | requests (resent) | tok/s | TTFT p50 / p90 / p99 ms | ITL p50 / p99 ms |",
              "| ---: | ---: | ---: | ---: | ---: |"]
     for p in report["phases"]:
-        lines.append(f"| {p['streams']} | {p['requests']} | {p['tokens_per_s']} | "
+        lines.append(f"| {p['streams']} | {p['requests']} ({p['retried_requests']}) | "
+                     f"{p['tokens_per_s']} | "
                      f"{p['ttft_ms']['p50']} / {p['ttft_ms']['p90']} / {p['ttft_ms']['p99']} | "
                      f"{p['itl_ms']['p50']} / {p['itl_ms']['p99']} |")
     if report.get("connection_reuse"):
