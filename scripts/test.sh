@@ -43,7 +43,7 @@ asan_tests() {
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest_preset asan
 }
 tsan_tests() {
-  TSAN_OPTIONS=halt_on_error=1 ctest_preset tsan -R '^Engine|^Scheduler|^BlockManager|^Sampler'
+  TSAN_OPTIONS=halt_on_error=1 ctest_preset tsan -R '^Engine|^Scheduler|^BlockManager|^Sampler|^TransportTest'
 }
 
 stage format scripts/check_format.sh
@@ -69,8 +69,8 @@ fi
 if [[ "${SKIP_SANITIZERS:-0}" != 1 ]]; then
   stage "asan build" bash -c "cmake --preset asan >/dev/null && cmake --build --preset asan -j $jobs"
   stage "unit tests (asan+ubsan)" asan_tests
-  stage "tsan build (engine)" bash -c "cmake --preset tsan >/dev/null && cmake --build --preset tsan -j $jobs --target engine_test"
-  stage "engine tests (tsan)" tsan_tests
+  stage "tsan build (engine, transport)" bash -c "cmake --preset tsan >/dev/null && cmake --build --preset tsan -j $jobs --target engine_test http_test"
+  stage "engine and transport tests (tsan)" tsan_tests
   stage "fuzz build" bash -c "cmake --preset fuzz >/dev/null && cmake --build --preset fuzz -j $jobs --target fuzz_targets"
   stage "fuzz (${FUZZ_SECONDS:-30} s per target)" scripts/run_fuzz.sh "${FUZZ_SECONDS:-30}"
 fi
