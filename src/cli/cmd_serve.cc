@@ -9,7 +9,9 @@
 // GPU each, and waits for ranks 1..N-1 (`llamaserve tp-worker`) before /ready (docs/multi-gpu.md).
 // On SIGTERM or SIGINT: /ready and new requests get 503, admitted requests finish (up to
 // --drain-timeout-ms, after which they are cancelled), the listener closes, the engine and
-// the model are freed, and the process exits 0. Every option is also read from
+// the model are freed, and the process exits 0. A signal while the model is still loading
+// exits 0 at once (nothing was admitted); a second signal during the drain exits 1 at once.
+// Every option is also read from
 // LLAMASERVE_<NAME> and from the --config JSON file (docs/configuration.md).
 #include <pthread.h>
 #include <signal.h>
@@ -37,6 +39,10 @@ namespace {
 // SIGINT and SIGTERM are blocked in every thread (the mask is inherited by threads created
 // later, so this must exist before any other thread) and taken by one thread with sigwait,
 // so that the shutdown logic runs as ordinary code, not in a signal handler.
+const char* signal_name(int signal_number) {
+  return signal_number == SIGINT ? "SIGINT" : "SIGTERM";
+}
+
 class ShutdownSignal {
  public:
   ShutdownSignal() {
@@ -50,17 +56,25 @@ class ShutdownSignal {
       sigwait(&signals_, &signal_number);
       {
         std::lock_guard lock(mutex_);
+        if (closing_) return;
         received_ = signal_number;
         if (loading_) {
           // Nothing is admitted while the model loads (generation routes answer 503), so
           // there is nothing to drain; a load can take minutes, and is not waited for.
-          spdlog::info("serve: {} while loading the model; exiting",
-                       signal_number == SIGINT ? "SIGINT" : "SIGTERM");
+          spdlog::info("serve: {} while loading the model; exiting", signal_name(signal_number));
           spdlog::shutdown();
           std::_Exit(0);
         }
       }
       changed_.notify_all();
+      // A second signal while draining is an operator who will not wait for the drain.
+      sigwait(&signals_, &signal_number);
+      std::lock_guard lock(mutex_);
+      if (closing_) return;
+      spdlog::warn("serve: second {} while draining; exiting now, cutting what is still running",
+                   signal_name(signal_number));
+      spdlog::shutdown();
+      std::_Exit(1);
     });
   }
 
@@ -71,8 +85,12 @@ class ShutdownSignal {
   }
 
   ~ShutdownSignal() {
-    loaded();  // the wake-up below must not be taken for a signal during loading
-    if (received() == 0) pthread_kill(waiter_.native_handle(), SIGTERM);  // wake sigwait
+    {
+      std::lock_guard lock(mutex_);
+      closing_ = true;  // the wake-up below is not a signal from outside
+      loading_ = false;
+    }
+    pthread_kill(waiter_.native_handle(), SIGTERM);  // wake sigwait
     waiter_.join();
   }
 
@@ -93,7 +111,8 @@ class ShutdownSignal {
   std::mutex mutex_;
   std::condition_variable changed_;
   int received_ = 0;
-  bool loading_ = true;  // guarded by mutex_
+  bool loading_ = true;   // guarded by mutex_
+  bool closing_ = false;  // guarded by mutex_: the destructor woke the waiter
 };
 
 // Every connection is a descriptor: take the hard limit rather than the usual soft 1024.
@@ -146,8 +165,8 @@ int run_serve(CLI::App& app, ServiceConfig& config) {
   const int signal_number = shutdown.wait();
   const auto drain_timeout = std::chrono::milliseconds(options.drain_timeout_ms);
   const auto deadline = std::chrono::steady_clock::now() + drain_timeout;
-  spdlog::info("serve: {} received; draining (up to {} ms)",
-               signal_number == SIGINT ? "SIGINT" : "SIGTERM", options.drain_timeout_ms);
+  spdlog::info("serve: {} received; draining (up to {} ms; a second signal exits at once)",
+               signal_name(signal_number), options.drain_timeout_ms);
   http.begin_drain();
   if (Status drained = model->engines().drain(drain_timeout); !drained.is_ok()) {
     spdlog::warn("serve: {}", drained.to_string());

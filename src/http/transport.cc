@@ -366,7 +366,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     phase_ = Phase::kLingering;
     error_code ignored;
     socket_.shutdown(tcp::socket::shutdown_send, ignored);
-    if (peer_eof_) return close_now();
+    if (peer_eof_ || transport_->stopping) return close_now();
     arm(Timer::kLinger);
     read();
   }
@@ -538,7 +538,7 @@ void Transport::begin_drain() {
   });
 }
 
-void Transport::stop() {
+void Transport::stop(std::chrono::milliseconds grace) {
   State& state = *state_;
   if (state.stopping.exchange(true)) return;
   if (!state.loop.joinable()) {
@@ -546,6 +546,20 @@ void Transport::stop() {
     state.acceptor.close(ignored);
     state.workers.join();
     return;
+  }
+  // No new connections; connections between requests close now; responses being written
+  // get `grace` to reach their clients (a stream that ended during the drain still has its
+  // last events queued).
+  asio::post(state.io, [&state] {
+    error_code ignored;
+    state.acceptor.close(ignored);
+    state.accept_retry.cancel();
+    auto connections = state.live;
+    for (const auto& connection : connections) connection->close_if_idle();
+  });
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  while (state.open.load() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   asio::post(state.io, [&state] { state.close_all(); });
   // Workers see their connections closed and finish; what they post then still runs, and the

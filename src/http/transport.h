@@ -96,8 +96,10 @@ class Transport {
   // Keep-alive connections waiting for a request are closed, and every later response closes
   // its connection, so that clients reconnect elsewhere; requests under way continue.
   void begin_drain();
-  // Stops accepting, cuts every connection, ends the event loop and waits for the workers.
-  void stop();
+  // Stops accepting and closes connections waiting for a request; responses still being
+  // written get up to `grace` to reach their clients; then every connection left is cut, the
+  // event loop ends and the workers are waited for.
+  void stop(std::chrono::milliseconds grace = std::chrono::milliseconds(1000));
 
   // Connections open now (for metrics and tests).
   int open_connections() const;

@@ -16,13 +16,17 @@ COUNTING = {"prompt": "1, 2, 3, 4, 5,", "temperature": 0, "ignore_eos": True, "s
 
 
 def run_stream(url: str, max_tokens: int, first_chunk: threading.Event, results: list, index: int):
-    with httpx.stream("POST", f"{url}/v1/completions", json={**COUNTING, "max_tokens": max_tokens},
-                      timeout=120) as response:
-        body = b""
-        for chunk in response.iter_raw():
-            body += chunk
-            first_chunk.set()
-        results[index] = (response.status_code, body.decode())
+    """results[index] = (status, body), or (None, body so far) when the stream was cut."""
+    body = b""
+    try:
+        with httpx.stream("POST", f"{url}/v1/completions",
+                          json={**COUNTING, "max_tokens": max_tokens}, timeout=120) as response:
+            for chunk in response.iter_raw():
+                body += chunk
+                first_chunk.set()
+            results[index] = (response.status_code, body.decode())
+    except httpx.TransportError:
+        results[index] = (None, body.decode())
 
 
 def start_streams(server, n: int, max_tokens: int):
@@ -77,3 +81,23 @@ def test_sigterm_while_idle(make_server):
     server = make_server()
     server.signal(signal.SIGTERM)
     assert server.wait_exit(30) == 0
+
+
+def test_sigterm_while_loading_exits_at_once(make_server):
+    # A long warm-up keeps the server loading for about a second after it listens.
+    server = make_server("--warmup-tokens", "64", wait_ready=False)
+    server.signal(signal.SIGTERM)
+    assert server.wait_exit(5) == 0
+    assert "while loading the model; exiting" in server.log()
+
+
+def test_second_signal_while_draining_exits_at_once(make_server):
+    server = make_server("--drain-timeout-ms", "60000")
+    threads, results = start_streams(server, 1, max_tokens=256)
+    server.signal(signal.SIGTERM)
+    assert wait_for(lambda: "draining" in server.log(), timeout_s=10)
+    server.signal(signal.SIGTERM)
+    assert server.wait_exit(5) == 1
+    threads[0].join(timeout=10)
+    assert results[0][0] is None, "the stream should have been cut"
+    assert "second SIGTERM while draining" in server.log()

@@ -128,6 +128,27 @@ TEST(RequestReader, AmbiguousFramingFails) {
   EXPECT_EQ(read_request("GET / HTTP/1.1\r\nHost: a\r\nExpect: 200-ok\r\n\r\n").error.status, 417);
 }
 
+TEST(RequestReader, ChunkedFramingIsStrict) {
+  const std::string start = "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n";
+  auto status = [&](const std::string& body) { return read_request(start + body).error.status; };
+  EXPECT_EQ(status("3\nabc\r\n0\r\n\r\n"), 400);           // bare LF
+  EXPECT_EQ(status("3\r\nabcX\r\n0\r\n\r\n"), 400);        // data not followed by CRLF
+  EXPECT_EQ(status("11111111111111111\r\n"), 400);         // 17 hex digits
+  EXPECT_EQ(status("3 x\r\nabc\r\n0\r\n\r\n"), 400);       // junk after the size
+  EXPECT_EQ(status("3;a=\x01\r\nabc\r\n0\r\n\r\n"), 400);  // control character
+  EXPECT_EQ(status("0\r\nno colon\r\n\r\n"), 400);         // bad trailer
+  EXPECT_EQ(status("0\r\n " + std::string(10, 'x') + ": y\r\n\r\n"), 400);
+  EXPECT_EQ(status(std::string(2000, '0') + "\r\n"), 400);  // size line too long
+  const auto outcome = read_request(start + "3 ;name=\"v\"\r\nabc\r\n0;x\r\nT: 1\r\n\r\n");
+  ASSERT_EQ(outcome.state, RequestReader::State::kComplete) << outcome.error.message;
+  EXPECT_EQ(outcome.request.body, "abc");
+}
+
+TEST(RequestReader, FoldedHeaderLinesAreRefused) {
+  EXPECT_EQ(read_request("GET / HTTP/1.1\r\nHost: a\r\nX: 1\r\n 2\r\n\r\n").error.status, 400);
+  EXPECT_EQ(read_request("GET / HTTP/1.1\r\n\tHost: a\r\n\r\n").error.status, 400);
+}
+
 TEST(RequestReader, Http10AndKeepAlive) {
   RequestReader reader({});
   reader.parse("GET /a HTTP/1.0\r\n\r\n");

@@ -356,6 +356,21 @@ TEST_F(TransportTest, ConnectionsOverTheLimitAreClosed) {
   EXPECT_NE(first.receive_responses(1).find("200 OK"), std::string::npos);
 }
 
+TEST_F(TransportTest, StopLetsAFinishedResponseReachItsClient) {
+  start();
+  Client client(port(), 4096);
+  client.send_text("GET /stream?n=200 HTTP/1.1\r\nHost: a\r\n\r\n");  // 200 KiB, all queued
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (handler_.chunks_written < 200 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
+  std::thread stopper([this] { transport_->stop(); });
+  const std::string received = client.receive_all();
+  stopper.join();
+  EXPECT_NE(received.find("\r\n0\r\n\r\n"), std::string::npos) << received.size();
+  EXPECT_EQ(count(received, "400\r\n"), 200);
+}
+
 TEST_F(TransportTest, StopCutsAStreamAndReturns) {
   start();
   Client client(port(), 4096);
