@@ -148,6 +148,25 @@ serve7b() {
     --json "$OUT/$name.json" --markdown "$OUT/$name.md"
 }
 
+# Model lifecycle under load on the 7B shape (RELOAD7B_TYPE, default q4_k_m): unload, load and
+# RELOAD7B_CYCLES (default 10) reloads while streaming clients run, with device memory read
+# after each step (scripts/gpu_model_reload.py): $OUT/reload-7b.md and .json.
+reload7b() {
+  local bin="$build/src/cli/llamaserve"
+  need_binary reload7b "$bin" || return
+  local type=${RELOAD7B_TYPE:-q4_k_m} dir=${BENCH7B_DIR:-/tmp}
+  local model="$dir/llama2-7b-$type.gguf"
+  local vocab=()
+  [[ -f $build/fixtures/vocab-llama2-spm.gguf ]] && vocab=(--vocab "$build/fixtures/vocab-llama2-spm.gguf")
+  if [[ ! -s $model ]]; then
+    step "synth-7b-$type" 420 "$bin" synth --shape llama2-7b --type "$type" -o "$model" \
+      --progress lines "${vocab[@]}" || return
+  fi
+  step "reload-7b-$type" 560 python3 scripts/gpu_model_reload.py "$bin" "$model" \
+    --cycles "${RELOAD7B_CYCLES:-10}" --log "$logs/reload-7b-server.log" \
+    --json "$OUT/reload-7b.json" --markdown "$OUT/reload-7b.md"
+}
+
 # Nsight Compute breakdown of decode steps of the 7B shape: for each of PROFILE_TYPES (default
 # f16) and PROFILE_BATCHES (default "1 16 256"), with PROFILE_ARGS (default "-p 16 -n 8"; the
 # context of the profiled steps is about -p + -n), 4 steps after the case's timed runs are
@@ -386,6 +405,7 @@ for s in "${steps[@]}"; do
       ;;
     bench7b) bench7b ;;
     serve7b) serve7b ;;
+    reload7b) reload7b ;;
     multi7b) multi7b ;;
     profile7b) profile7b ;;
     tp70b)
@@ -415,7 +435,7 @@ for s in "${steps[@]}"; do
       fi
       ;;
     *)
-      note "$s" "FAIL (unknown step; steps: env tests bench bench7b serve7b multi7b serve sanitize allreduce replicas7b transformers7b profile7b tp70b)"
+      note "$s" "FAIL (unknown step; steps: env tests bench bench7b serve7b reload7b multi7b serve sanitize allreduce replicas7b transformers7b profile7b tp70b)"
       failures=$((failures + 1))
       ;;
   esac

@@ -43,6 +43,9 @@ struct Response {
   }
 };
 
+// %XX escapes of a path segment decoded; a malformed escape is kept as it is.
+std::string percent_decode(std::string_view text);
+
 // "OK", "Not Found", ...; "Unknown" for codes without a registered phrase.
 std::string_view reason_phrase(int status);
 

@@ -65,8 +65,9 @@ class GenerationSession {
       handle_.cancel();
       if (record_.status == 0) record_.status = kClientClosedStatus;
       record_.finish_reason = finish_reason_name(FinishReason::kCancelled);
-      server_.metrics().record_finish_reason(record_.finish_reason);
-      server_.metrics().observe_request_duration(ms_between(record_.start, Clock::now()) / 1000.0);
+      server_.metrics().record_finish_reason(record_.finish_reason, record_.model);
+      server_.metrics().observe_request_duration(record_.model,
+                                                 ms_between(record_.start, Clock::now()) / 1000.0);
     }
     admission_.release();
     server_.finish_record(record_);
@@ -219,12 +220,14 @@ class GenerationSession {
       if (!has_token_) {
         has_token_ = true;
         record_.ttft_ms = ms_between(record_.start, now);
-        metrics.observe_time_to_first_token(record_.ttft_ms / 1000.0);
+        metrics.observe_time_to_first_token(record_.model, record_.ttft_ms / 1000.0);
       } else {
         // Tokens that arrive together (held back for a stop string or a split character)
         // share the gap.
         const double gap_s = ms_between(last_token_, now) / 1000.0 / event.tokens.size();
-        for (size_t i = 0; i < event.tokens.size(); ++i) metrics.observe_inter_token_latency(gap_s);
+        for (size_t i = 0; i < event.tokens.size(); ++i) {
+          metrics.observe_inter_token_latency(record_.model, gap_s);
+        }
       }
       last_token_ = now;
       return;
@@ -233,8 +236,8 @@ class GenerationSession {
     record_.prompt_tokens = event.usage.prompt_tokens;
     record_.completion_tokens = event.usage.completion_tokens;
     record_.finish_reason = finish_reason_name(event.finish_reason);
-    metrics.record_finish_reason(record_.finish_reason);
-    metrics.observe_request_duration(ms_between(record_.start, now) / 1000.0);
+    metrics.record_finish_reason(record_.finish_reason, record_.model);
+    metrics.observe_request_duration(record_.model, ms_between(record_.start, now) / 1000.0);
   }
 
   HttpServer& server_;
@@ -290,10 +293,9 @@ Result<std::vector<int32_t>> HttpServer::build_prompt(const ModelService& model,
 bool HttpServer::handle_generation(const Route& route, http::Exchange& exchange,
                                    http::Response& res, RequestRecord& record) {
   const http::Request& req = exchange.request();
-  auto model = served_model();
-  if (!model) {
-    send_error(
-        res, unavailable("the model is loading; retry when GET /ready answers 200", "loading", 1));
+  if (!registry()) {
+    send_error(res, unavailable("the models are loading; retry when GET /ready answers 200",
+                                "loading", 1));
     return false;
   }
   auto body = parse_json_object(req.body);
@@ -313,12 +315,17 @@ bool HttpServer::handle_generation(const Route& route, http::Exchange& exchange,
     send_error(res, api_error_from_status(parsed.status()));
     return false;
   }
-  if (!parsed->model.empty() && parsed->model != model->name()) {
-    send_error(res, not_found(fmt::format("model '{}' is not served here; this server serves '{}'",
-                                          parsed->model, model->name()),
-                              "model_not_found"));
+  auto lease = lease_model(parsed->model);
+  if (!lease) {
+    send_error(res, model_unavailable(lease.status()));
     return false;
   }
+  if (parsed->keep_alive_ms) {
+    registry()->set_keep_alive(lease->service().name(),
+                               std::chrono::milliseconds(*parsed->keep_alive_ms));
+  }
+  const ModelService* model = &lease->service();
+  record.model = model->name();
   auto prompt = build_prompt(*model, *parsed);
   if (!prompt) {
     send_error(res, api_error_from_status(prompt.status()));
@@ -400,6 +407,7 @@ bool HttpServer::handle_generation(const Route& route, http::Exchange& exchange,
   GenerationSession session(*this, std::move(handle).value(), exchange, std::move(format),
                             std::move(record), std::move(*admission), active_generations_.acquire(),
                             session_limits);
+  // `lease` outlives the session: the model version stays open until its response is done.
   if (!session.wait_first_event()) return true;  // the client left
   const GenerationEvent& first = session.first_event();
   // A stream that ends before any output with an error is answered as a plain HTTP error.

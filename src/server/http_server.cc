@@ -29,6 +29,13 @@ std::string_view id_prefix(RouteId id) {
   }
 }
 
+// Probes are polled constantly; their requests log at debug level.
+bool is_probe(std::string_view endpoint) {
+  return endpoint == "/health" || endpoint == "/ready" || endpoint == "/metrics";
+}
+
+}  // namespace
+
 // Compares without an early exit, so the time taken does not reveal how much of a key
 // matched (only whether the lengths agree).
 bool constant_time_equal(std::string_view a, std::string_view b) {
@@ -37,13 +44,6 @@ bool constant_time_equal(std::string_view a, std::string_view b) {
   for (size_t i = 0; i < a.size(); ++i) difference |= static_cast<unsigned char>(a[i] ^ b[i]);
   return difference == 0;
 }
-
-// Probes are polled constantly; their requests log at debug level.
-bool is_probe(std::string_view endpoint) {
-  return endpoint == "/health" || endpoint == "/ready" || endpoint == "/metrics";
-}
-
-}  // namespace
 
 void send_json(http::Response& res, int status, const json& body) {
   res.status = status;
@@ -126,32 +126,40 @@ std::string HttpServer::build_openapi_json(int32_t n_vocab) const {
   return dump_json(openapi_document(params));
 }
 
-void HttpServer::set_model(std::shared_ptr<const ModelService> model) {
-  auto openapi = std::make_shared<const std::string>(
-      build_openapi_json(model ? model->tokenizer().n_vocab() : 0));
-  {
-    std::lock_guard lock(model_mutex_);
-    model_ = std::move(model);
-    openapi_json_ = std::move(openapi);
+void HttpServer::set_registry(std::shared_ptr<ModelRegistry> registry) {
+  std::lock_guard lock(model_mutex_);
+  registry_ = std::move(registry);
+}
+
+void HttpServer::release_models() {
+  std::lock_guard lock(model_mutex_);
+  registry_.reset();
+}
+
+std::shared_ptr<ModelRegistry> HttpServer::registry() const {
+  std::lock_guard lock(model_mutex_);
+  return registry_;
+}
+
+bool HttpServer::is_ready() const {
+  if (draining_) return false;
+  auto models = registry();
+  return models != nullptr && models->ready();
+}
+
+Result<ModelLease> HttpServer::lease_model(const std::string& name) {
+  auto models = registry();
+  if (!models) {
+    return Status(StatusCode::kUnavailable,
+                  "the models are loading; retry when GET /ready answers 200");
   }
-  ready_ = model_ != nullptr && !draining_;
-  metrics_.set_ready(ready_);
-}
-
-void HttpServer::release_model() {
-  std::lock_guard lock(model_mutex_);
-  model_.reset();
-}
-
-std::shared_ptr<const ModelService> HttpServer::served_model() const {
-  std::lock_guard lock(model_mutex_);
-  return model_;
+  const std::string& wanted = name.empty() ? models->default_model() : name;
+  return models->acquire(wanted, std::chrono::milliseconds(options_.queue_timeout_ms));
 }
 
 void HttpServer::begin_drain() {
   draining_ = true;
   transport_->begin_drain();
-  ready_ = false;
   metrics_.set_ready(false);
 }
 
@@ -208,6 +216,8 @@ http::Response HttpServer::refuse(const ApiError& error, const std::string& endp
 }
 
 std::optional<http::Response> HttpServer::check_head(const http::Request& head) {
+  if (auto admin = check_admin_head(head)) return admin;
+  if (!options_.admin_api_keys.empty() && is_admin_path(head.path)) return std::nullopt;
   const Route* route = find_route(head.method, head.path);
   const Route* any_method = route != nullptr ? route : route_for_path(head.path);
   const std::string endpoint = any_method != nullptr ? std::string(any_method->path) : "other";
@@ -287,6 +297,23 @@ http::Response HttpServer::refusal(const http::HttpError& error, const http::Req
 
 void HttpServer::handle(std::shared_ptr<http::Exchange> exchange) {
   const http::Request& req = exchange->request();
+  if (is_admin_path(req.path) && !options_.admin_api_keys.empty()) {
+    RequestRecord record;
+    record.id = new_request_id("admin-");
+    record.endpoint = "/admin/models";
+    http::Response res;
+    try {
+      handle_admin(*exchange, res);
+    } catch (const std::exception& e) {
+      spdlog::error("http: {} {} failed: {}", req.method, req.path, e.what());
+      send_error(res, internal_error("internal error; see the server log"));
+    }
+    decorate(res, record.id);
+    record.status = res.status;
+    exchange->respond(std::move(res));
+    finish_record(record);
+    return;
+  }
   const Route* route = find_route(req.method, req.path);
   RequestRecord record;
   record.id = new_request_id(id_prefix(route->id));
@@ -343,22 +370,24 @@ bool HttpServer::handle_route(const Route& route, http::Exchange& exchange, http
 }
 
 void HttpServer::finish_record(RequestRecord& record) {
-  metrics_.record_request(record.endpoint, record.status);
+  metrics_.record_request(record.endpoint, record.status, record.model);
   const double total_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - record.start)
           .count();
   const auto level = is_probe(record.endpoint) ? spdlog::level::debug : spdlog::level::info;
   spdlog::log(level,
               "request id={} endpoint={} status={} prompt_tokens={} completion_tokens={} "
-              "ttft_ms={:.1f} total_ms={:.1f}{}{}{}",
+              "ttft_ms={:.1f} total_ms={:.1f}{}{}{}{}{}",
               record.id, record.endpoint, record.status, record.prompt_tokens,
               record.completion_tokens, record.ttft_ms < 0 ? 0.0 : record.ttft_ms, total_ms,
+              record.model.empty() ? "" : " model=", record.model,
               record.finish_reason.empty() ? "" : " finish=", record.finish_reason,
               record.error.empty() ? "" : fmt::format(" error=\"{}\"", record.error));
 }
 
 void HttpServer::handle_ready(http::Response& res) {
-  if (ready_) {
+  metrics_.set_ready(is_ready());
+  if (is_ready()) {
     send_json(res, 200, {{"status", "ready"}});
   } else if (draining_) {
     send_error(res, unavailable("the server is shutting down", "draining", 0));
@@ -369,60 +398,116 @@ void HttpServer::handle_ready(http::Response& res) {
 
 void HttpServer::handle_metrics(http::Response& res) {
   MetricsSnapshot snapshot;
-  if (auto model = served_model()) {
-    snapshot.engine = model->engines().stats();
-    for (size_t i = 0; i < model->engines().size(); ++i) {
-      snapshot.replicas.push_back(model->engines().replica_stats(i));
-    }
+  if (auto models = registry()) {
+    models->for_each_loaded([&](const std::string&, ModelService& model) {
+      const EngineStats stats = model.engines().stats();
+      snapshot.engine.waiting += stats.waiting;
+      snapshot.engine.running += stats.running;
+      snapshot.engine.kv_blocks_total += stats.kv_blocks_total;
+      snapshot.engine.kv_blocks_free += stats.kv_blocks_free;
+      snapshot.engine.requests_finished += stats.requests_finished;
+      snapshot.engine.prompt_tokens_total += stats.prompt_tokens_total;
+      snapshot.engine.generated_tokens_total += stats.generated_tokens_total;
+      snapshot.engine.preemptions_total += stats.preemptions_total;
+      snapshot.engine.steps_total += stats.steps_total;
+      snapshot.engine.device_sampled_steps_total += stats.device_sampled_steps_total;
+      for (size_t i = 0; i < model.engines().size(); ++i) {
+        snapshot.replicas.push_back(model.engines().replica_stats(i));
+      }
+    });
+    snapshot.models = models->status();
   }
+  metrics_.set_ready(is_ready());
   if (gpu_metrics_) snapshot.gpus = gpu_metrics_->sample();
   res.status = 200;
   res.set_header("Content-Type", "text/plain; version=0.0.4");
   res.body = metrics_.render(snapshot);
 }
 
-void HttpServer::handle_models(const http::Request& req, http::Response& res, bool single) {
-  auto model = served_model();
-  json entry = {{"id", model_name_},
+namespace {
+
+json model_entry(const ModelStatus& status) {
+  json entry = {{"id", status.name},
                 {"object", "model"},
-                {"created", model ? model->created() : 0},
-                {"owned_by", "llamaserve"}};
-  if (model) entry["context_length"] = model->engines().max_context();
+                {"created", status.created},
+                {"owned_by", "llamaserve"},
+                {"state", model_state_name(status.state)}};
+  if (status.context_tokens > 0) entry["context_length"] = status.context_tokens;
+  if (!status.error.empty()) entry["error"] = unicode::sanitize_utf8(status.error);
+  return entry;
+}
+
+}  // namespace
+
+void HttpServer::handle_models(const http::Request& req, http::Response& res, bool single) {
+  auto models = registry();
+  std::vector<ModelStatus> list;
+  if (models) {
+    list = models->status();
+  } else {
+    ModelStatus loading;
+    loading.name = model_name_;
+    loading.state = ModelState::kLoading;
+    list.push_back(loading);
+  }
   if (!single) {
-    send_json(res, 200, {{"object", "list"}, {"data", json::array({entry})}});
+    json data = json::array();
+    for (const ModelStatus& status : list) data.push_back(model_entry(status));
+    send_json(res, 200, {{"object", "list"}, {"data", data}});
     return;
   }
   constexpr std::string_view kPrefix = "/v1/models/";
-  const std::string requested = req.path.substr(std::min(req.path.size(), kPrefix.size()));
-  if (requested != model_name_) {
-    send_error(res, not_found(fmt::format("model '{}' is not served here; this server serves '{}'",
-                                          unicode::sanitize_utf8(requested), model_name_),
-                              "model_not_found"));
-    return;
+  const std::string requested = http::percent_decode(
+      std::string_view(req.path).substr(std::min(req.path.size(), kPrefix.size())));
+  std::string served;
+  for (const ModelStatus& status : list) {
+    if (status.name == requested) return send_json(res, 200, model_entry(status));
+    served += (served.empty() ? "'" : ", '") + status.name + "'";
   }
-  send_json(res, 200, entry);
+  send_error(res, not_found(fmt::format("model '{}' is not served here; this server serves {}",
+                                        unicode::sanitize_utf8(requested), served),
+                            "model_not_found"));
 }
 
+ApiError model_unavailable(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kNotFound: return not_found(status.message(), "model_not_found");
+    case StatusCode::kResourceExhausted: return unavailable(status.message(), "model_capacity", 5);
+    default: return unavailable(status.message(), "model_unavailable", 1);
+  }
+}
+
+namespace {
+
+// The "model" field of a JSON body, or "" (the default model).
+std::string model_field(const json& body) {
+  auto it = body.find("model");
+  return it != body.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+}  // namespace
+
 void HttpServer::handle_tokenize(const http::Request& req, http::Response& res) {
-  auto model = served_model();
-  if (!model) return send_error(res, unavailable("the model is loading", "loading", 1));
   auto body = parse_json_object(req.body);
   if (!body) return send_error(res, api_error_from_status(body.status()));
   auto parsed = parse_tokenize(*body);
   if (!parsed) return send_error(res, api_error_from_status(parsed.status()));
-  std::vector<int32_t> tokens =
-      model->tokenizer().encode(parsed->content, parsed->add_special, parsed->parse_special);
+  auto lease = lease_model(model_field(*body));
+  if (!lease) return send_error(res, model_unavailable(lease.status()));
+  std::vector<int32_t> tokens = lease->service().tokenizer().encode(
+      parsed->content, parsed->add_special, parsed->parse_special);
   send_json(res, 200, {{"tokens", tokens}});
 }
 
 void HttpServer::handle_detokenize(const http::Request& req, http::Response& res) {
-  auto model = served_model();
-  if (!model) return send_error(res, unavailable("the model is loading", "loading", 1));
   auto body = parse_json_object(req.body);
   if (!body) return send_error(res, api_error_from_status(body.status()));
   auto tokens = parse_detokenize(*body);
   if (!tokens) return send_error(res, api_error_from_status(tokens.status()));
-  const int32_t n_vocab = model->tokenizer().n_vocab();
+  auto lease = lease_model(model_field(*body));
+  if (!lease) return send_error(res, model_unavailable(lease.status()));
+  const Tokenizer& tokenizer = lease->service().tokenizer();
+  const int32_t n_vocab = tokenizer.n_vocab();
   for (size_t i = 0; i < tokens->size(); ++i) {
     if ((*tokens)[i] >= n_vocab) {
       return send_error(res, invalid_request(fmt::format("'tokens[{}]' = {} is outside the "
@@ -431,7 +516,7 @@ void HttpServer::handle_detokenize(const http::Request& req, http::Response& res
                                              "invalid_value", "tokens"));
     }
   }
-  const std::string text = model->tokenizer().decode(*tokens, /*skip_special=*/false);
+  const std::string text = tokenizer.decode(*tokens, /*skip_special=*/false);
   send_json(res, 200, {{"content", unicode::sanitize_utf8(text)}});
 }
 

@@ -28,6 +28,7 @@
 #include "server/metrics.h"
 #include "server/routes.h"
 #include "service/config.h"
+#include "service/model_registry.h"
 #include "service/model_service.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -40,6 +41,7 @@ struct ParsedGeneration;
 struct RequestRecord {
   std::string id;
   std::string endpoint;  // route path ("/v1/models/{model}"), or "other" for unknown paths
+  std::string model;     // the model a generation used; "" for other requests
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   int status = 0;  // HTTP status sent; 499 = the client went away first
   int32_t prompt_tokens = 0;
@@ -51,7 +53,7 @@ struct RequestRecord {
 
 class HttpServer final : private http::Handler {
  public:
-  // Serves config.models.front() once set_model() hands it over.
+  // Serves the models of config.models once set_registry() hands them over.
   explicit HttpServer(const ServiceConfig& config);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
@@ -63,8 +65,9 @@ class HttpServer final : private http::Handler {
   // Serves connections on the transport's own threads until stop().
   void start();
 
-  // Opens the generation routes and turns /ready to 200 (after warm-up).
-  void set_model(std::shared_ptr<const ModelService> model);
+  // Opens the generation routes; /ready turns 200 once the registry is ready (every
+  // required model loaded and warmed up).
+  void set_registry(std::shared_ptr<ModelRegistry> registry);
   // /ready turns 503 and every new request but /health, /ready and /metrics gets 503;
   // requests already admitted continue.
   void begin_drain();
@@ -73,8 +76,8 @@ class HttpServer final : private http::Handler {
   // Closes the listening socket and every connection and waits for the request threads.
   // Responses still streaming are cut, so drain first.
   void stop();
-  // Drops the server's reference to the model (and so to the engine).
-  void release_model();
+  // Drops the server's reference to the registry.
+  void release_models();
 
   ServerMetrics& metrics() { return metrics_; }
 
@@ -107,11 +110,17 @@ class HttpServer final : private http::Handler {
   void handle_ready(http::Response& res);
   void handle_metrics(http::Response& res);
 
-  std::shared_ptr<const ModelService> served_model() const;
+  std::shared_ptr<ModelRegistry> registry() const;
+  bool is_ready() const;
+  // A lease on `name` (empty: the default model) for a request, or the error to answer.
+  Result<ModelLease> lease_model(const std::string& name);
+  // /admin/models...: nullopt when `path` is not an admin route.
+  std::optional<http::Response> check_admin_head(const http::Request& head);
+  void handle_admin(http::Exchange& exchange, http::Response& res);
   std::string build_openapi_json(int32_t n_vocab) const;
 
   const ServerConfig options_;
-  const std::string model_name_;  // the served model's id, also before it is loaded
+  const std::string model_name_;  // the default model's id, also before it is loaded
   const std::string device_;      // its devices, for the GPU metrics
   // Sequences running at once over the replicas, and requests admitted before 429.
   const int running_limit_;
@@ -122,10 +131,9 @@ class HttpServer final : private http::Handler {
   int port_ = 0;
 
   mutable std::mutex model_mutex_;
-  std::shared_ptr<const ModelService> model_;  // guarded by model_mutex_
+  std::shared_ptr<ModelRegistry> registry_;  // guarded by model_mutex_
   // Rebuilt once the model (and so the vocabulary size) is known.
   std::shared_ptr<const std::string> openapi_json_;  // guarded by model_mutex_
-  std::atomic<bool> ready_{false};
   std::atomic<bool> draining_{false};
 
   // Admission: at most replicas x max-running + max-queue generation requests
@@ -144,6 +152,10 @@ class HttpServer final : private http::Handler {
 
 // Shared by the HTTP layer and its tests.
 void send_error(http::Response& res, const ApiError& error);
+// Compares keys without an early exit (the time taken tells only whether the lengths agree).
+bool constant_time_equal(std::string_view a, std::string_view b);
+// Why a model could not be leased, as the error a request gets (404, or 503 with Retry-After).
+ApiError model_unavailable(const Status& status);
 void send_json(http::Response& res, int status, const nlohmann::json& body);
 
 }  // namespace llamaserve::server

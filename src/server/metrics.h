@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -19,6 +20,7 @@
 
 #include "engine/request.h"
 #include "server/gpu_metrics.h"
+#include "service/model_registry.h"
 
 namespace llamaserve::server {
 
@@ -27,6 +29,7 @@ struct MetricsSnapshot {
   EngineStats engine;                 // summed over the replicas
   std::vector<EngineStats> replicas;  // one per replica; empty before the model is loaded
   std::vector<GpuSample> gpus;        // empty without NVML
+  std::vector<ModelStatus> models;    // every configured model
 };
 
 class ServerMetrics {
@@ -36,12 +39,13 @@ class ServerMetrics {
   ServerMetrics& operator=(const ServerMetrics&) = delete;
 
   // One per finished HTTP request. `endpoint` is a route pattern (bounded cardinality),
-  // `status` the HTTP status sent, or 499 when the client went away first.
-  void record_request(std::string_view endpoint, int status);
-  void record_finish_reason(std::string_view reason);
-  void observe_time_to_first_token(double seconds);
-  void observe_inter_token_latency(double seconds);
-  void observe_request_duration(double seconds);
+  // `status` the HTTP status sent, or 499 when the client went away first; `model` the
+  // served model it used ("" for requests that used none). Generation series carry the model.
+  void record_request(std::string_view endpoint, int status, std::string_view model);
+  void record_finish_reason(std::string_view reason, std::string_view model);
+  void observe_time_to_first_token(std::string_view model, double seconds);
+  void observe_inter_token_latency(std::string_view model, double seconds);
+  void observe_request_duration(std::string_view model, double seconds);
   void set_ready(bool ready);
   void add_http_in_flight(int delta);
 
@@ -53,9 +57,9 @@ class ServerMetrics {
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Counter>& finish_reasons_;
-  prometheus::Histogram& time_to_first_token_s_;
-  prometheus::Histogram& inter_token_latency_s_;
-  prometheus::Histogram& request_duration_s_;
+  prometheus::Family<prometheus::Histogram>& time_to_first_token_s_;
+  prometheus::Family<prometheus::Histogram>& inter_token_latency_s_;
+  prometheus::Family<prometheus::Histogram>& request_duration_s_;
   prometheus::Gauge& ready_;
   prometheus::Gauge& http_in_flight_;
   prometheus::Gauge& queue_length_;
@@ -74,7 +78,15 @@ class ServerMetrics {
   prometheus::Family<prometheus::Gauge>& replica_kv_blocks_total_;
   prometheus::Family<prometheus::Counter>& replica_generated_tokens_;
 
+  // Per model, label model="name".
+  prometheus::Family<prometheus::Gauge>& model_state_;
+  prometheus::Family<prometheus::Gauge>& model_in_flight_;
+  prometheus::Family<prometheus::Counter>& model_loads_;
+  prometheus::Family<prometheus::Counter>& model_load_failures_;
+  prometheus::Family<prometheus::Histogram>& model_load_seconds_;
+
   void sample_replicas(const std::vector<EngineStats>& replicas);  // sample_mutex_ held
+  void sample_models(const std::vector<ModelStatus>& models);      // sample_mutex_ held
   void sample_gpus(const std::vector<GpuSample>& gpus);            // sample_mutex_ held
 
   // Engine totals are cumulative; the counters advance by the difference since the last
@@ -82,6 +94,7 @@ class ServerMetrics {
   std::mutex sample_mutex_;
   EngineStats last_sampled_;
   std::vector<EngineStats> last_sampled_replicas_;
+  std::map<std::string, ModelStatus> last_sampled_models_;
   // Per device, label device="N"; registered at the first reading, so that a server without
   // NVML has no GPU series at all (not even their HELP lines).
   struct GpuFamilies {

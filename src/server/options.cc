@@ -1,9 +1,13 @@
 #include "server/options.h"
 
+#include <algorithm>
 #include <fstream>
 #include <map>
+#include <sstream>
 
 #include "server/config_layer.h"
+#include "server/model_list.h"
+#include "server/request_parser.h"
 #include "service/model_service.h"
 
 namespace llamaserve::server {
@@ -38,9 +42,20 @@ void add_service_options(CLI::App& app, ServiceConfig& config) {
   ModelSpec& m = config.models.front();
   LayoutSpec& layout = m.layout;
   ServerConfig& o = config.server;
-  app.add_option("-m,--model", m.path, "GGUF model file (required)");
+  app.add_option("-m,--model", config.model_args,
+                 "GGUF model file; or, repeated, NAME=PATH[,key=value...] per model (keys: "
+                 "device tp pp replicas threads ctx-size max-running max-batch-tokens "
+                 "kv-cache-tokens chat-template warmup-tokens keep-alive required load)");
   app.add_option("--model-name", m.name,
                  "Model id served in /v1/models and accepted as \"model\" (default: file name)");
+  app.add_option("--max-loaded", o.max_loaded,
+                 "Models loaded at once; loading another unloads the least recently used idle "
+                 "one (0 = no cap)")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
+  app.add_option("--admin-api-key", o.admin_api_keys,
+                 "Key of the admin API (/admin/models...; repeatable); without one the admin "
+                 "API does not exist");
   app.add_option("--threads", layout.threads,
                  "CPU threads for the model, shared by the replicas (0 = all cores)")
       ->check(CLI::Range(0, 1024))
@@ -226,22 +241,93 @@ Status read_api_key_file(const std::string& path, std::vector<std::string>& keys
 
 Status finalize_service_config(CLI::App& app, ServiceConfig& config) {
   ServerConfig& o = config.server;
-  ModelSpec& model = config.models.front();
-  if (!o.config_path.empty()) LS_RETURN_IF_ERROR(apply_json_config_file(app, o.config_path));
-  if (model.path.empty()) {
-    return Status(StatusCode::kInvalidArgument,
-                  "no model: pass -m/--model, set LLAMASERVE_MODEL or put \"model\" in --config");
+  nlohmann::json file_models;
+  if (!o.config_path.empty()) {
+    std::ifstream in(o.config_path, std::ios::binary);
+    if (!in) return make_error(StatusCode::kIo, "cannot open config file '{}'", o.config_path);
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    auto parsed = parse_json_object(buffer.str());
+    if (!parsed)
+      return parsed.status().with_context(fmt::format("config file '{}'", o.config_path));
+    if (auto it = parsed->find("models"); it != parsed->end()) {
+      file_models = std::move(*it);
+      parsed->erase("models");
+    }
+    LS_RETURN_IF_ERROR(
+        apply_json_config(app, *parsed, fmt::format("config file '{}'", o.config_path)));
   }
+  // models.front() holds the flags' values: every model starts from them.
+  const ModelSpec defaults = config.models.front();
+  std::vector<ModelSpec> models;
+  const bool one_path =
+      config.model_args.size() == 1 && config.model_args.front().find('=') == std::string::npos;
+  if (one_path) {
+    models.push_back(defaults);
+    models.back().path = config.model_args.front();
+  } else {
+    for (const std::string& arg : config.model_args) {
+      auto spec = parse_model_arg(arg, defaults);
+      if (!spec) return spec.status();
+      models.push_back(std::move(spec).value());
+    }
+  }
+  if (!file_models.is_null()) {
+    if (!file_models.is_array()) {
+      return make_error(StatusCode::kInvalidArgument, "config file '{}': \"models\" must be a list",
+                        o.config_path);
+    }
+    for (const nlohmann::json& object : file_models) {
+      auto spec = parse_model_object(object, defaults);
+      if (!spec) return spec.status().with_context(fmt::format("config file '{}'", o.config_path));
+      // A model named on the command line wins over the file's of the same name.
+      const bool named = std::any_of(models.begin(), models.end(), [&](const ModelSpec& m) {
+        return m.served_name() == spec->served_name();
+      });
+      if (!named) models.push_back(std::move(spec).value());
+    }
+  }
+  if (models.empty()) {
+    return Status(StatusCode::kInvalidArgument,
+                  "no model: pass -m/--model, set LLAMASERVE_MODEL or put \"model\" or "
+                  "\"models\" in --config");
+  }
+  if (models.size() > 1) {
+    std::vector<std::string> names;
+    for (ModelSpec& spec : models) {
+      const std::string name = spec.served_name();
+      if (std::find(names.begin(), names.end(), name) != names.end()) {
+        return make_error(StatusCode::kInvalidArgument, "two models are named '{}'", name);
+      }
+      names.push_back(name);
+    }
+    // With a cap, only the first models that fit it load at start (unless told otherwise).
+    int at_start = 0;
+    for (ModelSpec& spec : models) {
+      if (o.max_loaded > 0 && spec.load_at_start && at_start >= o.max_loaded) {
+        spec.load_at_start = false;
+        spec.required = false;
+      }
+      at_start += spec.load_at_start;
+    }
+  }
+  config.models = std::move(models);
   if (!o.api_key_file.empty()) LS_RETURN_IF_ERROR(read_api_key_file(o.api_key_file, o.api_keys));
   std::erase_if(o.api_keys, [](const std::string& key) { return key.empty(); });
-  if (model.layout.tp_rank > 0) {
-    return make_error(StatusCode::kInvalidArgument,
-                      "--tp-rank {}: the server is rank 0 of its tensor-parallel group; start "
-                      "the other ranks with `llamaserve tp-worker --tp-rank R`",
-                      model.layout.tp_rank);
+  for (ModelSpec& spec : config.models) {
+    if (spec.layout.tp_rank > 0) {
+      return make_error(StatusCode::kInvalidArgument,
+                        "--tp-rank {}: the server is rank 0 of its tensor-parallel group; start "
+                        "the other ranks with `llamaserve tp-worker --tp-rank R`",
+                        spec.layout.tp_rank);
+    }
+    // Device counts and combinations are checked now, before any model loads.
+    Status layout = check_layout(spec);
+    if (!layout.is_ok() && config.models.size() > 1) {
+      layout = layout.with_context(fmt::format("model '{}'", spec.served_name()));
+    }
+    LS_RETURN_IF_ERROR(layout);
   }
-  // Device counts and combinations are checked now, before the model loads.
-  LS_RETURN_IF_ERROR(check_layout(model));
   const int admitted = config.admission_limit();
   if (o.http_threads == 0) o.http_threads = admitted + 16;
   if (o.http_threads <= admitted) {
@@ -253,7 +339,7 @@ Status finalize_service_config(CLI::App& app, ServiceConfig& config) {
                       o.http_threads, admitted);
   }
   // Each engine's queue bound is a backstop that the server's own admission never reaches.
-  model.engine.max_waiting = admitted;
+  for (ModelSpec& spec : config.models) spec.engine.max_waiting = admitted;
   return Status::ok();
 }
 

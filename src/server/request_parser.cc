@@ -1,6 +1,7 @@
 #include "server/request_parser.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include "server/utf8.h"
@@ -177,10 +178,40 @@ Status read_max_tokens(const json& body, std::string_view key, const ParseLimits
   return Status::ok();
 }
 
-// Fields every OpenAI generation request shares: model, n, stream, stream_options, stop,
-// user, sampling, max_tokens / max_completion_tokens.
+// "keep_alive" as Ollama takes it: seconds as a number, or a duration "30s", "5m", "2h";
+// negative keeps the model loaded for good (0 ms here).
+Status read_keep_alive(const json& body, std::optional<int64_t>& out_ms) {
+  const json* value = find_field(body, "keep_alive");
+  if (value == nullptr) return Status::ok();
+  constexpr double kMaxSeconds = 365.0 * 24 * 3600;
+  double seconds = 0;
+  if (value->is_number()) {
+    seconds = value->get<double>();
+  } else if (value->is_string()) {
+    const std::string& text = value->get_ref<const std::string&>();
+    char* end = nullptr;
+    seconds = std::strtod(text.c_str(), &end);
+    const std::string_view unit(end);
+    if (end == text.c_str() || !(unit == "s" || unit == "m" || unit == "h" || unit.empty())) {
+      return invalid(fmt::format("'keep_alive' must be seconds or a duration like \"5m\", got {}",
+                                 value->dump()));
+    }
+    seconds *= unit == "m" ? 60 : unit == "h" ? 3600 : 1;
+  } else {
+    return wrong_type("keep_alive", "a number of seconds or a duration string", *value);
+  }
+  if (!std::isfinite(seconds) || seconds > kMaxSeconds) {
+    return invalid("'keep_alive' must be at most a year");
+  }
+  out_ms = seconds < 0 ? 0 : std::max<int64_t>(1, static_cast<int64_t>(seconds * 1000));
+  return Status::ok();
+}
+
+// Fields every OpenAI generation request shares: model, keep_alive, n, stream,
+// stream_options, stop, user, sampling, max_tokens / max_completion_tokens.
 Status read_openai_common(const json& body, const ParseLimits& limits, ParsedGeneration& out) {
   LS_RETURN_IF_ERROR(read_string(body, "model", out.model));
+  LS_RETURN_IF_ERROR(read_keep_alive(body, out.keep_alive_ms));
   std::optional<int64_t> n;
   LS_RETURN_IF_ERROR(read_int(body, "n", std::numeric_limits<int64_t>::min(),
                               std::numeric_limits<int64_t>::max(), n));
@@ -426,6 +457,7 @@ Result<ParsedGeneration> parse_simple_chat(const nlohmann::json& body, const Par
   out.messages.push_back({"user", prompt->get<std::string>()});
   LS_RETURN_IF_ERROR(read_max_tokens(body, "maxTokens", limits, out.max_tokens));
   LS_RETURN_IF_ERROR(read_string(body, "model", out.model));
+  LS_RETURN_IF_ERROR(read_keep_alive(body, out.keep_alive_ms));
   SamplingParams& s = out.sampling;
   LS_RETURN_IF_ERROR(read_float(body, "temperature", {0.0, 2.0}, s.temperature));
   LS_RETURN_IF_ERROR(read_float(body, "topP", {0.0, 1.0}, s.top_p));

@@ -23,6 +23,8 @@ enum class PromptKind { kMessages, kText, kTokens };
 
 struct ParsedGeneration {
   std::string model;  // empty: not given
+  // "keep_alive": how long the model stays loaded without requests from now on; 0 = for good.
+  std::optional<int64_t> keep_alive_ms;
   PromptKind prompt_kind = PromptKind::kMessages;
   std::vector<ChatMessage> messages;   // kMessages; roles system/user/assistant/tool
                                        // ("developer" arrives as "system")

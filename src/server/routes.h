@@ -40,4 +40,10 @@ const Route* find_route(std::string_view method, std::string_view path);
 const Route* route_for_path(std::string_view path);
 inline bool path_has_route(std::string_view path) { return route_for_path(path) != nullptr; }
 
+// The admin API (/admin/...) is not in the table: it exists only with --admin-api-key, has its
+// own key, and is not part of the documented public API.
+inline bool is_admin_path(std::string_view path) {
+  return path == "/admin" || path.starts_with("/admin/");
+}
+
 }  // namespace llamaserve::server

@@ -62,6 +62,11 @@ struct ModelSpec {
   EngineLimits engine;
   KernelTuning tuning;
 
+  // Lifecycle in a server of several models (service/model_registry.h).
+  int64_t keep_alive_ms = 0;  // unloaded after this long without a request; 0 = kept
+  bool load_at_start = true;  // false: loaded by the first request for it
+  bool required = true;       // /ready waits for it
+
   // The name served for this model: `name`, or the file name without its extension.
   std::string served_name() const;
 };
@@ -88,6 +93,9 @@ struct ServerConfig {
 
   std::vector<std::string> api_keys;
   std::string api_key_file;
+  // Keys of the admin API (/admin/models...); none: the admin API does not exist.
+  std::vector<std::string> admin_api_keys;
+  int max_loaded = 0;  // models loaded at once; 0 = no cap
 
   int64_t drain_timeout_ms = 30000;
   std::string config_path;  // --config JSON file
@@ -99,7 +107,11 @@ struct ServerConfig {
 
 struct ServiceConfig {
   ServerConfig server;
-  std::vector<ModelSpec> models;  // `serve` holds one
+  // The served models. Before the options are finalized, models.front() holds the values of
+  // the flags, which every model starts from.
+  std::vector<ModelSpec> models;
+  // -m/--model as given: one PATH, or NAME=PATH[,key=value...] per model.
+  std::vector<std::string> model_args;
 
   // Generation requests admitted at once (running or queued) before 429.
   int admission_limit() const;

@@ -43,8 +43,10 @@ def make_server(tmp_path):
     """Starts a dedicated server with extra arguments; stopped at teardown."""
     started = []
 
-    def start(*args: str, env: dict | None = None, wait_ready: bool = True, base=BASE_ARGS):
-        process = ServerProcess(tmp_path, [*base, *args], env=env, name=f"server{len(started)}")
+    def start(*args: str, env: dict | None = None, wait_ready: bool = True, base=BASE_ARGS,
+              models: list[str] | None = None):
+        process = ServerProcess(tmp_path, [*base, *args], env=env, name=f"server{len(started)}",
+                                models=models)
         started.append(process)
         return process.start(wait_ready=wait_ready)
 

@@ -32,9 +32,11 @@ class ServerProcess:
     """One `llamaserve serve` child. stderr goes to a file (a pipe could fill and block)."""
 
     def __init__(self, log_dir: Path, args: list[str], env: dict[str, str] | None = None,
-                 name: str = "server"):
+                 name: str = "server", models: list[str] | None = None):
+        """`models`: the model arguments (default: -m with the default model)."""
         self.log_path = log_dir / f"{name}.log"
-        self.args = [str(BIN), "serve", "-m", str(MODEL), "--port", "0", *args]
+        model_args = ["-m", str(MODEL)] if models is None else models
+        self.args = [str(BIN), "serve", *model_args, "--port", "0", *args]
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen | None = None
         self.port = 0
@@ -136,7 +138,9 @@ class Metrics:
         return cls(samples)
 
     def get(self, name: str, **labels) -> float:
-        return self.samples.get((name, frozenset(labels.items())), 0.0)
+        """The sum over the samples of `name` whose labels include these: the one series with
+        exactly these labels, or a series split further (by model, for instance)."""
+        return self.total(name, **labels)
 
     def total(self, name: str, **labels) -> float:
         """Sum over every sample of `name` whose labels include `labels`."""

@@ -134,12 +134,29 @@ public final class LlamaClient implements AutoCloseable {
 
   /** The ids of the served models (GET /v1/models). */
   public List<String> models() {
-    Map<String, Object> body = transport.callJson(transport.request("/v1/models").GET().build());
     List<String> ids = new ArrayList<>();
-    for (Object item : JsonFields.list(body, "data")) {
-      ids.add(JsonFields.string(JsonFields.object(item, "data[]"), "id"));
-    }
+    for (ModelInfo model : listModels()) ids.add(model.id());
     return ids;
+  }
+
+  /**
+   * The served models with their state and context length (GET /v1/models). A request names
+   * one with {@code GenerationOptions.model}; one that is not loaded is loaded for it.
+   */
+  public List<ModelInfo> listModels() {
+    Map<String, Object> body = transport.callJson(transport.request("/v1/models").GET().build());
+    List<ModelInfo> models = new ArrayList<>();
+    for (Object item : JsonFields.list(body, "data")) {
+      Map<String, Object> entry = JsonFields.object(item, "data[]");
+      Object state = entry.get("state");
+      Object context = entry.get("context_length");
+      Object error = entry.get("error");
+      models.add(new ModelInfo(JsonFields.string(entry, "id"),
+          state instanceof String text ? text : "loaded",
+          context instanceof Number number ? number.longValue() : 0,
+          error instanceof String text ? text : null));
+    }
+    return models;
   }
 
   /** GET /health answers 200: the process is up. False for any other answer or no answer. */

@@ -395,6 +395,17 @@ class LlamaEngineTest {
   }
 
   @Test
+  void holdsTwoModelsAtOnce() {
+    try (LlamaEngine second = LlamaEngine.open(config().build())) {
+      Generation first = engine.generate(greedy("What is the capital of France?", 8).build());
+      Generation other = second.generate(greedy("What is the capital of France?", 8).build());
+      // The same file and greedy decoding: each engine answers the same, independently.
+      assertEquals(first.text(), other.text());
+    }
+    assertFalse(engine.generate(greedy("Hi", 2).build()).text().isEmpty());
+  }
+
+  @Test
   void handleAfterItsOwnerClosedItThrows() {
     GenerationHandle handle = engine.submit(greedy("Hi", 4).build());
     handle.close();

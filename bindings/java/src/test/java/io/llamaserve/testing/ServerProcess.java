@@ -47,8 +47,20 @@ public final class ServerProcess implements AutoCloseable {
   /** The same, for a server that requires {@code apiKey} (null = none). */
   public static ServerProcess startWithKey(String name, String apiKey, String... flags)
       throws IOException, InterruptedException {
-    List<String> command = new ArrayList<>(List.of(TestPaths.binary().toString(), "serve",
-        "-m", TestPaths.model().toString(), "--host", "127.0.0.1", "--port", "0"));
+    return startServing(name, apiKey, List.of("-m", TestPaths.model().toString()), flags);
+  }
+
+  /** A server of several models: {@code modelArgs} such as "--model", "a=PATH", ... */
+  public static ServerProcess startModels(String name, List<String> modelArgs, String... flags)
+      throws IOException, InterruptedException {
+    return startServing(name, null, modelArgs, flags);
+  }
+
+  private static ServerProcess startServing(String name, String apiKey, List<String> modelArgs,
+      String... flags) throws IOException, InterruptedException {
+    List<String> command = new ArrayList<>(List.of(TestPaths.binary().toString(), "serve"));
+    command.addAll(modelArgs);
+    command.addAll(List.of("--host", "127.0.0.1", "--port", "0"));
     if (apiKey != null) command.addAll(List.of("--api-key", apiKey));
     command.addAll(List.of(flags));
     Path log = TestPaths.logDir().resolve(name + ".log");
