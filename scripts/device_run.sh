@@ -150,7 +150,9 @@ serve7b() {
 
 # Model lifecycle under load on the 7B shape (RELOAD7B_TYPE, default q4_k_m): unload, load and
 # RELOAD7B_CYCLES (default 10) reloads while streaming clients run, with device memory read
-# after each step (scripts/gpu_model_reload.py): $OUT/reload-7b.md and .json.
+# after each step (scripts/gpu_model_reload.py): $OUT/reload-7b.md and .json. RELOAD7B_SERVE_ARGS
+# adds serve flags (a --gpu-memory-utilization too small for two versions tests the reload
+# that drains the old version first).
 reload7b() {
   local bin="$build/src/cli/llamaserve"
   need_binary reload7b "$bin" || return
@@ -163,7 +165,8 @@ reload7b() {
       --progress lines "${vocab[@]}" || return
   fi
   step "reload-7b-$type" 560 python3 scripts/gpu_model_reload.py "$bin" "$model" \
-    --cycles "${RELOAD7B_CYCLES:-10}" --log "$logs/reload-7b-server.log" \
+    --cycles "${RELOAD7B_CYCLES:-10}" --serve-args "${RELOAD7B_SERVE_ARGS:-}" \
+    --log "$logs/reload-7b-server.log" \
     --json "$OUT/reload-7b.json" --markdown "$OUT/reload-7b.md"
 }
 

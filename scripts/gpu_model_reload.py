@@ -124,6 +124,9 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--tolerance-mib", type=float, default=256)
+    parser.add_argument("--serve-args", default="",
+                        help="more flags for serve, e.g. a memory cap that leaves no room for "
+                        "two versions (the reload then drains the old one first)")
     parser.add_argument("--log", default="gpu_model_reload-server.log")
     parser.add_argument("--json")
     parser.add_argument("--markdown")
@@ -132,7 +135,8 @@ def main() -> int:
     log = open(args.log, "wb")
     process = subprocess.Popen([args.binary, "serve", "--model", f"a={args.model},required=true",
                                 "--device", args.device, "--ctx-size", "512", "--max-running", "32",
-                                "--admin-api-key", ADMIN_KEY, "--port", "0"],
+                                "--admin-api-key", ADMIN_KEY, "--port", "0",
+                                *args.serve_args.split()],
                                stdout=log, stderr=subprocess.STDOUT)
     if args.device == "cpu":
         MEMORY_SOURCE["pid"] = process.pid
@@ -189,8 +193,9 @@ def main() -> int:
     }
     report["checks"] = checks
     source = "the server's RSS" if args.device == "cpu" else "device memory from NVML"
-    lines = [f"One model on {args.device}, {args.streams} streaming clients ({args.max_tokens} "
-             f"tokens each) during {args.cycles} reloads; {source}.", "",
+    extra = f" (serve {args.serve_args})" if args.serve_args else ""
+    lines = [f"One model on {args.device}{extra}, {args.streams} streaming clients "
+             f"({args.max_tokens} tokens each) during {args.cycles} reloads; {source}.", "",
              "| step | device memory MiB | |", "| --- | ---: | --- |",
              f"| loaded at start | {report['loaded_mib']:.0f} | |",
              f"| unloaded | {report['unloaded_mib']:.0f} | |",

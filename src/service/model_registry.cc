@@ -365,11 +365,16 @@ void ModelRegistry::loader_loop() {
       // new one loads in its place (or the old one again, when the new one fails).
       lock.lock();
       entry.state = ModelState::kLoading;
-      retire(entry);
-      std::thread drainer = std::move(retiring_.back());
-      retiring_.pop_back();
+      std::thread drainer;
+      if (entry.current) {
+        retire(entry);
+        drainer = std::move(retiring_.back());
+        retiring_.pop_back();
+      }
       lock.unlock();
-      drainer.join();
+      if (drainer.joinable()) drainer.join();
+      spdlog::info("models: '{}': no room for two versions; the old one drained first",
+                   entry.name);
       opened = open_with_room(entry, spec);
       if (!opened.is_ok()) {
         spdlog::error("models: '{}': the new version failed ({}); loading the old one again",
