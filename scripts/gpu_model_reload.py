@@ -4,8 +4,10 @@ unloaded, loaded, and reloaded --cycles times while streaming clients keep reque
 device memory (NVML, llamaserve_gpu_memory_used_bytes of /metrics) is read after each step.
 
 Passes when every stream ends with [DONE] and its full length, memory after the unload returns
-to the level before the first load (within --tolerance-mib), and memory after the last reload
-is within the tolerance of memory after the first load (no growth over the cycles).
+to the level before the first load (within --tolerance-mib), memory after the last reload is
+within the tolerance of memory after the first load (no growth over the cycles), and, on a GPU,
+the device pools' own count (llamaserve_gpu_pool_bytes) is 0 after each unload and the same
+after every reload.
 Standard library only; writes a JSON report and a markdown table.
 
   python3 scripts/gpu_model_reload.py BIN MODEL --json out.json --markdown out.md
@@ -55,6 +57,13 @@ def gpu_memory_mib(url: str) -> float:
     if not match:
         raise RuntimeError("no llamaserve_gpu_memory_used_bytes in /metrics (NVML?)")
     return float(match.group(1)) / (1 << 20)
+
+
+def pool_mib(url: str) -> float | None:
+    """llamaserve_gpu_pool_bytes: what the executors' device pools hold (None on the CPU)."""
+    _, text = http(f"{url}/metrics")
+    match = re.search(r'^llamaserve_gpu_pool_bytes (\S+)$', text, re.M)
+    return float(match.group(1)) / (1 << 20) if match else None
 
 
 def state(url: str) -> str:
@@ -114,6 +123,10 @@ class Load:
             thread.join(timeout=300)
 
 
+def fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("binary")
@@ -153,9 +166,11 @@ def main() -> int:
                 raise RuntimeError(f"server exited with {process.returncode}")
             time.sleep(0.5)
         report["loaded_mib"] = settle(url, None, args.tolerance_mib)
+        report["loaded_pool_mib"] = pool_mib(url)
         status, text = http(f"{url}/admin/models/a/unload", "POST", admin=True)
         assert status == 200, text
         report["unloaded_mib"] = settle(url, None, args.tolerance_mib)
+        report["unloaded_pool_mib"] = pool_mib(url)
         started = time.monotonic()
         status, text = http(f"{url}/admin/models/a/load", "POST", admin=True)
         assert status == 200, text
@@ -171,7 +186,8 @@ def main() -> int:
                 # The old version is freed once its streams end (a few seconds at most).
                 memory = settle(url, report["loaded_mib"], args.tolerance_mib)
                 report["cycles"].append({"cycle": cycle + 1, "reload_s": round(seconds, 2),
-                                         "memory_mib": memory, "streams_done": load.done})
+                                         "memory_mib": memory, "pool_mib": pool_mib(url),
+                                         "streams_done": load.done})
                 print(json.dumps(report["cycles"][-1]), file=sys.stderr, flush=True)
         report["streams_ok"] = load.done
         report["streams_bad"] = load.bad[:5]
@@ -179,6 +195,7 @@ def main() -> int:
         status, text = http(f"{url}/admin/models/a/unload", "POST", admin=True)
         assert status == 200, text
         report["final_unloaded_mib"] = settle(url, report["unloaded_mib"], args.tolerance_mib)
+        report["final_pool_mib"] = pool_mib(url)
     finally:
         process.terminate()
         report["server_exit"] = process.wait(timeout=120)
@@ -191,19 +208,27 @@ def main() -> int:
         "no growth over the reloads": abs(last - report["loaded_mib"]) <= args.tolerance_mib,
         "server exited 0": report["server_exit"] == 0,
     }
+    if report.get("loaded_pool_mib") is not None:
+        # The pools' own count: nothing held once the model is unloaded, the same after every
+        # reload as after the first load.
+        checks["device pools empty after each unload"] = (
+            report["unloaded_pool_mib"] == 0 and report["final_pool_mib"] == 0)
+        checks["device pools the same after every reload"] = all(
+            c["pool_mib"] == report["loaded_pool_mib"] for c in report["cycles"])
     report["checks"] = checks
     source = "the server's RSS" if args.device == "cpu" else "device memory from NVML"
     extra = f" (serve {args.serve_args})" if args.serve_args else ""
     lines = [f"One model on {args.device}{extra}, {args.streams} streaming clients "
              f"({args.max_tokens} tokens each) during {args.cycles} reloads; {source}.", "",
-             "| step | device memory MiB | |", "| --- | ---: | --- |",
-             f"| loaded at start | {report['loaded_mib']:.0f} | |",
-             f"| unloaded | {report['unloaded_mib']:.0f} | |",
-             f"| loaded again | {report['reloaded_first_mib']:.0f} | load {report['load_s']} s |"]
+             "| step | device memory MiB | pools MiB | |", "| --- | ---: | ---: | --- |",
+             f"| loaded at start | {report['loaded_mib']:.0f} | {fmt(report.get('loaded_pool_mib'))} | |",
+             f"| unloaded | {report['unloaded_mib']:.0f} | {fmt(report.get('unloaded_pool_mib'))} | |",
+             f"| loaded again | {report['reloaded_first_mib']:.0f} | | load {report['load_s']} s |"]
     for c in report["cycles"]:
-        lines.append(f"| reload {c['cycle']} | {c['memory_mib']:.0f} | {c['reload_s']} s, "
-                     f"{c['streams_done']} streams done so far |")
-    lines.append(f"| unloaded at the end | {report['final_unloaded_mib']:.0f} | |")
+        lines.append(f"| reload {c['cycle']} | {c['memory_mib']:.0f} | {fmt(c.get('pool_mib'))} | "
+                     f"{c['reload_s']} s, {c['streams_done']} streams done so far |")
+    lines.append(f"| unloaded at the end | {report['final_unloaded_mib']:.0f} | "
+                 f"{fmt(report.get('final_pool_mib'))} | |")
     lines += ["", f"Streams complete: {report['streams_ok']}, cut or failed: "
               f"{report['streams_bad_count']}.", ""]
     lines += [f"- {name}: {'PASS' if ok else 'FAIL'}" for name, ok in checks.items()]

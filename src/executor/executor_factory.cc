@@ -11,6 +11,7 @@
 #include "executor/cpu_executor.h"
 #if LLAMASERVE_HAS_CUDA
 #include "backend/cuda/bandwidth.h"
+#include "backend/cuda/device_pool.h"
 #include "executor/cuda_executor.h"
 #endif
 
@@ -146,6 +147,14 @@ Result<double> measure_copy_bandwidth(const DeviceChoice& device, uint64_t bytes
   }
   std::sort(seconds.begin(), seconds.end());
   return 2.0 * static_cast<double>(bytes) / seconds[seconds.size() / 2];
+}
+
+uint64_t device_pool_live_bytes() {
+#if LLAMASERVE_HAS_CUDA
+  return cuda::DevicePool::live_bytes();
+#else
+  return 0;
+#endif
 }
 
 }  // namespace llamaserve

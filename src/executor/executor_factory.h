@@ -85,4 +85,8 @@ CudaExecutorOptions cuda_executor_options(const ExecutorOptions& options, int de
 // CPU, memcpy between two host buffers of `bytes`.
 Result<double> measure_copy_bandwidth(const DeviceChoice& device, uint64_t bytes, int reps);
 
+// Device memory held by every executor's pools in this process, in bytes (0 without CUDA):
+// what unloading every model must give back.
+uint64_t device_pool_live_bytes();
+
 }  // namespace llamaserve

@@ -95,6 +95,13 @@ HttpServer::HttpServer(const ServiceConfig& config)
       if (device.kind == DeviceChoice::Kind::kCuda) cuda_devices.push_back(device.index);
     }
   }
+  for (const ModelSpec& spec : config.models) {
+    if (auto devices = parse_devices(spec.layout.device); devices.is_ok()) {
+      for (const DeviceChoice& device : *devices) {
+        uses_cuda_ |= device.kind == DeviceChoice::Kind::kCuda;
+      }
+    }
+  }
   if (!cuda_devices.empty()) {
     gpu_metrics_ =
         GpuMetrics::open(cuda_devices, GpuMetrics::kNvmlLibrary, options_.cuda_visible_devices);
@@ -419,6 +426,7 @@ void HttpServer::handle_metrics(http::Response& res) {
   }
   metrics_.set_ready(is_ready());
   if (gpu_metrics_) snapshot.gpus = gpu_metrics_->sample();
+  if (uses_cuda_) snapshot.device_pool_bytes = device_pool_live_bytes();
   res.status = 200;
   res.set_header("Content-Type", "text/plain; version=0.0.4");
   res.body = metrics_.render(snapshot);

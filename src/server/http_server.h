@@ -128,6 +128,7 @@ class HttpServer final : private http::Handler {
   ServerMetrics metrics_;
   // NVML readings of the CUDA devices of --devices; unavailable on the CPU or without NVML.
   std::unique_ptr<GpuMetrics> gpu_metrics_;
+  bool uses_cuda_ = false;  // some model runs on CUDA devices: the pool gauge is exported
   int port_ = 0;
 
   mutable std::mutex model_mutex_;

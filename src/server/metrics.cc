@@ -79,6 +79,9 @@ ServerMetrics::ServerMetrics()
                                                "End-to-end duration of generation requests, per "
                                                "model")),
       ready_(add_gauge(*registry_, "llamaserve_ready", "1 when /ready answers 200")),
+      device_pool_bytes_(add_gauge_family(*registry_, "llamaserve_gpu_pool_bytes",
+                                          "Device memory held by the executors' pools of every "
+                                          "loaded model version")),
       http_in_flight_(add_gauge(*registry_, "llamaserve_http_requests_in_flight",
                                 "Generation requests being served")),
       queue_length_(
@@ -197,6 +200,7 @@ std::string ServerMetrics::render(const MetricsSnapshot& snapshot) {
     sample_replicas(snapshot.replicas);
     sample_gpus(snapshot.gpus);
     sample_models(snapshot.models);
+    set_or_remove(device_pool_bytes_, {}, snapshot.device_pool_bytes);
   }
   return prometheus::TextSerializer().Serialize(registry_->Collect());
 }

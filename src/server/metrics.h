@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,6 +31,8 @@ struct MetricsSnapshot {
   std::vector<EngineStats> replicas;  // one per replica; empty before the model is loaded
   std::vector<GpuSample> gpus;        // empty without NVML
   std::vector<ModelStatus> models;    // every configured model
+  // Device memory the executors' pools hold (all models, all versions); none on the CPU.
+  std::optional<uint64_t> device_pool_bytes;
 };
 
 class ServerMetrics {
@@ -61,6 +64,7 @@ class ServerMetrics {
   prometheus::Family<prometheus::Histogram>& inter_token_latency_s_;
   prometheus::Family<prometheus::Histogram>& request_duration_s_;
   prometheus::Gauge& ready_;
+  prometheus::Family<prometheus::Gauge>& device_pool_bytes_;
   prometheus::Gauge& http_in_flight_;
   prometheus::Gauge& queue_length_;
   prometheus::Gauge& running_sequences_;

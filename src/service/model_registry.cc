@@ -373,8 +373,7 @@ void ModelRegistry::loader_loop() {
       }
       lock.unlock();
       if (drainer.joinable()) drainer.join();
-      spdlog::info("models: '{}': no room for two versions; the old one drained first",
-                   entry.name);
+      spdlog::info("models: '{}': no room for two versions; the old one drained first", entry.name);
       opened = open_with_room(entry, spec);
       if (!opened.is_ok()) {
         spdlog::error("models: '{}': the new version failed ({}); loading the old one again",

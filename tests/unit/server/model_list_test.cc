@@ -14,9 +14,10 @@ ModelSpec defaults() {
 }
 
 TEST(ModelList, ArgumentsOverrideTheFlags) {
-  auto spec = parse_model_arg("chat=/m/a.gguf,device=1,ctx-size=2048,keep-alive=5m,required=true,"
-                              "load=on-demand",
-                              defaults());
+  auto spec = parse_model_arg(
+      "chat=/m/a.gguf,device=1,ctx-size=2048,keep-alive=5m,required=true,"
+      "load=on-demand",
+      defaults());
   ASSERT_TRUE(spec) << spec.status().to_string();
   EXPECT_EQ(spec->name, "chat");
   EXPECT_EQ(spec->path, "/m/a.gguf");
@@ -33,9 +34,9 @@ TEST(ModelList, ArgumentsOverrideTheFlags) {
 }
 
 TEST(ModelList, BadArgumentsNameTheProblem) {
-  for (const char* bad : {"/m/a.gguf", "=/m/a.gguf", "a=", "a=/m,tp", "a=/m,tp=zero",
-                          "a=/m,colour=red", "a=/m,load=later", "a=/m,keep-alive=5d",
-                          "a=/m,max-running=0"}) {
+  for (const char* bad :
+       {"/m/a.gguf", "=/m/a.gguf", "a=", "a=/m,tp", "a=/m,tp=zero", "a=/m,colour=red",
+        "a=/m,load=later", "a=/m,keep-alive=5d", "a=/m,max-running=0"}) {
     auto spec = parse_model_arg(bad, defaults());
     EXPECT_FALSE(spec) << bad;
     if (!spec) {
@@ -46,8 +47,7 @@ TEST(ModelList, BadArgumentsNameTheProblem) {
 
 TEST(ModelList, ConfigObjects) {
   auto spec = parse_model_object(
-      {{"name", "q8"}, {"path", "/m/q8.gguf"}, {"max-running", 2}, {"required", true}},
-      defaults());
+      {{"name", "q8"}, {"path", "/m/q8.gguf"}, {"max-running", 2}, {"required", true}}, defaults());
   ASSERT_TRUE(spec) << spec.status().to_string();
   EXPECT_EQ(spec->engine.max_running, 2);
   EXPECT_TRUE(spec->required);
