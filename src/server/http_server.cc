@@ -95,7 +95,9 @@ HttpServer::HttpServer(const ServiceConfig& config)
       if (device.kind == DeviceChoice::Kind::kCuda) cuda_devices.push_back(device.index);
     }
   }
+  // Only a CUDA build has device pools to count.
   for (const ModelSpec& spec : config.models) {
+    if (!cuda_build()) break;
     if (auto devices = parse_devices(spec.layout.device); devices.is_ok()) {
       for (const DeviceChoice& device : *devices) {
         uses_cuda_ |= device.kind == DeviceChoice::Kind::kCuda;
