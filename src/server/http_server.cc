@@ -408,6 +408,8 @@ void HttpServer::handle_ready(http::Response& res) {
 void HttpServer::handle_metrics(http::Response& res) {
   MetricsSnapshot snapshot;
   if (auto models = registry()) {
+    // Counters of closed versions first, so that an unload or reload never lowers a total.
+    snapshot.engine = models->retired_engine_totals();
     models->for_each_loaded([&](const std::string&, ModelService& model) {
       const EngineStats stats = model.engines().stats();
       snapshot.engine.waiting += stats.waiting;

@@ -18,9 +18,6 @@ std::string spec_key(const ModelSpec& spec) {
                      spec.engine.max_batch_tokens, spec.warmup_tokens);
 }
 
-// Closes an idle version on the calling thread (it has no leases, so nothing waits on it).
-void close_now(const std::shared_ptr<ModelLease::Version>& version) { version->service->close(); }
-
 }  // namespace
 
 const char* model_state_name(ModelState state) {
@@ -273,6 +270,23 @@ ModelRegistry::Entry* ModelRegistry::eviction_candidate(const Entry* keep) {
   return oldest;
 }
 
+void ModelRegistry::close_version(ModelLease::Version& version) {
+  const EngineStats final_stats = version.service->engines().stats();
+  version.service->close();
+  std::lock_guard lock(mutex_);
+  retired_.requests_finished += final_stats.requests_finished;
+  retired_.prompt_tokens_total += final_stats.prompt_tokens_total;
+  retired_.generated_tokens_total += final_stats.generated_tokens_total;
+  retired_.preemptions_total += final_stats.preemptions_total;
+  retired_.steps_total += final_stats.steps_total;
+  retired_.device_sampled_steps_total += final_stats.device_sampled_steps_total;
+}
+
+EngineStats ModelRegistry::retired_engine_totals() const {
+  std::lock_guard lock(mutex_);
+  return retired_;
+}
+
 void ModelRegistry::retire(Entry& entry) {
   std::shared_ptr<ModelLease::Version> version = std::move(entry.current);
   entry.current.reset();
@@ -292,7 +306,7 @@ void ModelRegistry::retire(Entry& entry) {
         !drained.is_ok()) {
       spdlog::warn("models: '{}': {}", name, drained.to_string());
     }
-    version->service->close();
+    close_version(*version);
     spdlog::info("models: '{}': previous version closed", name);
   });
 }
@@ -318,7 +332,7 @@ Result<std::shared_ptr<ModelLease::Version>> ModelRegistry::open_with_room(Entry
         auto version = std::move(victim->current);
         victim->state = ModelState::kUnloaded;
         lock.unlock();
-        close_now(version);
+        close_version(*version);
         continue;
       }
     }
@@ -342,7 +356,7 @@ Result<std::shared_ptr<ModelLease::Version>> ModelRegistry::open_with_room(Entry
     auto version = std::move(victim->current);
     victim->state = ModelState::kUnloaded;
     lock.unlock();
-    close_now(version);
+    close_version(*version);
   }
 }
 
@@ -434,7 +448,7 @@ void ModelRegistry::janitor_loop() {
       auto version = std::move(entry->current);
       entry->state = ModelState::kUnloaded;
       lock.unlock();
-      close_now(version);
+      close_version(*version);
       lock.lock();
       changed_.notify_all();
       break;  // the list may have changed while unlocked
@@ -599,7 +613,7 @@ void ModelRegistry::shutdown() {
     retiring = std::move(retiring_);
   }
   for (std::thread& thread : retiring) thread.join();
-  for (auto& version : versions) version->service->close();
+  for (auto& version : versions) close_version(*version);
 }
 
 }  // namespace llamaserve

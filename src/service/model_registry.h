@@ -129,6 +129,9 @@ class ModelRegistry {
   Status reconfigure(std::vector<ModelSpec> specs);
 
   std::vector<ModelStatus> status() const;
+  // The cumulative engine counters (tokens, steps, finished requests) of every version closed
+  // so far, so that totals over the loaded versions plus these never go down.
+  EngineStats retired_engine_totals() const;
   // Calls `visit` with every loaded current version (for metrics), under the registry's lock:
   // `visit` must be quick and must not call back into the registry.
   void for_each_loaded(const std::function<void(const std::string&, ModelService&)>& visit) const;
@@ -146,6 +149,8 @@ class ModelRegistry {
   Entry* eviction_candidate(const Entry* keep);  // mutex held
   // Takes the entry's version out and drains and closes it in the background (mutex held).
   void retire(Entry& entry);
+  // Closes a version no lease holds, adding its engine counters to retired_ (mutex not held).
+  void close_version(ModelLease::Version& version);
   void release(ModelLease::Version& version);
   Status wait_for_load(std::unique_lock<std::mutex>& lock, Entry& entry, uint64_t job);
 
@@ -163,6 +168,7 @@ class ModelRegistry {
   std::deque<Job> jobs_;
   uint64_t next_job_ = 1;
   uint64_t use_clock_ = 0;  // orders uses for LRU
+  EngineStats retired_;     // counters of closed versions
   bool stopping_ = false;
   std::vector<std::thread> retiring_;
   std::thread loader_;
