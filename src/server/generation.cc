@@ -114,7 +114,10 @@ class GenerationSession {
             fmt::format("the request ran longer than {} ms (--request-timeout-ms)",
                         limits_.request_timeout.count()));
       case FinishReason::kCancelled:
-        return unavailable("the server is shutting down; the request was cancelled", "draining", 0);
+        return unavailable(
+            "the request was cancelled: the server is shutting down, or its model was unloaded "
+            "or replaced and the request ran past --drain-timeout-ms",
+            "draining", 0);
       case FinishReason::kError:
       case FinishReason::kNone: break;
     }
