@@ -152,7 +152,8 @@ serve7b() {
 # RELOAD7B_CYCLES (default 10) reloads while streaming clients run, with device memory read
 # after each step (scripts/gpu_model_reload.py): $OUT/reload-7b.md and .json. RELOAD7B_SERVE_ARGS
 # adds serve flags (a --gpu-memory-utilization too small for two versions tests the reload
-# that drains the old version first).
+# that drains the old version first). RELOAD7B_EVICT=1 runs scripts/gpu_model_evict.py instead:
+# two models with room for one, each request evicting the other ($OUT/evict-7b.md).
 reload7b() {
   local bin="$build/src/cli/llamaserve"
   need_binary reload7b "$bin" || return
@@ -163,6 +164,12 @@ reload7b() {
   if [[ ! -s $model ]]; then
     step "synth-7b-$type" 420 "$bin" synth --shape llama2-7b --type "$type" -o "$model" \
       --progress lines "${vocab[@]}" || return
+  fi
+  if [[ -n ${RELOAD7B_EVICT:-} ]]; then
+    # Two models with room for one: each request for the unloaded one evicts the other.
+    step "evict-7b-$type" 300 python3 scripts/gpu_model_evict.py "$bin" "$model" \
+      --log "$logs/evict-7b-server.log" --markdown "$OUT/evict-7b.md"
+    return
   fi
   step "reload-7b-$type" 560 python3 scripts/gpu_model_reload.py "$bin" "$model" \
     --cycles "${RELOAD7B_CYCLES:-10}" --serve-args "${RELOAD7B_SERVE_ARGS:-}" \
