@@ -93,6 +93,19 @@ need_binary() {  # need_binary NAME PATH: records a failed step when the binary 
   return 0
 }
 
+# synth7b TYPE: the LLaMA-2-7B shape in TYPE at $BENCH7B_DIR/llama2-7b-TYPE.gguf (default /tmp),
+# written once and reused by later steps on a warm machine; sets synth7b_model to its path.
+# Fails (a failed step) when the file could not be written.
+synth7b() {
+  local type=$1 bin="$build/src/cli/llamaserve"
+  synth7b_model="${BENCH7B_DIR:-/tmp}/llama2-7b-$type.gguf"
+  local vocab=()
+  [[ -f $build/fixtures/vocab-llama2-spm.gguf ]] && vocab=(--vocab "$build/fixtures/vocab-llama2-spm.gguf")
+  [[ -s $synth7b_model ]] && return 0
+  step "synth-7b-$type" 420 "$bin" synth --shape llama2-7b --type "$type" -o "$synth7b_model" \
+    --progress lines "${vocab[@]}"
+}
+
 bench7b() {
   local bin="$build/src/cli/llamaserve"
   need_binary llamaserve "$bin" || return
@@ -100,20 +113,14 @@ bench7b() {
     note bench7b "SKIP (this llamaserve has no synth command)"
     return
   fi
-  local dir=${BENCH7B_DIR:-/tmp}
-  local vocab=()
-  [[ -f $build/fixtures/vocab-llama2-spm.gguf ]] && vocab=(--vocab "$build/fixtures/vocab-llama2-spm.gguf")
   local args
   read -r -a args <<<"${BENCH7B_ARGS:--p 512 -n 128 -b 1,16,64,256 --reps 3}"
   local json="$OUT/bench-7b.json" md="$OUT/bench-7b.md" first=1
   echo "{" >"$json"
   : >"$md"
   for type in ${BENCH7B_TYPES:-q4_k_m q8_0 f16}; do
-    local model="$dir/llama2-7b-$type.gguf"
-    if [[ ! -s $model ]]; then
-      step "synth-7b-$type" 420 "$bin" synth --shape llama2-7b --type "$type" -o "$model" \
-        --progress lines "${vocab[@]}" || continue
-    fi
+    synth7b "$type" || continue
+    local model=$synth7b_model
     step "bench-7b-$type" 420 "$bin" bench -m "$model" --device "${BENCH7B_DEVICE:-cuda:0}" "${args[@]}" \
       --json-file "$logs/bench-7b-$type.json" --markdown-file "$logs/bench-7b-$type.md" || continue
     [[ $first -eq 1 ]] || echo "," >>"$json"
@@ -133,14 +140,9 @@ bench7b() {
 serve7b() {
   local bin=${SERVE7B_BIN:-$build/src/cli/llamaserve} name=${SERVE7B_NAME:-serve-7b}
   need_binary serve7b "$bin" || return
-  local type=${SERVE7B_TYPE:-f16} dir=${BENCH7B_DIR:-/tmp}
-  local model="$dir/llama2-7b-$type.gguf"
-  local vocab=()
-  [[ -f $build/fixtures/vocab-llama2-spm.gguf ]] && vocab=(--vocab "$build/fixtures/vocab-llama2-spm.gguf")
-  if [[ ! -s $model ]]; then
-    step "synth-7b-$type" 420 "$bin" synth --shape llama2-7b --type "$type" -o "$model" \
-      --progress lines "${vocab[@]}" || return
-  fi
+  local type=${SERVE7B_TYPE:-f16}
+  synth7b "$type" || return
+  local model=$synth7b_model
   step "$name-$type" 500 python3 bench/serve/serve_load.py \
     --serve "$bin serve -m $model --device cuda:0 --ctx-size 512 --max-running 256 --max-queue 256 --max-tokens-limit 256" \
     --server-log "$logs/$name-server.log" --streams "${SERVE7B_STREAMS:-1,16,64,256}" \
@@ -157,14 +159,9 @@ serve7b() {
 reload7b() {
   local bin="$build/src/cli/llamaserve"
   need_binary reload7b "$bin" || return
-  local type=${RELOAD7B_TYPE:-q4_k_m} dir=${BENCH7B_DIR:-/tmp}
-  local model="$dir/llama2-7b-$type.gguf"
-  local vocab=()
-  [[ -f $build/fixtures/vocab-llama2-spm.gguf ]] && vocab=(--vocab "$build/fixtures/vocab-llama2-spm.gguf")
-  if [[ ! -s $model ]]; then
-    step "synth-7b-$type" 420 "$bin" synth --shape llama2-7b --type "$type" -o "$model" \
-      --progress lines "${vocab[@]}" || return
-  fi
+  local type=${RELOAD7B_TYPE:-q4_k_m}
+  synth7b "$type" || return
+  local model=$synth7b_model
   if [[ -n ${RELOAD7B_EVICT:-} ]]; then
     # Two models with room for one: each request for the unloaded one evicts the other.
     step "evict-7b-$type" 300 python3 scripts/gpu_model_evict.py "$bin" "$model" \

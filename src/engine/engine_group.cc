@@ -11,19 +11,6 @@
 namespace llamaserve {
 namespace {
 
-void add_stats(EngineStats& total, const EngineStats& replica) {
-  total.waiting += replica.waiting;
-  total.running += replica.running;
-  total.kv_blocks_total += replica.kv_blocks_total;
-  total.kv_blocks_free += replica.kv_blocks_free;
-  total.requests_finished += replica.requests_finished;
-  total.prompt_tokens_total += replica.prompt_tokens_total;
-  total.generated_tokens_total += replica.generated_tokens_total;
-  total.preemptions_total += replica.preemptions_total;
-  total.steps_total += replica.steps_total;
-  total.device_sampled_steps_total += replica.device_sampled_steps_total;
-}
-
 int32_t shortest_context(const std::vector<std::unique_ptr<Engine>>& replicas) {
   int32_t shortest = replicas.front()->max_context();
   for (const auto& replica : replicas) shortest = std::min(shortest, replica->max_context());
@@ -98,7 +85,7 @@ Result<RequestHandle> EngineGroup::submit_to(size_t replica, GenerationRequest r
 EngineStats EngineGroup::stats() const {
   if (replicas_.size() == 1) return replicas_.front()->stats();
   EngineStats total;
-  for (const auto& replica : replicas_) add_stats(total, replica->stats());
+  for (const auto& replica : replicas_) add_engine_stats(total, replica->stats());
   return total;
 }
 

@@ -88,4 +88,17 @@ void RequestHandle::cancel() {
 
 bool RequestHandle::finished() const { return !channel_ || channel_->delivered_finish(); }
 
+void add_engine_stats(EngineStats& total, const EngineStats& part) {
+  total.waiting += part.waiting;
+  total.running += part.running;
+  total.kv_blocks_total += part.kv_blocks_total;
+  total.kv_blocks_free += part.kv_blocks_free;
+  total.requests_finished += part.requests_finished;
+  total.prompt_tokens_total += part.prompt_tokens_total;
+  total.generated_tokens_total += part.generated_tokens_total;
+  total.preemptions_total += part.preemptions_total;
+  total.steps_total += part.steps_total;
+  total.device_sampled_steps_total += part.device_sampled_steps_total;
+}
+
 }  // namespace llamaserve

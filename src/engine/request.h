@@ -105,4 +105,7 @@ struct EngineStats {
   uint64_t device_sampled_steps_total = 0;  // steps whose tokens were drawn on the device
 };
 
+// Adds `part` to `total`, gauges and counters alike.
+void add_engine_stats(EngineStats& total, const EngineStats& part);
+
 }  // namespace llamaserve

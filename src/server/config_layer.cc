@@ -80,13 +80,19 @@ Status apply_json_config(CLI::App& app, const nlohmann::json& config, std::strin
   return Status::ok();
 }
 
-Status apply_json_config_file(CLI::App& app, const std::string& path) {
+Result<nlohmann::json> read_json_config_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return make_error(StatusCode::kIo, "cannot open config file '{}'", path);
   std::stringstream buffer;
   buffer << in.rdbuf();
   auto parsed = parse_json_object(buffer.str());
   if (!parsed) return parsed.status().with_context(fmt::format("config file '{}'", path));
+  return std::move(parsed).value();
+}
+
+Status apply_json_config_file(CLI::App& app, const std::string& path) {
+  auto parsed = read_json_config_file(path);
+  if (!parsed) return parsed.status();
   return apply_json_config(app, *parsed, fmt::format("config file '{}'", path));
 }
 

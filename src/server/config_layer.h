@@ -29,6 +29,9 @@ void bind_env_vars(CLI::App& app, std::string_view prefix);
 // nested objects and values an option rejects are errors that name the key and `source`.
 Status apply_json_config(CLI::App& app, const nlohmann::json& config, std::string_view source);
 
+// Reads `path`, which must hold a JSON object; errors name the file.
+Result<nlohmann::json> read_json_config_file(const std::string& path);
+
 // Reads `path` (a JSON object) and applies it as above.
 Status apply_json_config_file(CLI::App& app, const std::string& path);
 

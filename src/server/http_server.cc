@@ -411,17 +411,7 @@ void HttpServer::handle_metrics(http::Response& res) {
     // Counters of closed versions first, so that an unload or reload never lowers a total.
     snapshot.engine = models->retired_engine_totals();
     models->for_each_loaded([&](const std::string&, ModelService& model) {
-      const EngineStats stats = model.engines().stats();
-      snapshot.engine.waiting += stats.waiting;
-      snapshot.engine.running += stats.running;
-      snapshot.engine.kv_blocks_total += stats.kv_blocks_total;
-      snapshot.engine.kv_blocks_free += stats.kv_blocks_free;
-      snapshot.engine.requests_finished += stats.requests_finished;
-      snapshot.engine.prompt_tokens_total += stats.prompt_tokens_total;
-      snapshot.engine.generated_tokens_total += stats.generated_tokens_total;
-      snapshot.engine.preemptions_total += stats.preemptions_total;
-      snapshot.engine.steps_total += stats.steps_total;
-      snapshot.engine.device_sampled_steps_total += stats.device_sampled_steps_total;
+      add_engine_stats(snapshot.engine, model.engines().stats());
       for (size_t i = 0; i < model.engines().size(); ++i) {
         snapshot.replicas.push_back(model.engines().replica_stats(i));
       }

@@ -1,10 +1,8 @@
 #include "server/model_list.h"
 
 #include <charconv>
-#include <fstream>
-#include <sstream>
 
-#include "server/request_parser.h"
+#include "server/config_layer.h"
 
 namespace llamaserve::server {
 namespace {
@@ -174,12 +172,8 @@ Result<ModelSpec> parse_model_object(const json& object, const ModelSpec& defaul
 
 Result<std::vector<ModelSpec>> read_models_config(const std::string& path,
                                                   const ModelSpec& defaults) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error(StatusCode::kIo, "cannot open config file '{}'", path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  auto parsed = parse_json_object(buffer.str());
-  if (!parsed) return parsed.status().with_context(fmt::format("config file '{}'", path));
+  auto parsed = read_json_config_file(path);
+  if (!parsed) return parsed.status();
   std::vector<ModelSpec> specs;
   if (auto it = parsed->find("models"); it != parsed->end()) {
     if (!it->is_array()) {

@@ -3,11 +3,9 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
-#include <sstream>
 
 #include "server/config_layer.h"
 #include "server/model_list.h"
-#include "server/request_parser.h"
 #include "service/model_service.h"
 
 namespace llamaserve::server {
@@ -243,13 +241,8 @@ Status finalize_service_config(CLI::App& app, ServiceConfig& config) {
   ServerConfig& o = config.server;
   nlohmann::json file_models;
   if (!o.config_path.empty()) {
-    std::ifstream in(o.config_path, std::ios::binary);
-    if (!in) return make_error(StatusCode::kIo, "cannot open config file '{}'", o.config_path);
-    std::stringstream buffer;
-    buffer << in.rdbuf();
-    auto parsed = parse_json_object(buffer.str());
-    if (!parsed)
-      return parsed.status().with_context(fmt::format("config file '{}'", o.config_path));
+    auto parsed = read_json_config_file(o.config_path);
+    if (!parsed) return parsed.status();
     if (auto it = parsed->find("models"); it != parsed->end()) {
       file_models = std::move(*it);
       parsed->erase("models");

@@ -126,9 +126,7 @@ void ModelRegistry::start() {
   std::lock_guard lock(mutex_);
   for (auto& entry : entries_) {
     if (entry->spec.load_at_start && entry->pending_job == 0 && !entry->current) {
-      entry->pending_job = next_job_++;
-      entry->state = ModelState::kLoading;
-      jobs_.push_back({entry.get(), std::nullopt, entry->pending_job});
+      queue_job(*entry, std::nullopt);
     }
   }
   changed_.notify_all();
@@ -192,6 +190,14 @@ bool ModelRegistry::ready() const {
   return any;
 }
 
+void ModelRegistry::queue_job(Entry& entry, std::optional<ModelSpec> spec) {
+  entry.pending_job = next_job_++;
+  // A reload beside a serving version leaves it loaded until the swap.
+  if (!spec || !entry.current) entry.state = ModelState::kLoading;
+  jobs_.push_back({&entry, std::move(spec), entry.pending_job});
+  changed_.notify_all();
+}
+
 Status ModelRegistry::wait_for_load(std::unique_lock<std::mutex>& lock, Entry& entry,
                                     uint64_t job) {
   changed_.wait(lock, [&] { return stopping_ || entry.done_job >= job; });
@@ -228,10 +234,7 @@ Result<ModelLease> ModelRegistry::acquire(const std::string& name, std::chrono::
         return make_error(StatusCode::kUnavailable, "model '{}' failed to load: {}", name,
                           entry->error);
       }
-      entry->pending_job = next_job_++;
-      entry->state = ModelState::kLoading;
-      jobs_.push_back({entry, std::nullopt, entry->pending_job});
-      changed_.notify_all();
+      queue_job(*entry, std::nullopt);
     }
     const uint64_t job = entry->pending_job;
     if (!changed_.wait_until(lock, deadline, [&] {
@@ -271,15 +274,12 @@ ModelRegistry::Entry* ModelRegistry::eviction_candidate(const Entry* keep) {
 }
 
 void ModelRegistry::close_version(ModelLease::Version& version) {
-  const EngineStats final_stats = version.service->engines().stats();
+  EngineStats counters = version.service->engines().stats();
   version.service->close();
+  // Only the cumulative counters outlive the version; its gauges are gone with it.
+  counters.waiting = counters.running = counters.kv_blocks_total = counters.kv_blocks_free = 0;
   std::lock_guard lock(mutex_);
-  retired_.requests_finished += final_stats.requests_finished;
-  retired_.prompt_tokens_total += final_stats.prompt_tokens_total;
-  retired_.generated_tokens_total += final_stats.generated_tokens_total;
-  retired_.preemptions_total += final_stats.preemptions_total;
-  retired_.steps_total += final_stats.steps_total;
-  retired_.device_sampled_steps_total += final_stats.device_sampled_steps_total;
+  add_engine_stats(retired_, counters);
 }
 
 EngineStats ModelRegistry::retired_engine_totals() const {
@@ -463,12 +463,7 @@ Status ModelRegistry::load(const std::string& name) {
   entry->last_use = ++use_clock_;
   entry->last_used = Clock::now();
   if (entry->current && entry->pending_job == 0) return Status::ok();
-  if (entry->pending_job == 0) {
-    entry->pending_job = next_job_++;
-    entry->state = ModelState::kLoading;
-    jobs_.push_back({entry, std::nullopt, entry->pending_job});
-    changed_.notify_all();
-  }
+  if (entry->pending_job == 0) queue_job(*entry, std::nullopt);
   return wait_for_load(lock, *entry, entry->pending_job);
 }
 
@@ -476,11 +471,8 @@ Status ModelRegistry::unload(const std::string& name) {
   std::unique_lock lock(mutex_);
   Entry* entry = find(name);
   if (entry == nullptr) return make_error(StatusCode::kNotFound, "no model '{}'", name);
-  if (entry->pending_job != 0) {
-    // Whatever the load under way ends in, what it leaves is unloaded.
-    const uint64_t job = entry->pending_job;
-    changed_.wait(lock, [&] { return stopping_ || entry->done_job >= job; });
-  }
+  // Whatever the load under way ends in, what it leaves is unloaded.
+  if (entry->pending_job != 0) (void)wait_for_load(lock, *entry, entry->pending_job);
   retire(*entry);
   entry->state = ModelState::kUnloaded;
   entry->error.clear();
@@ -492,16 +484,10 @@ Status ModelRegistry::reload(const std::string& name, std::optional<std::string>
   std::unique_lock lock(mutex_);
   Entry* entry = find(name);
   if (entry == nullptr) return make_error(StatusCode::kNotFound, "no model '{}'", name);
-  if (entry->pending_job != 0) {
-    const uint64_t job = entry->pending_job;
-    changed_.wait(lock, [&] { return stopping_ || entry->done_job >= job; });
-  }
+  if (entry->pending_job != 0) (void)wait_for_load(lock, *entry, entry->pending_job);
   ModelSpec spec = entry->spec;
   if (path) spec.path = *path;
-  entry->pending_job = next_job_++;
-  if (!entry->current) entry->state = ModelState::kLoading;
-  jobs_.push_back({entry, spec, entry->pending_job});
-  changed_.notify_all();
+  queue_job(*entry, std::move(spec));
   return wait_for_load(lock, *entry, entry->pending_job);
 }
 

@@ -152,6 +152,8 @@ class ModelRegistry {
   // Closes a version no lease holds, adding its engine counters to retired_ (mutex not held).
   void close_version(ModelLease::Version& version);
   void release(ModelLease::Version& version);
+  // Queues a load (spec none) or a reload of `entry` (mutex held).
+  void queue_job(Entry& entry, std::optional<ModelSpec> spec);
   Status wait_for_load(std::unique_lock<std::mutex>& lock, Entry& entry, uint64_t job);
 
   RegistryOptions options_;
