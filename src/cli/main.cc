@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "cli/command.h"
+#include "core/build_info.h"
 #include "core/log.h"
 
 namespace llamaserve::cli {
@@ -17,10 +18,34 @@ int main(int argc, char** argv) {
   using namespace llamaserve;
   CLI::App app{"llamaserve: LLaMA-family inference server"};
   app.require_subcommand(1);
-  std::string log_level = "info";
-  app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off")
-      ->capture_default_str();
-  app.set_version_flag("--version", "llamaserve 0.1.0");
+  // Logging follows every change at once, so that a command's config file (applied after
+  // parsing) and the environment can set it as well as the flag.
+  LogSettings logging;
+  setup_logging(logging);
+  app.add_option_function<std::string>(
+         "--log-level",
+         [&logging](const std::string& level) {
+           logging.level = level;
+           setup_logging(logging);
+         },
+         "trace|debug|info|warn|error|off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
+      ->envname("LLAMASERVE_LOG_LEVEL")
+      ->default_str(logging.level);
+  app.add_option_function<std::string>(
+         "--log-format",
+         [&logging](const std::string& format) {
+           logging.format = parse_log_format(format).value();
+           setup_logging(logging);
+         },
+         "text, or json: one JSON object a line")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->envname("LLAMASERVE_LOG_FORMAT")
+      ->default_str("text");
+  // Options of the program given after the command's name are the program's too.
+  app.fallthrough();
+  app.set_version_flag(
+      "--version", fmt::format("llamaserve {} ({})", build_info().version, build_info().commit));
 
   auto& commands = cli::command_registry();
   std::sort(commands.begin(), commands.end(),
@@ -36,6 +61,5 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  setup_logging(log_level);
   return chosen ? chosen() : 1;
 }

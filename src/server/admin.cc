@@ -70,14 +70,14 @@ std::optional<http::Response> HttpServer::check_admin_head(const http::Request& 
                                         unicode::sanitize_utf8(head.method.substr(0, 32)),
                                         unicode::sanitize_utf8(head.path.substr(0, 256))),
                             "route_not_found"),
-                  "/admin/models", "admin-");
+                  head, "/admin/models", "admin-");
   }
   const std::string_view header = head.header("Authorization").value_or("");
   const size_t space = header.find(' ');
   if (header.empty() || space == std::string_view::npos ||
       !http::iequals(header.substr(0, space), "Bearer")) {
     http::Response response =
-        refuse(unauthorized("the admin API needs 'Authorization: Bearer <admin key>'"),
+        refuse(unauthorized("the admin API needs 'Authorization: Bearer <admin key>'"), head,
                "/admin/models", "admin-");
     return response;
   }
@@ -87,11 +87,11 @@ std::optional<http::Response> HttpServer::check_admin_head(const http::Request& 
   for (const std::string& accepted : options_.admin_api_keys)
     match |= constant_time_equal(key, accepted);
   if (!match) {
-    return refuse(forbidden("this key may not use the admin API (--admin-api-key)"),
+    return refuse(forbidden("this key may not use the admin API (--admin-api-key)"), head,
                   "/admin/models", "admin-");
   }
   if (draining_) {
-    return refuse(unavailable("the server is shutting down", "draining", 0), "/admin/models",
+    return refuse(unavailable("the server is shutting down", "draining", 0), head, "/admin/models",
                   "admin-");
   }
   return std::nullopt;

@@ -46,7 +46,11 @@ Status apply_json_config(CLI::App& app, const nlohmann::json& config, std::strin
   }
   for (const auto& [key, value] : config.items()) {
     CLI::Option* option = app.get_option_no_throw("--" + key);
-    if (option == nullptr || key == "help" || key == "config") {
+    // The program's own options (--log-level, --log-format) may be set by a command's file.
+    if (option == nullptr && app.get_parent() != nullptr) {
+      option = app.get_parent()->get_option_no_throw("--" + key);
+    }
+    if (option == nullptr || key == "help" || key == "config" || key == "version") {
       return make_error(StatusCode::kInvalidArgument,
                         "{}: unknown key '{}' (keys are option names without the leading dashes, "
                         "see --help)",

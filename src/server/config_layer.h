@@ -24,7 +24,8 @@ std::string env_var_name(std::string_view prefix, std::string_view long_name);
 // options are added and before parsing; CLI11 then reads the variable when the flag is absent.
 void bind_env_vars(CLI::App& app, std::string_view prefix);
 
-// Applies {"long-name": value, ...} to the options of `app` not already set (count() == 0).
+// Applies {"long-name": value, ...} to the options of `app`, or of its parent program, not
+// already set (count() == 0).
 // Values: string, number, boolean, or an array of those for repeatable options. Unknown keys,
 // nested objects and values an option rejects are errors that name the key and `source`.
 Status apply_json_config(CLI::App& app, const nlohmann::json& config, std::string_view source);

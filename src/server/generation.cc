@@ -155,7 +155,7 @@ class GenerationSession {
       res.body = format_->body(*event);
     }
     record_.status = res.status;
-    server_.decorate(res, record_.id);
+    server_.decorate(res, record_);
     exchange_.respond(std::move(res));
   }
 
@@ -167,7 +167,7 @@ class GenerationSession {
     head.set_header("Content-Type", "text/event-stream");
     head.set_header("Cache-Control", "no-cache");
     head.set_header("X-Accel-Buffering", "no");
-    server_.decorate(head, record_.id);
+    server_.decorate(head, record_);
     exchange_.start_stream(std::move(head));
     if (!write(format_->stream_begin())) return false;
     std::optional<GenerationEvent> event = std::move(first_event_);

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <random>
 
+#include "core/log.h"
 #include "server/openapi.h"
 #include "server/request_parser.h"
 #include "server/response_format.h"
@@ -201,25 +202,36 @@ std::optional<ApiError> HttpServer::check_auth(const http::Request& head) const 
   return std::nullopt;
 }
 
-void HttpServer::decorate(http::Response& response, const std::string& request_id) const {
-  response.set_header("X-Request-Id", request_id);
+RequestRecord HttpServer::new_record(const http::Request& head, std::string_view id_prefix,
+                                     std::string endpoint) {
+  RequestRecord record;
+  record.id = new_request_id(id_prefix);
+  record.endpoint = std::move(endpoint);
+  record.client_id = accepted_request_id(head.header("X-Request-Id").value_or(""));
+  record.traceparent = parse_traceparent(head.header("traceparent").value_or(""));
+  return record;
+}
+
+void HttpServer::decorate(http::Response& response, const RequestRecord& record) const {
+  response.set_header("X-Request-Id", record.client_id.empty() ? record.id : record.client_id);
+  if (!record.traceparent.header.empty()) {
+    response.set_header("traceparent", record.traceparent.header);
+  }
   if (!options_.cors_origin.empty()) {
     response.set_header("Access-Control-Allow-Origin", options_.cors_origin);
-    response.set_header("Access-Control-Expose-Headers", "Retry-After, X-Request-Id");
+    response.set_header("Access-Control-Expose-Headers", "Retry-After, X-Request-Id, traceparent");
     response.set_header("Vary", "Origin");
   }
 }
 
-http::Response HttpServer::refuse(const ApiError& error, const std::string& endpoint,
-                                  std::string_view prefix) {
-  RequestRecord record;
-  record.id = new_request_id(prefix);
-  record.endpoint = endpoint;
+http::Response HttpServer::refuse(const ApiError& error, const http::Request& head,
+                                  const std::string& endpoint, std::string_view prefix) {
+  RequestRecord record = new_record(head, prefix, endpoint);
   record.status = error.http_status;
   record.error = error.message;
   http::Response response;
   send_error(response, error);
-  decorate(response, record.id);
+  decorate(response, record);
   finish_record(record);
   return response;
 }
@@ -235,13 +247,12 @@ std::optional<http::Response> HttpServer::check_head(const http::Request& head) 
     http::Response response;
     response.status = any_method != nullptr ? 204 : 404;
     response.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-    response.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+    response.set_header("Access-Control-Allow-Headers",
+                        "Authorization, Content-Type, X-Request-Id, traceparent");
     response.set_header("Access-Control-Max-Age", "600");
-    RequestRecord record;
-    record.id = new_request_id("req-");
-    record.endpoint = endpoint;
+    RequestRecord record = new_record(head, "req-", endpoint);
     record.status = response.status;
-    decorate(response, record.id);
+    decorate(response, record);
     finish_record(record);
     return response;
   }
@@ -256,7 +267,7 @@ std::optional<http::Response> HttpServer::check_head(const http::Request& head) 
     const std::string method = unicode::sanitize_utf8(head.method.substr(0, 32));
     http::Response response = refuse(method_not_allowed(fmt::format("{} does not accept {}; use {}",
                                                                     head.path, method, allowed)),
-                                     endpoint, "req-");
+                                     head, endpoint, "req-");
     response.set_header("Allow", allowed);
     return response;
   }
@@ -265,14 +276,16 @@ std::optional<http::Response> HttpServer::check_head(const http::Request& head) 
                                         unicode::sanitize_utf8(head.method.substr(0, 32)),
                                         unicode::sanitize_utf8(head.path.substr(0, 256))),
                             "route_not_found"),
-                  endpoint, "req-");
+                  head, endpoint, "req-");
   }
   if (route->requires_auth) {
-    if (auto denied = check_auth(head)) return refuse(*denied, endpoint, id_prefix(route->id));
+    if (auto denied = check_auth(head)) {
+      return refuse(*denied, head, endpoint, id_prefix(route->id));
+    }
   }
   if (draining_ && !route->served_while_draining) {
     http::Response response = refuse(unavailable("the server is shutting down", "draining", 0),
-                                     endpoint, id_prefix(route->id));
+                                     head, endpoint, id_prefix(route->id));
     response.set_header("Connection", "close");  // so that keep-alive clients reconnect elsewhere
     return response;
   }
@@ -301,15 +314,13 @@ http::Response HttpServer::refusal(const http::HttpError& error, const http::Req
     }
   }
   const Route* route = head.path.empty() ? nullptr : route_for_path(head.path);
-  return refuse(api_error, route != nullptr ? std::string(route->path) : "other", "req-");
+  return refuse(api_error, head, route != nullptr ? std::string(route->path) : "other", "req-");
 }
 
 void HttpServer::handle(std::shared_ptr<http::Exchange> exchange) {
   const http::Request& req = exchange->request();
   if (is_admin_path(req.path) && !options_.admin_api_keys.empty()) {
-    RequestRecord record;
-    record.id = new_request_id("admin-");
-    record.endpoint = "/admin/models";
+    RequestRecord record = new_record(req, "admin-", "/admin/models");
     http::Response res;
     try {
       handle_admin(*exchange, res);
@@ -317,16 +328,14 @@ void HttpServer::handle(std::shared_ptr<http::Exchange> exchange) {
       spdlog::error("http: {} {} failed: {}", req.method, req.path, e.what());
       send_error(res, internal_error("internal error; see the server log"));
     }
-    decorate(res, record.id);
+    decorate(res, record);
     record.status = res.status;
     exchange->respond(std::move(res));
     finish_record(record);
     return;
   }
   const Route* route = find_route(req.method, req.path);
-  RequestRecord record;
-  record.id = new_request_id(id_prefix(route->id));
-  record.endpoint = std::string(route->path);
+  RequestRecord record = new_record(req, id_prefix(route->id), std::string(route->path));
   http::Response res;
   bool answered = false;
   try {
@@ -336,7 +345,7 @@ void HttpServer::handle(std::shared_ptr<http::Exchange> exchange) {
     send_error(res, internal_error("internal error; see the server log"));
   }
   if (answered) return;  // a generation session answered and recorded it
-  decorate(res, record.id);
+  decorate(res, record);
   record.status = res.status;
   if (res.status >= 400 && record.error.empty()) {
     auto body = json::parse(res.body, nullptr, false);
@@ -384,14 +393,28 @@ void HttpServer::finish_record(RequestRecord& record) {
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - record.start)
           .count();
   const auto level = is_probe(record.endpoint) ? spdlog::level::debug : spdlog::level::info;
-  spdlog::log(level,
-              "request id={} endpoint={} status={} prompt_tokens={} completion_tokens={} "
-              "ttft_ms={:.1f} total_ms={:.1f}{}{}{}{}{}",
-              record.id, record.endpoint, record.status, record.prompt_tokens,
-              record.completion_tokens, record.ttft_ms < 0 ? 0.0 : record.ttft_ms, total_ms,
-              record.model.empty() ? "" : " model=", record.model,
-              record.finish_reason.empty() ? "" : " finish=", record.finish_reason,
-              record.error.empty() ? "" : fmt::format(" error=\"{}\"", record.error));
+  if (!spdlog::should_log(level)) return;
+  // Fields the request has; the optional ones are empty strings otherwise, and left out.
+  std::vector<LogField> fields = {
+      {"id", record.id},
+      {"endpoint", record.endpoint},
+      {"status", int64_t{record.status}},
+      {"prompt_tokens", int64_t{record.prompt_tokens}},
+      {"completion_tokens", int64_t{record.completion_tokens}},
+      {"ttft_ms", record.ttft_ms < 0 ? 0.0 : record.ttft_ms},
+      {"total_ms", total_ms},
+      {"model", record.model},
+      {"finish", record.finish_reason},
+      {"error", record.error},
+      {"request_id", record.client_id},
+      {"trace_id", record.traceparent.trace_id},
+      {"parent_id", record.traceparent.parent_id},
+  };
+  std::erase_if(fields, [](const LogField& field) {
+    const auto* text = std::get_if<std::string_view>(&field.value);
+    return text != nullptr && text->empty() && field.key != "endpoint";
+  });
+  log_event(level, "request", fields);
 }
 
 void HttpServer::handle_ready(http::Response& res) {

@@ -26,6 +26,7 @@
 #include "server/gpu_metrics.h"
 #include "server/in_flight.h"
 #include "server/metrics.h"
+#include "server/request_trace.h"
 #include "server/routes.h"
 #include "service/config.h"
 #include "service/model_registry.h"
@@ -39,9 +40,11 @@ struct ParsedGeneration;
 
 // What the request log line and the request metrics need, filled in as a request goes.
 struct RequestRecord {
-  std::string id;
-  std::string endpoint;  // route path ("/v1/models/{model}"), or "other" for unknown paths
-  std::string model;     // the model a generation used; "" for other requests
+  std::string id;           // the server's id: the response's "id" and X-Request-Id
+  std::string client_id;    // the client's X-Request-Id, echoed in its place; or ""
+  TraceParent traceparent;  // the client's W3C traceparent, echoed; or an empty header
+  std::string endpoint;     // route path ("/v1/models/{model}"), or "other" for unknown paths
+  std::string model;        // the model a generation used; "" for other requests
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   int status = 0;  // HTTP status sent; 499 = the client went away first
   int32_t prompt_tokens = 0;
@@ -84,7 +87,10 @@ class HttpServer final : private http::Handler {
   // For the request log and metrics; public so that generation sessions can finish records.
   void finish_record(RequestRecord& record);
   // Headers every response carries (request id, CORS); public for generation sessions.
-  void decorate(http::Response& response, const std::string& request_id) const;
+  void decorate(http::Response& response, const RequestRecord& record) const;
+  // A record of one request: a new id, and the client's identifiers from `head`.
+  static RequestRecord new_record(const http::Request& head, std::string_view id_prefix,
+                                  std::string endpoint);
 
  private:
   // http::Handler
@@ -94,8 +100,8 @@ class HttpServer final : private http::Handler {
 
   std::optional<ApiError> check_auth(const http::Request& head) const;
   // A refusal decided from the head: counted and logged, with the headers every response has.
-  http::Response refuse(const ApiError& error, const std::string& endpoint,
-                        std::string_view id_prefix);
+  http::Response refuse(const ApiError& error, const http::Request& head,
+                        const std::string& endpoint, std::string_view id_prefix);
   // Routes (generation.cc for the generation ones). Each fills `res`; handle_generation may
   // answer through the exchange itself (a stream), and then returns true.
   bool handle_route(const Route& route, http::Exchange& exchange, http::Response& res,

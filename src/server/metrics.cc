@@ -4,6 +4,9 @@
 
 #include <prometheus/text_serializer.h>
 
+#include "core/build_info.h"
+#include "executor/executor_factory.h"
+
 namespace llamaserve::server {
 namespace {
 
@@ -128,7 +131,16 @@ ServerMetrics::ServerMetrics()
       model_load_seconds_(prometheus::BuildHistogram()
                               .Name("llamaserve_model_load_seconds")
                               .Help("How long each model's loads took, warm-up included")
-                              .Register(*registry_)) {}
+                              .Register(*registry_)) {
+  const BuildInfo& build = build_info();
+  add_gauge_family(*registry_, "llamaserve_build_info",
+                   "1, with the version and commit of the running binary and whether it was "
+                   "built with CUDA")
+      .Add({{"version", std::string(build.version)},
+            {"commit", std::string(build.commit)},
+            {"cuda", cuda_build() ? "true" : "false"}})
+      .Set(1);
+}
 
 void ServerMetrics::sample_models(const std::vector<ModelStatus>& models) {
   static const prometheus::Histogram::BucketBoundaries kLoadBuckets = {0.5, 1,  2.5, 5,   10,

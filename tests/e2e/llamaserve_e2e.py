@@ -12,6 +12,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -36,11 +37,14 @@ class ServerProcess:
         """`models`: the model arguments (default: -m with the default model)."""
         self.log_path = log_dir / f"{name}.log"
         model_args = ["-m", str(MODEL)] if models is None else models
-        self.args = [str(BIN), "serve", *model_args, "--port", "0", *args]
+        # A free port of the kernel's choosing, read from the log; or the one `args` names
+        # (for servers whose log level hides the line that says it).
+        port_args = [] if "--port" in args else ["--port", "0"]
+        self.args = [str(BIN), "serve", *model_args, *port_args, *args]
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen | None = None
-        self.port = 0
-        self.url = ""
+        self.port = int(args[args.index("--port") + 1]) if port_args == [] else 0
+        self.url = f"http://127.0.0.1:{self.port}" if self.port else ""
 
     def start(self, wait_ready: bool = True, timeout_s: float = 120) -> "ServerProcess":
         self._log = open(self.log_path, "wb")
@@ -167,6 +171,12 @@ def parse_sse(text: str) -> list[tuple[str, str]]:
             data.append(value)
             has_data = True
     return events
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def wait_for(predicate, timeout_s: float = 20, interval_s: float = 0.05):

@@ -316,5 +316,31 @@ TEST(ApplyJsonConfig, BooleanFlagsAndNumbers) {
   EXPECT_FALSE(apply_json_config(app, {{"ratio", {{"nested", 1}}}}, "test").is_ok());
 }
 
+TEST(ApplyJsonConfig, ProgramOptionsFromACommandsFile) {
+  CLI::App app{"test"};
+  std::string level = "info";
+  app.add_option("--log-level", level);
+  app.add_flag("--version");
+  CLI::App* serve = app.add_subcommand("serve");
+  int port = 0;
+  serve->add_option("--port", port);
+  app.parse(std::vector<std::string>{"serve"});
+  Status status = apply_json_config(*serve, {{"log-level", "warn"}, {"port", 9}}, "test");
+  ASSERT_TRUE(status.is_ok()) << status.to_string();
+  EXPECT_EQ(level, "warn");
+  EXPECT_EQ(port, 9);
+  EXPECT_FALSE(apply_json_config(*serve, {{"version", true}}, "test").is_ok());
+}
+
+TEST(ApplyJsonConfig, ProgramOptionSetOnTheCommandLineWins) {
+  CLI::App app{"test"};
+  std::string level = "info";
+  app.add_option("--log-level", level);
+  CLI::App* serve = app.add_subcommand("serve");
+  app.parse("--log-level debug serve", false);
+  ASSERT_TRUE(apply_json_config(*serve, {{"log-level", "warn"}}, "test").is_ok());
+  EXPECT_EQ(level, "debug");
+}
+
 }  // namespace
 }  // namespace llamaserve::server
