@@ -260,6 +260,9 @@ def test_dashboard_structure():
     assert variables["datasource"]["query"] == "prometheus"
     assert variables["model"]["type"] == "query"
     assert "label_values(" in json.dumps(variables["model"]["query"])
+    for variable in variables.values():
+        if variable["type"] == "query":
+            assert variable["datasource"]["uid"] == "${datasource}", variable["name"]
     panels = dashboard_panels(dashboard)
     ids = [p["id"] for p in panels]
     assert len(ids) == len(set(ids)), "panel ids repeat"
