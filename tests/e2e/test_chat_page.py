@@ -2,7 +2,7 @@
 chromium-driver packages) against a CPU server: the model list, a streamed answer with its
 TTFT and tok/s, a multi-turn request, Stop cancelling the generation on the server, and the
 API key prompt. A screenshot of the page after an answer goes to
-build/test-reports/chat-page.png.
+build/test-reports/chat-page.png (with -narrow, -stopped, -key and -error beside it).
 
 Without chromium, chromedriver or selenium the browser tests skip, except under CI=true,
 where they fail. Every wait is bounded; the file takes about half a minute on 2 cores."""
@@ -74,9 +74,6 @@ def browser(tmp_path_factory):
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
 
-    # Both paths are given, so Selenium Manager is never asked to find (or fetch) anything.
-    os.environ["SE_OFFLINE"] = "true"
-    os.environ["SE_AVOID_STATS"] = "true"
     options = Options()
     options.binary_location = str(CHROMIUM)
     for argument in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
@@ -86,7 +83,12 @@ def browser(tmp_path_factory):
                      f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"]:
         options.add_argument(argument)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
+    with pytest.MonkeyPatch.context() as patch:
+        # Both paths are given, so Selenium Manager is never asked to find (or fetch) anything.
+        patch.setenv("SE_OFFLINE", "true")
+        patch.setenv("SE_AVOID_STATS", "true")
+        driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)),
+                                  options=options)
     driver.set_page_load_timeout(WAIT_S)
     driver.set_script_timeout(WAIT_S)
     yield driver
@@ -239,6 +241,7 @@ def test_asks_for_the_api_key(make_server, browser):
     prompt = driver.find_element("id", "key-prompt")
     wait.until(lambda d: prompt.is_displayed())
     assert "needs an API key" in prompt.text, prompt.text
+    save_screenshot(driver, "chat-page-key.png")
     assert model_options(driver) == []
 
     fill(driver, "api-key", "wrong-key")
@@ -255,6 +258,14 @@ def test_asks_for_the_api_key(make_server, browser):
     assert answer["text"]
     request = driver.execute_script("return window.recordedRequests.at(-1);")
     assert request["headers"]["Authorization"] == "Bearer page-key"
+
+    # An invalid request shows the API's own message.
+    send(driver, "Say hello.", max_tokens=100000)
+    answer, _ = watch_answer(driver, lambda a: a["state"] not in ("waiting", "streaming"))
+    assert answer["state"] == "error", answer
+    assert answer["text"].startswith("The server rejected the request (400): "), answer
+    assert "max_tokens" in answer["text"], answer
+    save_screenshot(driver, "chat-page-error.png")
 
     # The key outlives a reload of the tab.
     driver.refresh()
