@@ -420,7 +420,7 @@ void HttpServer::handle_chat_page(http::Response& res) {
   res.set_header("Content-Security-Policy", policy);
   res.set_header("X-Content-Type-Options", "nosniff");
   res.set_header("Referrer-Policy", "no-referrer");
-  // Revalidated on each load, so that the page of a new binary is never stale.
+  // No validator is sent: the small page is fetched again on each load, never stale.
   res.set_header("Cache-Control", "no-cache");
   res.body = std::string(page.html);
 }
