@@ -6,6 +6,7 @@
 #include <random>
 
 #include "core/log.h"
+#include "server/embedded_page.h"
 #include "server/openapi.h"
 #include "server/request_parser.h"
 #include "server/response_format.h"
@@ -361,6 +362,7 @@ bool HttpServer::handle_route(const Route& route, http::Exchange& exchange, http
                               RequestRecord& record) {
   const http::Request& req = exchange.request();
   switch (route.id) {
+    case RouteId::kChatPage: handle_chat_page(res); return false;
     case RouteId::kHealth: send_json(res, 200, {{"status", "ok"}}); return false;
     case RouteId::kReady: handle_ready(res); return false;
     case RouteId::kMetrics: handle_metrics(res); return false;
@@ -426,6 +428,24 @@ void HttpServer::handle_ready(http::Response& res) {
   } else {
     send_error(res, unavailable("the model is loading", "loading", 1));
   }
+}
+
+// The page may run only its own inline script and style (by hash) and talk only to this
+// server; it loads nothing else and may not be framed.
+void HttpServer::handle_chat_page(http::Response& res) {
+  const EmbeddedPage& page = chat_page();
+  static const std::string policy = fmt::format(
+      "default-src 'none'; script-src 'sha256-{}'; style-src 'sha256-{}'; connect-src 'self'; "
+      "img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+      page.script_sha256, page.style_sha256);
+  res.status = 200;
+  res.set_header("Content-Type", "text/html; charset=utf-8");
+  res.set_header("Content-Security-Policy", policy);
+  res.set_header("X-Content-Type-Options", "nosniff");
+  res.set_header("Referrer-Policy", "no-referrer");
+  // No validator is sent: the small page is fetched again on each load, never stale.
+  res.set_header("Cache-Control", "no-cache");
+  res.body = std::string(page.html);
 }
 
 void HttpServer::handle_metrics(http::Response& res) {

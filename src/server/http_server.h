@@ -114,6 +114,7 @@ class HttpServer final : private http::Handler {
   void handle_tokenize(const http::Request& req, http::Response& res);
   void handle_detokenize(const http::Request& req, http::Response& res);
   void handle_ready(http::Response& res);
+  void handle_chat_page(http::Response& res);
   void handle_metrics(http::Response& res);
 
   std::shared_ptr<ModelRegistry> registry() const;

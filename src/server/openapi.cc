@@ -9,10 +9,20 @@ constexpr const char* kDocument = R"json({
   "info": {
     "title": "llamaserve",
     "version": "0.1.0",
-    "description": "OpenAI-compatible inference server for LLaMA-family GGUF models. Every error body is {\"error\": {\"message\", \"type\", \"code\", \"param\"}}. With --api-key, every route but /health needs 'Authorization: Bearer KEY'."
+    "description": "OpenAI-compatible inference server for LLaMA-family GGUF models. Every error body is {\"error\": {\"message\", \"type\", \"code\", \"param\"}}. With --api-key, every route but / and /health needs 'Authorization: Bearer KEY'."
   },
   "security": [{"bearerAuth": []}],
   "paths": {
+    "/": {
+      "get": {
+        "summary": "A chat page for the served models (HTML with inline script and style; its API calls send the key entered on the page)",
+        "security": [],
+        "responses": {
+          "200": {"description": "The page", "content": {"text/html": {"schema": {"type": "string"}}}},
+          "503": {"$ref": "#/components/responses/Error"}
+        }
+      }
+    },
     "/health": {
       "get": {
         "summary": "Liveness: the process is up",

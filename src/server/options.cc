@@ -193,7 +193,7 @@ void add_service_options(CLI::App& app, ServiceConfig& config) {
 
   app.add_option("--api-key", o.api_keys,
                  "Accepted bearer token (repeatable); when any key is set every endpoint but "
-                 "/health requires one");
+                 "/health and the chat page at / requires one");
   app.add_option("--api-key-file", o.api_key_file,
                  "File with one accepted key per line (blank lines and # comments ignored)");
 

@@ -7,6 +7,8 @@ namespace llamaserve::server {
 namespace {
 
 constexpr std::array kRoutes = {
+    // The chat page holds no secrets: served without a key, its API calls send one.
+    Route{RouteId::kChatPage, "GET", "/", "/", false, false},
     Route{RouteId::kHealth, "GET", "/health", "/health", false, true},
     Route{RouteId::kReady, "GET", "/ready", "/ready", true, true},
     Route{RouteId::kMetrics, "GET", "/metrics", "/metrics", true, true},

@@ -9,6 +9,7 @@
 namespace llamaserve::server {
 
 enum class RouteId {
+  kChatPage,
   kHealth,
   kReady,
   kMetrics,

@@ -97,6 +97,43 @@ TEST_F(HttpServerTest, BearerAuthOnEverythingButHealth) {
   EXPECT_EQ(json::parse(right->body)["data"][0]["id"], "tiny");
 }
 
+// The chat page holds no secret: it is served without a key, while the API it calls is not.
+TEST_F(HttpServerTest, ChatPageIsServedWithoutAKeyAndWithItsHeaders) {
+  ServerConfig options;
+  options.api_keys = {"secret-1"};
+  start(options);
+  auto page = client_->Get("/");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200);
+  EXPECT_EQ(page->get_header_value("Content-Type"), "text/html; charset=utf-8");
+  EXPECT_EQ(page->get_header_value("X-Content-Type-Options"), "nosniff");
+  EXPECT_EQ(page->get_header_value("Cache-Control"), "no-cache");
+  const std::string policy = page->get_header_value("Content-Security-Policy");
+  EXPECT_NE(policy.find("default-src 'none'"), std::string::npos) << policy;
+  EXPECT_NE(policy.find("connect-src 'self'"), std::string::npos) << policy;
+  EXPECT_NE(policy.find("script-src 'sha256-"), std::string::npos) << policy;
+  EXPECT_NE(policy.find("style-src 'sha256-"), std::string::npos) << policy;
+  EXPECT_EQ(policy.find("unsafe-"), std::string::npos) << policy;
+  EXPECT_EQ(page->body.rfind("<!doctype html>", 0), 0u);
+  EXPECT_NE(page->body.find("/v1/chat/completions"), std::string::npos);
+  EXPECT_NE(page->body.find("</html>"), std::string::npos);
+  // Nothing is fetched from anywhere but this server.
+  EXPECT_EQ(page->body.find("http://"), std::string::npos);
+  EXPECT_EQ(page->body.find("https://"), std::string::npos);
+  EXPECT_EQ(client_->Get("/v1/models")->status, 401);
+  EXPECT_EQ(client_->Get("/v1/models", {{"Authorization", "Bearer secret-1"}})->status, 200);
+  EXPECT_EQ(client_->Get("/index.htm")->status, 404);
+  // Other methods are refused as on every other GET route.
+  auto posted = client_->Post("/", "x", "text/plain");
+  ASSERT_TRUE(posted);
+  EXPECT_EQ(posted->status, 405);
+  EXPECT_EQ(posted->get_header_value("Allow"), "GET");
+  auto head = client_->Head("/");
+  auto head_health = client_->Head("/health");
+  ASSERT_TRUE(head && head_health);
+  EXPECT_EQ(head->status, head_health->status);
+}
+
 TEST_F(HttpServerTest, UnknownRouteWrongMethodAndModel) {
   start({});
   auto missing = client_->Get("/v2/nothing");

@@ -112,6 +112,11 @@ TEST(Routes, FindByMethodAndPath) {
   EXPECT_EQ(find_route("GET", ""), nullptr);
   EXPECT_EQ(route_for_path("/v1/models")->id, RouteId::kModels);
   EXPECT_FALSE(path_has_route("/v1/nothing"));
+  const Route* page = find_route("GET", "/");
+  ASSERT_NE(page, nullptr);
+  EXPECT_EQ(page->id, RouteId::kChatPage);
+  EXPECT_FALSE(page->requires_auth);
+  EXPECT_EQ(find_route("GET", "//"), nullptr);
   const Route* health = find_route("GET", "/health");
   ASSERT_NE(health, nullptr);
   EXPECT_FALSE(health->requires_auth);
