@@ -57,7 +57,7 @@ def run_loadtest(binary: str, url: str, out: Path, *args: str) -> tuple[dict, fl
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bin", default="build/cpu/src/cli/llamaserve")
-    parser.add_argument("--interval-ms", type=float, default=20.0)
+    parser.add_argument("--interval-ms", type=float, default=50.0)
     parser.add_argument("--concurrency", default="1,64,256")
     parser.add_argument("--timing-tokens", type=int, default=50)
     parser.add_argument("--throughput-tokens", type=int, default=1000)

@@ -71,7 +71,9 @@ TEST(SseParser, RandomSplitsOfALongStream) {
   std::string text;
   for (int i = 0; i < 200; ++i) {
     text += "data: {\"choices\":[{\"text\":\"t" + std::to_string(i) + "\"}]}" +
-            (i % 3 == 0 ? "\r\n\r\n" : i % 3 == 1 ? "\n\n" : "\r\r");
+            (i % 3 == 0   ? "\r\n\r\n"
+             : i % 3 == 1 ? "\n\n"
+                          : "\r\r");
   }
   std::mt19937 rng(3);
   for (int trial = 0; trial < 50; ++trial) {
@@ -102,8 +104,8 @@ TEST(ReadStreamChunk, CompletionsChatUsageDoneAndErrors) {
   EXPECT_TRUE(read_stream_chunk(R"({"choices":[{"index":0,"text":"hi"}]})").content);
   EXPECT_FALSE(read_stream_chunk(R"({"choices":[{"index":0,"text":""}]})").content);
   EXPECT_TRUE(read_stream_chunk(R"({"choices":[{"delta":{"content":"hi"}}]})").content);
-  EXPECT_FALSE(read_stream_chunk(R"({"choices":[{"delta":{"role":"assistant","content":""}}]})")
-                   .content);
+  EXPECT_FALSE(
+      read_stream_chunk(R"({"choices":[{"delta":{"role":"assistant","content":""}}]})").content);
   const StreamChunk usage = read_stream_chunk(
       R"({"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":34,"total_tokens":46}})");
   EXPECT_FALSE(usage.content);

@@ -88,7 +88,7 @@ TEST(ComputeStats, CountsThroughputAndGoodput) {
   step.load = {true, 4};
   step.elapsed_s = 2;
   step.records.push_back(request(100, {10, 10, 10}));  // 4 tokens, meets the SLO
-  step.records.push_back(request(900, {10, 10}, 3));    // TTFT over the SLO
+  step.records.push_back(request(900, {10, 10}, 3));   // TTFT over the SLO
   RequestRecord refused;
   refused.outcome = Outcome::kHttpStatus;
   refused.http_status = 429;

@@ -169,7 +169,7 @@ TEST(RequestGenerator, TextAndChatPrompts) {
   EXPECT_EQ(r.target, "/v1/chat/completions");
   EXPECT_FALSE(body.contains("ignore_eos"));
   const std::string content = body["messages"][0]["content"];
-  EXPECT_EQ(content.rfind("[3-", 0), 0u) << content;  // the tag leads
+  EXPECT_EQ(content.rfind("[3-", 0), 0u) << content;              // the tag leads
   EXPECT_EQ(std::count(content.begin(), content.end(), ' '), 9);  // tag + 9 words
 }
 
