@@ -8,8 +8,8 @@
 # scripts/gpu_result.py on the folder it hands back writes the bench/results file.
 #
 # Usage: OUT=/path scripts/device_run.sh [STEP...]
-#   steps: env tests bench (the default, in that order), bench7b, serve7b, multi7b, serve, sanitize,
-#   allreduce, replicas7b, transformers7b, profile7b, tp70b, layouts
+#   steps: env tests bench (the default, in that order), bench7b, serve7b, loadtest7b, multi7b,
+#   serve, sanitize, allreduce, replicas7b, transformers7b, profile7b, tp70b, layouts
 #   layouts: cuda_executor_test and gpu_engine_test (GPU_LAYOUT_TESTS) once per multi-GPU
 #     layout of GPU_TEST_LAYOUTS (default "tp2 pp2 pp2mb tp2xpp2 replicas2";
 #     LLAMASERVE_TEST_LAYOUT, tests/gpu/test_layout.h)
@@ -26,6 +26,7 @@
 #   kernels.md       the matvec / GEMM micro-benchmark table
 #   bench-7b.json    {"<type>": <llamaserve bench --json output>, ...}
 #   bench-7b.md      the same as markdown tables
+#   loadtest-7b/     report.json, report.md, report.svg and report.png of loadtest7b
 #   profile-7b.md    per-kernel time of profiled decode steps or prompt passes (profile7b;
 #                    PROFILE_BATCHES, default "1 16 256", may name "prompt")
 #   logs.tar.gz      every step's log, gtest XML, the kernel benchmark CSV
@@ -148,6 +149,53 @@ serve7b() {
     --server-log "$logs/$name-server.log" --streams "${SERVE7B_STREAMS:-1,16,64,256}" \
     --compare-fresh --min-requests 32 --requests-per-stream 3 \
     --json "$OUT/$name.json" --markdown "$OUT/$name.md"
+}
+
+# `llamaserve loadtest` on the 7B shape: LOADTEST7B_TYPE (default f16) synthesized as in
+# bench7b and served on cuda:0, then a closed-loop sweep over LOADTEST7B_CONCURRENCY (default
+# 1,16,64,256) streams of 128-token prompts and 128-token outputs, each step sending for
+# LOADTEST7B_DURATION seconds (default 30) before its requests in flight finish:
+# $OUT/loadtest-7b/ holds report.json, report.md and, where gnuplot is installed, report.svg
+# and report.png (report.gp and the server's log go to the logs).
+loadtest7b() {
+  local bin="$build/src/cli/llamaserve"
+  need_binary loadtest7b "$bin" || return
+  if ! "$bin" loadtest --help >/dev/null 2>&1; then
+    note loadtest7b "SKIP (this llamaserve has no loadtest command)"
+    return
+  fi
+  local type=${LOADTEST7B_TYPE:-f16}
+  synth7b "$type" || return
+  local model=$synth7b_model out="$OUT/loadtest-7b"
+  mkdir -p "$out"
+  step "loadtest-7b-$type" 560 bash -c '
+    bin=$1 model=$2 out=$3 logs=$4 concurrency=$5 duration=$6
+    server_log="$logs/loadtest-7b-server.log"
+    "$bin" serve -m "$model" --device cuda:0 --port 0 --ctx-size 512 --max-running 256 \
+      --max-queue 256 --max-tokens-limit 256 >"$server_log" 2>&1 &
+    server=$!
+    trap "kill $server 2>/dev/null; wait $server 2>/dev/null" EXIT
+    url=""
+    for _ in $(seq 600); do  # up to 5 minutes for the model to load
+      if ! kill -0 "$server" 2>/dev/null; then
+        echo "the server exited:"; cat "$server_log"; exit 1
+      fi
+      port=$(grep -oE "listening on http://[^ ]+:[0-9]+" "$server_log" | grep -oE "[0-9]+$" | head -1)
+      if [[ -n $port ]] && python3 -c "import sys, urllib.request
+urllib.request.urlopen(sys.argv[1], timeout=2)" "http://127.0.0.1:$port/ready" 2>/dev/null; then
+        url="http://127.0.0.1:$port"
+        break
+      fi
+      sleep 0.5
+    done
+    [[ -n $url ]] || { echo "the server was not ready in time"; tail -20 "$server_log"; exit 1; }
+    "$bin" loadtest --url "$url" -c "$concurrency" --prompt-tokens 128 --output-tokens 128 \
+      --duration "$duration" --warmup-requests 8 --request-timeout-s 120 --progress lines \
+      --out "$out"
+    rc=$?
+    mv "$out/report.gp" "$logs/loadtest-7b.gp" 2>/dev/null
+    exit "$rc"' loadtest7b "$bin" "$model" "$out" "$logs" "${LOADTEST7B_CONCURRENCY:-1,16,64,256}" \
+    "${LOADTEST7B_DURATION:-30}"
 }
 
 # Model lifecycle under load on the 7B shape (RELOAD7B_TYPE, default q4_k_m): unload, load and
@@ -412,6 +460,7 @@ for s in "${steps[@]}"; do
       ;;
     bench7b) bench7b ;;
     serve7b) serve7b ;;
+    loadtest7b) loadtest7b ;;
     reload7b) reload7b ;;
     multi7b) multi7b ;;
     profile7b) profile7b ;;
@@ -442,7 +491,7 @@ for s in "${steps[@]}"; do
       fi
       ;;
     *)
-      note "$s" "FAIL (unknown step; steps: env tests bench bench7b serve7b reload7b multi7b serve sanitize allreduce replicas7b transformers7b profile7b tp70b)"
+      note "$s" "FAIL (unknown step; steps: env tests bench bench7b serve7b loadtest7b reload7b multi7b serve sanitize allreduce replicas7b transformers7b profile7b tp70b)"
       failures=$((failures + 1))
       ;;
   esac

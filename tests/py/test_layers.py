@@ -8,10 +8,13 @@ SRC = pathlib.Path(__file__).resolve().parents[2] / "src"
 # Lowest first. A layer may include its own headers and those of any layer before it.
 LAYERS = [
     "core", "http", "quant", "gguf", "tokenizer", "model", "backend", "executor", "parallel",
-    "parallel/distributed", "engine", "service", "server", "cli",
+    "parallel/distributed", "engine", "service", "server", "loadtest", "cli",
 ]
 # Layers that sit side by side (neither includes the other).
 SIDE_BY_SIDE = {("engine", "parallel"), ("engine", "parallel/distributed")}
+# Layers that may include only some of the layers below them: the load generator is a client
+# of any server and must not grow a dependency on the model or the server code.
+ONLY_BELOW = {"loadtest": {"core", "http"}}
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
@@ -39,6 +42,9 @@ def test_includes_point_down():
                 climbing.append(f"{file.relative_to(SRC)} -> {header} (side by side)")
             elif LAYERS.index(target) > LAYERS.index(own):
                 climbing.append(f"{file.relative_to(SRC)} -> {header}")
+            elif own in ONLY_BELOW and target not in ONLY_BELOW[own]:
+                climbing.append(f"{file.relative_to(SRC)} -> {header} (only "
+                                f"{sorted(ONLY_BELOW[own])})")
     assert not climbing, "includes that climb up:\n" + "\n".join(climbing)
 
 
