@@ -6,9 +6,10 @@
 
 DIR is the folder the device tool copied $OUT to. The file gets a header (date, commit,
 command, device), the step summary, and every table the run wrote (bench-7b.md, bench-multi.md,
-bench-replicas.md, profile-7b.md, kernels.md, all-reduce.md, and any other *.md in DIR), each
-under its file name, unedited. With --raw-name the logs archive is copied to
-bench/results/raw/RAW-NAME-logs.tar.gz and named in the header. Numbers are never typed in:
+bench-replicas.md, profile-7b.md, kernels.md, all-reduce.md, and any other *.md in DIR or in a
+folder of DIR), each under its file name, unedited. With --raw-name the logs archive is copied
+to bench/results/raw/RAW-NAME-logs.tar.gz, and every JSON result to RAW-NAME-<path>.json,
+named in the header. Numbers are never typed in:
 rerun the device call to change them.
 """
 import argparse
@@ -62,11 +63,20 @@ def main() -> int:
         shutil.copyfile(out / "logs.tar.gz", raw)
         raw.chmod(0o644)
         lines.append(f"- raw logs: raw/{raw.name}")
+        # Machine-readable results (bench --json, loadtest's report.json) beside the logs.
+        for result in sorted(out.rglob("*.json")):
+            name = "-".join(result.relative_to(out).parts)
+            kept = raw_dir / f"{args.raw_name}-{name}"
+            shutil.copyfile(result, kept)
+            kept.chmod(0o644)
+            lines.append(f"- raw results: raw/{kept.name}")
     lines += ["", "## Step summary", "", "```", (out / "summary.txt").read_text().rstrip(), "```"]
     tables = [out / name for name in KNOWN if (out / name).exists()]
     tables += sorted(p for p in out.glob("*.md") if p.name not in KNOWN)
+    tables += sorted(out.glob("*/*.md"))  # a step's own folder, e.g. loadtest-7b/report.md
     for table in tables:
-        lines += ["", f"## {table.name} (unedited)", "", table.read_text().rstrip()]
+        name = "/".join(table.relative_to(out).parts)
+        lines += ["", f"## {name} (unedited)", "", table.read_text().rstrip()]
     args.output.write_text("\n".join(lines) + "\n")
     print(f"wrote {args.output}")
     return 0
