@@ -85,15 +85,23 @@ for ((i = 0; i < 1000000; i++)); do
   ended=""
   wait -n -p ended
   status=$?
-  [[ -n "$ended" ]] && break
+  [[ -n "${ended:-}" ]] && break
 done
-echo "tp-launch: process $ended ended with status $status"
+echo "tp-launch: process ${ended:-?} ended with status $status"
 
 # The group cannot go on without a rank. After the server (it drained and shut the group
-# down) the workers end by themselves; after a worker the server is stopped too.
-if [[ -n "$server" && "$ended" != "$server" ]]; then
+# down) the workers end by themselves. After a worker that failed, the group is broken: the
+# other workers are killed and the server stopped (its passes fail from now on anyway).
+workers=()
+while read -r pid; do
+  [[ "$pid" != "$server" ]] && workers+=("$pid")
+done <"$pids_file"
+if [[ -n "$server" && "${ended:-}" != "$server" ]]; then
   kill -TERM "$server" 2>/dev/null
   ((status == 0)) && status=1
+fi
+if ((status != 0 && ${#workers[@]})); then
+  kill -KILL "${workers[@]}" 2>/dev/null
 fi
 for ((i = 0; i < 60; i++)); do
   [[ -n "$(jobs -pr)" ]] || break
@@ -105,4 +113,5 @@ if ((${#remaining[@]})); then
   kill -KILL "${remaining[@]}" 2>/dev/null
 fi
 wait
+echo "tp-launch: exit $status"
 exit "$status"
