@@ -164,6 +164,7 @@ def test_launcher_pod0_drains_on_sigterm(launcher_env):
     try:
         assert wait_for(lambda: probe(env, 0, tmp, "ready") == 0), "never ready"
         assert probe(env, 0, tmp, "live") == 0
+        assert wait_for(lambda: (tmp / "log").read_text().count("\n") >= 2)
         log = (tmp / "log").read_text()
         assert "serve --config /etc/llamaserve/config.json --tp 4 --tp-rank 0 --device cuda:0" in log
         assert ("tp-worker --tp 4 --tp-rank 1 --tp-coordinator llamaserve-0.llamaserve-tp:29500 "

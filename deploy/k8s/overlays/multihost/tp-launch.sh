@@ -51,8 +51,15 @@ if ((pod < 0 || pod * gpus >= tp)); then
   exit 2
 fi
 
-: >"$pids_file"
+: >"$pids_file.new"
 server=""
+# shellcheck disable=SC2317  # a trap handler
+forward_term() {
+  echo "tp-launch: SIGTERM"
+  if [[ -n "$server" ]]; then kill -TERM "$server" 2>/dev/null; fi
+}
+trap forward_term TERM
+pids=()
 for ((g = 0; g < gpus; g++)); do
   rank=$((pod * gpus + g))
   ((rank < tp)) || break
@@ -66,26 +73,20 @@ for ((g = 0; g < gpus; g++)); do
         --device "cuda:$g"
     ) &
   fi
-  echo $! >>"$pids_file"
+  pids+=($!)
+  echo $! >>"$pids_file.new"
 done
+mv "$pids_file.new" "$pids_file"  # the probes see every rank or none
 echo "tp-launch: pod $pod runs $(wc -l <"$pids_file") of the $tp ranks, from rank $((pod * gpus))"
 
-# shellcheck disable=SC2317  # a trap handler
-forward_term() {
-  echo "tp-launch: SIGTERM"
-  if [[ -n "$server" ]]; then kill -TERM "$server" 2>/dev/null; fi
-}
-trap forward_term TERM
-
-# Wait for the first rank to end (a SIGTERM only interrupts the wait).
+# Wait for the first rank to end; a SIGTERM only interrupts the wait. The pids are named,
+# so that a rank that ended before the wait counts too. Runs for the pod's lifetime: each
+# pass ends with a rank or a signal.
 ended=""
 status=0
-for ((i = 0; i < 1000000; i++)); do
-  [[ -n "$(jobs -pr)" ]] || break
-  ended=""
-  wait -n -p ended
+while [[ -z "${ended:-}" ]]; do
+  wait -n -p ended "${pids[@]}"
   status=$?
-  [[ -n "${ended:-}" ]] && break
 done
 echo "tp-launch: process ${ended:-?} ended with status $status"
 
@@ -93,9 +94,9 @@ echo "tp-launch: process ${ended:-?} ended with status $status"
 # down) the workers end by themselves. After a worker that failed, the group is broken: the
 # other workers are killed and the server stopped (its passes fail from now on anyway).
 workers=()
-while read -r pid; do
+for pid in "${pids[@]}"; do
   [[ "$pid" != "$server" ]] && workers+=("$pid")
-done <"$pids_file"
+done
 if [[ -n "$server" && "${ended:-}" != "$server" ]]; then
   kill -TERM "$server" 2>/dev/null
   ((status == 0)) && status=1
