@@ -72,6 +72,7 @@ cleanup() {
   rm -rf "$scratch"
 }
 trap cleanup EXIT
+trap 'echo "check_image: FAILED: line $LINENO: $BASH_COMMAND (status $?)" >&2' ERR
 
 [[ -f "$model" ]] || die "no model $model (scripts/fetch_model.sh fetches it)"
 command -v curl >/dev/null || die "curl is needed on this machine"
@@ -130,6 +131,30 @@ exercise() {  # /health, /ready, a completion
     die "unexpected completion: $body"
 }
 
+stream_out=$scratch/stream.txt
+stream_pid=""
+start_stream() {  # a streamed completion, running when this returns
+  curl -sS -N --max-time 120 "$url/v1/completions" -H 'Content-Type: application/json' \
+    -d '{"prompt": "Once upon a time", "max_tokens": 160, "temperature": 0, "stream": true}' \
+    >"$stream_out" 2>&1 &
+  stream_pid=$!
+  local i
+  for ((i = 0; i < 200; i++)); do
+    grep -q '^data: {' "$stream_out" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  die "the stream sent nothing within 10 s"
+}
+check_drained() {  # the log says it drained; the stream in flight finished whole
+  grep -q 'SIGTERM received; draining' "$log" || die "the log does not say it drained"
+  grep -q 'serve: shut down' "$log" || die "the log does not say it shut down"
+  wait "$stream_pid" || die "the stream in flight failed: $(tail -c 300 "$stream_out")"
+  if ! grep -q '"finish_reason":"length"' "$stream_out" || ! grep -q '^data: \[DONE\]' "$stream_out"; then
+    die "the stream in flight did not finish: $(tail -c 300 "$stream_out")"
+  fi
+  echo "  the stream in flight finished ($(grep -c '^data: {' "$stream_out") events, [DONE])"
+}
+
 if [[ "$mode" == host ]]; then
   step "host mode: the runtime stage's ENV/USER/ENTRYPOINT outside a container (image not built)"
   [[ -x "$binary" ]] || die "no $binary (build the cpu preset first)"
@@ -158,7 +183,8 @@ if [[ "$mode" == host ]]; then
   echo "  server runs as uid $running_uid"
   LLAMASERVE_PORT=$port bash "$scratch/usr/local/bin/llamaserve-healthcheck" || die "health check script"
   echo "  health check script: healthy"
-  step "SIGTERM"
+  step "SIGTERM with a stream in flight"
+  start_stream
   kill -TERM "$server_pid"
   status=0
   for ((i = 0; i < 240; i++)); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.25; done
@@ -167,8 +193,7 @@ if [[ "$mode" == host ]]; then
   server_pid=""
   tail -n 3 "$log" | sed 's/^/  log: /'
   ((status == 0)) || die "exit status $status after SIGTERM"
-  grep -q 'SIGTERM received; draining' "$log" || die "the log does not say it drained"
-  grep -q 'serve: shut down' "$log" || die "the log does not say it shut down"
+  check_drained
   echo "  exit status 0, drained"
   echo "check_image: passed (mode host: image not built; $((SECONDS - start_all)) s)"
   exit 0
@@ -186,7 +211,10 @@ build_args=(--isolation chroot --network host --format docker "${limits[@]}"
 if [[ "${CHECK_IMAGE_REBUILD_BASE:-0}" == 1 ]] || ! podman image exists "$base"; then
   step "base image $base with debootstrap"
   command -v debootstrap >/dev/null || die "debootstrap is not installed"
-  mirror=$(grep -rhoE 'https?://[^ ]+/debian/?' /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null | grep -v security | head -n 1)
+  # The first Debian (not security) URI of apt's sources, deb822 or one-line format.
+  mirror=$( (cat /etc/apt/sources.list /etc/apt/sources.list.d/* 2>/dev/null || true) |
+    sed -nE 's/^URIs:[[:space:]]*(\S+).*/\1/p; s/^deb[[:space:]]+(\[[^]]*\][[:space:]]+)?(\S+).*/\2/p' |
+    grep -v security | head -n 1 || true)
   mirror=${mirror:-http://deb.debian.org/debian}
   t=$SECONDS
   timeout "$(left)" debootstrap --variant=minbase bookworm "$scratch/rootfs" "$mirror" >"$scratch/debootstrap.log" 2>&1 ||
@@ -229,22 +257,26 @@ step "podman run (model mounted read-only on /models)"
 podman run -d --name "$container" "${runtime_args[@]}" "${limits[@]}" --network host \
   -v "$model:/models/$(basename "$model"):ro" \
   -e LLAMASERVE_HOST=127.0.0.1 -e LLAMASERVE_PORT="$port" \
-  -e LLAMASERVE_MODEL="/models/$(basename "$model")" "$image" >/dev/null || die "podman run"
+  -e LLAMASERVE_MODEL="/models/$(basename "$model")" "$image" >/dev/null 2>"$scratch/run.err" ||
+  { cat "$scratch/run.err" >&2; die "podman run"; }
 exercise
 running_uid=$(podman exec "$container" id -u) || die "podman exec"
 [[ "$running_uid" == "$uid" ]] || die "container runs as uid $running_uid"
 echo "  runs as uid $running_uid ($(podman top "$container" user comm 2>/dev/null | tail -n +2 | tr -s ' ' | tr '\n' ';'))"
 health=$(podman healthcheck run "$container" 2>&1) || die "podman healthcheck run: $health"
+[[ "$(podman inspect -f '{{.State.Health.Status}}' "$container" 2>/dev/null)" == healthy ]] ||
+  die "health status $(podman inspect -f '{{.State.Health.Status}}' "$container" 2>/dev/null)"
 echo "  HEALTHCHECK: healthy"
 
-step "podman stop (SIGTERM, drain)"
+step "podman stop (SIGTERM) with a stream in flight"
+start_stream
 t=$SECONDS
-podman stop -t 60 "$container" >/dev/null || die "podman stop"
+podman stop -t 60 "$container" >/dev/null 2>"$scratch/stop.err" || { cat "$scratch/stop.err" >&2; die "podman stop"; }
 status=$(podman inspect -f '{{.State.ExitCode}}' "$container")
-podman logs "$container" 2>&1 | tail -n 3 | sed 's/^/  log: /'
+podman logs "$container" >"$log" 2>&1
+tail -n 3 "$log" | sed 's/^/  log: /'
 [[ "$status" == 0 ]] || die "exit code $status after SIGTERM"
-podman logs "$container" 2>&1 | grep -q 'SIGTERM received; draining' || die "the log does not say it drained"
-podman logs "$container" 2>&1 | grep -q 'serve: shut down' || die "the log does not say it shut down"
+check_drained
 echo "  stopped in $((SECONDS - t)) s, exit code 0, drained"
 podman rm "$container" >/dev/null
 echo "check_image: passed (mode $mode; $((SECONDS - start_all)) s)"
