@@ -79,7 +79,7 @@ done
 
 echo "== 4. cross-object checks (deploy/k8s/check_manifests.py, names from ${LLAMASERVE_BIN:-docs/configuration.md})"
 if ((${#rendered[@]})); then
-  python3 "$k8s_dir/check_manifests.py" "${rendered[@]}" >"$out/checks.txt" || {
+  LLAMASERVE_ROOT=$root python3 "$k8s_dir/check_manifests.py" "${rendered[@]}" >"$out/checks.txt" || {
     grep -v '^  ok ' "$out/checks.txt" >&2
     fail "check_manifests.py"
   }

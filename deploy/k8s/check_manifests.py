@@ -33,7 +33,8 @@ import jsonschema
 import yaml
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
+# The repository (for metrics.cc and the docs): LLAMASERVE_ROOT, else the one holding this file.
+ROOT = Path(os.environ.get("LLAMASERVE_ROOT") or HERE.parents[1])
 failures: list[str] = []
 checks = 0
 

@@ -42,32 +42,40 @@ def test_check_deploy_passes():
     assert "check_deploy: all passed" in result.stdout
 
 
+# name: (file under deploy/k8s, text, replacement, what the failure output must say)
 BREAKAGES = {
-    # a field no Kubernetes schema has (kubernetes-validate --strict)
     "schema": ("base/deployment.yaml", "terminationGracePeriodSeconds: 45",
-               "terminationGracePeriodSecond: 45"),
-    # a grace period shorter than preStop + drain (check_manifests.py)
+               "terminationGracePeriodSecond: 45", "'terminationGracePeriodSecond' was unexpected"),
     "grace": ("base/deployment.yaml", "terminationGracePeriodSeconds: 45",
-              "terminationGracePeriodSeconds: 20"),
-    # a config key the server does not know
-    "config key": ("base/config.json", '"max-queue": 64', '"max-queu": 64'),
-    # a misspelt ServiceMonitor field (its own schema)
-    "servicemonitor": ("base/servicemonitor.yaml", "scrapeTimeout: 10s", "scrapeTimout: 10s"),
-    # an HPA metric the server does not export
-    "hpa metric": ("base/hpa.yaml", "name: llamaserve_queue_length", "name: llamaserve_queue_len"),
-    # GPUs that do not match the tp layout
-    "gpus": ("overlays/tp2/two-gpus.yaml", "nvidia.com/gpu: 2", "nvidia.com/gpu: 1"),
-    # yamllint: trailing spaces
-    "lint": ("base/pvc.yaml", "storage: 100Gi", "storage: 100Gi   "),
-    # kustomize: a resource that does not exist
-    "render": ("base/kustomization.yaml", "- pdb.yaml", "- pdbs.yaml"),
+              "terminationGracePeriodSeconds: 20", "FAIL  gpu: terminationGracePeriodSeconds 20"),
+    "config key": ("base/config.json", '"max-queue": 64', '"max-queu": 64',
+                   "unknown ['max-queu']"),
+    "servicemonitor": ("base/servicemonitor.yaml", "scrapeTimeout: 10s", "scrapeTimout: 10s",
+                       "'scrapeTimout' was unexpected"),
+    "hpa metric": ("base/hpa.yaml", "name: llamaserve_queue_length",
+                   "name: llamaserve_queue_len", "HPA metric llamaserve_queue_len is exported"),
+    "gpus": ("overlays/tp2/two-gpus.yaml", "nvidia.com/gpu: 2", "nvidia.com/gpu: 1",
+             "FAIL  tp2: nvidia.com/gpu 1 = devices 0,1"),
+    "lint": ("base/pvc.yaml", "storage: 100Gi", "storage: 100Gi   ", "trailing spaces"),
+    "render": ("base/kustomization.yaml", "- pdb.yaml", "- pdbs.yaml",
+               "FAILED: kubectl kustomize"),
+    "multihost tp": ("overlays/multihost/statefulset.yaml", 'value: "16"', 'value: "12"',
+                     "FAIL  multihost: LLAMASERVE_TP 12 = replicas 2 x GPUS_PER_POD 8"),
 }
+
+
+@needs_tools
+def test_check_deploy_passes_on_a_copy(tmp_path):
+    """The control for the broken copies: an unchanged copy elsewhere passes."""
+    shutil.copytree(ROOT / "deploy/k8s", tmp_path / "k8s")
+    result = run_check(tmp_path / "k8s")
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 @needs_tools
 @pytest.mark.parametrize("name", sorted(BREAKAGES))
 def test_check_deploy_fails_on_broken_copy(tmp_path, name):
-    path, old, new = BREAKAGES[name]
+    path, old, new, message = BREAKAGES[name]
     copy = tmp_path / "k8s"
     shutil.copytree(ROOT / "deploy/k8s", copy)
     target = copy / path
@@ -75,8 +83,10 @@ def test_check_deploy_fails_on_broken_copy(tmp_path, name):
     assert old in text, f"{path} no longer holds {old!r}: update the test"
     target.write_text(text.replace(old, new, 1))
     result = run_check(copy)
-    assert result.returncode != 0, f"{name}: not detected\n{result.stdout}"
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, f"{name}: not detected\n{output}"
     assert "FAILED" in result.stderr
+    assert message in output, f"{name}: failed for another reason\n{output}"
 
 
 # --- the launcher, with a stand-in llamaserve -------------------------------------------
