@@ -2,8 +2,8 @@
 """Structural checks of Dockerfiles that cannot be built here (no linter such as hadolint is
 packaged for Debian).
 
-Usage: check_dockerfile.py DOCKERFILE...   (paths relative to the repository root, which is
-the build context)
+Usage: check_dockerfile.py [--configure] DOCKERFILE...   (paths relative to the repository
+root, which is the build context)
 
 Checks: every stage is named (FROM ... AS name) and its base's ARGs are declared before the
 first FROM; COPY --from names an earlier stage; every other COPY source exists in the
@@ -11,7 +11,11 @@ repository and is let through .dockerignore; the last stage (the image) has a no
 numeric USER, EXPOSE, a HEALTHCHECK in exec form, STOPSIGNAL SIGTERM, and ENTRYPOINT and CMD
 in exec form (JSON arrays, so that the server gets the signals as PID 1's child); RUN apt-get
 install lines use --no-install-recommends; and for a Debian build stage every package is one
-of scripts/setup.sh's (the two lists cannot drift apart). Exits 1 if any check failed.
+of scripts/setup.sh's (the two lists cannot drift apart). With --configure, also copies
+only what the build stage COPYs into a scratch folder and runs the build stage's
+`cmake --preset ...` configure command there (ARGs at their defaults), so that a file the
+configure needs but the image leaves out fails here; the cuda preset only where
+/usr/local/cuda/bin/nvcc exists. Exits 1 if any check failed.
 """
 from __future__ import annotations
 
@@ -19,7 +23,10 @@ import fnmatch
 import json
 import re
 import shlex
+import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -169,8 +176,47 @@ def check_file(path: str) -> list[str]:
     return errors
 
 
+def configure_from_context(path: str) -> list[str]:
+    """Runs the build stage's cmake configure on a copy of only what it COPYs."""
+    text = (ROOT / path).read_text()
+    defaults = dict(re.findall(r"^ARG (\w+)=(\S+)", text, re.M))
+    stage = text.split("\nFROM ")[1] if text.count("\nFROM ") >= 2 else text
+    srcs = []
+    for _, word, args in instructions("FROM " + stage):
+        if word == "COPY" and "--from=" not in args:
+            srcs += [w for w in shlex.split(args) if not w.startswith("--")][:-1]
+    run = next((a for _, w, a in instructions("FROM " + stage)
+                if w == "RUN" and "cmake --preset" in a), None)
+    if run is None:
+        return [f"{path}: no RUN with cmake --preset in the build stage"]
+    configure = run[run.index("cmake --preset"):].split("&&")[0].strip()
+    configure = re.sub(r"\$\{?(\w+)\}?", lambda m: defaults.get(m.group(1), m.group(0)), configure)
+    if "--preset cuda" in configure and not Path("/usr/local/cuda/bin/nvcc").exists():
+        print(f"  {path}: configure skipped (no /usr/local/cuda/bin/nvcc here)")
+        return []
+    with tempfile.TemporaryDirectory() as tmp:
+        for src in srcs:
+            source, dest = ROOT / src.rstrip("/"), Path(tmp) / src.rstrip("/")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if source.is_dir():
+                shutil.copytree(source, dest)
+            else:
+                shutil.copy2(source, dest)
+        result = subprocess.run(configure, shell=True, cwd=tmp, capture_output=True, text=True,
+                                timeout=300)
+    if result.returncode != 0:
+        return [f"{path}: `{configure}` on the COPYed files failed:\n"
+                + "\n".join((result.stdout + result.stderr).splitlines()[-15:])]
+    print(f"  {path}: `{configure}` configures from the {len(srcs)} COPY sources alone: ok")
+    return []
+
+
 def main(argv: list[str]) -> int:
+    configure = "--configure" in argv
+    argv = [a for a in argv if a != "--configure"]
     errors = [e for p in argv for e in check_file(p)]
+    if configure and not errors:
+        errors = [e for p in argv for e in configure_from_context(p)]
     for e in errors:
         print(f"  FAIL  {e}", file=sys.stderr)
     return 1 if errors or not argv else 0
