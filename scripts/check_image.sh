@@ -253,8 +253,9 @@ echo "  built $image in $((SECONDS - t)) s ($(podman image inspect -f '{{.Size}}
 [[ "$(podman image inspect -f '{{.Config.User}}' "$image")" == "$uid:$uid" ]] || die "image USER"
 podman image inspect -f '{{.Config.Healthcheck}}' "$image" | grep -q llamaserve-healthcheck || die "image has no HEALTHCHECK"
 
-step "podman run (model mounted read-only on /models)"
+step "podman run (model mounted read-only on /models; read-only root, no capabilities, as deploy/k8s runs it)"
 podman run -d --name "$container" "${runtime_args[@]}" "${limits[@]}" --network host \
+  --read-only --cap-drop ALL --security-opt no-new-privileges \
   -v "$model:/models/$(basename "$model"):ro" \
   -e LLAMASERVE_HOST=127.0.0.1 -e LLAMASERVE_PORT="$port" \
   -e LLAMASERVE_MODEL="/models/$(basename "$model")" "$image" >/dev/null 2>"$scratch/run.err" ||
