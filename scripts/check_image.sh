@@ -251,7 +251,8 @@ else
 fi
 echo "  built $image in $((SECONDS - t)) s ($(podman image inspect -f '{{.Size}}' "$image") bytes)"
 [[ "$(podman image inspect -f '{{.Config.User}}' "$image")" == "$uid:$uid" ]] || die "image USER"
-podman image inspect -f '{{.Config.Healthcheck}}' "$image" | grep -q llamaserve-healthcheck || die "image has no HEALTHCHECK"
+healthcheck=$(podman image inspect -f '{{.Config.Healthcheck}}' "$image")
+[[ "$healthcheck" == *llamaserve-healthcheck* ]] || die "image has no HEALTHCHECK: $healthcheck"
 
 step "podman run (model mounted read-only on /models; read-only root, no capabilities, as deploy/k8s runs it)"
 podman run -d --name "$container" "${runtime_args[@]}" "${limits[@]}" --network host \
@@ -280,4 +281,28 @@ tail -n 3 "$log" | sed 's/^/  log: /'
 check_drained
 echo "  stopped in $((SECONDS - t)) s, exit code 0, drained"
 podman rm "$container" >/dev/null
+
+# The image as the cpu overlay's Deployment runs it: its args and its config.json.
+overlay_config=deploy/k8s/overlays/cpu/config.json
+mapfile -t pod_args < <(python3 -c 'import sys,yaml; d=yaml.safe_load(open(sys.argv[1])); print("\n".join(d["spec"]["template"]["spec"]["containers"][0]["args"]))' deploy/k8s/base/deployment.yaml)
+step "podman run ${pod_args[*]} with $overlay_config on /etc/llamaserve (the cpu overlay)"
+podman run -d --name "$container" "${runtime_args[@]}" "${limits[@]}" --network host \
+  --read-only --cap-drop ALL --security-opt no-new-privileges \
+  -v "$model:/models/$(basename "$model"):ro" -v "$root/$overlay_config:/etc/llamaserve/config.json:ro" \
+  -e LLAMASERVE_HOST=127.0.0.1 -e LLAMASERVE_PORT="$port" "$image" "${pod_args[@]}" >/dev/null 2>"$scratch/run.err" ||
+  { cat "$scratch/run.err" >&2; die "podman run"; }
+wait_http /ready 180 || die "/ready did not answer 200 within 180 s with $overlay_config"
+models=$(curl -fsS --max-time 5 "$url/v1/models") || die "GET /v1/models"
+for name in $(python3 -c 'import json,sys; print(" ".join(m["name"] for m in json.load(open(sys.argv[1]))["models"]))' "$overlay_config"); do
+  grep -q "\"id\":\"$name\"" <<<"$models" || die "model $name of $overlay_config not served: $models"
+  echo "  serves $name"
+done
+metrics=$(curl -fsS --max-time 5 "$url/metrics") || die "GET /metrics"
+grep -q '^llamaserve_queue_length ' <<<"$metrics" || die "/metrics has no llamaserve_queue_length (the HPA's metric)"
+echo "  /metrics has llamaserve_queue_length (the HPA's metric)"
+podman stop -t 60 "$container" >/dev/null 2>&1 || die "podman stop"
+status=$(podman inspect -f '{{.State.ExitCode}}' "$container")
+[[ "$status" == 0 ]] || die "exit code $status after SIGTERM"
+podman rm "$container" >/dev/null
+echo "  stopped, exit code 0"
 echo "check_image: passed (mode $mode; $((SECONDS - start_all)) s)"
