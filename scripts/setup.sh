@@ -3,7 +3,8 @@
 # configures and builds the cpu preset. Safe to run again: each step is idempotent.
 #
 #   scripts/setup.sh            everything the tests need (compilers, -dev packages, Java,
-#                               Python test tools, browser, promtool), and the whole cpu build
+#                               Python test tools, browser, promtool, podman), and the whole
+#                               cpu build
 #   scripts/setup.sh --serve    only what serving needs: the build packages of the server and
 #                               the `llamaserve` program (no tests, tools or Java)
 set -euo pipefail
@@ -26,7 +27,7 @@ test_packages=(
   default-jdk-headless maven maven-debian-helper junit5 libsurefire-java
   libmaven-compiler-plugin-java libmaven-resources-plugin-java libmaven-jar-plugin-java
   libmaven-clean-plugin-java
-  prometheus gnuplot-nox chromium chromium-driver
+  prometheus gnuplot-nox chromium chromium-driver curl shellcheck podman runc debootstrap
 )
 apt_packages=("${serve_packages[@]}")
 [[ $mode == all ]] && apt_packages+=("${test_packages[@]}")

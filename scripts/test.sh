@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Runs every test: set-up and cpu build, unit tests (cpu), Python reference and e2e tests,
-# CUDA compile check, ASan/UBSan unit tests, TSan engine tests, and a bounded fuzz run.
+# Runs every test: set-up and cpu build, unit tests (cpu), Python reference and e2e tests
+# (the chat page in headless Chromium, promtool on rules and a live scrape, a loadtest
+# sweep), Java tests, the deploy manifests and the CPU container image, CUDA compile check,
+# ASan/UBSan unit tests, TSan engine tests, and a bounded fuzz run.
 # Ends with one summary line "N passed, N failed". Exit status 0 only if nothing failed.
 #
 # Environment: FUZZ_SECONDS per fuzz target (default 30), SKIP_SANITIZERS=1 and SKIP_CUDA=1 to shorten a
@@ -57,6 +59,9 @@ stage "java tests" mvn -B -ntp -o -s bindings/java/settings.xml -f bindings/java
   -Dllamaserve.requireNative=true -Dllamaserve.bin="$LLAMASERVE_BIN" \
   -Dllamaserve.jni.path="$LLAMASERVE_BUILD_DIR/bindings/java/libllamaserve_jni.so" \
   -Dllamaserve.reportsDirectory="$reports"
+
+stage "deploy manifests" scripts/check_deploy.sh
+stage "cpu image (podman)" scripts/check_image.sh --mode prebuilt --timeout 600
 
 if [[ "${SKIP_CUDA:-0}" != 1 ]]; then
   if [[ -x /usr/local/cuda/bin/nvcc ]]; then

@@ -142,6 +142,9 @@ class GgufFile {
   std::map<std::string, size_t, std::less<>> tensor_index_;
 };
 
+// The alignment of tensor data when `general.alignment` does not say.
+inline constexpr uint64_t kGgufDefaultAlignment = 32;
+
 // Builds a GGUF v3 file: metadata in insertion order, tensors laid out with the alignment.
 // Tensor bytes are either given up front or streamed later in the order they were added
 // (so that a 13 GB model never sits in memory at once).

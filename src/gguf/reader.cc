@@ -19,7 +19,6 @@ static_assert(std::endian::native == std::endian::little,
               "the GGUF reader copies little-endian values straight from the file");
 
 constexpr uint32_t kMaxValueType = static_cast<uint32_t>(GgufValueType::FLOAT64);
-constexpr uint64_t kDefaultAlignment = 32;
 // Smallest encoded size of one metadata entry: key length, value type, a 1-byte value.
 constexpr uint64_t kMinKvBytes = 8 + 4 + 1;
 // Smallest encoded tensor info: name length, n_dims, one dim, type, offset.
@@ -514,7 +513,7 @@ Status GgufFile::parse_impl(const GgufLimits& limits) {
     }
     alignment_ = static_cast<uint64_t>(*alignment);
   } else {
-    alignment_ = kDefaultAlignment;
+    alignment_ = kGgufDefaultAlignment;
   }
 
   if (n_tensors > cur.remaining() / kMinTensorInfoBytes) {

@@ -17,7 +17,6 @@ namespace llamaserve {
 namespace {
 
 constexpr uint32_t kWriteVersion = 3;
-constexpr uint64_t kDefaultAlignment = 32;
 // llama.cpp refuses tensor names of 64 bytes or more (GGML_MAX_NAME); never write one.
 constexpr size_t kMaxTensorNameBytes = 63;
 
@@ -203,7 +202,7 @@ Status write_zeros(int fd, uint64_t n_bytes) {
 GgufWriter::GgufWriter(uint64_t alignment) : alignment_(alignment) {
   // Readers only learn a non-default alignment from this key. An invalid alignment is
   // reported by write()/to_bytes().
-  if (alignment != kDefaultAlignment && alignment <= std::numeric_limits<uint32_t>::max()) {
+  if (alignment != kGgufDefaultAlignment && alignment <= std::numeric_limits<uint32_t>::max()) {
     set_u32("general.alignment", static_cast<uint32_t>(alignment));
   }
 }

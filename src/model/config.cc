@@ -17,7 +17,6 @@ namespace {
 // Upper bounds far above any real model; they keep a hostile file from sizing buffers.
 constexpr int64_t kMaxLayers = 1024;
 constexpr int64_t kMaxDim = 1 << 17;
-constexpr int64_t kMaxVocab = 1 << 22;
 constexpr int64_t kMaxContext = 1 << 24;
 
 Result<int64_t> required_int(const GgufFile& file, const std::string& key) {
@@ -130,7 +129,7 @@ const char* rope_scaling_name(RopeScalingType type) {
 }
 
 Status validate_config(const ModelConfig& c) {
-  LS_RETURN_IF_ERROR(check_range("n_vocab", c.n_vocab, kMaxVocab));
+  LS_RETURN_IF_ERROR(check_range("n_vocab", c.n_vocab, kMaxVocabSize));
   LS_RETURN_IF_ERROR(check_range("n_embd", c.n_embd, kMaxDim));
   LS_RETURN_IF_ERROR(check_range("n_layer", c.n_layer, kMaxLayers));
   LS_RETURN_IF_ERROR(check_range("n_head", c.n_head, kMaxDim));

@@ -30,6 +30,9 @@ struct RopeScaling {
   int64_t original_context_length = 8192;
 };
 
+// The largest vocabulary a model file may declare; larger counts are taken as corrupt.
+inline constexpr int64_t kMaxVocabSize = int64_t{1} << 22;
+
 struct ModelConfig {
   std::string arch;  // "llama" or "qwen2"
   int64_t n_vocab = 0;

@@ -9,8 +9,6 @@
 namespace llamaserve::cpu {
 namespace {
 
-inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-
 struct ScalesMins {
   uint8_t scale[8];
   uint8_t min[8];

@@ -12,8 +12,6 @@
 namespace llamaserve::cpu {
 namespace {
 
-inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-
 // {x.d, x.sum, 0, 0}
 inline __m128 act_scale_sum(const ActBlockQ8_32& x) {
   return _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(&x.d)));

@@ -33,6 +33,9 @@ inline float hmax(__m256 v) {
   return _mm_cvtss_f32(lo);
 }
 
+// 32 unaligned bytes.
+inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
 // 8 consecutive f16 values (stored as bits) to floats.
 inline __m256 load_f16x8(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/config.h"
 #include "model/importers/json_input.h"
 
 namespace llamaserve {
@@ -15,7 +16,6 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-constexpr int64_t kMaxVocab = 1 << 22;
 constexpr uint64_t kMaxJsonBytes = 256ull << 20;
 
 // SentencePiece model types (TrainerSpec.model_type).
@@ -175,7 +175,7 @@ Result<TokenizerData> tokenizer_from_hf_json_impl(std::string_view tokenizer_jso
   }
   std::vector<std::optional<std::string>> by_id;
   auto place = [&](int64_t id, const std::string& text) -> Status {
-    if (id < 0 || id >= kMaxVocab) {
+    if (id < 0 || id >= kMaxVocabSize) {
       return make_error(StatusCode::kInvalidArgument,
                         "tokenizer.json: token id {} of '{}' is out of range", id, text);
     }

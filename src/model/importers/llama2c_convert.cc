@@ -17,6 +17,7 @@
 #include <filesystem>
 
 #include "core/mapped_file.h"
+#include "model/config.h"
 #include "model/importers/convert.h"
 #include "model/importers/convert_common.h"
 #include "model/importers/llama_tensors.h"
@@ -27,7 +28,6 @@ namespace {
 constexpr uint32_t kVersionedMagic = 0x616b3432;  // "ak42": llama2.c export versions >= 1
 constexpr int32_t kMaxDim = 1 << 16;
 constexpr int32_t kMaxLayers = 1024;
-constexpr int32_t kMaxVocab = 1 << 22;
 constexpr int32_t kMaxSeqLen = 1 << 24;
 constexpr int32_t kMaxTokenBytes = 1 << 16;
 
@@ -56,7 +56,7 @@ Status check_header(const Llama2cHeader& h) {
     return bad("n_heads must be positive and a multiple of n_kv_heads");
   if (h.dim % h.n_heads != 0 || (h.dim / h.n_heads) % 2 != 0)
     return bad("dim must split into heads of an even size");
-  if (h.vocab_size == 0 || h.vocab_size < -kMaxVocab || h.vocab_size > kMaxVocab)
+  if (h.vocab_size == 0 || h.vocab_size < -kMaxVocabSize || h.vocab_size > kMaxVocabSize)
     return bad("vocab_size out of range");
   if (h.seq_len <= 0 || h.seq_len > kMaxSeqLen) return bad("seq_len out of range");
   return Status::ok();
