@@ -11,7 +11,7 @@ repository and is let through .dockerignore; the last stage (the image) has a no
 numeric USER, EXPOSE, a HEALTHCHECK in exec form, STOPSIGNAL SIGTERM, and ENTRYPOINT and CMD
 in exec form (JSON arrays, so that the server gets the signals as PID 1's child); RUN apt-get
 install lines use --no-install-recommends; and for a Debian build stage every package is one
-of scripts/setup.sh's (the two lists cannot drift apart). With --configure, also copies
+of scripts/setup.sh's serve_packages (the two lists cannot drift apart). With --configure, also copies
 only what the build stage COPYs into a scratch folder and runs the build stage's
 `cmake --preset ...` configure command there (ARGs at their defaults), so that a file the
 configure needs but the image leaves out fails here; the cuda preset only where
@@ -76,7 +76,7 @@ def is_exec_form(args: str) -> bool:
 
 def setup_packages() -> set[str]:
     text = (ROOT / "scripts/setup.sh").read_text()
-    m = re.search(r"apt_packages=\((.*?)\)", text, re.S)
+    m = re.search(r"serve_packages=\((.*?)\)", text, re.S)
     return set(m.group(1).split()) if m else set()
 
 
@@ -138,7 +138,7 @@ def check_file(path: str) -> list[str]:
                     errors.append(f"{path}:{line}: apt-get install without --no-install-recommends")
                 if "apt-get update" not in args:
                     errors.append(f"{path}:{line}: apt-get install without apt-get update in the same RUN")
-                # A Debian build stage: its packages must be setup.sh's.
+                # A Debian build stage: its packages must be setup.sh's serve_packages.
                 if i < len(stages) - 1 and re.search(r"^ARG DEBIAN_IMAGE=debian:", text, re.M):
                     pkgs = re.search(r"apt-get install (.*?)(?:&&|$)", args)
                     listed = [p for p in (pkgs.group(1).split() if pkgs else []) if not p.startswith("-")]
