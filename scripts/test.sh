@@ -60,7 +60,6 @@ stage "java tests" mvn -B -ntp -o -s bindings/java/settings.xml -f bindings/java
   -Dllamaserve.jni.path="$LLAMASERVE_BUILD_DIR/bindings/java/libllamaserve_jni.so" \
   -Dllamaserve.reportsDirectory="$reports"
 
-stage "deploy manifests" scripts/check_deploy.sh
 stage "cpu image (podman)" scripts/check_image.sh --mode prebuilt --timeout 600
 
 if [[ "${SKIP_CUDA:-0}" != 1 ]]; then
