@@ -115,7 +115,7 @@ class Parser {
         case TokenType::kEnd:
           if (ends.size() == 0) return body;
           fail(ErrorKind::kSyntax, token.line, "unexpected end of template, expected '{}'",
-               *ends.begin());
+               *(ends.end() - 1));
         case TokenType::kText: {
           StmtPtr stmt = make_stmt(StmtKind::kText, token.line);
           stmt->text = token.value;
