@@ -40,6 +40,7 @@ const nlohmann::ordered_json& client_variables() {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace llamaserve::jinja;
+  using llamaserve::Result;
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   Result<Template> tmpl = Template::parse(text);
   if (!tmpl.is_ok()) return 0;
