@@ -269,8 +269,10 @@ Result<std::vector<int32_t>> HttpServer::build_prompt(const ModelService& model,
                       "this model has no chat template; use /v1/completions or start the server "
                       "with --chat-template");
       }
-      LS_ASSIGN_OR_RETURN(tokens,
-                          encode_chat_prompt(*model.chat_template(), tokenizer, parsed.messages));
+      ChatRenderExtras extras;
+      extras.tools = parsed.tools;
+      LS_ASSIGN_OR_RETURN(tokens, encode_chat_prompt(*model.chat_template(), tokenizer,
+                                                     parsed.messages, true, extras));
       break;
     }
     case PromptKind::kText: tokens = encode_text_prompt(tokenizer, parsed.prompt_text); break;

@@ -304,6 +304,37 @@ Status read_message_content(const json& message, size_t index, const std::string
   return Status::ok();
 }
 
+// The fields a model's own chat template may use besides role and content: an assistant's
+// tool_calls (and its null content), a tool result's tool_call_id and name.
+Status read_message_fields(const json& message, size_t index, ChatMessage& out) {
+  nlohmann::ordered_json fields = nlohmann::ordered_json::object();
+  if (const json* calls = find_field(message, "tool_calls");
+      calls != nullptr && !calls->is_null()) {
+    if (!calls->is_array()) {
+      return wrong_type(fmt::format("messages[{}].tool_calls", index), "an array", *calls);
+    }
+    for (size_t k = 0; k < calls->size(); ++k) {
+      if (!(*calls)[k].is_object()) {
+        return wrong_type(fmt::format("messages[{}].tool_calls[{}]", index, k), "an object",
+                          (*calls)[k]);
+      }
+    }
+    fields["tool_calls"] = nlohmann::ordered_json::parse(calls->dump());
+  }
+  for (const char* key : {"tool_call_id", "name"}) {
+    if (const json* value = find_field(message, key); value != nullptr && !value->is_null()) {
+      if (!value->is_string()) {
+        return wrong_type(fmt::format("messages[{}].{}", index, key), "a string", *value);
+      }
+      fields[key] = value->get<std::string>();
+    }
+  }
+  const auto content = message.find("content");
+  if (content == message.end() || content->is_null()) fields["content"] = nullptr;
+  if (!fields.empty()) out.fields = std::move(fields);
+  return Status::ok();
+}
+
 Status read_messages(const json& body, std::vector<ChatMessage>& out) {
   const json* messages = find_field(body, "messages");
   if (messages == nullptr) return invalid("'messages' is required");
@@ -328,6 +359,7 @@ Status read_messages(const json& body, std::vector<ChatMessage>& out) {
           i, parsed.role));
     }
     LS_RETURN_IF_ERROR(read_message_content(message, i, parsed.role, parsed.content));
+    LS_RETURN_IF_ERROR(read_message_fields(message, i, parsed));
     out.push_back(std::move(parsed));
   }
   return Status::ok();
@@ -407,6 +439,15 @@ Result<ParsedGeneration> parse_chat_completion(const nlohmann::json& body,
   ParsedGeneration out;
   out.prompt_kind = PromptKind::kMessages;
   LS_RETURN_IF_ERROR(read_messages(body, out.messages));
+  if (const json* tools = find_field(body, "tools"); tools != nullptr && !tools->is_null()) {
+    if (!tools->is_array()) return wrong_type("tools", "an array", *tools);
+    for (size_t i = 0; i < tools->size(); ++i) {
+      if (!(*tools)[i].is_object()) {
+        return wrong_type(fmt::format("tools[{}]", i), "an object", (*tools)[i]);
+      }
+    }
+    out.tools = nlohmann::ordered_json::parse(tools->dump());
+  }
   LS_RETURN_IF_ERROR(read_openai_common(body, limits, out));
   LS_RETURN_IF_ERROR(read_bool(body, "logprobs", out.sampling.logprobs));
   std::optional<int64_t> top_logprobs;

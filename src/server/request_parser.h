@@ -26,8 +26,11 @@ struct ParsedGeneration {
   // "keep_alive": how long the model stays loaded without requests from now on; 0 = for good.
   std::optional<int64_t> keep_alive_ms;
   PromptKind prompt_kind = PromptKind::kMessages;
-  std::vector<ChatMessage> messages;   // kMessages; roles system/user/assistant/tool
-                                       // ("developer" arrives as "system")
+  std::vector<ChatMessage> messages;  // kMessages; roles system/user/assistant/tool
+                                      // ("developer" arrives as "system")
+  // "tools" of a chat request (an array of objects, or null): passed to the model's own chat
+  // template as its `tools`; the built-in formats ignore them.
+  nlohmann::ordered_json tools = nullptr;
   std::string prompt_text;             // kText
   std::vector<int32_t> prompt_tokens;  // kTokens (range against the vocabulary not checked)
   std::optional<int32_t> max_tokens;   // absent: as many as the limit and context allow

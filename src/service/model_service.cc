@@ -119,8 +119,11 @@ Status ModelService::start(const OpenHooks& hooks) {
   if (!tokenizer.is_ok()) return tokenizer.status().with_context(spec_.path);
   tokenizer_ = std::make_shared<const Tokenizer>(std::move(tokenizer).value());
 
-  auto chat_template =
-      ChatTemplate::for_model(tokenizer_->data().chat_template, spec_.chat_template);
+  ChatTemplateTokens special;
+  if (const auto bos = tokenizer_->bos_id()) special.bos_token = tokenizer_->token_piece(*bos);
+  if (const auto eos = tokenizer_->eos_id()) special.eos_token = tokenizer_->token_piece(*eos);
+  auto chat_template = ChatTemplate::for_model(tokenizer_->data().chat_template,
+                                               spec_.chat_template, std::move(special));
   if (chat_template.is_ok()) {
     chat_template_ = std::move(chat_template).value();
   } else if (!spec_.chat_template.empty()) {

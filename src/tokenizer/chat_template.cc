@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <initializer_list>
 
+#include <spdlog/spdlog.h>
+
+#include "jinja/template.h"
+
 namespace llamaserve {
 namespace {
 
@@ -183,9 +187,31 @@ Result<ChatTemplate> ChatTemplate::detect(std::string_view template_text) {
                     "(llama2, llama3 or chatml)");
 }
 
+Result<ChatTemplate> ChatTemplate::from_jinja(std::string_view template_text,
+                                              ChatTemplateTokens tokens,
+                                              const jinja::RenderLimits& limits) {
+  LS_ASSIGN_OR_RETURN(jinja::Template parsed, jinja::Template::parse(template_text));
+  ChatTemplate out(ChatTemplateKind::kJinja, {});
+  out.jinja_ = std::make_shared<const jinja::Template>(std::move(parsed));
+  out.tokens_ = std::move(tokens);
+  out.limits_ = limits;
+  return out;
+}
+
 Result<ChatTemplate> ChatTemplate::for_model(std::string_view template_text,
-                                             std::string_view override_name) {
-  if (override_name.empty()) return detect(template_text);
+                                             std::string_view override_name,
+                                             ChatTemplateTokens tokens) {
+  if (override_name.empty()) {
+    if (trim(template_text).empty()) return detect(template_text);
+    Result<ChatTemplate> own = from_jinja(template_text, std::move(tokens));
+    if (own.is_ok()) return own;
+    Result<ChatTemplate> builtin = detect(template_text);
+    if (builtin.is_ok()) {
+      spdlog::warn("the model's chat template does not parse ({}); using the built-in {} format",
+                   own.status().message(), builtin->name());
+    }
+    return builtin;
+  }
   LS_ASSIGN_OR_RETURN(ChatTemplate named, from_name(override_name));
   Result<ChatTemplate> detected = detect(template_text);
   if (detected.is_ok() && detected->kind() == named.kind()) return detected;
@@ -197,12 +223,44 @@ std::string_view ChatTemplate::name() const {
     case ChatTemplateKind::kLlama2: return "llama2";
     case ChatTemplateKind::kLlama3: return "llama3";
     case ChatTemplateKind::kChatML: return "chatml";
+    case ChatTemplateKind::kJinja: return "jinja";
   }
   return "unknown";
 }
 
+Result<ChatPrompt> ChatTemplate::render_jinja(const std::vector<ChatMessage>& messages,
+                                              bool add_generation_prompt,
+                                              const ChatRenderExtras& extras) const {
+  nlohmann::ordered_json client = {{"messages", nlohmann::ordered_json::array()},
+                                   {"tools", extras.tools}};
+  for (const ChatMessage& message : messages) {
+    nlohmann::ordered_json m = {{"role", message.role}, {"content", message.content}};
+    if (message.fields.is_object()) {
+      for (const auto& [key, value] : message.fields.items()) {
+        if (key != "role") m[key] = value;
+      }
+    }
+    client["messages"].push_back(std::move(m));
+  }
+  nlohmann::ordered_json variables =
+      extras.variables.is_object() ? extras.variables : nlohmann::ordered_json::object();
+  variables["add_generation_prompt"] = add_generation_prompt;
+  variables["bos_token"] = tokens_.bos_token;
+  variables["eos_token"] = tokens_.eos_token;
+  if (!variables.contains("documents")) variables["documents"] = nullptr;
+  Result<jinja::RenderOutput> out = jinja_->render(variables, client, limits_);
+  if (!out.is_ok()) return out.status().with_context("chat template");
+  ChatPrompt prompt;
+  prompt.text = std::move(out->text);
+  for (const jinja::ByteRange& range : out->client_ranges) {
+    prompt.content_ranges.push_back({range.begin, range.end});
+  }
+  return prompt;
+}
+
 Result<ChatPrompt> ChatTemplate::render(const std::vector<ChatMessage>& messages,
-                                        bool add_generation_prompt) const {
+                                        bool add_generation_prompt,
+                                        const ChatRenderExtras& extras) const {
   if (messages.empty()) {
     return make_error(StatusCode::kInvalidArgument, "a chat needs at least one message");
   }
@@ -211,6 +269,7 @@ Result<ChatPrompt> ChatTemplate::render(const std::vector<ChatMessage>& messages
     case ChatTemplateKind::kLlama3: return render_llama3(messages, add_generation_prompt);
     case ChatTemplateKind::kChatML:
       return render_chatml(messages, add_generation_prompt, default_system_prompt_);
+    case ChatTemplateKind::kJinja: return render_jinja(messages, add_generation_prompt, extras);
   }
   return make_error(StatusCode::kInternal, "unhandled chat template kind");
 }

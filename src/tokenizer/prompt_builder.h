@@ -26,11 +26,14 @@ namespace llamaserve {
 // The ids of `messages` rendered by `chat_template` (ChatTemplate::render) and encoded with
 // Tokenizer::encode_guarded over the message contents. With add_generation_prompt the prompt
 // ends where the assistant's reply begins. Fails (kInvalidArgument) where render() does: no
-// messages, an unknown role, a misplaced system message.
+// messages, an unknown role, a misplaced system message, a model template's error.
+// A rendered prompt that starts with the BOS token's text (templates that write bos_token
+// themselves) loses that text when the tokenizer adds BOS anyway, so BOS is never doubled.
 Result<std::vector<int32_t>> encode_chat_prompt(const ChatTemplate& chat_template,
                                                 const Tokenizer& tokenizer,
                                                 const std::vector<ChatMessage>& messages,
-                                                bool add_generation_prompt = true);
+                                                bool add_generation_prompt = true,
+                                                const ChatRenderExtras& extras = {});
 
 // The ids of a raw prompt, special-token text recognised: encode(text, /*add_special=*/true,
 // /*parse_special=*/true). Empty text may give no ids at all (a model without BOS).

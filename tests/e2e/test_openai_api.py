@@ -3,6 +3,8 @@ completions, streaming and not, usage, logprobs, stop strings, seeds, model list
 
 from __future__ import annotations
 
+import re
+
 import httpx
 import openai
 import pytest
@@ -143,3 +145,25 @@ def test_errors_raise_typed_exceptions(oai):
     with pytest.raises(openai.BadRequestError) as error:
         oai.chat.completions.create(model=MODEL_NAME, messages=QUESTION, max_tokens=4, n=2)
     assert "'n'" in error.value.message
+
+
+def test_tools_reach_the_models_template(oai):
+    """SmolLM2's own template renders tool turns (it ignores the tool definitions), and one it
+    cannot render (its "+" on an assistant turn whose content is null) is the client's 400,
+    with the template's message and line."""
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {}}}]
+    messages = QUESTION + [
+        {"role": "assistant", "content": "", "tool_calls": [{
+            "id": "call_1", "type": "function",
+            "function": {"name": "lookup", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "Paris"}]
+    response = oai.chat.completions.create(model=MODEL_NAME, messages=messages, tools=tools,
+                                           max_tokens=4, temperature=0)
+    assert response.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    messages[1]["content"] = None
+    with pytest.raises(openai.BadRequestError) as error:
+        oai.chat.completions.create(model=MODEL_NAME, messages=messages, tools=tools,
+                                    max_tokens=4)
+    assert "chat template" in error.value.message
+    assert "'str' and 'NoneType'" in error.value.message
+    assert re.search(r"\(line [0-9]+\)$", error.value.message)

@@ -99,6 +99,35 @@ TEST(ParseChat, ReadsMessagesAndSampling) {
   EXPECT_TRUE(p.ignore_eos);
 }
 
+TEST(ParseChat, ToolsAndToolCallsReachTheTemplate) {
+  json body = chat_body(json::object());
+  body["tools"] = {{{"type", "function"}, {"function", {{"name", "f"}}}}};
+  body["messages"] = {
+      {{"role", "user"}, {"content", "hi"}},
+      {{"role", "assistant"},
+       {"content", nullptr},
+       {"tool_calls", {{{"id", "c1"}, {"function", {{"name", "f"}, {"arguments", "{}"}}}}}}},
+      {{"role", "tool"}, {"content", "42"}, {"tool_call_id", "c1"}, {"name", "f"}}};
+  auto result = parse_chat_completion(body, limits());
+  ASSERT_TRUE(result.is_ok()) << result.status().to_string();
+  EXPECT_EQ(result->tools.size(), 1u);
+  EXPECT_EQ(result->tools[0]["function"]["name"], "f");
+  EXPECT_TRUE(result->messages[0].fields.is_null());
+  EXPECT_TRUE(result->messages[1].fields["content"].is_null());
+  EXPECT_EQ(result->messages[1].fields["tool_calls"][0]["id"], "c1");
+  EXPECT_EQ(result->messages[2].fields["tool_call_id"], "c1");
+  EXPECT_EQ(result->messages[2].fields["name"], "f");
+
+  body["tools"] = "f";
+  expect_rejected(parse_chat_completion(body, limits()), "'tools'");
+  body["tools"] = nullptr;
+  body["messages"][1]["tool_calls"] = {1};
+  expect_rejected(parse_chat_completion(body, limits()), "tool_calls[0]");
+  body["messages"][1].erase("tool_calls");
+  body["messages"][2]["tool_call_id"] = 5;
+  expect_rejected(parse_chat_completion(body, limits()), "tool_call_id");
+}
+
 TEST(ParseChat, DefaultsAndNulls) {
   auto result = parse_chat_completion(
       chat_body({{"max_tokens", nullptr}, {"temperature", nullptr}, {"stop", nullptr}}), limits());

@@ -160,8 +160,67 @@ TEST(ChatTemplate, OverrideByName) {
             false);
   EXPECT_EQ(ChatTemplate::for_model(kSmolLm2Template, "llama3")->kind(), ChatTemplateKind::kLlama3);
   EXPECT_EQ(ChatTemplate::for_model("", "llama2")->kind(), ChatTemplateKind::kLlama2);
-  EXPECT_EQ(ChatTemplate::for_model(kLlama3Template)->kind(), ChatTemplateKind::kLlama3);
   EXPECT_FALSE(ChatTemplate::for_model("", "").is_ok());
+}
+
+TEST(ChatTemplate, TheModelsOwnTemplateIsRendered) {
+  // Without a name, the model's template itself is rendered (by the Jinja engine).
+  EXPECT_EQ(ChatTemplate::for_model(kLlama3Template)->kind(), ChatTemplateKind::kJinja);
+  EXPECT_EQ(ChatTemplate::for_model(kSmolLm2Template)->name(), "jinja");
+  // SmolLM2's own template gives the text of the built-in ChatML format with its default
+  // system prompt, with and without a system message and generation prompt.
+  const ChatTemplate own = *ChatTemplate::for_model(kSmolLm2Template);
+  const ChatTemplate builtin = *ChatTemplate::detect(kSmolLm2Template);
+  const std::vector<ChatMessage> no_system(kConversation.begin() + 1, kConversation.end());
+  for (const auto* messages : {&kConversation, &no_system}) {
+    for (const bool gen : {true, false}) {
+      const Result<ChatPrompt> a = own.render(*messages, gen);
+      const Result<ChatPrompt> b = builtin.render(*messages, gen);
+      ASSERT_TRUE(a.is_ok() && b.is_ok()) << a.status().to_string();
+      EXPECT_EQ(a->text, b->text);
+      // Every message content is client text in both.
+      for (const TextRange& range : b->content_ranges) {
+        bool covered = false;
+        for (const TextRange& r : a->content_ranges) {
+          covered = covered || (r.begin <= range.begin && range.end <= r.end);
+        }
+        EXPECT_TRUE(covered) << b->text.substr(range.begin, range.end - range.begin);
+      }
+    }
+  }
+}
+
+TEST(ChatTemplate, ModelTemplateVariablesAndErrors) {
+  const Result<ChatTemplate> tmpl = ChatTemplate::from_jinja(
+      "{{ bos_token }}{% for m in messages %}{% if m.role == 'critic' %}"
+      "{{ raise_exception('no critics here') }}{% endif %}[{{ m.role }}:{{ m.content }}"
+      "{% if m.tool_calls %} calls {{ m.tool_calls[0].function.name }}{% endif %}]{% endfor %}"
+      "{% if tools %} tools={{ tools|length }}{% endif %}{{ eos_token if not add_generation_prompt "
+      "}}{{ mood }}",
+      {"<s>", "</s>"});
+  ASSERT_TRUE(tmpl.is_ok()) << tmpl.status().to_string();
+  ChatMessage call{"assistant", ""};
+  call.fields = {{"content", nullptr},
+                 {"tool_calls", {{{"function", {{"name", "lookup"}, {"arguments", "{}"}}}}}}};
+  ChatRenderExtras extras;
+  extras.tools = nlohmann::ordered_json::array({{{"type", "function"}}});
+  extras.variables = {{"mood", " calm"}};
+  const Result<ChatPrompt> out = tmpl->render({{"user", "hi"}, call}, false, extras);
+  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+  EXPECT_EQ(out->text, "<s>[user:hi][assistant:None calls lookup] tools=1</s> calm");
+
+  const Result<ChatPrompt> refused = tmpl->render({{"critic", "meh"}}, true);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.status().message(), "chat template: no critics here (line 1)");
+}
+
+TEST(ChatTemplate, ATemplateThatDoesNotParseFallsBackToABuiltIn) {
+  const std::string broken = "{% for message in messages %}<|im_start|>{{ message.content }}";
+  EXPECT_EQ(ChatTemplate::from_jinja(broken, {}).status().code(), StatusCode::kInvalidArgument);
+  const Result<ChatTemplate> fallback = ChatTemplate::for_model(broken);
+  ASSERT_TRUE(fallback.is_ok());
+  EXPECT_EQ(fallback->kind(), ChatTemplateKind::kChatML);
+  EXPECT_EQ(ChatTemplate::for_model("{% if %}").status().code(), StatusCode::kUnsupported);
 }
 
 }  // namespace

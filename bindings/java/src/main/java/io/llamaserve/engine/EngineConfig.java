@@ -204,7 +204,7 @@ public final class EngineConfig {
       return this;
     }
 
-    /** "llama2", "llama3" or "chatml"; empty (default) = detect from the model. */
+    /** "llama2", "llama3" or "chatml"; empty (default) = the model's own template. */
     public Builder chatTemplate(String name) {
       this.chatTemplate = Objects.requireNonNull(name, "chatTemplate");
       return this;

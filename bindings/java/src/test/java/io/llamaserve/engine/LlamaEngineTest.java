@@ -355,7 +355,7 @@ class LlamaEngineTest {
   @Test
   void closeTwiceAndUseAfterClose() throws Exception {
     LlamaEngine own = LlamaEngine.open(config().build());
-    assertTrue(own.describe().contains("chat template: chatml"), own.describe());
+    assertTrue(own.describe().contains("chat template: jinja"), own.describe());
     assertEquals(512, own.maxContext());
     GenerationHandle leftOpen = own.submit(greedy("Hello", 200).ignoreEos(true).build());
     own.close();
