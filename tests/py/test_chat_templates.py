@@ -13,7 +13,7 @@ message content the template copies verbatim must lie inside those ranges, and n
 content may appear outside them.
 
 jinja_render comes from LLAMASERVE_BUILD_DIR (default build/cpu) at
-tests/unit/jinja/jinja_render; the tests skip only when it is missing.
+tests/unit/jinja/jinja_render; the tests skip when it is missing, and fail then in CI.
 """
 
 from __future__ import annotations
