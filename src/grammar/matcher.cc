@@ -15,12 +15,13 @@ size_t TokenMask::count() const {
 void TokenMask::apply(std::span<float> logits) const {
   const float minus_inf = -std::numeric_limits<float>::infinity();
   const size_t n = logits.size();
+  for (size_t i = static_cast<size_t>(n_tokens); i < n; ++i) logits[i] = minus_inf;
   for (size_t w = 0; w < words.size() && w * 64 < n; ++w) {
     uint64_t blocked = ~words[w];
     if (blocked == 0) continue;
     while (blocked != 0) {
       const size_t i = w * 64 + static_cast<size_t>(std::countr_zero(blocked));
-      if (i >= n) break;
+      if (i >= n || i >= static_cast<size_t>(n_tokens)) break;
       logits[i] = minus_inf;
       blocked &= blocked - 1;
     }

@@ -27,8 +27,12 @@ namespace llamaserve::grammar {
 // One bit per token of the vocabulary (bit set: allowed).
 struct TokenMask {
   std::vector<uint64_t> words;
+  int32_t n_tokens = 0;
 
-  void reset(int32_t n_vocab) { words.assign((static_cast<size_t>(n_vocab) + 63) / 64, 0); }
+  void reset(int32_t n_vocab) {
+    n_tokens = n_vocab;
+    words.assign((static_cast<size_t>(n_vocab) + 63) / 64, 0);
+  }
   void allow(int32_t token) {
     words[static_cast<size_t>(token) >> 6] |= uint64_t{1} << (token & 63);
   }
@@ -36,7 +40,8 @@ struct TokenMask {
     return (words[static_cast<size_t>(token) >> 6] >> (token & 63)) & 1;
   }
   size_t count() const;
-  // Sets every disallowed logit to -infinity.
+  // Sets every disallowed logit to -infinity, and those past n_tokens (a model's padded
+  // vocabulary rows that the tokenizer does not know).
   void apply(std::span<float> logits) const;
 };
 
