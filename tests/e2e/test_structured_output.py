@@ -20,7 +20,7 @@ jsonschema = pytest.importorskip("jsonschema")
 
 # Enough for the longest document these schemas allow (escapes and whitespace included).
 MAX_TOKENS = 200
-PER_SCHEMA = 40
+PER_SCHEMA = 30
 
 
 def strict(properties: dict) -> dict:
