@@ -89,9 +89,6 @@ void BM_Mask(benchmark::State& bench, std::shared_ptr<const TokenVocabulary> voc
   }
   bench.counters["allowed"] = static_cast<double>(mask.count());
   bench.counters["nodes"] = static_cast<double>(matcher.last_nodes_visited());
-  bench.counters["us_per_mask"] =
-      benchmark::Counter(static_cast<double>(bench.iterations()) * 1e-6,
-                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 // The steady state of a batch: the mask of a state already seen, from the shared cache.

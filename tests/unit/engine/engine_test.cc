@@ -525,6 +525,28 @@ TEST(EngineConstraint, MasksTokensAndEndsWhenTheDocumentIsComplete) {
   EXPECT_EQ(h.engine->stats().device_sampled_steps_total, 0u);
 }
 
+// The mask comes before truncation: top-k 1 keeps the best token the grammar allows, not the
+// best token overall.
+TEST(EngineConstraint, SamplerMasksBeforeTopK) {
+  SamplingParams params;
+  params.temperature = 1.0f;
+  params.top_k = 1;
+  params.constraint = schema_constraint(R"({"type":"array","items":{"type":"integer"}})");
+  Sampler sampler(params, {}, 1);
+  SamplerScratch scratch;
+  std::vector<float> logits(testing::kByteVocab, 0.0f);
+  logits[testing::byte_token('x')] = 20.0f;
+  logits[testing::byte_token('{')] = 10.0f;
+  logits[testing::byte_token('[')] = 5.0f;
+  EXPECT_EQ(sampler.sample(logits, scratch).token, testing::byte_token('['));
+  sampler.accept(testing::byte_token('['));
+  std::fill(logits.begin(), logits.end(), 0.0f);
+  logits[testing::byte_token('a')] = 20.0f;
+  logits[testing::byte_token('7')] = 1.0f;
+  EXPECT_EQ(sampler.sample(logits, scratch).token, testing::byte_token('7'));
+  EXPECT_FALSE(sampler.device_sampling(1).has_value());
+}
+
 // Constrained and free requests batched, sampled, with a KV cache so small that sequences are
 // preempted and recomputed: each output is the same as alone, and every constrained one is a
 // complete document.
