@@ -6,7 +6,8 @@
 // it before any other step and advances it with each sampled token.
 //
 // ConstraintCache: a model's compiled response formats by their text, least recently used
-// evicted, and the model's vocabulary trie, built on first use.
+// evicted, and the model's vocabulary trie, built on first use. Memory: at most max_entries
+// constraints, each with at most 8 MiB of cached masks (500 masks of a 128k vocabulary).
 #pragma once
 
 #include <cstdint>
@@ -29,7 +30,7 @@ namespace llamaserve::grammar {
 class Constraint {
  public:
   Constraint(Grammar grammar, std::shared_ptr<const TokenVocabulary> vocabulary,
-             size_t mask_cache_bytes = size_t{16} << 20);
+             size_t mask_cache_bytes = size_t{8} << 20);
 
   const Grammar& grammar() const { return grammar_; }
   const TokenVocabulary& vocabulary() const { return *vocabulary_; }
