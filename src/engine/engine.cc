@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "engine/active_request.h"
+#include "tokenizer/tokenizer.h"
 
 namespace llamaserve {
 namespace {
@@ -147,6 +148,13 @@ Status Engine::validate(const GenerationRequest& request) const {
                       "the prompt ({} tokens) plus max_new_tokens ({}) exceeds the context of "
                       "{} tokens",
                       n_prompt, request.max_new_tokens, max_context_);
+  }
+  if (request.sampling.constraint &&
+      request.sampling.constraint->vocabulary().n_vocab() != tokenizer_->n_vocab()) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "the response-format constraint was built for a vocabulary of {} tokens, "
+                      "not this model's {}",
+                      request.sampling.constraint->vocabulary().n_vocab(), tokenizer_->n_vocab());
   }
   if (request.timeout.count() < 0 || request.queue_timeout.count() < 0) {
     return make_error(StatusCode::kInvalidArgument, "timeouts must be >= 0");

@@ -13,6 +13,10 @@
 
 namespace llamaserve {
 
+namespace grammar {
+class Constraint;
+}
+
 struct SamplingParams {
   float temperature = 1.0f;         // 0 = greedy
   int32_t top_k = 0;                // 0 = off
@@ -24,6 +28,11 @@ struct SamplingParams {
   std::optional<uint64_t> seed;  // same seed, same prompt, same params -> same output
   int32_t top_logprobs = 0;      // > 0: return this many alternatives per token
   bool logprobs = false;
+  // Structured output (grammar/constraint.h): tokens that cannot continue a valid document
+  // are masked before anything else; end-of-generation only once the document is complete.
+  // Compiled once and shared by every request with the same response format; each request
+  // keeps its own place in it.
+  std::shared_ptr<const grammar::Constraint> constraint;
 };
 
 struct GenerationRequest {

@@ -40,11 +40,13 @@ float max_of(std::span<const float> logits) {
 Sampler::Sampler(const SamplingParams& params, std::span<const int32_t> prompt, uint64_t seed)
     : params_(params), seed_(seed), rng_(seed) {
   if (params_.repetition_penalty != 1.0f) seen_.insert(prompt.begin(), prompt.end());
+  if (params_.constraint) constraint_.emplace(params_.constraint);
 }
 
 std::optional<RowSampling> Sampler::device_sampling(uint64_t step) const {
   if (params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
-      params_.frequency_penalty != 0.0f || params_.min_p > 0.0f || wants_logprobs()) {
+      params_.frequency_penalty != 0.0f || params_.min_p > 0.0f || wants_logprobs() ||
+      constraint_) {
     return std::nullopt;
   }
   RowSampling row;
@@ -57,6 +59,7 @@ std::optional<RowSampling> Sampler::device_sampling(uint64_t step) const {
 }
 
 void Sampler::accept(int32_t token) {
+  if (constraint_) constraint_->accept(token);
   if (params_.repetition_penalty != 1.0f) seen_.insert(token);
   if (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f)
     ++output_counts_[token];
@@ -80,6 +83,7 @@ void Sampler::apply_penalties(std::span<float> logits) const {
 }
 
 SampledToken Sampler::sample(std::span<float> logits, SamplerScratch& scratch) {
+  if (constraint_) constraint_->apply(logits);
   apply_penalties(logits);
   SampledToken out;
   if (greedy()) {

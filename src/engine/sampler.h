@@ -1,6 +1,8 @@
 // Sampler: turns one row of logits into the next token, per request.
 //
 // Order of operations (the same for every request):
+//   0. the response-format constraint, if any: tokens that cannot continue a valid document
+//      get -infinity (grammar/constraint.h);
 //   1. penalties on the raw logits: repetition (CTRL-style: positive logits divided by the
 //      penalty, negative ones multiplied) over every token seen, prompt and output; presence
 //      and frequency (OpenAI-style: logit -= presence * [count > 0] + frequency * count) over
@@ -29,6 +31,7 @@
 
 #include "backend/batch.h"
 #include "engine/request.h"
+#include "grammar/constraint.h"
 
 namespace llamaserve {
 
@@ -60,13 +63,16 @@ class Sampler {
 
   // The parameters with which a device draws this request's next token, `step` being the
   // number of tokens generated so far (the draw's counter); nothing when the request needs
-  // the host sampler (penalties, min-p, log probabilities). Greedy draws are the same token on
-  // either side; random draws differ in their generator (device: Philox keyed by seed and step).
+  // the host sampler (penalties, min-p, log probabilities, a response-format constraint). Greedy
+  // draws are the same token on either side; random draws differ in their generator (device: Philox
+  // keyed by seed and step).
   std::optional<RowSampling> device_sampling(uint64_t step) const;
 
   // Picks the next token from `logits` (one row of n_vocab; modified in place).
   SampledToken sample(std::span<float> logits, SamplerScratch& scratch);
-  // Records a generated token for the penalties.
+  // Records a generated token for the penalties and advances the constraint. Recomputing a
+  // preempted sequence re-reads tokens but samples none, so the constraint, which lives here
+  // beside the sequence, keeps its place.
   void accept(int32_t token);
 
  private:
@@ -77,6 +83,7 @@ class Sampler {
   double uniform();  // [0, 1) from 53 random bits: the same on every standard library
 
   SamplingParams params_;
+  std::optional<grammar::ConstraintState> constraint_;
   uint64_t seed_;
   std::mt19937_64 rng_;
   std::unordered_set<int32_t> seen_;                    // prompt and output tokens

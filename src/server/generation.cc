@@ -258,6 +258,35 @@ class GenerationSession {
   Clock::time_point last_token_;
 };
 
+namespace {
+
+// The constraint of a request's response_format, compiled (or found in the model's cache).
+// Errors are the schema compiler's, prefixed with where in the request the schema is.
+Result<std::shared_ptr<const grammar::Constraint>> response_format_constraint(
+    const ModelService& model, const ResponseFormatSpec& format, std::string_view body) {
+  if (format.kind == ResponseFormatSpec::Kind::kJsonObject) {
+    return model.constraints().get(grammar::FormatKind::kJsonObject, {});
+  }
+  // Parsed again, keeping the order of object keys: properties are generated in the order
+  // the schema lists them.
+  nlohmann::ordered_json schema;
+  try {
+    schema =
+        nlohmann::ordered_json::parse(body).at("response_format").at("json_schema").at("schema");
+  } catch (const nlohmann::json::exception& e) {
+    return make_error(StatusCode::kInvalidArgument, "'response_format.json_schema.schema': {}",
+                      e.what());
+  }
+  auto constraint = model.constraints().get(grammar::FormatKind::kJsonSchema, schema);
+  if (!constraint) {
+    return Status(constraint.status().code(),
+                  "'response_format.json_schema.schema': " + constraint.status().message());
+  }
+  return constraint;
+}
+
+}  // namespace
+
 Result<std::vector<int32_t>> HttpServer::build_prompt(const ModelService& model,
                                                       const ParsedGeneration& parsed) const {
   const Tokenizer& tokenizer = model.tokenizer();
@@ -360,6 +389,19 @@ bool HttpServer::handle_generation(const Route& route, http::Exchange& exchange,
     }
     max_new_tokens = *parsed->max_tokens;
   }
+  std::shared_ptr<const grammar::Constraint> constraint;
+  if (parsed->response_format.kind != ResponseFormatSpec::Kind::kText) {
+    auto compiled = response_format_constraint(*model, parsed->response_format, req.body);
+    if (!compiled) {
+      const bool unsupported = compiled.status().code() == StatusCode::kUnsupported ||
+                               compiled.status().code() == StatusCode::kOutOfRange;
+      send_error(res, invalid_request(compiled.status().message(),
+                                      unsupported ? "unsupported_schema" : "invalid_schema",
+                                      "response_format"));
+      return false;
+    }
+    constraint = std::move(compiled).value();
+  }
 
   std::optional<InFlightCounter::Ticket> admission = try_admit();
   if (!admission) {
@@ -374,6 +416,7 @@ bool HttpServer::handle_generation(const Route& route, http::Exchange& exchange,
   request.prompt_tokens = std::move(prompt).value();
   request.max_new_tokens = max_new_tokens;
   request.sampling = parsed->sampling;
+  request.sampling.constraint = std::move(constraint);
   request.stop_strings = parsed->stop;
   request.ignore_eos = parsed->ignore_eos;
   request.timeout = std::chrono::milliseconds(options_.request_timeout_ms);

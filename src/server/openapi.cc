@@ -221,6 +221,19 @@ constexpr const char* kDocument = R"json({
              "name": {"type": "string"}}}
         ]
       },
+      "ResponseFormat": {
+        "type": "object", "nullable": true, "required": ["type"],
+        "description": "Structured output by constrained decoding: json_object (any JSON object) or json_schema (a document valid against the schema; see docs/api.md for the supported keywords). Unsupported schema features: 400 with code unsupported_schema.",
+        "properties": {
+          "type": {"type": "string", "enum": ["text", "json_object", "json_schema"]},
+          "json_schema": {"type": "object", "nullable": true, "required": ["schema"],
+            "properties": {
+              "name": {"type": "string", "nullable": true, "maxLength": 64, "pattern": "^[a-zA-Z0-9_-]*$"},
+              "description": {"type": "string", "nullable": true},
+              "strict": {"type": "boolean", "nullable": true},
+              "schema": {"type": "object", "description": "A JSON Schema; properties are generated in the order listed"}}}
+        }
+      },
       "StreamOptions": {"type": "object", "nullable": true, "properties": {"include_usage": {"type": "boolean", "nullable": true}}},
       "ChatCompletionRequest": {
         "type": "object", "required": ["messages"],
@@ -245,7 +258,8 @@ constexpr const char* kDocument = R"json({
           "top_logprobs": {"type": "integer", "minimum": 0, "maximum": __MAX_TOP_LOGPROBS__, "nullable": true, "description": "Values above 0 need logprobs: true"},
           "user": {"type": "string", "nullable": true},
           "ignore_eos": {"type": "boolean", "nullable": true, "description": "Extension: keep generating past end-of-generation tokens until max_tokens"},
-          "logit_bias": {"type": "object", "maxProperties": 0, "nullable": true, "description": "Not supported; only empty"}
+          "logit_bias": {"type": "object", "maxProperties": 0, "nullable": true, "description": "Not supported; only empty"},
+          "response_format": {"$ref": "#/components/schemas/ResponseFormat"}
         }
       },
       "CompletionRequest": {
@@ -277,7 +291,8 @@ constexpr const char* kDocument = R"json({
           "logprobs": {"type": "integer", "minimum": 0, "maximum": 5, "nullable": true},
           "user": {"type": "string", "nullable": true},
           "ignore_eos": {"type": "boolean", "nullable": true, "description": "Extension: keep generating past end-of-generation tokens until max_tokens"},
-          "logit_bias": {"type": "object", "maxProperties": 0, "nullable": true}
+          "logit_bias": {"type": "object", "maxProperties": 0, "nullable": true},
+          "response_format": {"$ref": "#/components/schemas/ResponseFormat", "description": "Extension (OpenAI's completions have none): as for chat"}
         }
       },
       "SimpleChatRequest": {

@@ -169,6 +169,49 @@ Status read_openai_sampling(const json& body, ParsedGeneration& out) {
   return Status::ok();
 }
 
+Status read_response_format(const json& body, ResponseFormatSpec& out) {
+  const json* format = find_field(body, "response_format");
+  if (format == nullptr) return Status::ok();
+  if (!format->is_object()) return wrong_type("response_format", "an object", *format);
+  const json* type = find_field(*format, "type");
+  if (type == nullptr) return invalid("'response_format.type' is required");
+  if (!type->is_string()) return wrong_type("response_format.type", "a string", *type);
+  const std::string& kind = type->get_ref<const std::string&>();
+  if (kind != "text" && kind != "json_object" && kind != "json_schema") {
+    return invalid(fmt::format(
+        "'response_format.type' must be one of text, json_object, json_schema; got \"{}\"", kind));
+  }
+  // Checked whenever it is there, even when the type does not use it.
+  const json* spec = find_field(*format, "json_schema");
+  if (spec == nullptr) {
+    if (kind == "json_schema") return invalid("'response_format.json_schema' is required");
+    if (kind == "json_object") out.kind = ResponseFormatSpec::Kind::kJsonObject;
+    return Status::ok();
+  }
+  if (!spec->is_object()) return wrong_type("response_format.json_schema", "an object", *spec);
+  LS_RETURN_IF_ERROR(read_string(*spec, "name", out.name));
+  if (out.name.size() > 64 ||
+      out.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJ"
+                                 "KLMNOPQRSTUVWXYZ0123456789_-") != std::string::npos) {
+    return invalid(
+        "'response_format.json_schema.name' must be at most 64 of a-z, A-Z, 0-9, _ and -");
+  }
+  LS_RETURN_IF_ERROR(read_bool(*spec, "strict", out.strict));
+  std::string description;
+  LS_RETURN_IF_ERROR(read_string(*spec, "description", description));
+  const json* schema = find_field(*spec, "schema");
+  if (schema == nullptr) return invalid("'response_format.json_schema.schema' is required");
+  if (!schema->is_object()) {
+    return wrong_type("response_format.json_schema.schema", "an object", *schema);
+  }
+  if (kind == "json_schema") {
+    out.kind = ResponseFormatSpec::Kind::kJsonSchema;
+  } else if (kind == "json_object") {
+    out.kind = ResponseFormatSpec::Kind::kJsonObject;
+  }
+  return Status::ok();
+}
+
 Status read_max_tokens(const json& body, std::string_view key, const ParseLimits& limits,
                        std::optional<int32_t>& out) {
   std::optional<int64_t> value;
@@ -231,6 +274,7 @@ Status read_openai_common(const json& body, const ParseLimits& limits, ParsedGen
   LS_RETURN_IF_ERROR(read_string(body, "user", out.user));
   LS_RETURN_IF_ERROR(read_bool(body, "ignore_eos", out.ignore_eos));
   LS_RETURN_IF_ERROR(read_openai_sampling(body, out));
+  LS_RETURN_IF_ERROR(read_response_format(body, out.response_format));
   // max_completion_tokens is the newer name; it wins when both are given.
   LS_RETURN_IF_ERROR(read_max_tokens(body, "max_tokens", limits, out.max_tokens));
   LS_RETURN_IF_ERROR(read_max_tokens(body, "max_completion_tokens", limits, out.max_tokens));

@@ -21,6 +21,15 @@ namespace llamaserve::server {
 
 enum class PromptKind { kMessages, kText, kTokens };
 
+// "response_format": {"type": "text" | "json_object" | "json_schema", "json_schema": {"name",
+// "schema", "strict", "description"}}. The schema itself is compiled by the caller (against
+// the model's vocabulary), from the body's text so that property order is kept.
+struct ResponseFormatSpec {
+  enum class Kind { kText, kJsonObject, kJsonSchema } kind = Kind::kText;
+  std::string name;
+  bool strict = false;
+};
+
 struct ParsedGeneration {
   std::string model;  // empty: not given
   // "keep_alive": how long the model stays loaded without requests from now on; 0 = for good.
@@ -39,6 +48,7 @@ struct ParsedGeneration {
   bool ignore_eos = false;  // extension: generate max_tokens even past end-of-generation tokens
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  ResponseFormatSpec response_format;
   std::string user;
 };
 

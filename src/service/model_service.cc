@@ -118,6 +118,7 @@ Status ModelService::start(const OpenHooks& hooks) {
   auto tokenizer = Tokenizer::from_gguf(*model_->file);
   if (!tokenizer.is_ok()) return tokenizer.status().with_context(spec_.path);
   tokenizer_ = std::make_shared<const Tokenizer>(std::move(tokenizer).value());
+  constraints_ = std::make_unique<grammar::ConstraintCache>(tokenizer_);
 
   ChatTemplateTokens special;
   if (const auto bos = tokenizer_->bos_id()) special.bos_token = tokenizer_->token_piece(*bos);

@@ -18,6 +18,7 @@
 
 #include "core/status.h"
 #include "engine/engine_group.h"
+#include "grammar/constraint.h"
 #include "model/weights.h"
 #include "service/config.h"
 #include "service/layout_factory.h"
@@ -56,6 +57,9 @@ class ModelService {
   const std::optional<ChatTemplate>& chat_template() const { return chat_template_; }
   // Tokens per sequence.
   int64_t context_tokens() const { return context_tokens_; }
+  // The model's compiled response formats (structured output), by schema text; the
+  // vocabulary trie is built on the first one.
+  grammar::ConstraintCache& constraints() const { return *constraints_; }
   // Unix seconds when it was opened, for /v1/models.
   int64_t created() const { return created_; }
 
@@ -72,6 +76,7 @@ class ModelService {
   int64_t context_tokens_ = 0;
   int64_t created_ = 0;
   std::unique_ptr<EngineGroup> engines_;
+  std::unique_ptr<grammar::ConstraintCache> constraints_;
 };
 
 // The executor options of one replica's worth of the spec's layout, for a model whose

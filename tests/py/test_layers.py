@@ -7,8 +7,8 @@ SRC = pathlib.Path(__file__).resolve().parents[2] / "src"
 
 # Lowest first. A layer may include its own headers and those of any layer before it.
 LAYERS = [
-    "core", "jinja", "http", "quant", "gguf", "tokenizer", "model", "backend", "executor", "parallel",
-    "parallel/distributed", "engine", "service", "server", "loadtest", "cli",
+    "core", "jinja", "http", "quant", "gguf", "tokenizer", "grammar", "model", "backend",
+    "executor", "parallel", "parallel/distributed", "engine", "service", "server", "loadtest", "cli",
 ]
 # Layers that sit side by side (neither includes the other).
 SIDE_BY_SIDE = {("engine", "parallel"), ("engine", "parallel/distributed")}

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "engine_test_support.h"
+#include "grammar/constraint.h"
 #include "tokenizer/unicode.h"
 
 namespace llamaserve {
@@ -496,6 +497,99 @@ TEST(EngineTest, StressManyThreadsRandomCancellation) {
   expect_all_blocks_free(*h.engine, kThreads * kPerThread);
   EXPECT_EQ(h.engine->stats().requests_finished, static_cast<uint64_t>(kThreads * kPerThread));
   EXPECT_LE(h.executor->max_rows_seen(), 32);
+}
+
+}  // namespace
+}  // namespace llamaserve
+
+namespace llamaserve {
+namespace {
+
+std::shared_ptr<const grammar::Constraint> schema_constraint(const char* schema) {
+  static grammar::ConstraintCache cache(testing::make_byte_tokenizer());
+  auto constraint =
+      cache.get(grammar::FormatKind::kJsonSchema, nlohmann::ordered_json::parse(schema));
+  EXPECT_TRUE(constraint.is_ok()) << constraint.status().to_string();
+  return constraint.is_ok() ? *constraint : nullptr;
+}
+
+// The executor wants letters; the schema allows only its document, then end-of-generation.
+TEST(EngineConstraint, MasksTokensAndEndsWhenTheDocumentIsComplete) {
+  Harness h = make_engine(testing::context_hash);
+  GenerationRequest request = greedy_request("q", 30);
+  request.sampling.constraint = schema_constraint(R"({"enum":["yes","no"]})");
+  Collected out = run_one(*h.engine, request);
+  // Greedy over equal logits takes the lowest id: '"', then 'n' (before 'y'), 'o', '"'.
+  EXPECT_EQ(out.text, "\"no\"");
+  EXPECT_EQ(out.finish.finish_reason, FinishReason::kStop);
+  EXPECT_EQ(h.engine->stats().device_sampled_steps_total, 0u);
+}
+
+// The mask comes before truncation: top-k 1 keeps the best token the grammar allows, not the
+// best token overall.
+TEST(EngineConstraint, SamplerMasksBeforeTopK) {
+  SamplingParams params;
+  params.temperature = 1.0f;
+  params.top_k = 1;
+  params.constraint = schema_constraint(R"({"type":"array","items":{"type":"integer"}})");
+  Sampler sampler(params, {}, 1);
+  SamplerScratch scratch;
+  std::vector<float> logits(testing::kByteVocab, 0.0f);
+  logits[testing::byte_token('x')] = 20.0f;
+  logits[testing::byte_token('{')] = 10.0f;
+  logits[testing::byte_token('[')] = 5.0f;
+  EXPECT_EQ(sampler.sample(logits, scratch).token, testing::byte_token('['));
+  sampler.accept(testing::byte_token('['));
+  std::fill(logits.begin(), logits.end(), 0.0f);
+  logits[testing::byte_token('a')] = 20.0f;
+  logits[testing::byte_token('7')] = 1.0f;
+  EXPECT_EQ(sampler.sample(logits, scratch).token, testing::byte_token('7'));
+  EXPECT_FALSE(sampler.device_sampling(1).has_value());
+}
+
+// Constrained and free requests batched, sampled, with a KV cache so small that sequences are
+// preempted and recomputed: each output is the same as alone, and every constrained one is a
+// complete document.
+TEST(EngineConstraint, BatchedPreemptedAndMixedRequestsKeepTheirPlace) {
+  const auto constraint = schema_constraint(
+      R"({"type":"array","items":{"type":"integer","minimum":0,"maximum":99},"maxItems":4})");
+  const grammar::Grammar& g = constraint->grammar();
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 12; ++i) {
+    GenerationRequest request = greedy_request(std::string(1 + i % 7, 'a' + i), 24);
+    request.sampling.temperature = 1.0f;
+    request.sampling.seed = 77 + i;
+    if (i % 3 != 2) request.sampling.constraint = constraint;
+    requests.push_back(std::move(request));
+  }
+  auto run_all = [&](int32_t n_blocks, bool together, EngineStats* stats) {
+    EngineConfig config;
+    config.max_batch_tokens = 16;
+    Harness h = make_engine(testing::context_hash, config, n_blocks, 4);
+    std::vector<std::string> texts;
+    if (together) {
+      std::vector<RequestHandle> handles;
+      for (const auto& r : requests) handles.push_back(std::move(h.engine->submit(r).value()));
+      for (RequestHandle& handle : handles) texts.push_back(collect(handle).text);
+    } else {
+      for (const auto& r : requests) texts.push_back(run_one(*h.engine, r).text);
+    }
+    if (stats) *stats = h.engine->stats();
+    return texts;
+  };
+  const std::vector<std::string> alone = run_all(256, false, nullptr);
+  EngineStats stats;
+  EXPECT_EQ(run_all(16, true, &stats), alone);
+  EXPECT_GT(stats.preemptions_total, 0u);
+  for (size_t i = 0; i < alone.size(); ++i) {
+    grammar::Matcher matcher(g);
+    const bool valid = matcher.advance(alone[i]) && matcher.is_complete();
+    if (requests[i].sampling.constraint) {
+      EXPECT_TRUE(valid) << i << ": " << alone[i];
+    } else {
+      EXPECT_FALSE(valid) << i << ": " << alone[i];  // free requests write letters
+    }
+  }
 }
 
 }  // namespace

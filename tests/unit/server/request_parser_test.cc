@@ -348,5 +348,46 @@ TEST(ParseDetokenize, TokenIds) {
   EXPECT_FALSE(parse_detokenize({{"tokens", {1.5}}}).is_ok());
 }
 
+TEST(ParseResponseFormat, TextJsonObjectAndJsonSchema) {
+  using Kind = ResponseFormatSpec::Kind;
+  auto text = parse_chat_completion(chat_body({{"response_format", {{"type", "text"}}}}), limits());
+  ASSERT_TRUE(text.is_ok());
+  EXPECT_EQ(text->response_format.kind, Kind::kText);
+  auto object =
+      parse_chat_completion(chat_body({{"response_format", {{"type", "json_object"}}}}), limits());
+  ASSERT_TRUE(object.is_ok());
+  EXPECT_EQ(object->response_format.kind, Kind::kJsonObject);
+  auto schema = parse_completion(json::parse(R"({"prompt": "x", "response_format": {
+      "type": "json_schema", "json_schema": {"name": "person_v2", "strict": true,
+      "schema": {"type": "object"}}}})"),
+                                 limits());
+  ASSERT_TRUE(schema.is_ok()) << schema.status().to_string();
+  EXPECT_EQ(schema->response_format.kind, Kind::kJsonSchema);
+  EXPECT_EQ(schema->response_format.name, "person_v2");
+  EXPECT_TRUE(schema->response_format.strict);
+}
+
+TEST(ParseResponseFormat, RejectsMalformedFormats) {
+  auto parse = [](json format) {
+    return parse_chat_completion(chat_body({{"response_format", format}}), limits());
+  };
+  expect_rejected(parse("json"), "response_format");
+  expect_rejected(parse(json::object()), "response_format.type");
+  expect_rejected(parse({{"type", "yaml"}}), "text, json_object, json_schema");
+  expect_rejected(parse({{"type", "json_schema"}}), "response_format.json_schema");
+  expect_rejected(parse({{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}}),
+                  "response_format.json_schema.schema");
+  expect_rejected(parse({{"type", "json_schema"}, {"json_schema", {{"schema", "string"}}}}),
+                  "response_format.json_schema.schema");
+  expect_rejected(parse({{"type", "json_schema"},
+                         {"json_schema", {{"name", "a b"}, {"schema", json::object()}}}}),
+                  "name");
+  expect_rejected(parse({{"type", "json_schema"},
+                         {"json_schema", {{"strict", "yes"}, {"schema", json::object()}}}}),
+                  "strict");
+  // json_schema is checked even when the type does not use it.
+  expect_rejected(parse({{"type", "text"}, {"json_schema", {{"schema", 1}}}}), "schema");
+}
+
 }  // namespace
 }  // namespace llamaserve::server
