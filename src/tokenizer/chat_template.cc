@@ -233,6 +233,12 @@ Result<ChatPrompt> ChatTemplate::render_jinja(const std::vector<ChatMessage>& me
                                               const ChatRenderExtras& extras) const {
   nlohmann::ordered_json client = {{"messages", nlohmann::ordered_json::array()},
                                    {"tools", extras.tools}};
+  // The roles of the OpenAI API (and Llama 3.1's "ipython" for tool results); a template
+  // would render any other word as a role, which no model was trained on.
+  for (size_t i = 0; i < messages.size(); ++i) {
+    LS_RETURN_IF_ERROR(
+        check_role(messages[i], i, {"system", "user", "assistant", "tool", "ipython"}, "jinja"));
+  }
   for (const ChatMessage& message : messages) {
     nlohmann::ordered_json m = {{"role", message.role}, {"content", message.content}};
     if (message.fields.is_object()) {
