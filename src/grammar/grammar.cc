@@ -25,6 +25,18 @@ void GrammarBuilder::add_bytes(StateId from, uint8_t lo, uint8_t hi, StateId to)
   states_[static_cast<size_t>(from)].bytes.push_back({lo, hi, to});
 }
 
+void GrammarBuilder::add_utf8_multibyte(StateId from, StateId to) {
+  const StateId need1 = add_state();
+  const StateId need2 = add_state();
+  const StateId need3 = add_state();
+  add_bytes(from, 0xC2, 0xDF, need1);
+  add_bytes(from, 0xE0, 0xEF, need2);
+  add_bytes(from, 0xF0, 0xF4, need3);
+  add_bytes(need3, 0x80, 0xBF, need2);
+  add_bytes(need2, 0x80, 0xBF, need1);
+  add_bytes(need1, 0x80, 0xBF, to);
+}
+
 void GrammarBuilder::add_epsilon(StateId from, StateId to) {
   states_[static_cast<size_t>(from)].epsilons.push_back(to);
 }

@@ -94,6 +94,9 @@ class GrammarBuilder {
  public:
   StateId add_state();
   void add_bytes(StateId from, uint8_t lo, uint8_t hi, StateId to);
+  // One UTF-8 character of two to four bytes from `from` to `to`: a lead byte, then its
+  // continuation bytes.
+  void add_utf8_multibyte(StateId from, StateId to);
   void add_epsilon(StateId from, StateId to);
   void add_call(StateId from, StateId callee, StateId resume);
   // The bytes of `text` one after the other from `from`; returns the state after the last.

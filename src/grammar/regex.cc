@@ -479,16 +479,7 @@ class Emitter {
       b_.add_bytes(at, last, last, to);
     }
     if (node.any_non_ascii) {
-      // Lead byte, then its continuation bytes.
-      const StateId need1 = b_.add_state();
-      const StateId need2 = b_.add_state();
-      const StateId need3 = b_.add_state();
-      b_.add_bytes(from, 0xC2, 0xDF, need1);
-      b_.add_bytes(from, 0xE0, 0xEF, need2);
-      b_.add_bytes(from, 0xF0, 0xF4, need3);
-      b_.add_bytes(need3, 0x80, 0xBF, need2);
-      b_.add_bytes(need2, 0x80, 0xBF, need1);
-      b_.add_bytes(need1, 0x80, 0xBF, to);
+      b_.add_utf8_multibyte(from, to);
     }
   }
 

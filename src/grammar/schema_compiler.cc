@@ -148,15 +148,7 @@ class Compiler {
     b_.add_bytes(from, 0x20, 0x21, to);
     b_.add_bytes(from, 0x23, 0x5B, to);
     b_.add_bytes(from, 0x5D, 0x7F, to);
-    const StateId need1 = b_.add_state();
-    const StateId need2 = b_.add_state();
-    const StateId need3 = b_.add_state();
-    b_.add_bytes(from, 0xC2, 0xDF, need1);
-    b_.add_bytes(from, 0xE0, 0xEF, need2);
-    b_.add_bytes(from, 0xF0, 0xF4, need3);
-    b_.add_bytes(need3, 0x80, 0xBF, need2);
-    b_.add_bytes(need2, 0x80, 0xBF, need1);
-    b_.add_bytes(need1, 0x80, 0xBF, to);
+    b_.add_utf8_multibyte(from, to);
     const StateId escape = b_.add_state();
     b_.add_bytes(from, '\\', '\\', escape);
     for (char c : {'"', '\\', '/', 'b', 'f', 'n', 'r', 't'}) {
