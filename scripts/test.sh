@@ -9,7 +9,7 @@
 # local run (CI runs everything).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root"
+cd "$root" || exit 1
 reports="$root/build/test-reports"
 rm -rf "$reports" && mkdir -p "$reports"
 jobs=$(nproc)
@@ -31,6 +31,7 @@ stage() {  # stage NAME COMMAND...: runs a stage, counting a non-zero exit as on
     stage_failures=$((stage_failures + 1))
   fi
   echo "=== $name took $((SECONDS - start)) s"
+  printf '%5d s  %s\n' $((SECONDS - start)) "$name" >>"$reports/stage-times.txt"
 }
 
 ctest_preset() {  # ctest_preset PRESET [ctest args...]
@@ -87,4 +88,6 @@ if [[ -f "$reports/failed-logs.txt" ]]; then
     tail -n 40 "$log"
   done <"$reports/failed-logs.txt"
 fi
+echo "=== time per stage"
+cat "$reports/stage-times.txt"
 python3 scripts/test_summary.py "$reports" "$stage_failures"
