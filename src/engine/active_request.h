@@ -28,7 +28,7 @@ struct ActiveRequest {
         stop_token_ids(request.stop_token_ids),
         ignore_eos(request.ignore_eos),
         sampler(request.sampling, seq_in->tokens, seed),
-        decoder(tokenizer),
+        decoder(tokenizer, /*skip_special=*/!request.special_text),
         stop_matcher(request.stop_strings),
         top_logprobs(request.sampling.top_logprobs) {
     std::sort(stop_token_ids.begin(), stop_token_ids.end());

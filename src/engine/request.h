@@ -43,6 +43,9 @@ struct GenerationRequest {
   std::vector<std::string> stop_strings;  // never emitted; matched across token boundaries
   std::vector<int32_t> stop_token_ids;    // in addition to the model's end-of-generation ids
   bool ignore_eos = false;
+  // Control tokens' text is part of the output ("<|python_tag|>", "[TOOL_CALLS]": the
+  // markers of tool calls); end-of-generation tokens still add nothing.
+  bool special_text = false;
   // Wall-clock limits from submit(); zero = none.
   std::chrono::milliseconds timeout{0};
   std::chrono::milliseconds queue_timeout{0};

@@ -8,6 +8,7 @@
 #include "server/request_parser.h"
 #include "server/response_format.h"
 #include "tokenizer/prompt_builder.h"
+#include "toolcall/tool_prompt.h"
 
 namespace llamaserve::server {
 namespace {
@@ -29,13 +30,13 @@ int64_t unix_seconds() {
       .count();
 }
 
+}  // namespace
+
 // The limits a request ran under, for the messages of requests that exceed them.
 struct SessionLimits {
   std::chrono::milliseconds queue_timeout;
   std::chrono::milliseconds request_timeout;
 };
-
-}  // namespace
 
 // One admitted generation request, from the engine's first event to the last byte sent.
 // Owns the request record: its destructor logs and counts the request, and cancels the
@@ -298,10 +299,15 @@ Result<std::vector<int32_t>> HttpServer::build_prompt(const ModelService& model,
                       "this model has no chat template; use /v1/completions or start the server "
                       "with --chat-template");
       }
+      // Tools go to a template that lists them; otherwise the conversation describes them.
+      const toolcall::TemplateToolSupport& support = model.tool_support();
+      const bool offer_tools = parsed.tools.calls_enabled();
       ChatRenderExtras extras;
-      extras.tools = parsed.tools;
-      LS_ASSIGN_OR_RETURN(tokens, encode_chat_prompt(*model.chat_template(), tokenizer,
-                                                     parsed.messages, true, extras));
+      if (offer_tools && support.renders_tools) extras.tools = parsed.tools.tools;
+      const std::vector<ChatMessage> messages = toolcall::messages_for_template(
+          parsed.messages, offer_tools ? parsed.tools.tools : nlohmann::ordered_json(), support);
+      LS_ASSIGN_OR_RETURN(
+          tokens, encode_chat_prompt(*model.chat_template(), tokenizer, messages, true, extras));
       break;
     }
     case PromptKind::kText: tokens = encode_text_prompt(tokenizer, parsed.prompt_text); break;
@@ -348,6 +354,10 @@ bool HttpServer::handle_generation(const Route& route, http::Exchange& exchange,
   if (!parsed) {
     send_error(res, api_error_from_status(parsed.status()));
     return false;
+  }
+  if (parsed->tools.tools.is_array()) {
+    // Parsed again keeping key order: the template shows the tools as the client wrote them.
+    parsed->tools.tools = nlohmann::ordered_json::parse(req.body).at("tools");
   }
   auto lease = lease_model(parsed->model);
   if (!lease) {
@@ -401,6 +411,20 @@ bool HttpServer::handle_generation(const Route& route, http::Exchange& exchange,
       return false;
     }
     constraint = std::move(compiled).value();
+  } else if (parsed->tools.forced()) {
+    auto compiled = model->constraints().get(
+        grammar::FormatKind::kJsonSchema,
+        toolcall::forced_call_schema(parsed->tools.tools, parsed->tools.choice,
+                                     parsed->tools.parallel_calls));
+    if (!compiled) {
+      const bool unsupported = compiled.status().code() == StatusCode::kUnsupported ||
+                               compiled.status().code() == StatusCode::kOutOfRange;
+      send_error(res,
+                 invalid_request("a function's 'parameters': " + compiled.status().message(),
+                                 unsupported ? "unsupported_schema" : "invalid_schema", "tools"));
+      return false;
+    }
+    constraint = std::move(compiled).value();
   }
 
   std::optional<InFlightCounter::Ticket> admission = try_admit();
@@ -419,6 +443,8 @@ bool HttpServer::handle_generation(const Route& route, http::Exchange& exchange,
   request.sampling.constraint = std::move(constraint);
   request.stop_strings = parsed->stop;
   request.ignore_eos = parsed->ignore_eos;
+  // A call's markers are control tokens in some families' vocabularies.
+  request.special_text = parsed->tools.calls_enabled() && !parsed->tools.forced();
   request.timeout = std::chrono::milliseconds(options_.request_timeout_ms);
   request.queue_timeout = std::chrono::milliseconds(options_.queue_timeout_ms);
   const SessionLimits session_limits{request.queue_timeout, request.timeout};
@@ -442,8 +468,9 @@ bool HttpServer::handle_generation(const Route& route, http::Exchange& exchange,
   std::unique_ptr<ResponseFormat> format;
   switch (route.id) {
     case RouteId::kChatCompletions:
-      format = make_chat_completion_format(std::move(identity), parsed->include_usage,
-                                           parsed->sampling.logprobs);
+      format = make_chat_completion_format(
+          std::move(identity), parsed->include_usage, parsed->sampling.logprobs,
+          ToolOutput::make(parsed->tools, model->tool_support().syntax));
       break;
     case RouteId::kCompletions:
       format = make_completion_format(std::move(identity), parsed->include_usage,

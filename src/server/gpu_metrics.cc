@@ -12,10 +12,10 @@
 #include "core/status.h"
 
 namespace llamaserve::server {
-namespace {
-
 // The few NVML declarations used here, as nvml.h has them (a stable C ABI), so that no NVML
-// header is needed to build.
+// header is needed to build. A named namespace: GpuMetrics::Nvml's members have these types.
+namespace nvml_abi {
+
 using nvmlReturn_t = int;  // an enum in nvml.h; NVML_SUCCESS = 0
 constexpr nvmlReturn_t kNvmlSuccess = 0;
 using nvmlDevice_t = struct nvmlDevice_st*;
@@ -31,7 +31,8 @@ struct nvmlUtilization_t {
 constexpr int kNvmlTemperatureGpu = 0;        // NVML_TEMPERATURE_GPU
 constexpr unsigned kNvmlNameBufferSize = 96;  // NVML_DEVICE_NAME_V2_BUFFER_SIZE
 
-}  // namespace
+}  // namespace nvml_abi
+using namespace nvml_abi;
 
 Result<std::string> nvml_device_id(int ordinal, const char* cuda_visible_devices) {
   if (cuda_visible_devices == nullptr) return std::to_string(ordinal);

@@ -214,12 +214,42 @@ constexpr const char* kDocument = R"json({
         "oneOf": [
           {"type": "object", "required": ["role", "content"],
            "properties": {"role": {"type": "string", "enum": ["system", "developer", "user", "tool"]},
-             "content": {"$ref": "#/components/schemas/MessageContent"}, "name": {"type": "string"}}},
+             "content": {"$ref": "#/components/schemas/MessageContent"}, "name": {"type": "string"},
+             "tool_call_id": {"type": "string", "description": "role tool: the id of the call this is the result of"}}},
           {"type": "object", "required": ["role"],
            "properties": {"role": {"type": "string", "enum": ["assistant"]},
              "content": {"nullable": true, "oneOf": [{"type": "string"}, {"type": "array", "items": {"$ref": "#/components/schemas/ContentPart"}}]},
-             "name": {"type": "string"}}}
+             "name": {"type": "string"},
+             "tool_calls": {"type": "array", "items": {"type": "object"}, "description": "Calls this turn made, as the server returned them"}}}
         ]
+      },
+      "Tool": {
+        "type": "object", "required": ["type", "function"],
+        "properties": {
+          "type": {"type": "string", "enum": ["function"]},
+          "function": {"type": "object", "required": ["name"],
+            "properties": {
+              "name": {"type": "string", "pattern": "^[a-zA-Z0-9_.-]{1,64}$", "description": "Unique among the tools"},
+              "description": {"type": "string"},
+              "parameters": {"type": "object", "description": "A JSON Schema of the arguments object"},
+              "strict": {"type": "boolean"}}}
+        }
+      },
+      "ToolChoice": {
+        "nullable": true,
+        "description": "none: the tools are not shown; auto (default with tools): the model's calls are parsed from its output; required / a named function: the output is decoded under the call schema",
+        "oneOf": [
+          {"type": "string", "enum": ["none", "auto", "required"]},
+          {"type": "object", "required": ["type", "function"],
+           "properties": {"type": {"type": "string", "enum": ["function"]},
+             "function": {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}}}}
+        ]
+      },
+      "ToolCall": {
+        "type": "object", "required": ["id", "type", "function"],
+        "properties": {"id": {"type": "string"}, "type": {"type": "string", "enum": ["function"]},
+          "function": {"type": "object", "required": ["name", "arguments"],
+            "properties": {"name": {"type": "string"}, "arguments": {"type": "string", "description": "JSON text of the arguments object"}}}}
       },
       "ResponseFormat": {
         "type": "object", "nullable": true, "required": ["type"],
@@ -259,7 +289,10 @@ constexpr const char* kDocument = R"json({
           "user": {"type": "string", "nullable": true},
           "ignore_eos": {"type": "boolean", "nullable": true, "description": "Extension: keep generating past end-of-generation tokens until max_tokens"},
           "logit_bias": {"type": "object", "maxProperties": 0, "nullable": true, "description": "Not supported; only empty"},
-          "response_format": {"$ref": "#/components/schemas/ResponseFormat"}
+          "response_format": {"$ref": "#/components/schemas/ResponseFormat"},
+          "tools": {"type": "array", "nullable": true, "maxItems": 128, "items": {"$ref": "#/components/schemas/Tool"}},
+          "tool_choice": {"$ref": "#/components/schemas/ToolChoice"},
+          "parallel_tool_calls": {"type": "boolean", "nullable": true, "description": "false: at most one call"}
         }
       },
       "CompletionRequest": {
@@ -328,8 +361,10 @@ constexpr const char* kDocument = R"json({
         "properties": {
           "id": {"type": "string"}, "object": {"type": "string", "enum": ["chat.completion"]}, "created": {"type": "integer"}, "model": {"type": "string"},
           "choices": {"type": "array", "items": {"type": "object", "required": ["index", "message", "finish_reason"],
-            "properties": {"index": {"type": "integer"}, "finish_reason": {"type": "string", "enum": ["stop", "length"]},
-              "message": {"type": "object", "required": ["role", "content"], "properties": {"role": {"type": "string"}, "content": {"type": "string"}}},
+            "properties": {"index": {"type": "integer"}, "finish_reason": {"type": "string", "enum": ["stop", "length", "tool_calls"]},
+              "message": {"type": "object", "required": ["role", "content"], "properties": {"role": {"type": "string"},
+                "content": {"type": "string", "nullable": true, "description": "null when the turn only calls tools"},
+                "tool_calls": {"type": "array", "items": {"$ref": "#/components/schemas/ToolCall"}}}},
               "logprobs": {"type": "object", "nullable": true}}}},
           "usage": {"$ref": "#/components/schemas/Usage"}
         }

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <limits>
 
+#include "server/json_fields.h"
 #include "server/utf8.h"
 
 namespace llamaserve::server {
@@ -14,99 +15,6 @@ using nlohmann::json;
 // nlohmann's parser is iterative, but nested values are still costly to build and walk;
 // nothing valid here nests deeper than a few levels.
 constexpr int kMaxJsonDepth = 64;
-
-const char* json_type_name(const json& value) {
-  switch (value.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::boolean: return "a boolean";
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return "an integer";
-    case json::value_t::number_float: return "a non-integer number";
-    case json::value_t::string: return "a string";
-    case json::value_t::array: return "an array";
-    case json::value_t::object: return "an object";
-    default: return "an unsupported value";
-  }
-}
-
-Status invalid(std::string message) {
-  return Status(StatusCode::kInvalidArgument, std::move(message));
-}
-
-Status wrong_type(std::string_view name, std::string_view expected, const json& value) {
-  return invalid(fmt::format("'{}' must be {}, got {}", name, expected, json_type_name(value)));
-}
-
-// The field, or nullptr when it is absent or null (OpenAI treats null as "not given").
-const json* find_field(const json& object, std::string_view key) {
-  auto it = object.find(key);
-  if (it == object.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-Status read_bool(const json& object, std::string_view key, bool& out) {
-  const json* value = find_field(object, key);
-  if (value == nullptr) return Status::ok();
-  if (!value->is_boolean()) return wrong_type(key, "a boolean", *value);
-  out = value->get<bool>();
-  return Status::ok();
-}
-
-Status read_string(const json& object, std::string_view key, std::string& out) {
-  const json* value = find_field(object, key);
-  if (value == nullptr) return Status::ok();
-  if (!value->is_string()) return wrong_type(key, "a string", *value);
-  out = value->get<std::string>();
-  return Status::ok();
-}
-
-// Integer in [min_value, max_value]; `limit_note` explains where the upper bound comes from.
-Status read_int(const json& object, std::string_view key, int64_t min_value, int64_t max_value,
-                std::optional<int64_t>& out, std::string_view limit_note = {}) {
-  const json* value = find_field(object, key);
-  if (value == nullptr) return Status::ok();
-  if (!value->is_number_integer()) return wrong_type(key, "an integer", *value);
-  bool in_range;
-  std::string shown;
-  if (value->is_number_unsigned()) {
-    const auto v = value->get<uint64_t>();
-    in_range =
-        v <= static_cast<uint64_t>(max_value) && (min_value <= 0 || v >= uint64_t(min_value));
-    shown = std::to_string(v);
-    if (in_range) out = static_cast<int64_t>(v);
-  } else {
-    const auto v = value->get<int64_t>();
-    in_range = v >= min_value && v <= max_value;
-    shown = std::to_string(v);
-    if (in_range) out = v;
-  }
-  if (!in_range) {
-    return invalid(fmt::format("'{}' must be between {} and {}{}, got {}", key, min_value,
-                               max_value, limit_note, shown));
-  }
-  return Status::ok();
-}
-
-struct FloatRange {
-  double min_value;
-  double max_value;
-  bool min_exclusive = false;
-};
-
-Status read_float(const json& object, std::string_view key, FloatRange range, float& out) {
-  const json* value = find_field(object, key);
-  if (value == nullptr) return Status::ok();
-  if (!value->is_number()) return wrong_type(key, "a number", *value);
-  const double v = value->get<double>();
-  const bool above_min = range.min_exclusive ? v > range.min_value : v >= range.min_value;
-  if (!std::isfinite(v) || !above_min || v > range.max_value) {
-    return invalid(fmt::format("'{}' must be {} {} and <= {}, got {}", key,
-                               range.min_exclusive ? ">" : ">=", range.min_value, range.max_value,
-                               v));
-  }
-  out = static_cast<float>(v);
-  return Status::ok();
-}
 
 Status read_seed(const json& object, std::string_view key, std::optional<uint64_t>& out) {
   const json* value = find_field(object, key);
@@ -282,6 +190,32 @@ Status read_openai_common(const json& body, const ParseLimits& limits, ParsedGen
     if (!bias->is_object()) return wrong_type("logit_bias", "an object", *bias);
     if (!bias->empty()) {
       return Status(StatusCode::kUnsupported, "'logit_bias' is not supported by this server");
+    }
+  }
+  return Status::ok();
+}
+
+// Chat fields of OpenAI's API that this server does not implement: answered with 400 rather
+// than dropped, so that a client never takes a silent default for the thing it asked.
+Status reject_unimplemented_chat_fields(const json& body) {
+  for (const char* key : {"audio", "prediction", "web_search_options"}) {
+    if (find_field(body, key) != nullptr) {
+      return Status(StatusCode::kUnsupported,
+                    fmt::format("'{}' is not supported by this server", key));
+    }
+  }
+  for (const char* key : {"functions", "function_call"}) {
+    if (find_field(body, key) != nullptr) {
+      return Status(StatusCode::kUnsupported,
+                    fmt::format("'{}' (the deprecated function-calling API) is not supported; "
+                                "use 'tools' and 'tool_choice'",
+                                key));
+    }
+  }
+  if (const json* modalities = find_field(body, "modalities")) {
+    if (*modalities != json::array({"text"})) {
+      return Status(StatusCode::kUnsupported,
+                    "'modalities' must be [\"text\"]: only text is served");
     }
   }
   return Status::ok();
@@ -483,16 +417,12 @@ Result<ParsedGeneration> parse_chat_completion(const nlohmann::json& body,
   ParsedGeneration out;
   out.prompt_kind = PromptKind::kMessages;
   LS_RETURN_IF_ERROR(read_messages(body, out.messages));
-  if (const json* tools = find_field(body, "tools"); tools != nullptr && !tools->is_null()) {
-    if (!tools->is_array()) return wrong_type("tools", "an array", *tools);
-    for (size_t i = 0; i < tools->size(); ++i) {
-      if (!(*tools)[i].is_object()) {
-        return wrong_type(fmt::format("tools[{}]", i), "an object", (*tools)[i]);
-      }
-    }
-    out.tools = nlohmann::ordered_json::parse(tools->dump());
-  }
+  LS_RETURN_IF_ERROR(read_tool_request(body, out.tools));
+  LS_RETURN_IF_ERROR(reject_unimplemented_chat_fields(body));
   LS_RETURN_IF_ERROR(read_openai_common(body, limits, out));
+  if (out.tools.forced() && out.response_format.kind != ResponseFormatSpec::Kind::kText) {
+    return invalid("'response_format' cannot be combined with a 'tool_choice' that forces a call");
+  }
   LS_RETURN_IF_ERROR(read_bool(body, "logprobs", out.sampling.logprobs));
   std::optional<int64_t> top_logprobs;
   LS_RETURN_IF_ERROR(read_int(body, "top_logprobs", 0, limits.max_top_logprobs, top_logprobs));

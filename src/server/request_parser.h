@@ -2,7 +2,8 @@
 // simple /chat endpoint) into plain structs. Pure functions of the JSON: no tokenizer, no
 // engine, so every rule is unit-tested on its own. Unknown fields are ignored (as OpenAI
 // does); known fields with the wrong type or an out-of-range value are rejected with a
-// message that names the field, what was expected and what was found.
+// message that names the field, what was expected and what was found, and so are OpenAI
+// fields that this server does not implement (n > 1, audio, predicted outputs...).
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 
 #include "core/status.h"
 #include "engine/request.h"
+#include "server/tool_request.h"
 #include "tokenizer/chat_template.h"
 
 namespace llamaserve::server {
@@ -37,9 +39,8 @@ struct ParsedGeneration {
   PromptKind prompt_kind = PromptKind::kMessages;
   std::vector<ChatMessage> messages;  // kMessages; roles system/user/assistant/tool
                                       // ("developer" arrives as "system")
-  // "tools" of a chat request (an array of objects, or null): passed to the model's own chat
-  // template as its `tools`; the built-in formats ignore them.
-  nlohmann::ordered_json tools = nullptr;
+  // "tools", "tool_choice", "parallel_tool_calls" of a chat request.
+  ToolRequest tools;
   std::string prompt_text;             // kText
   std::vector<int32_t> prompt_tokens;  // kTokens (range against the vocabulary not checked)
   std::optional<int32_t> max_tokens;   // absent: as many as the limit and context allow

@@ -67,10 +67,21 @@ std::string openai_error_event(const ApiError& error) {
   return out;
 }
 
+// An OpenAI tool call: {"id", "type": "function", "function": {"name", "arguments"}}.
+json tool_call_json(const toolcall::ToolCall& call) {
+  return {{"id", call.id},
+          {"type", "function"},
+          {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
+}
+
 class ChatCompletionFormat : public ResponseFormat {
  public:
-  ChatCompletionFormat(ResponseIdentity identity, bool include_usage, bool logprobs)
-      : identity_(std::move(identity)), include_usage_(include_usage), logprobs_(logprobs) {}
+  ChatCompletionFormat(ResponseIdentity identity, bool include_usage, bool logprobs,
+                       std::unique_ptr<ToolOutput> tools)
+      : identity_(std::move(identity)),
+        include_usage_(include_usage),
+        logprobs_(logprobs),
+        tools_(std::move(tools)) {}
 
   std::string stream_begin() override {
     return chunk({{"role", "assistant"}, {"content", ""}}, nullptr, nullptr);
@@ -79,11 +90,37 @@ class ChatCompletionFormat : public ResponseFormat {
   std::string stream_delta(const GenerationEvent& delta) override {
     json logprobs = nullptr;
     if (logprobs_) logprobs = {{"content", chat_logprobs_content(delta.logprobs)}};
-    return chunk({{"content", delta.text}}, logprobs, nullptr);
+    if (!tools_) return chunk({{"content", delta.text}}, logprobs, nullptr);
+    // Logprobs ride with the content they belong to; text held for a possible call has none.
+    const std::string content = tools_->feed(delta.text);
+    if (content.empty()) return {};
+    return chunk({{"content", content}}, logprobs, nullptr);
   }
 
+  // A call goes out as two chunks, as OpenAI streams them: its id, type and name with empty
+  // arguments, then the arguments (clients append argument pieces by the call's index).
   std::string stream_end(const GenerationEvent& finish) override {
-    std::string out = chunk(json::object(), nullptr, openai_finish_reason(finish.finish_reason));
+    std::string out;
+    const char* finish_reason = openai_finish_reason(finish.finish_reason);
+    if (tools_) {
+      toolcall::ParsedOutput rest = tools_->finish();
+      if (!rest.content.empty()) out += chunk({{"content", rest.content}}, nullptr, nullptr);
+      for (size_t i = 0; i < rest.calls.size(); ++i) {
+        const toolcall::ToolCall& call = rest.calls[i];
+        out += chunk({{"tool_calls",
+                       json::array({{{"index", i},
+                                     {"id", call.id},
+                                     {"type", "function"},
+                                     {"function", {{"name", call.name}, {"arguments", ""}}}}})}},
+                     nullptr, nullptr);
+        out +=
+            chunk({{"tool_calls",
+                    json::array({{{"index", i}, {"function", {{"arguments", call.arguments}}}}})}},
+                  nullptr, nullptr);
+      }
+      if (!rest.calls.empty()) finish_reason = "tool_calls";
+    }
+    out += chunk(json::object(), nullptr, finish_reason);
     if (include_usage_) {
       json usage_chunk = header();
       usage_chunk["choices"] = json::array();
@@ -97,7 +134,7 @@ class ChatCompletionFormat : public ResponseFormat {
   std::string stream_error(const ApiError& error) override { return openai_error_event(error); }
 
   void collect(const GenerationEvent& delta) override {
-    text_ += delta.text;
+    text_ += tools_ ? tools_->feed(delta.text) : delta.text;
     if (logprobs_) {
       json more = chat_logprobs_content(delta.logprobs);
       for (auto& item : more) logprob_content_.push_back(std::move(item));
@@ -107,9 +144,27 @@ class ChatCompletionFormat : public ResponseFormat {
   std::string body(const GenerationEvent& finish) override {
     json body = header();
     body["object"] = "chat.completion";
-    json choice = {{"index", 0},
-                   {"message", {{"role", "assistant"}, {"content", text_}}},
-                   {"finish_reason", openai_finish_reason(finish.finish_reason)}};
+    json message = {{"role", "assistant"}, {"content", text_}};
+    const char* finish_reason = openai_finish_reason(finish.finish_reason);
+    if (tools_) {
+      toolcall::ParsedOutput rest = tools_->finish();
+      text_ += rest.content;
+      message["content"] = text_;
+      if (!rest.calls.empty()) {
+        // The text beside the calls, without the white space that separated them; null
+        // when there is none, as OpenAI answers a turn that only calls tools.
+        const size_t first = text_.find_first_not_of(" \t\r\n");
+        const size_t last = text_.find_last_not_of(" \t\r\n");
+        message["content"] = first == std::string::npos
+                                 ? json(nullptr)
+                                 : json(text_.substr(first, last - first + 1));
+        json calls = json::array();
+        for (const auto& call : rest.calls) calls.push_back(tool_call_json(call));
+        message["tool_calls"] = std::move(calls);
+        finish_reason = "tool_calls";
+      }
+    }
+    json choice = {{"index", 0}, {"message", std::move(message)}, {"finish_reason", finish_reason}};
     choice["logprobs"] = logprobs_ ? json{{"content", logprob_content_}} : json(nullptr);
     body["choices"] = json::array({std::move(choice)});
     body["usage"] = usage_json(finish.usage);
@@ -137,6 +192,7 @@ class ChatCompletionFormat : public ResponseFormat {
   ResponseIdentity identity_;
   bool include_usage_;
   bool logprobs_;
+  std::unique_ptr<ToolOutput> tools_;  // null: no tool calls possible
   std::string text_;
   json logprob_content_ = json::array();
 };
@@ -278,8 +334,10 @@ std::string dump_json(const json& value) {
 }
 
 std::unique_ptr<ResponseFormat> make_chat_completion_format(ResponseIdentity identity,
-                                                            bool include_usage, bool logprobs) {
-  return std::make_unique<ChatCompletionFormat>(std::move(identity), include_usage, logprobs);
+                                                            bool include_usage, bool logprobs,
+                                                            std::unique_ptr<ToolOutput> tools) {
+  return std::make_unique<ChatCompletionFormat>(std::move(identity), include_usage, logprobs,
+                                                std::move(tools));
 }
 
 std::unique_ptr<ResponseFormat> make_completion_format(ResponseIdentity identity,

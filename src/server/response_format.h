@@ -11,6 +11,7 @@
 
 #include "engine/request.h"
 #include "server/api_error.h"
+#include "server/tool_output.h"
 
 namespace llamaserve::server {
 
@@ -37,15 +38,19 @@ class ResponseFormat {
   virtual std::string body(const GenerationEvent& finish) = 0;
 };
 
-// "stop" / "length"; other reasons do not reach a normal finish.
+// "stop" / "length"; other reasons do not reach a normal finish ("tool_calls" is decided by
+// the chat format, from the output).
 const char* openai_finish_reason(FinishReason reason);
 nlohmann::json usage_json(const Usage& usage);
 nlohmann::json timings_json(const Usage& usage);
 // Serializes without throwing: invalid UTF-8 (which should not occur) becomes U+FFFD.
 std::string dump_json(const nlohmann::json& value);
 
-std::unique_ptr<ResponseFormat> make_chat_completion_format(ResponseIdentity identity,
-                                                            bool include_usage, bool logprobs);
+// `tools` (ToolOutput::make; null when the request cannot call tools) turns the model's
+// calls into "tool_calls" and the finish reason "tool_calls".
+std::unique_ptr<ResponseFormat> make_chat_completion_format(
+    ResponseIdentity identity, bool include_usage, bool logprobs,
+    std::unique_ptr<ToolOutput> tools = nullptr);
 std::unique_ptr<ResponseFormat> make_completion_format(ResponseIdentity identity,
                                                        bool include_usage, bool logprobs);
 std::unique_ptr<ResponseFormat> make_simple_chat_format(ResponseIdentity identity);

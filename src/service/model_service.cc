@@ -127,6 +127,10 @@ Status ModelService::start(const OpenHooks& hooks) {
                                                spec_.chat_template, std::move(special));
   if (chat_template.is_ok()) {
     chat_template_ = std::move(chat_template).value();
+    // A built-in format knows no tools: the server describes them itself.
+    if (chat_template_->kind() == ChatTemplateKind::kJinja) {
+      tool_support_ = toolcall::detect_tool_support(tokenizer_->data().chat_template);
+    }
   } else if (!spec_.chat_template.empty()) {
     return chat_template.status().with_context("chat template");
   } else {

@@ -24,6 +24,7 @@
 #include "service/layout_factory.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
+#include "toolcall/tool_call.h"
 
 namespace llamaserve {
 
@@ -55,6 +56,8 @@ class ModelService {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   // None: the model has no usable template and none was named; chat requests are refused.
   const std::optional<ChatTemplate>& chat_template() const { return chat_template_; }
+  // How the chat template treats tools and how the model writes calls (toolcall/).
+  const toolcall::TemplateToolSupport& tool_support() const { return tool_support_; }
   // Tokens per sequence.
   int64_t context_tokens() const { return context_tokens_; }
   // The model's compiled response formats (structured output), by schema text; the
@@ -73,6 +76,7 @@ class ModelService {
   std::shared_ptr<const LoadedModel> model_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::optional<ChatTemplate> chat_template_;
+  toolcall::TemplateToolSupport tool_support_;
   int64_t context_tokens_ = 0;
   int64_t created_ = 0;
   std::unique_ptr<EngineGroup> engines_;

@@ -7,14 +7,18 @@ SRC = pathlib.Path(__file__).resolve().parents[2] / "src"
 
 # Lowest first. A layer may include its own headers and those of any layer before it.
 LAYERS = [
-    "core", "jinja", "http", "quant", "gguf", "tokenizer", "grammar", "model", "backend",
+    "core", "jinja", "http", "quant", "gguf", "tokenizer", "grammar", "toolcall", "model", "backend",
     "executor", "parallel", "parallel/distributed", "engine", "service", "server", "loadtest", "cli",
 ]
 # Layers that sit side by side (neither includes the other).
 SIDE_BY_SIDE = {("engine", "parallel"), ("engine", "parallel/distributed")}
 # Layers that may include only some of the layers below them: the load generator is a client
 # of any server and must not grow a dependency on the model or the server code.
-ONLY_BELOW = {"loadtest": {"core", "http"}, "jinja": {"core"}}
+ONLY_BELOW = {
+    "loadtest": {"core", "http"},
+    "jinja": {"core"},
+    "toolcall": {"core", "tokenizer"},
+}
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 

@@ -110,8 +110,11 @@ TEST(ParseChat, ToolsAndToolCallsReachTheTemplate) {
       {{"role", "tool"}, {"content", "42"}, {"tool_call_id", "c1"}, {"name", "f"}}};
   auto result = parse_chat_completion(body, limits());
   ASSERT_TRUE(result.is_ok()) << result.status().to_string();
-  EXPECT_EQ(result->tools.size(), 1u);
-  EXPECT_EQ(result->tools[0]["function"]["name"], "f");
+  EXPECT_EQ(result->tools.tools.size(), 1u);
+  EXPECT_EQ(result->tools.tools[0]["function"]["name"], "f");
+  EXPECT_EQ(result->tools.choice.kind, toolcall::ToolChoice::Kind::kAuto);
+  EXPECT_TRUE(result->tools.calls_enabled());
+  EXPECT_FALSE(result->tools.forced());
   EXPECT_TRUE(result->messages[0].fields.is_null());
   EXPECT_TRUE(result->messages[1].fields["content"].is_null());
   EXPECT_EQ(result->messages[1].fields["tool_calls"][0]["id"], "c1");
@@ -126,6 +129,91 @@ TEST(ParseChat, ToolsAndToolCallsReachTheTemplate) {
   body["messages"][1].erase("tool_calls");
   body["messages"][2]["tool_call_id"] = 5;
   expect_rejected(parse_chat_completion(body, limits()), "tool_call_id");
+}
+
+TEST(ParseChat, ToolChoiceAndParallelCalls) {
+  json body = chat_body();
+  body["tools"] = {{{"type", "function"}, {"function", {{"name", "f"}}}},
+                   {{"type", "function"}, {"function", {{"name", "g.v2"}}}}};
+  using Kind = toolcall::ToolChoice::Kind;
+  const std::pair<json, Kind> choices[] = {
+      {"none", Kind::kNone},
+      {"auto", Kind::kAuto},
+      {"required", Kind::kRequired},
+      {{{"type", "function"}, {"function", {{"name", "g.v2"}}}}, Kind::kFunction}};
+  for (const auto& [choice, kind] : choices) {
+    body["tool_choice"] = choice;
+    auto result = parse_chat_completion(body, limits());
+    ASSERT_TRUE(result.is_ok()) << choice.dump() << ": " << result.status().to_string();
+    EXPECT_EQ(result->tools.choice.kind, kind) << choice.dump();
+    EXPECT_EQ(result->tools.forced(), kind == Kind::kRequired || kind == Kind::kFunction);
+  }
+  auto named = parse_chat_completion(body, limits());
+  EXPECT_EQ(named->tools.choice.function, "g.v2");
+  body["parallel_tool_calls"] = false;
+  EXPECT_FALSE(parse_chat_completion(body, limits())->tools.parallel_calls);
+  body["parallel_tool_calls"] = "no";
+  expect_rejected(parse_chat_completion(body, limits()), "'parallel_tool_calls'");
+  body.erase("parallel_tool_calls");
+
+  body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "h"}}}};
+  expect_rejected(parse_chat_completion(body, limits()), "not among 'tools'");
+  body["tool_choice"] = {{"type", "function"}};
+  expect_rejected(parse_chat_completion(body, limits()), "'tool_choice' as an object");
+  body["tool_choice"] = 3;
+  expect_rejected(parse_chat_completion(body, limits()), "'tool_choice' must be");
+  body["tool_choice"] = "required";
+  body["response_format"] = {{"type", "json_object"}};
+  expect_rejected(parse_chat_completion(body, limits()), "cannot be combined");
+
+  // No tools: no calls, and nothing to choose from.
+  json plain = chat_body();
+  EXPECT_FALSE(parse_chat_completion(plain, limits())->tools.calls_enabled());
+  plain["tool_choice"] = "auto";
+  expect_rejected(parse_chat_completion(plain, limits()), "needs 'tools'");
+  plain["tool_choice"] = "none";
+  EXPECT_TRUE(parse_chat_completion(plain, limits()).is_ok());
+}
+
+TEST(ParseChat, RejectsMalformedTools) {
+  const std::pair<json, std::string> cases[] = {
+      {json::array({{{"type", "code_interpreter"}}}), "'tools[0].type'"},
+      {json::array({{{"type", "function"}}}), "'tools[0].function' is required"},
+      {json::array({{{"type", "function"}, {"function", {{"name", ""}}}}}), "function.name"},
+      {json::array({{{"type", "function"}, {"function", {{"name", std::string(65, 'a')}}}}}),
+       "function.name"},
+      {json::array({{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", 1}}}}}),
+       "parameters' must be an object"},
+      {json::array({{{"type", "function"}, {"function", {{"name", "f"}, {"strict", "y"}}}}}),
+       "strict"},
+      {json::array({{{"type", "function"}, {"function", {{"name", "f"}}}},
+                    {{"type", "function"}, {"function", {{"name", "f"}}}}}),
+       "defined twice"},
+  };
+  for (const auto& [tools, needle] : cases) {
+    expect_rejected(parse_chat_completion(chat_body({{"tools", tools}}), limits()), needle);
+  }
+  json many = json::array();
+  for (size_t i = 0; i <= kMaxTools; ++i) {
+    many.push_back({{"type", "function"}, {"function", {{"name", fmt::format("f{}", i)}}}});
+  }
+  expect_rejected(parse_chat_completion(chat_body({{"tools", many}}), limits()), "at most 128");
+}
+
+TEST(ParseChat, RejectsFieldsThatAreNotImplemented) {
+  expect_rejected(parse_chat_completion(chat_body({{"audio", {{"voice", "x"}}}}), limits()),
+                  "'audio' is not supported");
+  expect_rejected(
+      parse_chat_completion(chat_body({{"prediction", {{"type", "content"}}}}), limits()),
+      "'prediction'");
+  expect_rejected(parse_chat_completion(chat_body({{"functions", json::array()}}), limits()),
+                  "use 'tools'");
+  expect_rejected(parse_chat_completion(chat_body({{"function_call", "auto"}}), limits()),
+                  "use 'tools'");
+  expect_rejected(parse_chat_completion(chat_body({{"modalities", {"audio"}}}), limits()),
+                  "'modalities'");
+  EXPECT_TRUE(parse_chat_completion(chat_body({{"modalities", {"text"}}}), limits()).is_ok());
+  EXPECT_TRUE(parse_chat_completion(chat_body({{"audio", nullptr}}), limits()).is_ok());
 }
 
 TEST(ParseChat, DefaultsAndNulls) {

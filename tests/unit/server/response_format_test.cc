@@ -105,6 +105,83 @@ TEST(ChatCompletionFormat, ErrorEventEndsTheStream) {
   EXPECT_EQ(events[1].data, "[DONE]");
 }
 
+ToolRequest tool_request(toolcall::ToolChoice choice, bool parallel = true) {
+  ToolRequest request;
+  request.tools = nlohmann::ordered_json::parse(
+      R"([{"type": "function", "function": {"name": "f"}},
+          {"type": "function", "function": {"name": "g"}}])");
+  request.choice = std::move(choice);
+  request.parallel_calls = parallel;
+  return request;
+}
+
+TEST(ChatCompletionFormat, StreamedCallsAfterText) {
+  auto format = make_chat_completion_format(
+      identity(), false, false,
+      ToolOutput::make(tool_request({toolcall::ToolChoice::Kind::kAuto, ""}),
+                       toolcall::Syntax::kHermes));
+  std::string stream = format->stream_begin();
+  stream += format->stream_delta(delta("Let me check.\n<tool", {1}));
+  stream +=
+      format->stream_delta(delta("_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}", {2}));
+  stream +=
+      format->stream_delta(delta("\n</tool_call>\n<tool_call>{\"name\": \"g\"}</tool_call>", {3}));
+  stream += format->stream_end(finish(FinishReason::kStop, 5, 3));
+  auto events = parse_sse(stream);
+  ASSERT_EQ(events.size(), 8u);  // role, text, 2 x 2 call chunks, finish, [DONE]
+  EXPECT_EQ(json::parse(events[1].data)["choices"][0]["delta"]["content"], "Let me check.\n");
+  const json head = json::parse(events[2].data)["choices"][0]["delta"]["tool_calls"][0];
+  EXPECT_EQ(head["index"], 0);
+  EXPECT_EQ(head["type"], "function");
+  EXPECT_EQ(head["function"]["name"], "f");
+  EXPECT_EQ(head["function"]["arguments"], "");
+  EXPECT_TRUE(head["id"].get<std::string>().starts_with("call_"));
+  const json arguments = json::parse(events[3].data)["choices"][0]["delta"]["tool_calls"][0];
+  EXPECT_EQ(arguments["index"], 0);
+  EXPECT_FALSE(arguments.contains("id"));
+  EXPECT_EQ(arguments["function"]["arguments"], "{\"a\":1}");
+  EXPECT_EQ(json::parse(events[4].data)["choices"][0]["delta"]["tool_calls"][0]["index"], 1);
+  EXPECT_EQ(
+      json::parse(events[5].data)["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"],
+      "{}");
+  EXPECT_EQ(json::parse(events[6].data)["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(events[7].data, "[DONE]");
+}
+
+TEST(ChatCompletionFormat, BodyWithCallsAndNoText) {
+  // Parallel calls off: only the first call is kept.
+  auto format = make_chat_completion_format(
+      identity(), false, false,
+      ToolOutput::make(tool_request({toolcall::ToolChoice::Kind::kRequired, ""}, false),
+                       toolcall::Syntax::kHermes));
+  format->collect(delta("[{\"name\": \"g\", \"arguments\": {}}, ", {1}));
+  format->collect(delta("{\"name\": \"f\", \"arguments\": {}}]", {2}));
+  const json body = json::parse(format->body(finish(FinishReason::kStop, 5, 2)));
+  const json& choice = body["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  EXPECT_TRUE(choice["message"]["content"].is_null());
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u);
+  EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["name"], "g");
+}
+
+TEST(ChatCompletionFormat, ForcedCallCutShortIsContent) {
+  auto format = make_chat_completion_format(
+      identity(), false, false,
+      ToolOutput::make(tool_request({toolcall::ToolChoice::Kind::kFunction, "f"}),
+                       toolcall::Syntax::kLlama3));
+  format->collect(delta("{\"a\": ", {1}));
+  const json body = json::parse(format->body(finish(FinishReason::kLength, 5, 1)));
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(body["choices"][0]["message"]["content"], "{\"a\": ");
+  EXPECT_FALSE(body["choices"][0]["message"].contains("tool_calls"));
+}
+
+TEST(ChatCompletionFormat, NoToolOutputWithoutTools) {
+  ToolRequest none = tool_request({toolcall::ToolChoice::Kind::kNone, ""});
+  EXPECT_EQ(ToolOutput::make(none, toolcall::Syntax::kHermes), nullptr);
+  EXPECT_EQ(ToolOutput::make(ToolRequest{}, toolcall::Syntax::kHermes), nullptr);
+}
+
 TEST(CompletionFormat, StreamAndBody) {
   auto format = make_completion_format({"cmpl-1", 1, "tiny"}, false, /*logprobs=*/true);
   GenerationEvent a = delta("ab", {1});

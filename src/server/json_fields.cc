@@ -1,0 +1,96 @@
+#include "server/json_fields.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace llamaserve::server {
+
+using nlohmann::json;
+
+const char* json_type_name(const json& value) {
+  switch (value.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: return "an integer";
+    case json::value_t::number_float: return "a non-integer number";
+    case json::value_t::string: return "a string";
+    case json::value_t::array: return "an array";
+    case json::value_t::object: return "an object";
+    default: return "an unsupported value";
+  }
+}
+
+Status invalid(std::string message) {
+  return Status(StatusCode::kInvalidArgument, std::move(message));
+}
+
+Status wrong_type(std::string_view name, std::string_view expected, const json& value) {
+  return invalid(fmt::format("'{}' must be {}, got {}", name, expected, json_type_name(value)));
+}
+
+const json* find_field(const json& object, std::string_view key) {
+  auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+Status read_bool(const json& object, std::string_view key, bool& out) {
+  const json* value = find_field(object, key);
+  if (value == nullptr) return Status::ok();
+  if (!value->is_boolean()) return wrong_type(key, "a boolean", *value);
+  out = value->get<bool>();
+  return Status::ok();
+}
+
+Status read_string(const json& object, std::string_view key, std::string& out) {
+  const json* value = find_field(object, key);
+  if (value == nullptr) return Status::ok();
+  if (!value->is_string()) return wrong_type(key, "a string", *value);
+  out = value->get<std::string>();
+  return Status::ok();
+}
+
+Status read_int(const json& object, std::string_view key, int64_t min_value, int64_t max_value,
+                std::optional<int64_t>& out, std::string_view limit_note) {
+  const json* value = find_field(object, key);
+  if (value == nullptr) return Status::ok();
+  if (!value->is_number_integer()) return wrong_type(key, "an integer", *value);
+  bool in_range;
+  std::string shown;
+  if (value->is_number_unsigned()) {
+    const auto v = value->get<uint64_t>();
+    in_range =
+        v <= static_cast<uint64_t>(max_value) && (min_value <= 0 || v >= uint64_t(min_value));
+    shown = std::to_string(v);
+    if (in_range) out = static_cast<int64_t>(v);
+  } else {
+    const auto v = value->get<int64_t>();
+    in_range = v >= min_value && v <= max_value;
+    shown = std::to_string(v);
+    if (in_range) out = v;
+  }
+  if (!in_range) {
+    return invalid(fmt::format("'{}' must be between {} and {}{}, got {}", key, min_value,
+                               max_value, limit_note, shown));
+  }
+  return Status::ok();
+}
+
+Status read_float(const json& object, std::string_view key, FloatRange range, float& out) {
+  const json* value = find_field(object, key);
+  if (value == nullptr) return Status::ok();
+  if (!value->is_number()) return wrong_type(key, "a number", *value);
+  const double v = value->get<double>();
+  const bool above_min = range.min_exclusive ? v > range.min_value : v >= range.min_value;
+  if (!std::isfinite(v) || !above_min || v > range.max_value) {
+    return invalid(fmt::format("'{}' must be {} {} and <= {}, got {}", key,
+                               range.min_exclusive ? ">" : ">=", range.min_value, range.max_value,
+                               v));
+  }
+  out = static_cast<float>(v);
+  return Status::ok();
+}
+
+}  // namespace llamaserve::server
