@@ -35,7 +35,6 @@ struct FloatRange {
   double max_value;
   bool min_exclusive = false;
 };
-Status read_float(const nlohmann::json& object, std::string_view key, FloatRange range,
-                  float& out);
+Status read_float(const nlohmann::json& object, std::string_view key, FloatRange range, float& out);
 
 }  // namespace llamaserve::server

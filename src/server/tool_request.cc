@@ -39,9 +39,10 @@ Status check_tool(const json& tool, size_t index, std::set<std::string>& names) 
   if (!name->is_string()) return wrong_type(at + ".function.name", "a string", *name);
   const std::string& text = name->get_ref<const std::string&>();
   if (!valid_function_name(text)) {
-    return invalid(fmt::format("'{}.function.name' must be 1 to 64 letters, digits, '_', '-' or "
-                               "'.', got \"{}\"",
-                               at, text));
+    return invalid(
+        fmt::format("'{}.function.name' must be 1 to 64 letters, digits, '_', '-' or "
+                    "'.', got \"{}\"",
+                    at, text));
   }
   if (!names.insert(text).second) {
     return invalid(fmt::format("'{}.function.name': \"{}\" is defined twice", at, text));
@@ -86,9 +87,8 @@ Status read_tool_choice(const json& body, const std::set<std::string>& names, To
   } else if (choice->is_object()) {
     const json* type = find_field(*choice, "type");
     const json* function = find_field(*choice, "function");
-    const json* name = function != nullptr && function->is_object()
-                           ? find_field(*function, "name")
-                           : nullptr;
+    const json* name =
+        function != nullptr && function->is_object() ? find_field(*function, "name") : nullptr;
     if (type == nullptr || *type != "function" || name == nullptr || !name->is_string()) {
       return invalid(
           "'tool_choice' as an object must be {\"type\": \"function\", \"function\": {\"name\": "
@@ -97,8 +97,8 @@ Status read_tool_choice(const json& body, const std::set<std::string>& names, To
     out.kind = ToolChoice::Kind::kFunction;
     out.function = name->get<std::string>();
     if (!names.empty() && !names.contains(out.function)) {
-      return invalid(fmt::format("'tool_choice.function.name': \"{}\" is not among 'tools'",
-                                 out.function));
+      return invalid(
+          fmt::format("'tool_choice.function.name': \"{}\" is not among 'tools'", out.function));
     }
   } else {
     return wrong_type("tool_choice", "a string or an object", *choice);

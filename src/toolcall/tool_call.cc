@@ -149,7 +149,8 @@ std::optional<ParsedOutput> parse_hermes(std::string_view text) {
     auto calls = calls_from_json_sequence(text.substr(0, close));
     if (!calls) return std::nullopt;
     for (auto& call : *calls) out.calls.push_back(std::move(call));
-    text = close == std::string_view::npos ? std::string_view() : text.substr(close + kHermesClose.size());
+    text = close == std::string_view::npos ? std::string_view()
+                                           : text.substr(close + kHermesClose.size());
   }
   out.content = trim(content);
   return out;
@@ -177,7 +178,8 @@ std::optional<ParsedOutput> parse_deepseek(std::string_view text) {
     rest.remove_prefix(kDeepSeekCallBegin.size());
     const size_t end = rest.find(kDeepSeekCallEnd);
     std::string_view call_text = rest.substr(0, end);
-    rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + kDeepSeekCallEnd.size());
+    rest = end == std::string_view::npos ? std::string_view()
+                                         : rest.substr(end + kDeepSeekCallEnd.size());
     // function<｜tool▁sep｜>NAME\n```json\n{...}\n```
     const size_t sep = call_text.find(kDeepSeekSep);
     if (sep == std::string_view::npos) return std::nullopt;
@@ -187,8 +189,10 @@ std::optional<ParsedOutput> parse_deepseek(std::string_view text) {
     ToolCall call;
     call.name = trim(call_text.substr(0, newline));
     std::string_view body = trim(call_text.substr(newline + 1));
-    if (body.starts_with("```json")) body.remove_prefix(7);
-    else if (body.starts_with("```")) body.remove_prefix(3);
+    if (body.starts_with("```json"))
+      body.remove_prefix(7);
+    else if (body.starts_with("```"))
+      body.remove_prefix(3);
     if (body.ends_with("```")) body.remove_suffix(3);
     auto arguments = parse_json(trim(body));
     if (call.name.empty() || !arguments || !arguments->is_object()) return std::nullopt;
@@ -253,7 +257,8 @@ TemplateToolSupport detect_tool_support(std::string_view template_text) {
 
 ParsedOutput parse_output(std::string_view text, Syntax syntax) {
   std::optional<ParsedOutput> parsed = parse_family(text, syntax);
-  if (!parsed && syntax != Syntax::kHermes && syntax != Syntax::kGeneric) parsed = parse_hermes(text);
+  if (!parsed && syntax != Syntax::kHermes && syntax != Syntax::kGeneric)
+    parsed = parse_hermes(text);
   if (!parsed) parsed = parse_bare_json(text);
   if (!parsed) return ParsedOutput{std::string(text), {}};
   for (ToolCall& call : parsed->calls) {

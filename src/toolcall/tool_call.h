@@ -37,8 +37,8 @@ struct TemplateToolSupport {
 TemplateToolSupport detect_tool_support(std::string_view template_text);
 
 struct ToolCall {
-  std::string id;         // the model's own id where its syntax has one, else "call_" + 24
-                          // random letters and digits
+  std::string id;  // the model's own id where its syntax has one, else "call_" + 24
+                   // random letters and digits
   std::string name;
   std::string arguments;  // JSON text of the arguments object, as OpenAI sends it
 };

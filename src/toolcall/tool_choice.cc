@@ -25,12 +25,12 @@ ordered_json forced_call_schema(const ordered_json& tools, const ToolChoice& cho
   ordered_json any_call = ordered_json::array();
   for (const auto& tool : tools) {
     const ordered_json& function = tool.at("function");
-    any_call.push_back({{"type", "object"},
-                        {"properties",
-                         {{"name", {{"const", function.at("name")}}},
-                          {"arguments", parameters_of(function)}}},
-                        {"required", {"name", "arguments"}},
-                        {"additionalProperties", false}});
+    any_call.push_back(
+        {{"type", "object"},
+         {"properties",
+          {{"name", {{"const", function.at("name")}}}, {"arguments", parameters_of(function)}}},
+         {"required", {"name", "arguments"}},
+         {"additionalProperties", false}});
   }
   ordered_json call = any_call.size() == 1 ? any_call[0] : ordered_json{{"anyOf", any_call}};
   if (!parallel_calls) return call;

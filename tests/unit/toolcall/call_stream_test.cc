@@ -65,9 +65,10 @@ TEST(CallStream, FamilyMarkers) {
   out = stream("ok [TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]", Syntax::kMistral, 2);
   EXPECT_EQ(out.sent, "ok ");
   EXPECT_EQ(out.rest.calls.size(), 1u);
-  out = stream("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{}\n```"
-               "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
-               Syntax::kDeepSeek, 5);
+  out = stream(
+      "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{}\n```"
+      "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+      Syntax::kDeepSeek, 5);
   EXPECT_EQ(out.sent, "");
   EXPECT_EQ(out.rest.calls.size(), 1u);
 }
@@ -81,8 +82,8 @@ TEST(CallStream, BrokenCallIsReturnedAsContent) {
 }
 
 TEST(CallStream, NothingIsLostWhateverThePieces) {
-  const char* texts[] = {"plain answer", "a <tool_c", "<tool_call>junk", "[link](x) and more",
-                         "  ", "<|python_tag|", "{\"a\":1} trailing"};
+  const char* texts[] = {"plain answer", "a <tool_c",     "<tool_call>junk",   "[link](x) and more",
+                         "  ",           "<|python_tag|", "{\"a\":1} trailing"};
   for (const char* text : texts) {
     for (Syntax syntax : {Syntax::kHermes, Syntax::kLlama3, Syntax::kMistral, Syntax::kDeepSeek}) {
       for (size_t piece = 1; piece <= 4; ++piece) {

@@ -77,9 +77,9 @@ TEST(ParseOutput, HermesLastBlockUnclosed) {
 }
 
 TEST(ParseOutput, Llama3PythonTagAndBareJson) {
-  ParsedOutput out = parse_output(
-      "<|python_tag|>{\"name\": \"search\", \"parameters\": {\"query\": \"llamas\"}}",
-      Syntax::kLlama3);
+  ParsedOutput out =
+      parse_output("<|python_tag|>{\"name\": \"search\", \"parameters\": {\"query\": \"llamas\"}}",
+                   Syntax::kLlama3);
   ASSERT_EQ(out.calls.size(), 1u);
   expect_call(out.calls[0], "search", {{"query", "llamas"}});
 
@@ -127,10 +127,10 @@ TEST(ParseOutput, ArgumentsAsJsonString) {
 }
 
 TEST(ParseOutput, OtherFamiliesFallBackToHermesBlocksAndBareJson) {
-  EXPECT_EQ(parse_output("<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>",
-                         Syntax::kLlama3)
-                .calls.size(),
-            1u);
+  EXPECT_EQ(
+      parse_output("<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>", Syntax::kLlama3)
+          .calls.size(),
+      1u);
   EXPECT_EQ(parse_output("  {\"name\": \"f\", \"arguments\": {}}\n", Syntax::kHermes).calls.size(),
             1u);
 }
@@ -138,10 +138,10 @@ TEST(ParseOutput, OtherFamiliesFallBackToHermesBlocksAndBareJson) {
 TEST(ParseOutput, TextThatIsNoCallStaysContent) {
   const char* texts[] = {
       "Paris is the capital of France.",
-      "{\"answer\": 42}",                                    // JSON, but no call
+      "{\"answer\": 42}",                                      // JSON, but no call
       "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\"",  // cut short
       "<tool_call>not json</tool_call>",
-      "{\"name\": \"\", \"arguments\": {}}",      // empty name
+      "{\"name\": \"\", \"arguments\": {}}",       // empty name
       "{\"name\": \"f\", \"arguments\": [1, 2]}",  // arguments not an object
       "[]",
       "[TOOL_CALLS]",

@@ -48,12 +48,12 @@ TEST(ParseForcedOutput, NamedAndRequired) {
   ASSERT_EQ(calls.size(), 2u);
   EXPECT_EQ(calls[1].name, "get_weather");
   // Cut short by max_tokens: no calls.
-  EXPECT_TRUE(parse_forced_output(R"({"city": "Os)",
-                                  ToolChoice{ToolChoice::Kind::kFunction, "get_weather"})
-                  .empty());
-  EXPECT_TRUE(parse_forced_output(R"([{"name": "now", "argu)",
-                                  ToolChoice{ToolChoice::Kind::kRequired, ""})
-                  .empty());
+  EXPECT_TRUE(
+      parse_forced_output(R"({"city": "Os)", ToolChoice{ToolChoice::Kind::kFunction, "get_weather"})
+          .empty());
+  EXPECT_TRUE(
+      parse_forced_output(R"([{"name": "now", "argu)", ToolChoice{ToolChoice::Kind::kRequired, ""})
+          .empty());
 }
 
 }  // namespace
