@@ -55,8 +55,8 @@ scripts/fetch_model.sh
 # Ninja's progress line: finished/total edges and seconds so far.
 export NINJA_STATUS="[%f/%t %es] "
 if [[ $mode == serve ]]; then
-  # One compiler run per batch of a folder's sources (a unity build): each file's headers are
-  # parsed once per batch instead of once per file, about 3x less compile time.
+  # One compiler run per batch of a folder's sources (a unity build): the headers that every
+  # file of a folder includes are parsed once per batch instead of once per file.
   step "configuring (tests off, unity build) and building llamaserve"
   cmake --preset cpu -DLLAMASERVE_TESTS=OFF -DCMAKE_UNITY_BUILD=ON >/dev/null
   cmake --build --preset cpu -j "$(nproc)" --target llamaserve
