@@ -471,12 +471,14 @@ void HttpServer::handle_metrics(http::Response& res) {
 
 namespace {
 
-json model_entry(const ModelStatus& status) {
-  json entry = {{"id", status.name},
+// `alias`: the entry of one of the model's aliases ("alias_of" names the model).
+json model_entry(const ModelStatus& status, const std::string& alias = {}) {
+  json entry = {{"id", alias.empty() ? status.name : alias},
                 {"object", "model"},
                 {"created", status.created},
                 {"owned_by", "llamaserve"},
                 {"state", model_state_name(status.state)}};
+  if (!alias.empty()) entry["alias_of"] = status.name;
   if (status.context_tokens > 0) entry["context_length"] = status.context_tokens;
   if (!status.error.empty()) entry["error"] = unicode::sanitize_utf8(status.error);
   return entry;
@@ -497,7 +499,11 @@ void HttpServer::handle_models(const http::Request& req, http::Response& res, bo
   }
   if (!single) {
     json data = json::array();
-    for (const ModelStatus& status : list) data.push_back(model_entry(status));
+    for (const ModelStatus& status : list) {
+      data.push_back(model_entry(status));
+      // An alias is listed too, for clients that look their model name up.
+      for (const std::string& alias : status.aliases) data.push_back(model_entry(status, alias));
+    }
     send_json(res, 200, {{"object", "list"}, {"data", data}});
     return;
   }
@@ -507,6 +513,9 @@ void HttpServer::handle_models(const http::Request& req, http::Response& res, bo
   std::string served;
   for (const ModelStatus& status : list) {
     if (status.name == requested) return send_json(res, 200, model_entry(status));
+    for (const std::string& alias : status.aliases) {
+      if (alias == requested) return send_json(res, 200, model_entry(status, alias));
+    }
     served += (served.empty() ? "'" : ", '") + status.name + "'";
   }
   send_error(res, not_found(fmt::format("model '{}' is not served here; this server serves {}",

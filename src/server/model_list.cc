@@ -50,6 +50,8 @@ Status apply_key(ModelSpec& spec, std::string_view key, std::string_view value) 
     spec.path = value;
   } else if (key == "name") {
     spec.name = value;
+  } else if (key == "alias") {
+    spec.aliases.emplace_back(value);
   } else if (key == "device" || key == "devices") {
     spec.layout.device = value;
   } else if (key == "tp") {
@@ -92,7 +94,7 @@ Status apply_key(ModelSpec& spec, std::string_view key, std::string_view value) 
     spec.load_at_start = value == "start";
   } else {
     return make_error(StatusCode::kInvalidArgument,
-                      "unknown model key '{}' (keys: path name device tp pp replicas threads "
+                      "unknown model key '{}' (keys: path name alias device tp pp replicas threads "
                       "ctx-size max-running max-batch-tokens kv-cache-tokens chat-template "
                       "warmup-tokens keep-alive required load)",
                       key);
@@ -114,6 +116,7 @@ Status check_named(const ModelSpec& spec, std::string_view source) {
 Result<ModelSpec> parse_model_arg(std::string_view arg, const ModelSpec& defaults) {
   ModelSpec spec = defaults;
   spec.required = false;
+  spec.aliases.clear();
   const size_t equals = arg.find('=');
   const size_t comma = arg.find(',');
   if (equals == std::string_view::npos || (comma != std::string_view::npos && comma < equals)) {
@@ -149,8 +152,18 @@ Result<ModelSpec> parse_model_object(const json& object, const ModelSpec& defaul
   ModelSpec spec = defaults;
   spec.name.clear();
   spec.path.clear();
+  spec.aliases.clear();
   spec.required = false;
   for (const auto& [key, value] : object.items()) {
+    if (key == "aliases" && value.is_array()) {
+      for (const json& alias : value) {
+        if (!alias.is_string()) {
+          return Status(StatusCode::kInvalidArgument, "\"models\": 'aliases' must be strings");
+        }
+        spec.aliases.push_back(alias.get<std::string>());
+      }
+      continue;
+    }
     std::string text;
     if (value.is_string()) {
       text = value.get<std::string>();

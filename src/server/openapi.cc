@@ -197,7 +197,8 @@ constexpr const char* kDocument = R"json({
       "Model": {
         "type": "object", "required": ["id", "object", "created", "owned_by"],
         "properties": {"id": {"type": "string"}, "object": {"type": "string", "enum": ["model"]}, "created": {"type": "integer"}, "owned_by": {"type": "string"},
-          "context_length": {"type": "integer"}}
+          "context_length": {"type": "integer"},
+          "alias_of": {"type": "string", "description": "An alias (--model-alias): the id of the model it names"}}
       },
       "ModelList": {"type": "object", "required": ["object", "data"], "properties": {"object": {"type": "string", "enum": ["list"]}, "data": {"type": "array", "items": {"$ref": "#/components/schemas/Model"}}}},
       "Stop": {

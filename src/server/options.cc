@@ -119,6 +119,11 @@ void add_service_options(CLI::App& app, ServiceConfig& config) {
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
 
+  app.add_option("--model-alias", m.aliases,
+                 "Another name clients may use for the model (repeatable, or comma-separated), "
+                 "e.g. the default model name of an OpenAI client")
+      ->delimiter(',');
+
   app.add_option("--chat-template", m.chat_template,
                  "Chat format: llama2, llama3 or chatml (default: detected from the model)")
       ->check(CLI::IsMember({"llama2", "llama3", "chatml"}));

@@ -52,9 +52,12 @@ struct EngineLimits {
 
 // One model as it is served.
 struct ModelSpec {
-  std::string name;           // the id clients send as "model"; empty = the file name without .gguf
-  std::string path;           // GGUF file
-  std::string chat_template;  // llama2 | llama3 | chatml; empty = the model's own
+  std::string name;  // the id clients send as "model"; empty = the file name without .gguf
+  // Further ids that name this model, such as a client's default model name ("gpt-4o-mini"
+  // in a Spring AI or LangChain4j configuration); answers carry the served name.
+  std::vector<std::string> aliases;
+  std::string path;             // GGUF file
+  std::string chat_template;    // llama2 | llama3 | chatml; empty = the model's own
   int64_t context_tokens = 0;   // tokens per sequence; 0 = ModelConfig::default_context_tokens()
   int64_t kv_cache_tokens = 0;  // KV capacity of each replica; 0 = context x max_running
   int warmup_tokens = 2;        // tokens of the warm-up generation on each replica; 0 = none

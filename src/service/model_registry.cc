@@ -89,8 +89,23 @@ Result<std::unique_ptr<ModelRegistry>> ModelRegistry::create(std::vector<ModelSp
   std::unique_ptr<ModelRegistry> registry(new ModelRegistry(std::move(options)));
   for (ModelSpec& spec : specs) {
     const std::string name = spec.served_name();
-    if (registry->find(name) != nullptr) {
-      return make_error(StatusCode::kInvalidArgument, "two models are named '{}'", name);
+    if (const Entry* other = registry->find(name)) {
+      if (other->name == name) {
+        return make_error(StatusCode::kInvalidArgument, "two models are named '{}'", name);
+      }
+      return make_error(StatusCode::kInvalidArgument, "model '{}' is also an alias of '{}'", name,
+                        other->name);
+    }
+    for (size_t i = 0; i < spec.aliases.size(); ++i) {
+      const std::string& alias = spec.aliases[i];
+      const bool repeated =
+          alias == name || std::find(spec.aliases.begin(), spec.aliases.begin() + i, alias) !=
+                               spec.aliases.begin() + i;
+      if (alias.empty() || repeated || registry->find(alias) != nullptr) {
+        return make_error(StatusCode::kInvalidArgument,
+                          "model alias '{}' of '{}' is empty or names a model already", alias,
+                          name);
+      }
     }
     auto entry = std::make_unique<Entry>();
     entry->name = name;
@@ -108,7 +123,11 @@ ModelRegistry::~ModelRegistry() { shutdown(); }
 
 ModelRegistry::Entry* ModelRegistry::find(const std::string& name) {
   for (auto& entry : entries_) {
-    if (entry->name == name && !entry->removed) return entry.get();
+    if (entry->removed) continue;
+    const std::vector<std::string>& aliases = entry->spec.aliases;
+    if (entry->name == name || std::find(aliases.begin(), aliases.end(), name) != aliases.end()) {
+      return entry.get();
+    }
   }
   return nullptr;
 }
@@ -553,6 +572,7 @@ std::vector<ModelStatus> ModelRegistry::status() const {
     if (entry->removed) continue;
     ModelStatus& status = list.emplace_back();
     status.name = entry->name;
+    status.aliases = entry->spec.aliases;
     status.path = entry->spec.path;
     status.state = entry->state;
     status.error = entry->error;

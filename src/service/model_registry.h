@@ -49,6 +49,7 @@ struct RegistryOptions {
 // What /v1/models and the metrics report of one model.
 struct ModelStatus {
   std::string name;
+  std::vector<std::string> aliases;
   std::string path;
   ModelState state = ModelState::kUnloaded;
   std::string error;           // kFailed, or a failed reload while the old version serves

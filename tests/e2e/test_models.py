@@ -217,3 +217,34 @@ def test_sighup_applies_the_edited_config(make_server, second_model, tmp_path):
     assert complete(server, "other").status_code == 200
     assert complete(server, "small").status_code == 404
     assert server.proc.poll() is None
+
+
+def test_aliases_serve_a_clients_default_model_name(make_server, second_model, tmp_path):
+    """--model-alias (flag, environment) and alias= in --model: an OpenAI client that always
+    sends its own default model name is served; answers carry the model's own id."""
+    import openai
+
+    server = make_server("--model-alias", "gpt-4o-mini,text-embedding-3-small",
+                         env={"LLAMASERVE_MODEL_NAME": "smol"})
+    oai = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+    answer = oai.chat.completions.create(model="gpt-4o-mini", max_tokens=3, temperature=0,
+                                         messages=[{"role": "user", "content": "Hi"}])
+    assert answer.model == "smol"
+    listed = models_by_id(server)
+    assert set(listed) == {"smol", "gpt-4o-mini", "text-embedding-3-small"}
+    assert listed["gpt-4o-mini"]["alias_of"] == "smol" and "alias_of" not in listed["smol"]
+    assert oai.models.retrieve("text-embedding-3-small").id == "text-embedding-3-small"
+    assert complete(server, "gpt-4").status_code == 404
+
+    env_server = make_server(env={"LLAMASERVE_MODEL_ALIAS": "gpt-4o"})
+    assert complete(env_server, "gpt-4o").status_code == 200
+
+    named = make_server(models=two_models(second_model, "alias=gpt-4o",
+                                          extra_second=("alias=gpt-3.5-turbo",)))
+    wait_loaded(named, "small", "other")
+    assert complete(named, "gpt-4o").json()["model"] == "small"
+    assert complete(named, "gpt-3.5-turbo").json()["model"] == "other"
+
+    # An alias that names another model is refused at start.
+    with pytest.raises(RuntimeError, match="model 'other' is also an alias of 'small'"):
+        make_server(models=two_models(second_model, "alias=other"))
