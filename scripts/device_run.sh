@@ -8,8 +8,8 @@
 # scripts/gpu_result.py on the folder it hands back writes the bench/results file.
 #
 # Usage: OUT=/path scripts/device_run.sh [STEP...]
-#   steps: env tests bench (the default, in that order), bench7b, serve7b, loadtest7b, multi7b,
-#   serve, sanitize, allreduce, replicas7b, transformers7b, profile7b, tp70b, layouts
+#   steps: env tests bench (the default, in that order), bench7b, grammar7b, serve7b, loadtest7b,
+#   multi7b, serve, sanitize, allreduce, replicas7b, transformers7b, profile7b, tp70b, layouts
 #   layouts: cuda_executor_test and gpu_engine_test (GPU_LAYOUT_TESTS) once per multi-GPU
 #     layout of GPU_TEST_LAYOUTS (default "tp2 pp2 pp2mb tp2xpp2 replicas2";
 #     LLAMASERVE_TEST_LAYOUT, tests/gpu/test_layout.h)
@@ -131,6 +131,23 @@ bench7b() {
     { echo "## LLaMA-2-7B shape, $type"; echo; cat "$logs/bench-7b-$type.md"; echo; } >>"$md"
   done
   echo "}" >>"$json"
+}
+
+# Structured output on the 7B shape: decode with and without a JSON Schema through the whole
+# engine (bench/grammar/structured_decode_bench) at batch 1 and 64, for each of GRAMMAR7B_TYPES
+# (default "f16 q4_k_m"), synthesized as in bench7b: $OUT/grammar-7b.md.
+grammar7b() {
+  local bin="$build/bench/grammar/structured_decode_bench"
+  need_binary structured_decode_bench "$bin" || return
+  local md="$OUT/grammar-7b.md" args
+  read -r -a args <<<"${GRAMMAR7B_ARGS:--b 1,64 -n 128 --reps 3}"
+  : >"$md"
+  for type in ${GRAMMAR7B_TYPES:-f16 q4_k_m}; do
+    synth7b "$type" || continue
+    step "grammar-7b-$type" 400 "$bin" -m "$synth7b_model" --device cuda:0 "${args[@]}" ||
+      continue
+    { echo "## LLaMA-2-7B shape, $type"; echo; cat "$logs/grammar-7b-$type.log"; echo; } >>"$md"
+  done
 }
 
 # The HTTP server end to end on the 7B shape: SERVE7B_TYPE (default f16) synthesized as in
@@ -459,6 +476,7 @@ for s in "${steps[@]}"; do
           --markdown "$OUT/kernels.md"
       ;;
     bench7b) bench7b ;;
+    grammar7b) grammar7b ;;
     serve7b) serve7b ;;
     loadtest7b) loadtest7b ;;
     reload7b) reload7b ;;
@@ -491,7 +509,7 @@ for s in "${steps[@]}"; do
       fi
       ;;
     *)
-      note "$s" "FAIL (unknown step; steps: env tests bench bench7b serve7b loadtest7b reload7b multi7b serve sanitize allreduce replicas7b transformers7b profile7b tp70b)"
+      note "$s" "FAIL (unknown step; steps: env tests bench bench7b grammar7b serve7b loadtest7b reload7b multi7b serve sanitize allreduce replicas7b transformers7b profile7b tp70b)"
       failures=$((failures + 1))
       ;;
   esac

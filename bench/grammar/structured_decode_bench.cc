@@ -1,10 +1,10 @@
 // Decode speed with and without a response-format constraint, through the whole engine
-// (scheduler, sampler, masks) on the CPU: B requests submitted together, each generating -n
+// (scheduler, sampler, masks) on the CPU or a GPU: B requests submitted together, each generating -n
 // tokens at temperature 1, free or under a JSON Schema whose documents are longer than -n
 // tokens (so every step of every sequence is masked, none ends early).
 //
 //   build/<dir>/bench/grammar/structured_decode_bench [-m MODEL] [-t THREADS] [-n 64]
-//                                                     [-b 1,64] [--reps 3]
+//                                                     [-b 1,64] [--reps 3] [--device cuda:0]
 //
 // Reported per case (median of --reps): decode tokens/s over the window in which every
 // sequence has its first token (sum of tokens after the first / (last finish - last first
@@ -87,6 +87,7 @@ Figures run_case(ModelService& model, const std::vector<int32_t>& prompt, int ba
 int main_impl(int argc, char** argv) {
   std::string model_path =
       std::string(LLAMASERVE_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  std::string device;  // empty: the CPU
   int threads = 0;
   int tokens = 64;
   int reps = 3;
@@ -96,6 +97,8 @@ int main_impl(int argc, char** argv) {
     const std::string value = argv[i + 1];
     if (flag == "-m") {
       model_path = value;
+    } else if (flag == "--device") {
+      device = value;
     } else if (flag == "-t") {
       threads = std::stoi(value);
     } else if (flag == "-n") {
@@ -120,6 +123,7 @@ int main_impl(int argc, char** argv) {
   spec.path = model_path;
   spec.context_tokens = 256;
   spec.layout.threads = threads;
+  if (!device.empty()) spec.layout.device = device;
   spec.engine.max_running = max_batch;
   spec.engine.max_waiting = max_batch;
   OpenHooks hooks;
