@@ -48,12 +48,17 @@ struct Batch {
 // reaching top_p of the mass (top_p >= 1: all), and one draw keyed by (seed, offset) so that a
 // request that passes its step number as the offset gets the same tokens whatever else runs
 // in the batch.
+// `allowed` (structured output) restricts the draw to the tokens whose bit is set: host
+// memory of allowed_words 64-bit words, bit t % 64 of word t / 64 for token t; tokens past
+// allowed_words * 64 are never drawn. It must stay valid for the forward call; null: every token.
 struct RowSampling {
   float temperature = 0.0f;
   int32_t top_k = 0;
   float top_p = 1.0f;
   uint64_t seed = 0;
   uint64_t offset = 0;
+  const uint64_t* allowed = nullptr;
+  int32_t allowed_words = 0;
 };
 
 // Geometry of the paged KV cache an executor allocated. Blocks are the unit the engine's

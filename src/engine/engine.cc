@@ -354,7 +354,7 @@ Status Engine::forward_step(const StepPlan& plan) {
   bool any_host = false;
   for (const ScheduledChunk& chunk : plan.chunks) {
     if (!chunk.wants_logits) continue;
-    const ActiveRequest& active = *active_.at(chunk.seq->id);
+    ActiveRequest& active = *active_.at(chunk.seq->id);
     const std::optional<RowSampling> row =
         active.sampler.device_sampling(static_cast<uint64_t>(chunk.seq->n_generated()));
     host_sampled_[row_sampling_.size()] = row ? 0 : 1;

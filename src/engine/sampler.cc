@@ -43,13 +43,17 @@ Sampler::Sampler(const SamplingParams& params, std::span<const int32_t> prompt, 
   if (params_.constraint) constraint_.emplace(params_.constraint);
 }
 
-std::optional<RowSampling> Sampler::device_sampling(uint64_t step) const {
+std::optional<RowSampling> Sampler::device_sampling(uint64_t step) {
   if (params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
-      params_.frequency_penalty != 0.0f || params_.min_p > 0.0f || wants_logprobs() ||
-      constraint_) {
+      params_.frequency_penalty != 0.0f || params_.min_p > 0.0f || wants_logprobs()) {
     return std::nullopt;
   }
   RowSampling row;
+  if (constraint_) {
+    device_mask_ = constraint_->allowed_tokens();
+    row.allowed = device_mask_->words.data();
+    row.allowed_words = static_cast<int32_t>(device_mask_->words.size());
+  }
   row.temperature = greedy() ? 0.0f : params_.temperature;
   row.top_k = params_.top_k;
   row.top_p = params_.top_p;

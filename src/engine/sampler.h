@@ -63,10 +63,11 @@ class Sampler {
 
   // The parameters with which a device draws this request's next token, `step` being the
   // number of tokens generated so far (the draw's counter); nothing when the request needs
-  // the host sampler (penalties, min-p, log probabilities, a response-format constraint). Greedy
-  // draws are the same token on either side; random draws differ in their generator (device: Philox
-  // keyed by seed and step).
-  std::optional<RowSampling> device_sampling(uint64_t step) const;
+  // the host sampler (penalties, min-p, log probabilities). A response-format constraint goes
+  // along as the mask of the tokens it allows now, held here until the next call. Greedy
+  // draws are the same token on either side; random draws differ in their generator (device:
+  // Philox keyed by seed and step).
+  std::optional<RowSampling> device_sampling(uint64_t step);
 
   // Picks the next token from `logits` (one row of n_vocab; modified in place).
   SampledToken sample(std::span<float> logits, SamplerScratch& scratch);
@@ -84,6 +85,7 @@ class Sampler {
 
   SamplingParams params_;
   std::optional<grammar::ConstraintState> constraint_;
+  std::shared_ptr<const grammar::TokenMask> device_mask_;  // of the last device_sampling()
   uint64_t seed_;
   std::mt19937_64 rng_;
   std::unordered_set<int32_t> seen_;                    // prompt and output tokens

@@ -134,6 +134,7 @@ class CudaExecutor final : public Executor, public CudaPart {
   CudaKvCache kv_;
   CudaActivations act_;
   std::unique_ptr<cuda::BatchStaging> staging_;
+  cuda::MaskStaging masks_;  // structured output's token masks of sampled rows
   std::unique_ptr<cuda::OpTimer> op_timer_;  // with options_.tuning.op_times
   // Tensor-parallel ranks: the stream of the overlapped all-reduces, and per half the events
   // "its block is computed" and "its all-reduce is done".
@@ -407,12 +408,14 @@ Status CudaExecutor::run_piece(const Batch& piece, float* logits, const StageInp
   if (op_timer_) LS_RETURN_IF_ERROR(op_timer_->mark("stage", stream_));
   const bool sample = has_head() && !sampling.empty();
   cuda::DeviceSampling drawn;
+  const uint64_t* row_masks = nullptr;  // device; null: no row is constrained
   if (sample) {
     if (sampling.size() != piece.logit_rows.size() || tokens.size() != sampling.size()) {
       return make_error(StatusCode::kInternal, "{} sampling entries, {} tokens for {} logit rows",
                         sampling.size(), tokens.size(), piece.logit_rows.size());
     }
     LS_ASSIGN_OR_RETURN(drawn, staging_->stage_sampling(sampling, stream_));
+    LS_ASSIGN_OR_RETURN(row_masks, masks_.stage(sampling, c.n_vocab, stream_));
   }
   // The graph bakes in the tile count: it holds only if every row is its own tile.
   const bool graph = decode_shape && b.n_tiles == b.n_tokens;
@@ -437,6 +440,11 @@ Status CudaExecutor::run_piece(const Batch& piece, float* logits, const StageInp
   // Rows [first, first + count) of the logits, in act_.logits from row 0: drawn and/or copied.
   auto emit = [&](int32_t first, int32_t count) -> Status {
     if (sample) {
+      if (row_masks != nullptr) {
+        const int64_t words = (c.n_vocab + 63) / 64;
+        LS_RETURN_IF_ERROR(cuda::mask_logits(act_.logits, act_.vocab_stride, count, c.n_vocab,
+                                             row_masks + first * words, words, stream_));
+      }
       LS_RETURN_IF_ERROR(cuda::sample_tokens(act_.logits, act_.vocab_stride, count, c.n_vocab,
                                              drawn.params + first, drawn.tokens + first, stream_));
     }

@@ -115,10 +115,18 @@ std::optional<std::vector<ToolCall>> calls_from_json(std::string_view text) {
 }
 
 // JSON values back to back, separated by white space or ";" (LLaMA 3's several calls).
+// Control tokens' text between or after them ("<|eom_id|>" where a vocabulary does not mark it
+// as end of generation) is skipped.
 std::optional<std::vector<ToolCall>> calls_from_json_sequence(std::string_view text) {
   std::vector<ToolCall> calls;
   text = trim(text);
   while (!text.empty()) {
+    if (text.starts_with("<|")) {
+      const size_t end = text.find("|>");
+      if (end == std::string_view::npos) return std::nullopt;
+      text = trim(text.substr(end + 2));
+      continue;
+    }
     const size_t end = json_extent(text);
     if (end == std::string_view::npos) return std::nullopt;
     auto more = calls_from_json(text.substr(0, end));

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <random>
+#include <set>
 #include <numeric>
 
 #include "backend/cpu/ref_kernels.h"
@@ -518,6 +520,97 @@ TEST_F(SamplingTest, TopKTopPDistributionAndDeterminism) {
     const double mean = p * draws, sd = std::sqrt(draws * p * (1 - p));
     EXPECT_NEAR(counts[token], mean, 5 * sd + 1) << "token " << token << " probability " << p;
   }
+}
+
+TEST_F(SamplingTest, MasksAgainstTheHostReferenceOnOddSizes) {
+  // Odd vocabularies (not a multiple of 64, one word short of a row's mask, a padded model
+  // vocabulary longer than the mask) and rows with and without masks.
+  for (const int64_t vocab : {1, 63, 65, 1001, 32003}) {
+    const int64_t rows = 5, stride = vocab + 7;
+    std::vector<float> logits = random_floats(rows * stride, 43 + vocab);
+    std::vector<SamplingParams> params(rows);
+    std::vector<std::vector<uint64_t>> masks(rows);
+    std::mt19937 rng(static_cast<uint32_t>(vocab));
+    for (int64_t r = 0; r < rows; ++r) {
+      if (r == 1) continue;  // no mask: every token
+      // Row 3's mask covers fewer tokens than the model's vocabulary.
+      const int64_t covered = r == 3 ? std::max<int64_t>(1, vocab - 64) : vocab;
+      masks[r].assign(static_cast<size_t>((covered + 63) / 64), 0);
+      for (int64_t t = 0; t < covered; ++t) {
+        if (rng() % 3 == 0 || t == covered - 1) masks[r][t / 64] |= uint64_t{1} << (t % 64);
+      }
+      params[r].allowed = masks[r].data();
+      params[r].allowed_words = static_cast<int32_t>(masks[r].size());
+    }
+    MaskStaging staging;
+    auto device_masks = staging.stage(params, vocab, nullptr);
+    ASSERT_TRUE(device_masks.is_ok()) << device_masks.status().to_string();
+    ASSERT_NE(*device_masks, nullptr);
+    DeviceArray<float> logits_dev(logits);
+    ASSERT_OK(mask_logits(logits_dev.get(), stride, rows, vocab, *device_masks, (vocab + 63) / 64,
+                          nullptr));
+    // Greedy draws after the mask: the host argmax over the allowed tokens.
+    DeviceArray<SamplingParams> params_dev(params);
+    DeviceArray<int32_t> tokens(rows);
+    tokens.poison();
+    ASSERT_OK(sample_tokens(logits_dev.get(), stride, rows, vocab, params_dev.get(), tokens.get(),
+                            nullptr));
+    const std::vector<float> masked = logits_dev.download();
+    const std::vector<int32_t> drawn = tokens.download();
+    for (int64_t r = 0; r < rows; ++r) {
+      int32_t best = -1;
+      for (int64_t t = 0; t < vocab; ++t) {
+        const size_t word = static_cast<size_t>(t / 64);
+        const bool allowed = params[r].allowed == nullptr ||
+                             (word < masks[r].size() && ((masks[r][word] >> (t % 64)) & 1));
+        const float got = masked[r * stride + t];
+        if (allowed) {
+          ASSERT_EQ(got, logits[r * stride + t]) << vocab << " row " << r << " token " << t;
+          if (best < 0 || got > masked[r * stride + best]) best = static_cast<int32_t>(t);
+        } else {
+          ASSERT_EQ(got, -INFINITY) << vocab << " row " << r << " token " << t;
+        }
+      }
+      EXPECT_EQ(drawn[r], best) << vocab << " row " << r;
+    }
+  }
+  // No row with a mask: nothing staged.
+  MaskStaging staging;
+  std::vector<SamplingParams> free_rows(3);
+  auto none = staging.stage(free_rows, 100, nullptr);
+  ASSERT_TRUE(none.is_ok());
+  EXPECT_EQ(*none, nullptr);
+}
+
+TEST_F(SamplingTest, RandomDrawsStayInsideTheMask) {
+  const int64_t vocab = 1000, draws = 2000;
+  const std::vector<float> base = random_floats(vocab, 44, 2.0f);
+  std::vector<uint64_t> mask((vocab + 63) / 64, 0);
+  for (int64_t t = 0; t < vocab; t += 7) mask[t / 64] |= uint64_t{1} << (t % 64);
+  std::vector<float> logits(draws * vocab);
+  std::vector<SamplingParams> params(draws);
+  for (int64_t i = 0; i < draws; ++i) {
+    std::copy(base.begin(), base.end(), logits.begin() + i * vocab);
+    params[i] = SamplingParams{1.0f, 0, 0.95f, 99, static_cast<uint64_t>(i)};
+    params[i].allowed = mask.data();
+    params[i].allowed_words = static_cast<int32_t>(mask.size());
+  }
+  MaskStaging staging;
+  auto device_masks = staging.stage(params, vocab, nullptr);
+  ASSERT_TRUE(device_masks.is_ok());
+  DeviceArray<float> logits_dev(logits);
+  ASSERT_OK(mask_logits(logits_dev.get(), vocab, draws, vocab, *device_masks, mask.size(), nullptr));
+  DeviceArray<SamplingParams> params_dev(params);
+  DeviceArray<int32_t> tokens(draws);
+  tokens.poison();
+  ASSERT_OK(sample_tokens(logits_dev.get(), vocab, draws, vocab, params_dev.get(), tokens.get(),
+                          nullptr));
+  std::set<int32_t> distinct;
+  for (int32_t t : tokens.download()) {
+    ASSERT_EQ(t % 7, 0) << "token " << t << " is outside the mask";
+    distinct.insert(t);
+  }
+  EXPECT_GT(distinct.size(), 5u);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -110,3 +110,36 @@ TEST_F(ModelServiceTest, RefusesWhatDoesNotFitWithoutKeepingAnything) {
 
 }  // namespace
 }  // namespace llamaserve
+
+// Structured output sampled on the device (the token masks applied to the logits there):
+// every output of a bounded schema at temperature 1 is a complete document that matches it.
+TEST_F(ModelServiceTest, ConstrainedRowsSampleOnTheDevice) {
+  auto opened = ModelService::open(spec_, OpenHooks{.show_progress = false});
+  ASSERT_TRUE(opened.is_ok()) << opened.status().to_string();
+  std::unique_ptr<ModelService> model = std::move(opened).value();
+  auto constraint = model->constraints().get(
+      grammar::FormatKind::kJsonSchema, nlohmann::ordered_json::parse(R"({"type": "object",
+        "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer", "minimum": 0,
+        "maximum": 99}, "c": {"enum": ["red", "green"]}},
+        "required": ["ok", "n", "c"], "additionalProperties": false})"));
+  ASSERT_TRUE(constraint.is_ok()) << constraint.status().to_string();
+  for (uint64_t seed = 0; seed < 8; ++seed) {
+    GenerationRequest request;
+    request.prompt_tokens = model->tokenizer().encode("JSON:", true, false);
+    request.max_new_tokens = 64;
+    request.sampling.temperature = 1.0f;
+    request.sampling.seed = seed;
+    request.sampling.constraint = *constraint;
+    auto completion = generate(model->engines(), std::move(request));
+    ASSERT_TRUE(completion.is_ok()) << completion.status().to_string();
+    EXPECT_EQ(completion->finish_reason, FinishReason::kStop) << completion->text;
+    const auto document = nlohmann::json::parse(completion->text, nullptr, false);
+    ASSERT_FALSE(document.is_discarded()) << completion->text;
+    EXPECT_TRUE(document["ok"].is_boolean()) << completion->text;
+    EXPECT_TRUE(document["n"].is_number_integer() && document["n"] >= 0 && document["n"] <= 99)
+        << completion->text;
+    EXPECT_TRUE(document["c"] == "red" || document["c"] == "green") << completion->text;
+    EXPECT_EQ(document.size(), 3u) << completion->text;
+  }
+  model->close();
+}

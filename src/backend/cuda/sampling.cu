@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cfloat>
 
 #include "backend/cuda/check.h"
@@ -218,7 +219,67 @@ __global__ void __launch_bounds__(kSampleThreads)
   if (threadIdx.x == 0) tokens[row] = sh.broadcast_i != 0x7fffffff ? sh.broadcast_i : best_index;
 }
 
+// One block per row.
+__global__ void mask_kernel(float* logits, int64_t stride, int64_t n_vocab, const uint64_t* masks,
+                            int64_t words_per_row) {
+  float* l = logits + blockIdx.x * stride;
+  const uint64_t* mask = masks + blockIdx.x * words_per_row;
+  for (int64_t i = threadIdx.x; i < n_vocab; i += blockDim.x) {
+    if (((mask[i >> 6] >> (i & 63)) & 1) == 0) l[i] = -INFINITY;
+  }
+}
+
 }  // namespace
+
+Status mask_logits(float* logits, int64_t logits_stride, int64_t n_rows, int64_t n_vocab,
+                   const uint64_t* masks, int64_t words_per_row, cudaStream_t stream) {
+  LS_CUDA_REQUIRE(logits != nullptr && masks != nullptr);
+  LS_CUDA_REQUIRE(n_vocab > 0 && logits_stride >= n_vocab && words_per_row * 64 >= n_vocab);
+  LS_CUDA_REQUIRE(n_rows >= 0 && n_rows <= 0x7fffffff);
+  if (n_rows == 0) return Status::ok();
+  mask_kernel<<<static_cast<unsigned>(n_rows), 256, 0, stream>>>(logits, logits_stride, n_vocab,
+                                                                  masks, words_per_row);
+  LS_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+MaskStaging::~MaskStaging() {
+  if (host_ != nullptr) cudaFreeHost(host_);
+  if (device_ != nullptr) cudaFree(device_);
+}
+
+Result<const uint64_t*> MaskStaging::stage(std::span<const RowSampling> rows, int64_t n_vocab,
+                                           cudaStream_t stream) {
+  const bool any = std::any_of(rows.begin(), rows.end(),
+                               [](const RowSampling& row) { return row.allowed != nullptr; });
+  if (!any) return static_cast<const uint64_t*>(nullptr);
+  const auto words = static_cast<size_t>((n_vocab + 63) / 64);
+  const size_t needed = words * rows.size();
+  if (needed > capacity_words_) {
+    if (host_ != nullptr) LS_CUDA_CHECK(cudaFreeHost(host_));
+    if (device_ != nullptr) LS_CUDA_CHECK(cudaFree(device_));
+    host_ = nullptr;
+    device_ = nullptr;
+    capacity_words_ = 0;
+    LS_CUDA_CHECK(cudaMallocHost(&host_, needed * sizeof(uint64_t)));
+    LS_CUDA_CHECK(cudaMalloc(&device_, needed * sizeof(uint64_t)));
+    capacity_words_ = needed;
+  }
+  for (size_t r = 0; r < rows.size(); ++r) {
+    uint64_t* out = host_ + r * words;
+    const RowSampling& row = rows[r];
+    if (row.allowed == nullptr) {
+      std::fill(out, out + words, ~uint64_t{0});
+      continue;
+    }
+    const size_t given = std::min(words, static_cast<size_t>(std::max(row.allowed_words, 0)));
+    std::copy(row.allowed, row.allowed + given, out);
+    std::fill(out + given, out + words, uint64_t{0});
+  }
+  LS_CUDA_CHECK(cudaMemcpyAsync(device_, host_, needed * sizeof(uint64_t), cudaMemcpyHostToDevice,
+                                stream));
+  return static_cast<const uint64_t*>(device_);
+}
 
 float philox_uniform(uint64_t seed, uint64_t offset) {
   return uniform_from_word(philox_first_word(seed, offset));

@@ -544,7 +544,21 @@ TEST(EngineConstraint, SamplerMasksBeforeTopK) {
   logits[testing::byte_token('a')] = 20.0f;
   logits[testing::byte_token('7')] = 1.0f;
   EXPECT_EQ(sampler.sample(logits, scratch).token, testing::byte_token('7'));
-  EXPECT_FALSE(sampler.device_sampling(1).has_value());
+  sampler.accept(testing::byte_token('7'));
+  // On a device the row carries the same mask (bit t of the words: token t allowed now).
+  const std::optional<RowSampling> row = sampler.device_sampling(2);
+  ASSERT_TRUE(row.has_value());
+  ASSERT_NE(row->allowed, nullptr);
+  ASSERT_GE(row->allowed_words * 64, testing::kByteVocab);
+  auto allowed = [&](char c) {
+    const int32_t t = testing::byte_token(c);
+    return ((row->allowed[t / 64] >> (t % 64)) & 1) != 0;
+  };
+  EXPECT_TRUE(allowed('8'));
+  EXPECT_TRUE(allowed(','));
+  EXPECT_TRUE(allowed(']'));
+  EXPECT_FALSE(allowed('a'));
+  EXPECT_FALSE(allowed('{'));
 }
 
 // Constrained and free requests batched, sampled, with a KV cache so small that sequences are

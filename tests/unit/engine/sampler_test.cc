@@ -236,7 +236,7 @@ TEST(SamplerTest, DeviceSamplingOnlyForWhatTheDeviceDraws) {
   SamplingParams params = with_temperature(0.8f);
   params.top_k = 40;
   params.top_p = 0.9f;
-  const Sampler plain(params, {}, 1234);
+  Sampler plain(params, {}, 1234);
   const std::optional<RowSampling> row = plain.device_sampling(7);
   ASSERT_TRUE(row.has_value());
   EXPECT_EQ(row->temperature, 0.8f);
@@ -244,6 +244,7 @@ TEST(SamplerTest, DeviceSamplingOnlyForWhatTheDeviceDraws) {
   EXPECT_EQ(row->top_p, 0.9f);
   EXPECT_EQ(row->seed, 1234u);
   EXPECT_EQ(row->offset, 7u);
+  EXPECT_EQ(row->allowed, nullptr);
 
   const std::optional<RowSampling> greedy =
       Sampler(with_temperature(0.0f), {}, 1).device_sampling(0);

@@ -91,6 +91,11 @@ TEST(ParseOutput, Llama3PythonTagAndBareJson) {
   ASSERT_EQ(out.calls.size(), 2u);
   expect_call(out.calls[0], "a", {{"x", 1}});
   expect_call(out.calls[1], "b", json::object());
+  // The end-of-message token's text where the vocabulary does not end generation on it.
+  out = parse_output("<|python_tag|>{\"name\": \"f\", \"parameters\": {}}<|eom_id|>",
+                     Syntax::kLlama3);
+  ASSERT_EQ(out.calls.size(), 1u);
+  expect_call(out.calls[0], "f", json::object());
 }
 
 TEST(ParseOutput, MistralKeepsTheModelsIds) {
