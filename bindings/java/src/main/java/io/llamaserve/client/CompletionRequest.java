@@ -7,10 +7,12 @@ import java.util.Objects;
 /** A POST /v1/completions request: continue a raw prompt. Build with {@link #builder(String)}. */
 public final class CompletionRequest extends GenerationOptions {
   private final String prompt;
+  private final ResponseFormat responseFormat;
 
   private CompletionRequest(Builder b) {
     super(b);
     this.prompt = b.prompt;
+    this.responseFormat = b.responseFormat;
   }
 
   public static Builder builder(String prompt) {
@@ -25,10 +27,16 @@ public final class CompletionRequest extends GenerationOptions {
     return prompt;
   }
 
+  /** The response format, or null when unset (text). */
+  public ResponseFormat responseFormat() {
+    return responseFormat;
+  }
+
   Map<String, Object> toJson(boolean stream) {
     Map<String, Object> body = new LinkedHashMap<>();
     body.put("prompt", prompt);
     writeOptions(body, false);
+    if (responseFormat != null) body.put("response_format", responseFormat.toJson());
     if (stream) {
       body.put("stream", true);
       body.put("stream_options", Map.of("include_usage", true));
@@ -38,6 +46,7 @@ public final class CompletionRequest extends GenerationOptions {
 
   public static final class Builder extends GenerationOptions.Builder<Builder> {
     private final String prompt;
+    private ResponseFormat responseFormat;
 
     private Builder(String prompt) {
       this.prompt = Objects.requireNonNull(prompt, "prompt");
@@ -45,6 +54,15 @@ public final class CompletionRequest extends GenerationOptions {
 
     @Override
     protected Builder self() {
+      return this;
+    }
+
+    /**
+     * Structured output: the continuation is JSON, or JSON valid against a schema (an
+     * extension of llamaserve; OpenAI's completions have no such field).
+     */
+    public Builder responseFormat(ResponseFormat format) {
+      this.responseFormat = Objects.requireNonNull(format, "format");
       return this;
     }
 

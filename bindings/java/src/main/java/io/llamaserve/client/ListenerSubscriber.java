@@ -1,5 +1,6 @@
 package io.llamaserve.client;
 
+import io.llamaserve.ToolCall;
 import java.util.concurrent.Flow;
 
 /** Feeds a StreamListener from a streamed call, with unbounded demand. */
@@ -18,6 +19,11 @@ final class ListenerSubscriber implements Flow.Subscriber<String> {
   @Override
   public void onSubscribe(Flow.Subscription subscription) {
     subscription.request(Long.MAX_VALUE);
+  }
+
+  /** A completed tool call, from the same drain loop as onNext. */
+  void onToolCall(ToolCall call) {
+    listener.onToolCall(call); // an exception fails the call, as from onText
   }
 
   @Override

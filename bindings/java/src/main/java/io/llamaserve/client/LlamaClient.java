@@ -1,5 +1,6 @@
 package io.llamaserve.client;
 
+import io.llamaserve.ToolCall;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
@@ -25,6 +26,11 @@ import java.util.stream.StreamSupport;
  * {@link StreamListener}, or {@link #chatPublisher} as a {@code Flow.Publisher<String>} with
  * back-pressure). Stopping a stream early closes its connection, and the server cancels the
  * generation at its next step.
+ *
+ * <p>Tool calls ({@link ChatRequest.Builder#tool}) come in {@link CompletionResult#toolCalls()}
+ * of {@link #chat} and of a {@link #chatAsync} stream's result, and one by one to {@link
+ * StreamListener#onToolCall}; the text-only forms ({@link #chatStream}, {@link
+ * #chatPublisher}) pass text alone.
  *
  * <p>Time limits (see {@link Builder}): connect; read (longest wait for the next bytes: for a
  * blocking call that is the whole generation, as the server answers at the end); request
@@ -56,14 +62,18 @@ public final class LlamaClient implements AutoCloseable {
   // ---------------------------------------------------------------------------------------
   // POST /v1/chat/completions
 
-  /** Generates the whole reply, then returns it. */
+  /**
+   * Generates the whole reply, then returns it: text, or with finish reason "tool_calls" the
+   * function calls ({@link CompletionResult#toolCalls()}).
+   */
   public CompletionResult chat(ChatRequest request) {
     Map<String, Object> body =
         transport.callJson(transport.postJson("/v1/chat/completions", request.toJson(false), false));
     Map<String, Object> choice = JsonFields.firstChoice(body);
     if (choice == null) throw new LlamaConnectionException("the answer has no choices");
     Map<String, Object> message = JsonFields.object(choice.get("message"), "choices[0].message");
-    return result(body, JsonFields.string(message, "content"), choice);
+    return result(body, JsonFields.string(message, "content"), choice,
+        JsonFields.toolCalls(message));
   }
 
   /** The reply as it is generated. Close the stream to stop early. */
@@ -71,7 +81,10 @@ public final class LlamaClient implements AutoCloseable {
     return blockingStream(chatPublisher(request));
   }
 
-  /** Streams the reply to {@code listener}; returns at once. */
+  /**
+   * Streams the reply to {@code listener}; returns at once. Tool calls go to {@link
+   * StreamListener#onToolCall} as each is complete, and are in the result.
+   */
   public StreamHandle chatAsync(ChatRequest request, StreamListener listener) {
     return async(post("/v1/chat/completions", request.toJson(true)), StreamProtocol.CHAT,
         listener);
@@ -90,7 +103,7 @@ public final class LlamaClient implements AutoCloseable {
         transport.callJson(transport.postJson("/v1/completions", request.toJson(false), false));
     Map<String, Object> choice = JsonFields.firstChoice(body);
     if (choice == null) throw new LlamaConnectionException("the answer has no choices");
-    return result(body, JsonFields.string(choice, "text"), choice);
+    return result(body, JsonFields.string(choice, "text"), choice, List.of());
   }
 
   public Stream<String> completeStream(CompletionRequest request) {
@@ -151,10 +164,12 @@ public final class LlamaClient implements AutoCloseable {
       Object state = entry.get("state");
       Object context = entry.get("context_length");
       Object error = entry.get("error");
+      Object aliasOf = entry.get("alias_of");
       models.add(new ModelInfo(JsonFields.string(entry, "id"),
           state instanceof String text ? text : "loaded",
           context instanceof Number number ? number.longValue() : 0,
-          error instanceof String text ? text : null));
+          error instanceof String text ? text : null,
+          aliasOf instanceof String text ? text : null));
     }
     return models;
   }
@@ -210,7 +225,8 @@ public final class LlamaClient implements AutoCloseable {
       StreamListener listener) {
     Objects.requireNonNull(listener, "listener");
     ListenerSubscriber subscriber = new ListenerSubscriber(listener);
-    StreamingCall call = new StreamingCall(transport, request, protocol, subscriber);
+    StreamingCall call = new StreamingCall(transport, request, protocol, subscriber,
+        subscriber::onToolCall);
     subscriber.attach(call);
     call.start();
     return new StreamHandle(call);
@@ -223,10 +239,10 @@ public final class LlamaClient implements AutoCloseable {
   }
 
   private static CompletionResult result(Map<String, Object> body, String text,
-      Map<String, Object> choice) {
+      Map<String, Object> choice, List<ToolCall> toolCalls) {
     return new CompletionResult(JsonFields.string(body, "id"), JsonFields.string(body, "model"),
         text == null ? "" : text, JsonFields.string(choice, "finish_reason"),
-        JsonFields.usage(body));
+        JsonFields.usage(body), toolCalls);
   }
 
   /** Configures a LlamaClient. Every setting has a default. */

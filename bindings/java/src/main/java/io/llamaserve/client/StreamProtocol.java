@@ -1,8 +1,12 @@
 package io.llamaserve.client;
 
+import io.llamaserve.ToolCall;
 import io.llamaserve.json.Json;
 import io.llamaserve.json.JsonException;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Map;
+import java.util.TreeMap;
 import java.util.function.Consumer;
 
 /**
@@ -11,7 +15,11 @@ import java.util.function.Consumer;
  * <ul>
  *   <li>CHAT (/v1/chat/completions): {@code data: {chunk}} with choices[0].delta.content, the
  *       finish_reason in the last chunk, usage in a chunk with no choices, then
- *       {@code data: [DONE]}; an error is {@code data: {"error": {...}}} then [DONE].
+ *       {@code data: [DONE]}; an error is {@code data: {"error": {...}}} then [DONE]. Tool
+ *       calls come as choices[0].delta.tool_calls: pieces of calls, each with the call's
+ *       {@code index} and some of id, function.name and a piece of function.arguments, put
+ *       together by index. A call is complete when a later index starts or the choice
+ *       finishes.
  *   <li>COMPLETION (/v1/completions): the same, with choices[0].text.
  *   <li>SIMPLE_CHAT (/chat): {@code event: token} whose data is the text itself, then
  *       {@code event: done} with {id, model, finish_reason, usage, timings}, or
@@ -31,31 +39,51 @@ enum StreamProtocol {
     Usage usage;
     final StringBuilder text = new StringBuilder();
     boolean done;
+    // Tool calls by their index, as the deltas build them, and those complete so far.
+    final TreeMap<Integer, PartialCall> partialCalls = new TreeMap<>();
+    final List<ToolCall> toolCalls = new ArrayList<>();
 
     CompletionResult result() {
-      return new CompletionResult(id, model, text.toString(), finishReason, usage);
+      return new CompletionResult(id, model, text.toString(), finishReason, usage, toolCalls);
     }
   }
 
-  /**
-   * Applies one event to {@code state}, passing new text to {@code onText}. Throws the
-   * server's error (LlamaApiException) or LlamaConnectionException for a malformed event.
-   */
+  /** One streamed tool call being put together. */
+  static final class PartialCall {
+    String id;
+    String name;
+    final StringBuilder arguments = new StringBuilder();
+    boolean complete;
+  }
+
+  /** {@link #apply(SseEvent, State, Consumer, Consumer)} ignoring completed tool calls. */
   void apply(SseEvent event, State state, Consumer<String> onText) {
+    apply(event, state, onText, call -> {});
+  }
+
+  /**
+   * Applies one event to {@code state}, passing new text to {@code onText} and each tool call,
+   * once complete, to {@code onToolCall}. Throws the server's error (LlamaApiException) or
+   * LlamaConnectionException for a malformed event.
+   */
+  void apply(SseEvent event, State state, Consumer<String> onText,
+      Consumer<ToolCall> onToolCall) {
     if (state.done) return; // nothing may follow the end marker
     try {
       if (this == SIMPLE_CHAT) {
         applySimple(event, state, onText);
       } else {
-        applyOpenAi(event, state, onText);
+        applyOpenAi(event, state, onText, onToolCall);
       }
     } catch (JsonException e) {
       throw new LlamaConnectionException("malformed event from the server: " + e.getMessage(), e);
     }
   }
 
-  private void applyOpenAi(SseEvent event, State state, Consumer<String> onText) {
+  private void applyOpenAi(SseEvent event, State state, Consumer<String> onText,
+      Consumer<ToolCall> onToolCall) {
     if (event.data().equals("[DONE]")) {
+      completeCalls(state, Integer.MAX_VALUE, onToolCall);
       state.done = true;
       return;
     }
@@ -69,8 +97,9 @@ enum StreamProtocol {
     Map<String, Object> choice = JsonFields.firstChoice(chunk);
     if (choice == null) return; // the usage chunk
     String text;
+    Map<String, Object> delta = null;
     if (this == CHAT) {
-      Map<String, Object> delta = JsonFields.objectOrNull(choice, "delta");
+      delta = JsonFields.objectOrNull(choice, "delta");
       text = delta == null ? null : JsonFields.string(delta, "content");
     } else {
       text = JsonFields.string(choice, "text");
@@ -78,6 +107,55 @@ enum StreamProtocol {
     String finish = JsonFields.string(choice, "finish_reason");
     if (finish != null) state.finishReason = finish;
     emit(text, state, onText);
+    if (delta != null && delta.get("tool_calls") != null) {
+      applyToolCalls(JsonFields.list(delta, "tool_calls"), state, onToolCall);
+    }
+    if (finish != null) completeCalls(state, Integer.MAX_VALUE, onToolCall);
+  }
+
+  /** Adds the pieces of one delta's tool_calls; a new index completes the calls before it. */
+  private static void applyToolCalls(List<Object> pieces, State state,
+      Consumer<ToolCall> onToolCall) {
+    for (int i = 0; i < pieces.size(); i++) {
+      Map<String, Object> piece = JsonFields.object(pieces.get(i), "delta.tool_calls[]");
+      // OpenAI's chunks always carry the index; without one, take the piece's position.
+      int index = piece.get("index") == null ? i : (int) JsonFields.integer(piece, "index");
+      PartialCall call = state.partialCalls.get(index);
+      if (call == null) {
+        completeCalls(state, index, onToolCall);
+        call = new PartialCall();
+        state.partialCalls.put(index, call);
+      } else if (call.complete) {
+        throw new LlamaConnectionException("malformed stream: tool call " + index
+            + " continues after a later one started");
+      }
+      String id = JsonFields.string(piece, "id");
+      if (id != null) call.id = id;
+      Map<String, Object> function = JsonFields.objectOrNull(piece, "function");
+      if (function != null) {
+        String name = JsonFields.string(function, "name");
+        if (name != null) call.name = name;
+        Object arguments = function.get("arguments");
+        if (arguments != null) call.arguments.append(JsonFields.arguments(arguments));
+      }
+    }
+  }
+
+  /** Completes, in index order, the calls with an index below {@code before}. */
+  private static void completeCalls(State state, int before, Consumer<ToolCall> onToolCall) {
+    for (Map.Entry<Integer, PartialCall> entry : state.partialCalls.headMap(before).entrySet()) {
+      PartialCall partial = entry.getValue();
+      if (partial.complete) continue;
+      partial.complete = true;
+      if (partial.name == null) {
+        throw new LlamaConnectionException("malformed stream: tool call " + entry.getKey()
+            + " has no function name");
+      }
+      ToolCall call = new ToolCall(partial.id == null ? "" : partial.id, partial.name,
+          partial.arguments.toString());
+      state.toolCalls.add(call);
+      onToolCall.accept(call);
+    }
   }
 
   private static void applySimple(SseEvent event, State state, Consumer<String> onText) {

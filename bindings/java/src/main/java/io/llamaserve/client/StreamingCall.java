@@ -1,5 +1,6 @@
 package io.llamaserve.client;
 
+import io.llamaserve.ToolCall;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.nio.ByteBuffer;
@@ -16,10 +17,12 @@ import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
+import java.util.function.Consumer;
 
 /**
  * One streamed generation: an HTTP exchange whose event-stream body is parsed as it arrives
- * and handed to one {@link Flow.Subscriber} as text pieces, with back-pressure.
+ * and handed to one {@link Flow.Subscriber} as text pieces, with back-pressure. Completed
+ * tool calls go, in stream order with the text, to an optional callback; they take no demand.
  *
  * <p>Back-pressure: the response body is read one chunk at a time, and the next chunk is only
  * requested when every piece parsed so far has been delivered and the subscriber wants more.
@@ -42,6 +45,7 @@ final class StreamingCall implements Flow.Subscription {
   private final HttpRequest request;
   private final StreamProtocol protocol;
   private final Flow.Subscriber<? super String> subscriber;
+  private final Consumer<ToolCall> onToolCall; // null: calls are only in the result
   private final CompletableFuture<CompletionResult> result = new CompletableFuture<>();
   // LlamaClient.close() fails open calls (a cancel would leave their subscribers waiting).
   private final Runnable closeHook =
@@ -51,7 +55,8 @@ final class StreamingCall implements Flow.Subscription {
   private final StreamProtocol.State state = new StreamProtocol.State();
   private final SseParser parser;
 
-  private final ConcurrentLinkedQueue<String> pending = new ConcurrentLinkedQueue<>();
+  // Text pieces (String) and completed tool calls (ToolCall), in stream order.
+  private final ConcurrentLinkedQueue<Object> pending = new ConcurrentLinkedQueue<>();
   private final AtomicLong demand = new AtomicLong();
   private final AtomicInteger wip = new AtomicInteger();
   private final AtomicReference<Throwable> failure = new AtomicReference<>();
@@ -69,11 +74,18 @@ final class StreamingCall implements Flow.Subscription {
 
   StreamingCall(Transport transport, HttpRequest request, StreamProtocol protocol,
       Flow.Subscriber<? super String> subscriber) {
+    this(transport, request, protocol, subscriber, null);
+  }
+
+  StreamingCall(Transport transport, HttpRequest request, StreamProtocol protocol,
+      Flow.Subscriber<? super String> subscriber, Consumer<ToolCall> onToolCall) {
     this.transport = transport;
     this.request = request;
     this.protocol = protocol;
     this.subscriber = subscriber;
-    this.parser = new SseParser(event -> protocol.apply(event, state, pending::add));
+    this.onToolCall = onToolCall;
+    this.parser = new SseParser(event -> protocol.apply(event, state, pending::add,
+        onToolCall == null ? call -> {} : pending::add));
     this.deadlineNanos = transport.deadlineNanos();
   }
 
@@ -232,12 +244,17 @@ final class StreamingCall implements Flow.Subscription {
       subscriber.onError(error);
       return;
     }
-    while (demand.get() > 0) {
-      String text = pending.poll();
-      if (text == null) break;
-      if (demand.get() != Long.MAX_VALUE) demand.decrementAndGet();
+    while (true) {
+      Object item = pending.peek();
+      if (item == null || (item instanceof String && demand.get() <= 0)) break;
+      pending.poll();
       try {
-        subscriber.onNext(text);
+        if (item instanceof ToolCall call) {
+          onToolCall.accept(call); // only queued when there is a callback
+        } else {
+          if (demand.get() != Long.MAX_VALUE) demand.decrementAndGet();
+          subscriber.onNext((String) item);
+        }
       } catch (Throwable t) {
         failure.compareAndSet(null, t); // rule 2.13 violated: treat as a failure of the call
         closeConnection();

@@ -47,10 +47,18 @@ public final class GenerationRequest {
     this.timeout = b.timeout;
   }
 
-  /** A chat through the model's chat template. */
+  /**
+   * A chat through the model's chat template. Text messages only: a message with tool calls
+   * is refused with IllegalArgumentException (tools are served by {@code llamaserve serve}).
+   */
   public static Builder chat(List<ChatMessage> messages) {
     Objects.requireNonNull(messages, "messages");
     if (messages.isEmpty()) throw new IllegalArgumentException("a chat needs at least one message");
+    for (ChatMessage m : messages) {
+      if (m.hasToolCalls()) {
+        throw new IllegalArgumentException("the embedded engine does not take tool calls");
+      }
+    }
     return new Builder(new ArrayList<>(messages), null);
   }
 
