@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "backend/cuda/device_pool.h"
 #include "engine/generate.h"
 #include "model/importers/synth_model.h"
@@ -108,8 +110,6 @@ TEST_F(ModelServiceTest, RefusesWhatDoesNotFitWithoutKeepingAnything) {
   EXPECT_EQ(DevicePool::live_pools(), 0);
 }
 
-}  // namespace
-}  // namespace llamaserve
 
 // Structured output sampled on the device (the token masks applied to the logits there):
 // every output of a bounded schema at temperature 1 is a complete document that matches it.
@@ -143,3 +143,6 @@ TEST_F(ModelServiceTest, ConstrainedRowsSampleOnTheDevice) {
   }
   model->close();
 }
+
+}  // namespace
+}  // namespace llamaserve
