@@ -55,8 +55,7 @@ void EmbeddingBatcher::add_chunk(size_t item, int32_t n_tokens, Batch& batch) {
   planned_.push_back({item, n_tokens, n_hidden});
 }
 
-bool EmbeddingBatcher::plan(Batch& batch, SeqId& next_seq_id,
-                            std::vector<EmbeddingJob*>& started) {
+bool EmbeddingBatcher::plan(Batch& batch, SeqId& next_seq_id, std::vector<EmbeddingJob*>& started) {
   batch.clear();
   planned_.clear();
   int32_t budget = max_pass_tokens_;
@@ -136,8 +135,9 @@ void EmbeddingBatcher::complete(std::span<const float> hidden,
   std::erase_if(items_, [&](Item& item) {
     const std::vector<int32_t>& tokens = item.job->inputs[item.input];
     if (item.n_computed < static_cast<int32_t>(tokens.size())) return false;
-    const double scale =
-        item.job->pooling == EmbeddingPooling::kMean ? 1.0 / static_cast<double>(tokens.size()) : 1.0;
+    const double scale = item.job->pooling == EmbeddingPooling::kMean
+                             ? 1.0 / static_cast<double>(tokens.size())
+                             : 1.0;
     std::span<float> out(item.job->embeddings.data() + item.input * width, width);
     for (size_t c = 0; c < width; ++c) out[c] = static_cast<float>(item.sum[c] * scale);
     l2_normalize(out);

@@ -42,7 +42,7 @@ struct EmbeddingJob {
   Clock::time_point first_scheduled;
   Clock::time_point deadline = Clock::time_point::max();        // request timeout
   Clock::time_point queue_deadline = Clock::time_point::max();  // until first scheduled
-  bool started = false;  // some input had a chunk planned
+  bool started = false;                                         // some input had a chunk planned
 
   size_t next_input = 0;  // inputs [0, next_input) have started
   size_t n_done = 0;      // inputs whose vector is complete
@@ -105,8 +105,8 @@ class EmbeddingBatcher {
   const int32_t max_pass_seqs_;
   const int32_t n_embd_;
   std::deque<std::unique_ptr<EmbeddingJob>> jobs_;  // in submission order
-  std::vector<Item> items_;                          // started, not done; in start order
-  std::vector<Chunk> planned_;                       // the last plan()'s chunks
+  std::vector<Item> items_;                         // started, not done; in start order
+  std::vector<Chunk> planned_;                      // the last plan()'s chunks
 };
 
 // Scales `v` to unit L2 norm (left as is when its norm is 0).

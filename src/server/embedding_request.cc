@@ -57,8 +57,7 @@ Status read_input(const json& body, ParsedEmbeddings& out) {
     return Status::ok();
   }
   if (!input->is_array()) {
-    return wrong_type("input", "a string, an array of strings or an array of token ids",
-                      *input);
+    return wrong_type("input", "a string, an array of strings or an array of token ids", *input);
   }
   if (input->empty()) return invalid("'input' must not be an empty array");
   const json& first = input->front();

@@ -62,8 +62,8 @@ bool HttpServer::handle_embeddings(http::Exchange& exchange, http::Response& res
   }
   Result<ParsedEmbeddings> parsed = parse_embeddings(*body);
   if (!parsed) {
-    send_error(res, with_param(api_error_from_status(parsed.status()),
-                               error_field(parsed.status())));
+    send_error(res,
+               with_param(api_error_from_status(parsed.status()), error_field(parsed.status())));
     return false;
   }
   auto lease = lease_model(parsed->model);
@@ -192,8 +192,8 @@ bool HttpServer::handle_embeddings(http::Exchange& exchange, http::Response& res
     return false;
   }
   send_json(res, 200,
-            embeddings_response(finish->embeddings, static_cast<size_t>(n_embd),
-                                parsed->encoding, model.name(), finish->usage.prompt_tokens));
+            embeddings_response(finish->embeddings, static_cast<size_t>(n_embd), parsed->encoding,
+                                model.name(), finish->usage.prompt_tokens));
   return false;
 }
 
