@@ -53,12 +53,13 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Executor> executo
   if (!executor) return make_error(StatusCode::kInvalidArgument, "engine: no executor");
   if (!tokenizer) return make_error(StatusCode::kInvalidArgument, "engine: no tokenizer");
   if (config.max_running < 1 || config.max_batch_tokens < 1 || config.max_waiting < 0 ||
-      config.max_context < 0 || config.sampler_threads < 0) {
+      config.max_context < 0 || config.sampler_threads < 0 || config.max_embedding_seqs < 1) {
     return make_error(StatusCode::kInvalidArgument,
-                      "engine: max_running ({}) and max_batch_tokens ({}) must be >= 1, "
-                      "max_waiting ({}), max_context ({}) and sampler_threads ({}) >= 0",
-                      config.max_running, config.max_batch_tokens, config.max_waiting,
-                      config.max_context, config.sampler_threads);
+                      "engine: max_running ({}), max_batch_tokens ({}) and max_embedding_seqs ({}) "
+                      "must be >= 1, max_waiting ({}), max_context ({}) and sampler_threads ({}) "
+                      ">= 0",
+                      config.max_running, config.max_batch_tokens, config.max_embedding_seqs,
+                      config.max_waiting, config.max_context, config.sampler_threads);
   }
   const KvCacheInfo kv = executor->kv_info();
   if (kv.n_blocks < 1 || kv.block_size < 1) {
@@ -89,12 +90,15 @@ Engine::Engine(std::unique_ptr<Executor> executor, std::shared_ptr<const Tokeniz
       config_(config),
       max_context_(max_context),
       n_vocab_(static_cast<int32_t>(executor_->config().n_vocab)),
+      returns_hidden_(executor_->returns_hidden()),
       inbox_(std::make_shared<Inbox>()),
       blocks_(executor_->kv_info().n_blocks, executor_->kv_info().block_size),
       scheduler_(SchedulerConfig{config.max_running, config.max_batch_tokens}, blocks_),
       sampler_pool_(config.sampler_threads > 0 ? config.sampler_threads
                                                : std::min(4, ThreadPool::default_threads())),
-      sampler_scratch_(static_cast<size_t>(sampler_pool_.size())) {
+      sampler_scratch_(static_cast<size_t>(sampler_pool_.size())),
+      embeddings_(blocks_, config.max_batch_tokens, config.max_embedding_seqs,
+                  static_cast<int32_t>(executor_->config().n_embd)) {
   logits_.reserve(static_cast<size_t>(config_.max_running) * static_cast<size_t>(n_vocab_));
   publish_stats();
   thread_ = std::thread([this] { run_loop(); });
@@ -171,8 +175,21 @@ Result<RequestHandle> Engine::submit(GenerationRequest request) {
     request.id =
         fmt::format("req-{}", next_request_number_.fetch_add(1, std::memory_order_relaxed));
   }
+  incoming.channel = new_channel(request.id);
+  auto channel = incoming.channel;
+  incoming.request = std::move(request);
+  {
+    std::lock_guard lock(inbox_->mutex);
+    LS_RETURN_IF_ERROR(admit_locked());
+    inbox_->incoming.push_back(std::move(incoming));
+  }
+  inbox_->wake.notify_all();
+  return RequestHandle(std::move(channel));
+}
+
+std::shared_ptr<RequestChannel> Engine::new_channel(std::string id) const {
   std::weak_ptr<Inbox> weak_inbox = inbox_;
-  incoming.channel = std::make_shared<RequestChannel>(request.id, [weak_inbox] {
+  return std::make_shared<RequestChannel>(std::move(id), [weak_inbox] {
     if (auto inbox = weak_inbox.lock()) {
       {
         std::lock_guard lock(inbox->mutex);
@@ -181,25 +198,20 @@ Result<RequestHandle> Engine::submit(GenerationRequest request) {
       inbox->wake.notify_all();
     }
   });
-  auto channel = incoming.channel;
-  incoming.request = std::move(request);
-  {
-    std::lock_guard lock(inbox_->mutex);
-    if (inbox_->draining) {
-      return make_error(StatusCode::kUnavailable, "the engine is {}",
-                        inbox_->stop ? "shut down" : "draining");
-    }
-    if (inbox_->n_queued >= config_.max_waiting) {
-      return make_error(StatusCode::kResourceExhausted,
-                        "{} requests are already waiting (the limit); retry later",
-                        inbox_->n_queued);
-    }
-    ++inbox_->n_queued;
-    ++inbox_->n_open;
-    inbox_->incoming.push_back(std::move(incoming));
+}
+
+Status Engine::admit_locked() {
+  if (inbox_->draining) {
+    return make_error(StatusCode::kUnavailable, "the engine is {}",
+                      inbox_->stop ? "shut down" : "draining");
   }
-  inbox_->wake.notify_all();
-  return RequestHandle(std::move(channel));
+  if (inbox_->n_queued >= config_.max_waiting) {
+    return make_error(StatusCode::kResourceExhausted,
+                      "{} requests are already waiting (the limit); retry later", inbox_->n_queued);
+  }
+  ++inbox_->n_queued;
+  ++inbox_->n_open;
+  return Status::ok();
 }
 
 EngineStats Engine::stats() const {
@@ -229,16 +241,19 @@ Status Engine::drain(std::chrono::milliseconds timeout) {
 
 void Engine::run_loop() {
   std::deque<IncomingRequest> incoming;
+  std::deque<IncomingEmbedding> incoming_embeddings;
   while (true) {
     bool cancel_all = false;
     {
       std::unique_lock lock(inbox_->mutex);
       inbox_->wake.wait(lock, [&] {
-        return inbox_->stop || !inbox_->incoming.empty() || inbox_->cancel_pending ||
-               inbox_->cancel_all || !scheduler_.idle();
+        return inbox_->stop || !inbox_->incoming.empty() || !inbox_->incoming_embeddings.empty() ||
+               inbox_->cancel_pending || inbox_->cancel_all || !scheduler_.idle() ||
+               !embeddings_.idle();
       });
       if (inbox_->stop) break;
       incoming.swap(inbox_->incoming);
+      incoming_embeddings.swap(inbox_->incoming_embeddings);
       inbox_->cancel_pending = false;
       cancel_all = inbox_->cancel_all;
       inbox_->cancel_all = false;
@@ -247,8 +262,14 @@ void Engine::run_loop() {
       start_request(std::move(incoming.front()));
       incoming.pop_front();
     }
+    while (!incoming_embeddings.empty()) {
+      start_embedding(std::move(incoming_embeddings.front()));
+      incoming_embeddings.pop_front();
+    }
     sweep_cancellations_and_timeouts(cancel_all);
     if (!scheduler_.idle()) run_step();
+    // One embedding pass per iteration, between generation steps: decodes keep flowing.
+    if (!embeddings_.idle()) run_embedding_pass();
     publish_stats();
   }
   finish_everything_on_shutdown();
@@ -301,6 +322,7 @@ void Engine::sweep_cancellations_and_timeouts(bool cancel_all) {
     }
     finish(id, reason, std::move(error), /*flush_text=*/reason == FinishReason::kTimeout);
   }
+  sweep_embeddings(cancel_all, now);
 }
 
 void Engine::run_step() {
@@ -373,9 +395,13 @@ void Engine::publish_stats() {
   snapshot.running = scheduler_.n_running();
   snapshot.kv_blocks_total = blocks_.n_blocks();
   snapshot.kv_blocks_free = blocks_.n_free();
+  const int32_t embeddings_waiting = embeddings_.n_waiting();
+  snapshot.waiting += embeddings_waiting;
+  snapshot.running += static_cast<int32_t>(embeddings_.jobs().size()) - embeddings_waiting;
   {
     std::lock_guard lock(inbox_->mutex);
-    snapshot.waiting += static_cast<int32_t>(inbox_->incoming.size());
+    snapshot.waiting +=
+        static_cast<int32_t>(inbox_->incoming.size() + inbox_->incoming_embeddings.size());
   }
   std::lock_guard lock(stats_mutex_);
   stats_ = snapshot;
@@ -383,11 +409,20 @@ void Engine::publish_stats() {
 
 void Engine::finish_everything_on_shutdown() {
   std::deque<IncomingRequest> never_started;
+  std::deque<IncomingEmbedding> embeddings_never_started;
   {
     std::lock_guard lock(inbox_->mutex);
     never_started.swap(inbox_->incoming);
+    embeddings_never_started.swap(inbox_->incoming_embeddings);
   }
   for (IncomingRequest& incoming : never_started) start_request(std::move(incoming));
+  for (IncomingEmbedding& incoming : embeddings_never_started) {
+    start_embedding(std::move(incoming));
+  }
+  while (!embeddings_.idle()) {
+    finish_embedding(embeddings_.remove(embeddings_.jobs().front().get()), FinishReason::kCancelled,
+                     Status(StatusCode::kUnavailable, "the engine shut down"));
+  }
   std::vector<SeqId> ids;
   for (const auto& [id, active] : active_) ids.push_back(id);
   for (SeqId id : ids) {

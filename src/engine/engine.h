@@ -23,6 +23,7 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "engine/block_manager.h"
+#include "engine/embedding_batcher.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
@@ -46,6 +47,9 @@ struct EngineConfig {
   // Draw tokens on the device when the executor can (Executor::samples_on_device) and the
   // request allows (Sampler::device_sampling): then only token ids leave the GPU per step.
   bool device_sampling = true;
+  // Embedding inputs (sequences) per forward pass: a CUDA executor refuses passes of more
+  // sequences than it was sized for (its max_seqs).
+  int32_t max_embedding_seqs = 256;
 };
 
 class Engine {
@@ -64,6 +68,14 @@ class Engine {
   // than max_context()), kUnavailable (draining or shut down), kResourceExhausted (max_waiting
   // requests are already queued).
   Result<RequestHandle> submit(GenerationRequest request);
+  // Thread-safe. Queued and admitted like a generation (one request, whatever its number of
+  // inputs); its stream is one kFinish event with the vectors (GenerationEvent::embeddings).
+  // Errors as submit(), and: kInvalidArgument (no inputs, an empty one, a token outside the
+  // vocabulary), kOutOfRange (an input longer than max_context()), kUnsupported (the executor
+  // has no forward_hidden: a multi-GPU layout).
+  Result<RequestHandle> submit_embedding(EmbeddingRequest request);
+  // Whether submit_embedding() can succeed on this engine's executor.
+  bool embeddings_supported() const { return returns_hidden_; }
 
   EngineStats stats() const;
   // Requests submitted and not yet finished (queued + running), counted from submit() on, so
@@ -91,6 +103,11 @@ class Engine {
     Clock::time_point submitted;
     uint64_t seed = 0;
   };
+  struct IncomingEmbedding {
+    EmbeddingRequest request;
+    std::shared_ptr<RequestChannel> channel;
+    Clock::time_point submitted;
+  };
 
   // Where callers and the engine thread meet. Shared with the request channels (weakly) so
   // that a cancel arriving after the engine is gone is harmless.
@@ -99,6 +116,7 @@ class Engine {
     std::condition_variable wake;  // the engine thread sleeps here when it has no work
     std::condition_variable idle;  // drain() waits here for n_open to reach 0
     std::deque<IncomingRequest> incoming;
+    std::deque<IncomingEmbedding> incoming_embeddings;
     bool cancel_pending = false;  // some channel asked to cancel
     bool cancel_all = false;      // drain timed out: cancel everything open (one-shot)
     bool draining = false;        // refuse new submissions
@@ -111,6 +129,12 @@ class Engine {
          const EngineConfig& config, int32_t max_context);
 
   Status validate(const GenerationRequest& request) const;
+  Status validate(const EmbeddingRequest& request) const;
+  // A channel whose cancel wakes the engine thread (also harmless once the engine is gone).
+  std::shared_ptr<RequestChannel> new_channel(std::string id) const;
+  // Under inbox_->mutex: refuses while draining or when max_waiting requests are queued, else
+  // counts one more queued and open request.
+  Status admit_locked();
 
   // Engine thread.
   void run_loop();
@@ -131,12 +155,20 @@ class Engine {
   std::string token_text(int32_t token) const;
   void publish_stats();
   void finish_everything_on_shutdown();
+  // Embeddings (engine_embeddings.cc).
+  void start_embedding(IncomingEmbedding incoming);
+  // One pass of the EmbeddingBatcher, when something fits.
+  void run_embedding_pass();
+  void sweep_embeddings(bool cancel_all, std::chrono::steady_clock::time_point now);
+  // Pushes the job's finish event (with its vectors when `reason` is kStop).
+  void finish_embedding(std::unique_ptr<EmbeddingJob> job, FinishReason reason, Status error);
 
   const std::unique_ptr<Executor> executor_;
   const std::shared_ptr<const Tokenizer> tokenizer_;
   const EngineConfig config_;
   const int32_t max_context_;
   const int32_t n_vocab_;
+  const bool returns_hidden_;
 
   std::shared_ptr<Inbox> inbox_;
   std::atomic<uint64_t> next_request_number_{1};
@@ -157,6 +189,10 @@ class Engine {
   std::vector<SamplerScratch> sampler_scratch_;  // one per sampler thread
   std::vector<std::pair<ActiveRequest*, SampledToken>> sampled_;
   EngineStats counters_;  // the cumulative fields of stats()
+  EmbeddingBatcher embeddings_;
+  std::vector<float> hidden_;  // the embedding pass's final-normed rows
+  std::vector<EmbeddingJob*> embeddings_started_;
+  std::vector<std::unique_ptr<EmbeddingJob>> embeddings_finished_;
 
   mutable std::mutex stats_mutex_;
   EngineStats stats_;  // guarded by stats_mutex_: published after every loop iteration

@@ -51,6 +51,24 @@ EngineGroup::~EngineGroup() { shutdown(); }
 
 Result<RequestHandle> EngineGroup::submit(GenerationRequest request) {
   if (replicas_.size() == 1) return replicas_.front()->submit(std::move(request));
+  return route(std::move(request),
+               [](Engine& replica, GenerationRequest r) { return replica.submit(std::move(r)); });
+}
+
+Result<RequestHandle> EngineGroup::submit_embedding(EmbeddingRequest request) {
+  if (replicas_.size() == 1) return replicas_.front()->submit_embedding(std::move(request));
+  return route(std::move(request), [](Engine& replica, EmbeddingRequest r) {
+    return replica.submit_embedding(std::move(r));
+  });
+}
+
+bool EngineGroup::embeddings_supported() const {
+  return std::all_of(replicas_.begin(), replicas_.end(),
+                     [](const auto& replica) { return replica->embeddings_supported(); });
+}
+
+template <typename Request, typename Submit>
+Result<RequestHandle> EngineGroup::route(Request request, Submit submit) {
   std::lock_guard lock(route_mutex_);
   std::vector<std::pair<int32_t, size_t>> by_load;  // (open requests, replica)
   by_load.reserve(replicas_.size());
@@ -66,7 +84,7 @@ Result<RequestHandle> EngineGroup::submit(GenerationRequest request) {
     Engine& replica = *replicas_[by_load[k].second];
     // A copy for all but the last candidate: a full queue passes the request on.
     Result<RequestHandle> handle =
-        k + 1 == by_load.size() ? replica.submit(std::move(request)) : replica.submit(request);
+        k + 1 == by_load.size() ? submit(replica, std::move(request)) : submit(replica, request);
     if (handle.is_ok() || handle.status().code() != StatusCode::kResourceExhausted) return handle;
     last_error = handle.status();
   }

@@ -41,6 +41,10 @@ class EngineGroup {
   // Bypasses the router: for work every replica must do, such as a warm-up.
   // PRECONDITION: replica < size().
   Result<RequestHandle> submit_to(size_t replica, GenerationRequest request);
+  // Routed like submit(); errors as Engine::submit_embedding.
+  Result<RequestHandle> submit_embedding(EmbeddingRequest request);
+  // Whether every replica can compute embeddings (Engine::embeddings_supported).
+  bool embeddings_supported() const;
 
   // Every field summed over the replicas.
   EngineStats stats() const;
@@ -64,6 +68,11 @@ class EngineGroup {
 
  private:
   explicit EngineGroup(std::vector<std::unique_ptr<Engine>> replicas);
+
+  // The router of submit() and submit_embedding(): submit(replica, request) is called for the
+  // least-loaded replica first, and the next ones while the queues are full.
+  template <typename Request, typename Submit>
+  Result<RequestHandle> route(Request request, Submit submit);
 
   const std::vector<std::unique_ptr<Engine>> replicas_;
   const int32_t max_context_;

@@ -16,6 +16,16 @@ const char* finish_reason_name(FinishReason reason) {
   return "unknown";
 }
 
+const char* embedding_pooling_name(EmbeddingPooling pooling) {
+  return pooling == EmbeddingPooling::kLast ? "last" : "mean";
+}
+
+std::optional<EmbeddingPooling> parse_embedding_pooling(std::string_view name) {
+  if (name == "mean") return EmbeddingPooling::kMean;
+  if (name == "last") return EmbeddingPooling::kLast;
+  return std::nullopt;
+}
+
 RequestChannel::RequestChannel(std::string id, std::function<void()> on_cancel)
     : id_(std::move(id)), on_cancel_(std::move(on_cancel)) {}
 

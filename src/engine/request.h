@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -51,6 +52,25 @@ struct GenerationRequest {
   std::chrono::milliseconds queue_timeout{0};
 };
 
+// How the final hidden states of an embedding input become one vector: the mean over every
+// token, or the last token's (models trained for it, whose last token sees the whole input).
+enum class EmbeddingPooling { kMean, kLast };
+const char* embedding_pooling_name(EmbeddingPooling pooling);
+// "mean" or "last"; nullopt for anything else.
+std::optional<EmbeddingPooling> parse_embedding_pooling(std::string_view name);
+
+// Embeddings of several inputs: each input runs as its own sequence (no generation), and the
+// final-normed hidden states of its tokens are pooled and L2-normalized. The request's one
+// event is its kFinish, carrying GenerationEvent::embeddings.
+struct EmbeddingRequest {
+  std::string id;                            // for logs; generated when empty
+  std::vector<std::vector<int32_t>> inputs;  // already tokenized; each at most max_context()
+  EmbeddingPooling pooling = EmbeddingPooling::kMean;
+  // Wall-clock limits from submit(); zero = none.
+  std::chrono::milliseconds timeout{0};
+  std::chrono::milliseconds queue_timeout{0};
+};
+
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kError, kTimeout };
 const char* finish_reason_name(FinishReason reason);
 
@@ -80,6 +100,9 @@ struct GenerationEvent {
   FinishReason finish_reason = FinishReason::kNone;  // kFinish
   Status error;                                      // kFinish with kError/kTimeout: why
   Usage usage;                                       // kFinish
+  // kFinish(kStop) of an EmbeddingRequest: one unit-length n_embd row per input, in order,
+  // row-major. Usage then counts the inputs' tokens as prompt tokens.
+  std::vector<float> embeddings;
 };
 
 class RequestChannel;  // engine internal

@@ -109,4 +109,15 @@ Status validate_sampled_batch(const Batch& batch, const KvCacheInfo& kv, int64_t
   return validate_sampling(batch, sampling, tokens);
 }
 
+Status validate_hidden_batch(const Batch& batch, const KvCacheInfo& kv, int64_t n_vocab,
+                             int64_t n_embd, size_t hidden_size) {
+  const size_t needed = batch.logit_rows.size() * static_cast<size_t>(n_embd);
+  if (hidden_size < needed) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "hidden-state buffer holds {} floats, {} rows x {} needed", hidden_size,
+                      batch.logit_rows.size(), n_embd);
+  }
+  return validate_batch(batch, kv, n_vocab, batch.logit_rows.size() * static_cast<size_t>(n_vocab));
+}
+
 }  // namespace llamaserve

@@ -29,4 +29,9 @@ Status validate_sampled_batch(const Batch& batch, const KvCacheInfo& kv, int64_t
                               std::span<const RowSampling> sampling, std::span<int32_t> tokens,
                               size_t logits_size);
 
+// validate_batch for Executor::forward_hidden: `hidden_size` floats are enough for
+// logit_rows.size() rows of n_embd (no logits are written).
+Status validate_hidden_batch(const Batch& batch, const KvCacheInfo& kv, int64_t n_vocab,
+                             int64_t n_embd, size_t hidden_size);
+
 }  // namespace llamaserve

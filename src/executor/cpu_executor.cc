@@ -59,6 +59,21 @@ class CpuExecutor final : public Executor {
                          });
   }
 
+  bool returns_hidden() const override { return true; }
+
+  Status forward_hidden(const Batch& batch, std::span<float> hidden) override {
+    const ModelConfig& c = model_->config;
+    LS_RETURN_IF_ERROR(
+        validate_hidden_batch(batch, kv_->info(), c.n_vocab, c.n_embd, hidden.size()));
+    const LayerRange all{0, static_cast<int32_t>(c.n_layer), true, true};
+    // Rows of n_embd floats instead of n_vocab: the pieces scatter them alike.
+    return run_in_pieces(batch, options_.max_batch_tokens, c.n_embd, hidden, pieces_,
+                         [&](const Batch& piece, std::span<float> piece_hidden) {
+                           return backend_->forward(piece, all, *kv_, *activations_, {},
+                                                    piece_hidden);
+                         });
+  }
+
  private:
   std::shared_ptr<const LoadedModel> model_;
   CpuExecutorOptions options_;

@@ -106,8 +106,20 @@ class CudaExecutor final : public Executor, public CudaPart {
   bool samples_on_device() const override { return has_head(); }
   Status forward_sampled(const Batch& batch, std::span<const RowSampling> sampling,
                          std::span<int32_t> tokens, std::span<float> logits) override;
+  bool returns_hidden() const override { return whole_model(); }
+  Status forward_hidden(const Batch& batch, std::span<float> hidden) override;
 
  private:
+  // The whole model on this device alone (not a pipeline stage or a tensor-parallel rank):
+  // only then are the final hidden states all here.
+  bool whole_model() const {
+    return !options_.all_reduce && range_.begin == 0 &&
+           range_.end == static_cast<int32_t>(model_->config.n_layer) && range_.embeddings &&
+           range_.head;
+  }
+  // One piece of forward_hidden: eager (no graph), the final norm of the logit rows copied to
+  // `hidden`.
+  Status run_hidden_piece(const Batch& piece, float* hidden);
   // Whether this part computes logits: the last pipeline stage, the primary TP rank.
   bool has_head() const { return range_.head && options_.primary_rank; }
   std::string role() const;
@@ -512,6 +524,49 @@ Status CudaExecutor::forward_sampled(const Batch& batch, std::span<const RowSamp
         float* piece_logits = piece_out.logits.empty() ? nullptr : piece_out.logits.data();
         return run_piece(piece, piece_logits, nullptr, piece_out.sampling, piece_out.tokens);
       });
+}
+
+Status CudaExecutor::run_hidden_piece(const Batch& piece, float* hidden) {
+  const ModelConfig& c = model_->config;
+  const int32_t n_rows = static_cast<int32_t>(piece.logit_rows.size());
+  const int32_t tile_rows =
+      std::max<int32_t>(1, cuda::kMaxAttentionQueries / static_cast<int32_t>(c.group_size()));
+  if (op_timer_) LS_RETURN_IF_ERROR(op_timer_->begin(piece.n_tokens(), stream_));
+  LS_ASSIGN_OR_RETURN(const DeviceBatch b,
+                      staging_->stage(piece, piece.n_tokens(), options_.kv_block_size,
+                                      plan_.kv_blocks, tile_rows, stream_, /*split_row=*/0));
+  LS_RETURN_IF_ERROR(run_eager(b, choose_splits(piece, b)));
+  const size_t row_bytes = static_cast<size_t>(c.n_embd) * sizeof(float);
+  const auto max_rows = static_cast<int32_t>(limits_.max_logit_rows);
+  // act_.head_rows holds max_logit_rows rows: normalized and copied out in groups of that many
+  // (one stream, so each copy is done before the next norm overwrites them).
+  for (int32_t first = 0; first < n_rows; first += max_rows) {
+    const int32_t count = std::min(max_rows, n_rows - first);
+    LS_RETURN_IF_ERROR(backend_->final_norm(b, first, count, act_, stream_));
+    LS_CUDA_CHECK(cudaMemcpy2DAsync(hidden + static_cast<size_t>(first) * c.n_embd, row_bytes,
+                                    act_.head_rows, act_.embd_stride * sizeof(float), row_bytes,
+                                    count, cudaMemcpyDeviceToHost, stream_));
+  }
+  LS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (op_timer_) LS_RETURN_IF_ERROR(op_timer_->end());
+  return Status::ok();
+}
+
+Status CudaExecutor::forward_hidden(const Batch& batch, std::span<float> hidden) {
+  if (!whole_model()) {
+    return make_error(StatusCode::kUnsupported,
+                      "{} is part of a multi-GPU layout; its hidden states are not whole",
+                      describe());
+  }
+  const ModelConfig& c = model_->config;
+  LS_RETURN_IF_ERROR(validate_hidden_batch(batch, kv_info(), c.n_vocab, c.n_embd, hidden.size()));
+  LS_RETURN_IF_ERROR(check_batch(batch));
+  LS_CUDA_CHECK(cudaSetDevice(options_.device));
+  // Rows of n_embd floats instead of n_vocab: the pieces scatter them alike.
+  return run_in_pieces(batch, options_.max_batch_tokens, c.n_embd, hidden, pieces_,
+                       [&](const Batch& piece, std::span<float> piece_hidden) {
+                         return run_hidden_piece(piece, piece_hidden.data());
+                       });
 }
 
 }  // namespace

@@ -39,6 +39,14 @@ class Executor {
   // logits empty or as forward() needs.
   virtual Status forward_sampled(const Batch& batch, std::span<const RowSampling> sampling,
                                  std::span<int32_t> tokens, std::span<float> logits);
+
+  // Whether forward_hidden() is implemented (one-device executors; not the multi-GPU ones).
+  virtual bool returns_hidden() const { return false; }
+  // Runs the model over `batch` like forward(), but writes the final-normed hidden state (the
+  // output norm applied, the output projection not) of batch.logit_rows to `hidden`, row-major
+  // [logit_rows.size() × n_embd]: what embeddings are pooled from. kUnsupported by default.
+  // PRECONDITIONS: as forward(); hidden.size() >= logit_rows.size() * n_embd.
+  virtual Status forward_hidden(const Batch& batch, std::span<float> hidden);
 };
 
 }  // namespace llamaserve

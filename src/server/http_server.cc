@@ -7,6 +7,7 @@
 
 #include "core/log.h"
 #include "server/embedded_page.h"
+#include "server/embedding_request.h"
 #include "server/openapi.h"
 #include "server/request_parser.h"
 #include "server/response_format.h"
@@ -131,6 +132,7 @@ void HttpServer::stop() {
 std::string HttpServer::build_openapi_json(int32_t n_vocab) const {
   OpenApiParams params;
   params.max_tokens_limit = options_.max_tokens_limit;
+  params.max_embedding_inputs = static_cast<int32_t>(kMaxEmbeddingInputs);
   params.model_name = model_name_;
   params.n_vocab = n_vocab;
   params.auth_required = !options_.api_keys.empty();
@@ -384,6 +386,7 @@ bool HttpServer::handle_route(const Route& route, http::Exchange& exchange, http
     case RouteId::kChatCompletions:
     case RouteId::kCompletions:
     case RouteId::kSimpleChat: return handle_generation(route, exchange, res, record);
+    case RouteId::kEmbeddings: return handle_embeddings(exchange, res, record);
   }
   send_error(res, internal_error("route without a handler"));
   return false;

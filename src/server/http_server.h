@@ -108,6 +108,8 @@ class HttpServer final : private http::Handler {
                     RequestRecord& record);
   bool handle_generation(const Route& route, http::Exchange& exchange, http::Response& res,
                          RequestRecord& record);
+  // POST /v1/embeddings (embeddings.cc); true when it answered through the exchange itself.
+  bool handle_embeddings(http::Exchange& exchange, http::Response& res, RequestRecord& record);
   Result<std::vector<int32_t>> build_prompt(const ModelService& model,
                                             const ParsedGeneration& parsed) const;
   void handle_models(const http::Request& req, http::Response& res, bool single);

@@ -78,6 +78,13 @@ Status apply_key(ModelSpec& spec, std::string_view key, std::string_view value) 
                         "'chat-template' must be llama2, llama3 or chatml, got '{}'", value);
     }
     spec.chat_template = value;
+  } else if (key == "embedding-pooling") {
+    const std::optional<EmbeddingPooling> pooling = parse_embedding_pooling(value);
+    if (!pooling) {
+      return make_error(StatusCode::kInvalidArgument,
+                        "'embedding-pooling' must be mean or last, got '{}'", value);
+    }
+    spec.embedding_pooling = *pooling;
   } else if (key == "keep-alive") {
     auto ms = to_duration_ms(key, value);
     if (!ms) return ms.status();
@@ -96,7 +103,7 @@ Status apply_key(ModelSpec& spec, std::string_view key, std::string_view value) 
     return make_error(StatusCode::kInvalidArgument,
                       "unknown model key '{}' (keys: path name alias device tp pp replicas threads "
                       "ctx-size max-running max-batch-tokens kv-cache-tokens chat-template "
-                      "warmup-tokens keep-alive required load)",
+                      "warmup-tokens embedding-pooling keep-alive required load)",
                       key);
   }
   return Status::ok();

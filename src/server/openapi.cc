@@ -140,6 +140,23 @@ constexpr const char* kDocument = R"json({
         }
       }
     },
+    "/v1/embeddings": {
+      "post": {
+        "summary": "OpenAI embeddings: each input's final hidden states (after the output norm), mean-pooled (or the last token's with --embedding-pooling last), L2-normalized",
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/EmbeddingRequest"}}}},
+        "responses": {
+          "200": {"description": "One vector per input, in input order", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/EmbeddingList"}}}},
+          "400": {"$ref": "#/components/responses/Error"},
+          "401": {"$ref": "#/components/responses/Error"},
+          "404": {"$ref": "#/components/responses/Error"},
+          "408": {"$ref": "#/components/responses/Error"},
+          "413": {"$ref": "#/components/responses/Error"},
+          "429": {"$ref": "#/components/responses/Overloaded"},
+          "500": {"$ref": "#/components/responses/Error"},
+          "503": {"$ref": "#/components/responses/Error"}
+        }
+      }
+    },
     "/tokenize": {
       "post": {
         "summary": "Text to token ids",
@@ -385,6 +402,33 @@ constexpr const char* kDocument = R"json({
         "properties": {"id": {"type": "string"}, "model": {"type": "string"}, "text": {"type": "string"}, "finish_reason": {"type": "string", "enum": ["stop", "length"]},
           "usage": {"$ref": "#/components/schemas/Usage"}, "timings": {"$ref": "#/components/schemas/Timings"}}
       },
+      "EmbeddingRequest": {
+        "type": "object", "required": ["input"],
+        "properties": {
+          "model": {"type": "string", "enum": ["__MODEL__"], "nullable": true},
+          "input": {"oneOf": [
+            {"type": "string", "minLength": 1},
+            {"type": "array", "minItems": 1, "maxItems": __MAX_EMBEDDING_INPUTS__, "items": {"type": "string", "minLength": 1}},
+            {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0, "maximum": __MAX_TOKEN_ID__}, "description": "Token ids of one input"},
+            {"type": "array", "minItems": 1, "maxItems": __MAX_EMBEDDING_INPUTS__, "items": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0, "maximum": __MAX_TOKEN_ID__}}}],
+            "description": "Texts (tokenized as completion prompts) or token ids; each input at most the context (400 context_length_exceeded)"},
+          "encoding_format": {"type": "string", "enum": ["float", "base64"], "nullable": true, "description": "base64: the little-endian float32 bytes of each vector"},
+          "dimensions": {"type": "integer", "minimum": 1, "maximum": 2147483647, "nullable": true, "description": "Only the model's own embedding width is accepted"},
+          "user": {"type": "string", "nullable": true}
+        }
+      },
+      "EmbeddingList": {
+        "type": "object", "required": ["object", "data", "model", "usage"],
+        "properties": {
+          "object": {"type": "string", "enum": ["list"]},
+          "data": {"type": "array", "items": {"type": "object", "required": ["object", "index", "embedding"],
+            "properties": {"object": {"type": "string", "enum": ["embedding"]}, "index": {"type": "integer"},
+              "embedding": {"oneOf": [{"type": "array", "items": {"type": "number"}}, {"type": "string", "description": "base64"}]}}}},
+          "model": {"type": "string"},
+          "usage": {"type": "object", "required": ["prompt_tokens", "total_tokens"],
+            "properties": {"prompt_tokens": {"type": "integer"}, "total_tokens": {"type": "integer"}}}
+        }
+      },
       "TokenizeRequest": {
         "type": "object", "required": ["content"],
         "properties": {"content": {"type": "string"}, "add_special": {"type": "boolean", "nullable": true, "description": "Add BOS as the model does for prompts (default false)"},
@@ -413,6 +457,7 @@ nlohmann::json openapi_document(const OpenApiParams& params) {
   replace_all(text, "__MAX_TOKENS__", std::to_string(params.max_tokens_limit));
   replace_all(text, "__MAX_STOP__", std::to_string(params.max_stop_strings));
   replace_all(text, "__MAX_TOP_LOGPROBS__", std::to_string(params.max_top_logprobs));
+  replace_all(text, "__MAX_EMBEDDING_INPUTS__", std::to_string(params.max_embedding_inputs));
   const int64_t max_token_id = params.n_vocab > 0 ? params.n_vocab - 1 : INT32_MAX;
   replace_all(text, "__MAX_TOKEN_ID__", std::to_string(max_token_id));
   // The model name goes in as a JSON string (quotes and backslashes escaped).

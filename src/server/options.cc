@@ -43,7 +43,8 @@ void add_service_options(CLI::App& app, ServiceConfig& config) {
   app.add_option("-m,--model", config.model_args,
                  "GGUF model file; or, repeated, NAME=PATH[,key=value...] per model (keys: "
                  "device tp pp replicas threads ctx-size max-running max-batch-tokens "
-                 "kv-cache-tokens chat-template warmup-tokens keep-alive required load)");
+                 "kv-cache-tokens chat-template warmup-tokens embedding-pooling keep-alive "
+                 "required load)");
   app.add_option("--model-name", m.name,
                  "Model id served in /v1/models and accepted as \"model\" (default: file name)");
   app.add_option("--max-loaded", o.max_loaded,
@@ -127,6 +128,16 @@ void add_service_options(CLI::App& app, ServiceConfig& config) {
   app.add_option("--chat-template", m.chat_template,
                  "Chat format: llama2, llama3 or chatml (default: detected from the model)")
       ->check(CLI::IsMember({"llama2", "llama3", "chatml"}));
+
+  app.add_option_function<std::string>(
+         "--embedding-pooling",
+         [&m](const std::string& name) {
+           m.embedding_pooling = parse_embedding_pooling(name).value();
+         },
+         "How /v1/embeddings pools an input's final hidden states: mean (over every token) or "
+         "last (the last token's)")
+      ->check(CLI::IsMember({"mean", "last"}))
+      ->default_str("mean");
 
   app.add_option("--host", o.host, "Address to listen on")->capture_default_str();
   app.add_option("--port", o.port, "TCP port (0 = any free port)")

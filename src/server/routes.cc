@@ -21,6 +21,7 @@ constexpr std::array kRoutes = {
     Route{RouteId::kSimpleChat, "POST", "/chat", "/chat", true, false},
     Route{RouteId::kTokenize, "POST", "/tokenize", "/tokenize", true, false},
     Route{RouteId::kDetokenize, "POST", "/detokenize", "/detokenize", true, false},
+    Route{RouteId::kEmbeddings, "POST", "/v1/embeddings", "/v1/embeddings", true, false},
 };
 
 // Matches `path` against an OpenAPI-style route path segment by segment; a "{name}"

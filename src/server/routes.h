@@ -21,6 +21,7 @@ enum class RouteId {
   kSimpleChat,
   kTokenize,
   kDetokenize,
+  kEmbeddings,
 };
 
 struct Route {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/kernel_tuning.h"
+#include "engine/request.h"
 #include "executor/tp_sums.h"
 
 namespace llamaserve {
@@ -61,6 +62,8 @@ struct ModelSpec {
   int64_t context_tokens = 0;   // tokens per sequence; 0 = ModelConfig::default_context_tokens()
   int64_t kv_cache_tokens = 0;  // KV capacity of each replica; 0 = context x max_running
   int warmup_tokens = 2;        // tokens of the warm-up generation on each replica; 0 = none
+  // How /v1/embeddings pools the final hidden states of an input (mean, or the last token's).
+  EmbeddingPooling embedding_pooling = EmbeddingPooling::kMean;
   LayoutSpec layout;
   EngineLimits engine;
   KernelTuning tuning;

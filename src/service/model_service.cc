@@ -19,6 +19,11 @@ int64_t unix_seconds_now() {
       .count();
 }
 
+// Sequences per forward pass the executors are sized for: a decode step of max_running
+// sequences and the padding sequence the CUDA executor adds to decode steps it replays as
+// graphs, and at least 256 (embedding passes pack many short inputs).
+int32_t max_pass_seqs(const ModelSpec& spec) { return std::max(256, spec.engine.max_running + 1); }
+
 }  // namespace
 
 std::string ModelSpec::served_name() const {
@@ -48,9 +53,7 @@ ExecutorOptions executor_options(const ModelSpec& spec, int64_t context_tokens) 
   options.kv_capacity_tokens =
       spec.kv_cache_tokens > 0 ? spec.kv_cache_tokens : context_tokens * spec.engine.max_running;
   options.max_context_tokens = context_tokens;
-  // A decode step of max_running sequences, and the padding sequence the CUDA executor adds to
-  // decode steps it replays as graphs.
-  options.max_seqs = std::max(256, spec.engine.max_running + 1);
+  options.max_seqs = max_pass_seqs(spec);
   return options;
 }
 
@@ -61,6 +64,8 @@ EngineConfig engine_config(const ModelSpec& spec, int64_t context_tokens) {
   if (spec.engine.max_batch_tokens > 0) config.max_batch_tokens = spec.engine.max_batch_tokens;
   config.max_context = static_cast<int32_t>(std::min<int64_t>(context_tokens, INT32_MAX));
   config.device_sampling = !spec.engine.host_sampling;
+  // Embedding passes stay within what the executors were sized for.
+  config.max_embedding_seqs = max_pass_seqs(spec);
   return config;
 }
 

@@ -1,13 +1,16 @@
-// libFuzzer target for the HTTP request body parsers (server/request_parser.h). The input is a
-// request body; every parser runs on it (chat completions, completions, /chat, tokenize,
-// detokenize), under the default limits and under the tightest ones. Besides "never crash,
+// libFuzzer target for the HTTP request body parsers (server/request_parser.h,
+// server/embedding_request.h). The input is a request body; every parser runs on it (chat
+// completions, completions, /chat, tokenize, detokenize, embeddings), under the default limits
+// and under the tightest ones. Besides "never crash,
 // never let an exception out" (an escaping exception aborts), it checks:
 //   - a rejected body gets a client-error Status (kInvalidArgument or kUnsupported) with a
 //     message;
 //   - an accepted request satisfies what the header documents: the prompt kind, roles,
 //     non-empty prompts, token ids in [0, INT32_MAX], max_tokens in [1, limit], at most
 //     max_stop_strings non-empty stop strings, sampling values finite and in their ranges,
-//     top_logprobs only with logprobs and within its limit, all text valid UTF-8.
+//     top_logprobs only with logprobs and within its limit, all text valid UTF-8;
+//   - an accepted embeddings request has 1 to kMaxEmbeddingInputs inputs, either texts or id
+//     lists, none empty, ids in [0, INT32_MAX], dimensions >= 1; a rejection names its field.
 // A violated property aborts, which libFuzzer reports as a crash with the input saved.
 #include <algorithm>
 #include <cmath>
@@ -17,6 +20,7 @@
 #include <string>
 #include <string_view>
 
+#include "server/embedding_request.h"
 #include "server/request_parser.h"
 #include "server/utf8.h"
 
@@ -134,6 +138,26 @@ void check_all_parsers(const nlohmann::json& body, const ParseLimits& limits) {
   check_rejection(detokenize);
   if (detokenize.is_ok()) {
     for (const int32_t id : *detokenize) check(id >= 0, "negative token id to detokenize");
+  }
+
+  auto embeddings = parse_embeddings(body);
+  check_rejection(embeddings);
+  if (!embeddings.is_ok()) {
+    check(!error_field(embeddings.status()).empty(), "an embeddings error names no field");
+  } else {
+    const ParsedEmbeddings& e = *embeddings;
+    check(e.texts.empty() != e.token_inputs.empty(), "embeddings need texts or ids, not both");
+    check(e.n_inputs() >= 1 && e.n_inputs() <= kMaxEmbeddingInputs, "embedding input count");
+    for (const std::string& text : e.texts) {
+      check(!text.empty(), "empty embedding text");
+      check_text(text, "embedding text is not valid UTF-8");
+    }
+    for (const auto& ids : e.token_inputs) {
+      check(!ids.empty(), "empty embedding id list");
+      for (const int32_t id : ids) check(id >= 0, "negative embedding token id");
+    }
+    check(!e.dimensions || *e.dimensions >= 1, "dimensions below 1");
+    check_text(e.model, "embeddings model is not valid UTF-8");
   }
 }
 

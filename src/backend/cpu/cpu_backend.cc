@@ -134,7 +134,8 @@ void CpuBackend::run_layer(const Batch& batch, int32_t layer, CpuKvCache& cache,
 }
 
 Status CpuBackend::forward(const Batch& batch, const LayerRange& range, CpuKvCache& cache,
-                           CpuActivations& act, std::span<float> logits) const {
+                           CpuActivations& act, std::span<float> logits,
+                           std::span<float> hidden) const {
   const ModelConfig& c = model_->config;
   const ModelWeights& w = model_->weights;
   const int64_t n = batch.n_tokens();
@@ -153,7 +154,14 @@ Status CpuBackend::forward(const Batch& batch, const LayerRange& range, CpuKvCac
                       "KV cache holds layers [{}, {}), range needs [{}, {})", g.first_layer,
                       g.first_layer + g.n_layers, range.begin, range.end);
   }
-  if (range.head && logits.size() < batch.logit_rows.size() * static_cast<size_t>(c.n_vocab)) {
+  const bool wants_hidden = !hidden.empty();
+  if (wants_hidden && hidden.size() < batch.logit_rows.size() * static_cast<size_t>(c.n_embd)) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "hidden-state buffer holds {} floats, {} rows of {} needed", hidden.size(),
+                      batch.logit_rows.size(), c.n_embd);
+  }
+  if (range.head && !wants_hidden &&
+      logits.size() < batch.logit_rows.size() * static_cast<size_t>(c.n_vocab)) {
     return make_error(StatusCode::kInvalidArgument,
                       "logits buffer holds {} floats, {} rows of {} needed", logits.size(),
                       batch.logit_rows.size(), c.n_vocab);
@@ -175,6 +183,10 @@ Status CpuBackend::forward(const Batch& batch, const LayerRange& range, CpuKvCac
       std::copy(row, row + c.n_embd, act.head_rows.data() + i * c.n_embd);
     }
     rmsnorm_rows(act.head_rows.data(), w.output_norm.f32(), act.head_rows.data(), n_rows);
+    if (wants_hidden) {
+      std::copy_n(act.head_rows.data(), n_rows * c.n_embd, hidden.data());
+      return Status::ok();
+    }
     const MatmulOutput head[] = {{&w.output, logits.data(), c.n_vocab}};
     project(head, act.head_rows.data(), n_rows, c.n_embd, act);
   }

@@ -58,11 +58,13 @@ class CpuBackend {
   // Runs `range` over `batch`. With range.embeddings the token embeddings are the input,
   // otherwise act.hidden must hold the input rows (n_tokens × n_embd); act.hidden holds the
   // output rows afterwards. With range.head, logits of batch.logit_rows are written to
-  // `logits` ((logit_rows.size(), n_vocab) row-major).
+  // `logits` ((logit_rows.size(), n_vocab) row-major); when `hidden` is not empty, the
+  // final-normed rows of batch.logit_rows go there instead ((logit_rows.size(), n_embd)) and
+  // no logits are computed (`logits` may then be empty).
   // PRECONDITIONS: the batch passed validate_batch against cache.info(); n_tokens <=
   // act.max_tokens; the cache holds the range's layers.
   Status forward(const Batch& batch, const LayerRange& range, CpuKvCache& cache,
-                 CpuActivations& act, std::span<float> logits) const;
+                 CpuActivations& act, std::span<float> logits, std::span<float> hidden = {}) const;
 
  private:
   CpuBackend(std::shared_ptr<const LoadedModel> model, ThreadPool* pool,

@@ -466,4 +466,22 @@ Status CudaBackend::head(const DeviceBatch& b, int32_t first, int32_t count, Cud
   return timed("head", stream);
 }
 
+Status CudaBackend::final_norm(const DeviceBatch& b, int32_t first, int32_t count,
+                               CudaActivations& act, cudaStream_t cuda_stream) const {
+  if (count <= 0) return Status::ok();
+  const LaunchStream stream = on(cuda_stream);
+  RmsNormArgs norm;
+  norm.x = act.hidden;
+  norm.x_stride = act.embd_stride;
+  norm.row_ids = b.logit_rows + first;
+  norm.weight = weights_.output_norm;
+  norm.y = act.head_rows;
+  norm.y_stride = act.embd_stride;
+  norm.n_rows = count;
+  norm.n = config_.n_embd;
+  norm.eps = config_.norm_eps;
+  LS_RETURN_IF_ERROR(rmsnorm(norm, stream));
+  return timed("final_norm", stream);
+}
+
 }  // namespace llamaserve::cuda

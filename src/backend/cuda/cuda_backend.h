@@ -116,6 +116,11 @@ class CudaBackend {
   // act.logits (row stride act.vocab_stride). PRECONDITION: count <= max_logit_rows.
   Status head(const DeviceBatch& batch, int32_t first, int32_t count, CudaActivations& act,
               cudaStream_t stream) const;
+  // The final norm alone of logit rows [first, first + count) into act.head_rows (row stride
+  // act.embd_stride): the hidden states embeddings are pooled from.
+  // PRECONDITION: count <= max_logit_rows.
+  Status final_norm(const DeviceBatch& batch, int32_t first, int32_t count, CudaActivations& act,
+                    cudaStream_t stream) const;
 
  private:
   // `stream` with this backend's PDL setting, for the launchers.
