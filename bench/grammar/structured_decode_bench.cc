@@ -1,7 +1,7 @@
 // Decode speed with and without a response-format constraint, through the whole engine
-// (scheduler, sampler, masks) on the CPU or a GPU: B requests submitted together, each generating -n
-// tokens at temperature 1, free or under a JSON Schema whose documents are longer than -n
-// tokens (so every step of every sequence is masked, none ends early).
+// (scheduler, sampler, masks) on the CPU or a GPU: B requests submitted together, each generating
+// -n tokens at temperature 1, free or under a JSON Schema whose documents are longer than -n tokens
+// (so every step of every sequence is masked, none ends early).
 //
 //   build/<dir>/bench/grammar/structured_decode_bench [-m MODEL] [-t THREADS] [-n 64]
 //                                                     [-b 1,64] [--reps 3] [--device cuda:0]

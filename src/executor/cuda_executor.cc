@@ -146,7 +146,7 @@ class CudaExecutor final : public Executor, public CudaPart {
   CudaKvCache kv_;
   CudaActivations act_;
   std::unique_ptr<cuda::BatchStaging> staging_;
-  cuda::MaskStaging masks_;  // structured output's token masks of sampled rows
+  cuda::MaskStaging masks_;                  // structured output's token masks of sampled rows
   std::unique_ptr<cuda::OpTimer> op_timer_;  // with options_.tuning.op_times
   // Tensor-parallel ranks: the stream of the overlapped all-reduces, and per half the events
   // "its block is computed" and "its all-reduce is done".

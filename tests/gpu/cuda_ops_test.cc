@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <random>
 #include <set>
-#include <numeric>
 
 #include "backend/cpu/ref_kernels.h"
 #include "backend/cpu/rope.h"
@@ -599,7 +599,8 @@ TEST_F(SamplingTest, RandomDrawsStayInsideTheMask) {
   auto device_masks = staging.stage(params, vocab, nullptr);
   ASSERT_TRUE(device_masks.is_ok());
   DeviceArray<float> logits_dev(logits);
-  ASSERT_OK(mask_logits(logits_dev.get(), vocab, draws, vocab, *device_masks, mask.size(), nullptr));
+  ASSERT_OK(
+      mask_logits(logits_dev.get(), vocab, draws, vocab, *device_masks, mask.size(), nullptr));
   DeviceArray<SamplingParams> params_dev(params);
   DeviceArray<int32_t> tokens(draws);
   tokens.poison();

@@ -110,15 +110,14 @@ TEST_F(ModelServiceTest, RefusesWhatDoesNotFitWithoutKeepingAnything) {
   EXPECT_EQ(DevicePool::live_pools(), 0);
 }
 
-
 // Structured output sampled on the device (the token masks applied to the logits there):
 // every output of a bounded schema at temperature 1 is a complete document that matches it.
 TEST_F(ModelServiceTest, ConstrainedRowsSampleOnTheDevice) {
   auto opened = ModelService::open(spec_, OpenHooks{.show_progress = false});
   ASSERT_TRUE(opened.is_ok()) << opened.status().to_string();
   std::unique_ptr<ModelService> model = std::move(opened).value();
-  auto constraint = model->constraints().get(
-      grammar::FormatKind::kJsonSchema, nlohmann::ordered_json::parse(R"({"type": "object",
+  auto constraint = model->constraints().get(grammar::FormatKind::kJsonSchema,
+                                             nlohmann::ordered_json::parse(R"({"type": "object",
         "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer", "minimum": 0,
         "maximum": 99}, "c": {"enum": ["red", "green"]}},
         "required": ["ok", "n", "c"], "additionalProperties": false})"));

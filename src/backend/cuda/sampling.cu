@@ -238,7 +238,7 @@ Status mask_logits(float* logits, int64_t logits_stride, int64_t n_rows, int64_t
   LS_CUDA_REQUIRE(n_rows >= 0 && n_rows <= 0x7fffffff);
   if (n_rows == 0) return Status::ok();
   mask_kernel<<<static_cast<unsigned>(n_rows), 256, 0, stream>>>(logits, logits_stride, n_vocab,
-                                                                  masks, words_per_row);
+                                                                 masks, words_per_row);
   LS_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }
@@ -276,8 +276,8 @@ Result<const uint64_t*> MaskStaging::stage(std::span<const RowSampling> rows, in
     std::copy(row.allowed, row.allowed + given, out);
     std::fill(out + given, out + words, uint64_t{0});
   }
-  LS_CUDA_CHECK(cudaMemcpyAsync(device_, host_, needed * sizeof(uint64_t), cudaMemcpyHostToDevice,
-                                stream));
+  LS_CUDA_CHECK(
+      cudaMemcpyAsync(device_, host_, needed * sizeof(uint64_t), cudaMemcpyHostToDevice, stream));
   return static_cast<const uint64_t*>(device_);
 }
 

@@ -195,8 +195,7 @@ TEST_F(EmbeddingEngineTest, BatchedEqualsOneAtATimeAndUnitLength) {
     const Outcome alone = embed(*engine, request({inputs[i]}));
     ASSERT_EQ(alone.reason, FinishReason::kStop);
     const std::span<const float> row(together.vectors.data() + i * n_embd(), n_embd());
-    EXPECT_NEAR(std::sqrt(std::inner_product(row.begin(), row.end(), row.begin(), 0.0)), 1.0,
-                1e-5);
+    EXPECT_NEAR(std::sqrt(std::inner_product(row.begin(), row.end(), row.begin(), 0.0)), 1.0, 1e-5);
     EXPECT_GE(cosine(row, alone.vectors), 0.99999) << "input " << i;
   }
   EXPECT_EQ(settled(*engine).kv_blocks_free, settled(*engine).kv_blocks_total);
@@ -244,7 +243,8 @@ TEST_F(EmbeddingEngineTest, GenerationsAlongsideAreUnchanged) {
   const uint64_t prompt_tokens_before = settled(*engine).prompt_tokens_total;
 
   std::vector<RequestHandle> generations, embeddings;
-  for (int32_t salt : {11, 12}) generations.push_back(engine->submit(make_generation(salt)).value());
+  for (int32_t salt : {11, 12})
+    generations.push_back(engine->submit(make_generation(salt)).value());
   for (int i = 0; i < 4; ++i) {
     embeddings.push_back(engine->submit_embedding(request({ids(90, 13), ids(7, 14)})).value());
   }
@@ -283,8 +283,8 @@ TEST_F(EmbeddingEngineTest, RefusesBadRequests) {
   EXPECT_EQ(code(negative), StatusCode::kInvalidArgument);
   EXPECT_EQ(code(request({ids(64, 1)})), StatusCode::kOk);
 
-  auto hidden_less = Engine::create(std::make_unique<NoHiddenExecutor>(make_executor()),
-                                    tokenizer_, EngineConfig{});
+  auto hidden_less = Engine::create(std::make_unique<NoHiddenExecutor>(make_executor()), tokenizer_,
+                                    EngineConfig{});
   ASSERT_TRUE(hidden_less.is_ok());
   EXPECT_FALSE((*hidden_less)->embeddings_supported());
   auto refused = (*hidden_less)->submit_embedding(request({ids(3, 1)}));
@@ -340,12 +340,14 @@ TEST_F(EmbeddingEngineTest, DrainCancelsWhatRunsPastItsTimeout) {
   config.max_batch_tokens = 4;
   auto engine = make_engine(config);
   std::vector<RequestHandle> handles;
-  for (int i = 0; i < 3; ++i) handles.push_back(engine->submit_embedding(request({ids(400, i)})).value());
+  for (int i = 0; i < 3; ++i)
+    handles.push_back(engine->submit_embedding(request({ids(400, i)})).value());
   const Status drained = engine->drain(1ms);
   EXPECT_EQ(drained.code(), StatusCode::kDeadlineExceeded);
   for (RequestHandle& handle : handles) {
     const Outcome outcome = wait(handle);
-    EXPECT_TRUE(outcome.reason == FinishReason::kCancelled || outcome.reason == FinishReason::kStop);
+    EXPECT_TRUE(outcome.reason == FinishReason::kCancelled ||
+                outcome.reason == FinishReason::kStop);
   }
   EXPECT_EQ(settled(*engine).kv_blocks_free, engine->stats().kv_blocks_total);
 }

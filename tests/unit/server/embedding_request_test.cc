@@ -16,8 +16,7 @@ void expect_rejected(const json& body, const std::string& needle, const std::str
   const Result<ParsedEmbeddings> result = parse_embeddings(body);
   ASSERT_FALSE(result.is_ok()) << "accepted: " << body.dump();
   EXPECT_EQ(result.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(result.status().message().find(needle), std::string::npos)
-      << result.status().message();
+  EXPECT_NE(result.status().message().find(needle), std::string::npos) << result.status().message();
   EXPECT_EQ(error_field(result.status()), field) << result.status().message();
 }
 
@@ -89,8 +88,7 @@ TEST(ParseEmbeddings, RejectsIdsOutsideInt32AndTooManyInputs) {
 TEST(ParseEmbeddings, RejectsBadEncodingAndDimensions) {
   expect_rejected({{"input", "a"}, {"encoding_format", "int8"}}, "\"float\" or \"base64\"",
                   "encoding_format");
-  expect_rejected({{"input", "a"}, {"encoding_format", 1}}, "'encoding_format'",
-                  "encoding_format");
+  expect_rejected({{"input", "a"}, {"encoding_format", 1}}, "'encoding_format'", "encoding_format");
   expect_rejected({{"input", "a"}, {"dimensions", 0}}, "'dimensions'", "dimensions");
   expect_rejected({{"input", "a"}, {"dimensions", -3}}, "'dimensions'", "dimensions");
   expect_rejected({{"input", "a"}, {"dimensions", "8"}}, "'dimensions'", "dimensions");
