@@ -398,7 +398,14 @@ TEST_F(EmbeddingEngineTest, GroupRoutesEmbeddings) {
     ASSERT_EQ(outcome.reason, FinishReason::kStop);
     EXPECT_GE(cosine(outcome.vectors, reference.vectors), 0.99999);
   }
-  // Both replicas got some.
+  // Both replicas got some. A replica publishes its counters after the events of a step, so
+  // they are read once all 4 x 30 prompt tokens are counted.
+  auto counted = [&] {
+    return (*group)->replica_stats(0).prompt_tokens_total +
+           (*group)->replica_stats(1).prompt_tokens_total;
+  };
+  for (int i = 0; i < 2500 && counted() < 120u; ++i) std::this_thread::sleep_for(2ms);
+  EXPECT_EQ(counted(), 120u);
   EXPECT_GT((*group)->replica_stats(0).prompt_tokens_total, 0u);
   EXPECT_GT((*group)->replica_stats(1).prompt_tokens_total, 0u);
 }
