@@ -5,9 +5,14 @@ import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Base64;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
@@ -93,6 +98,52 @@ public final class LlamaClient implements AutoCloseable {
   /** The reply as a Publisher; each subscription sends the request anew. */
   public Flow.Publisher<String> chatPublisher(ChatRequest request) {
     return publisher("/v1/chat/completions", request.toJson(true), StreamProtocol.CHAT);
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // POST /v1/embeddings
+
+  /** Embeddings of {@code inputs} with the server's default model; see {@link #embed(String, List)}. */
+  public EmbeddingResult embed(List<String> inputs) {
+    return embed(null, inputs);
+  }
+
+  /**
+   * Embeddings of {@code inputs} (POST /v1/embeddings): one L2-normalized vector per input, in
+   * input order, pooled as the server's model is configured ({@code --embedding-pooling}). The
+   * vectors travel as base64 little-endian floats, exactly as computed. {@code model} may be
+   * null (the server's default model) or an alias.
+   */
+  public EmbeddingResult embed(String model, List<String> inputs) {
+    if (inputs.isEmpty()) throw new IllegalArgumentException("no inputs to embed");
+    Map<String, Object> request = new LinkedHashMap<>();
+    if (model != null) request.put("model", model);
+    request.put("input", List.copyOf(inputs));
+    request.put("encoding_format", "base64");
+    Map<String, Object> body =
+        transport.callJson(transport.postJson("/v1/embeddings", request, false));
+    List<Object> data = JsonFields.list(body, "data");
+    float[][] vectors = new float[data.size()][];
+    for (Object item : data) {
+      Map<String, Object> entry = JsonFields.object(item, "data[]");
+      int index = (int) JsonFields.integer(entry, "index");
+      if (index < 0 || index >= vectors.length) {
+        throw new LlamaConnectionException("embedding index " + index + " out of range");
+      }
+      ByteBuffer bytes = ByteBuffer.wrap(Base64.getDecoder().decode(JsonFields.string(entry,
+          "embedding"))).order(ByteOrder.LITTLE_ENDIAN);
+      float[] vector = new float[bytes.remaining() / Float.BYTES];
+      bytes.asFloatBuffer().get(vector);
+      vectors[index] = vector;
+    }
+    if (vectors.length != inputs.size() || Arrays.asList(vectors).contains(null)) {
+      throw new LlamaConnectionException(
+          "the answer has " + data.size() + " embeddings for " + inputs.size() + " inputs");
+    }
+    Map<String, Object> counts = JsonFields.objectOrNull(body, "usage");
+    long promptTokens = counts == null ? 0 : JsonFields.integer(counts, "prompt_tokens");
+    Usage usage = new Usage(promptTokens, 0, promptTokens);
+    return new EmbeddingResult(JsonFields.string(body, "model"), List.of(vectors), usage);
   }
 
   // ---------------------------------------------------------------------------------------
