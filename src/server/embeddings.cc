@@ -15,10 +15,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// How often a waiting request checks that its client is still connected.
-constexpr std::chrono::milliseconds kLivenessPoll{50};
-constexpr int kClientClosedStatus = 499;
-
 ApiError with_param(ApiError error, std::string param) {
   error.param = std::move(param);
   return error;

@@ -16,10 +16,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
-// How often a waiting request checks that its client is still connected.
-constexpr std::chrono::milliseconds kLivenessPoll{50};
-constexpr int kClientClosedStatus = 499;
-
 double ms_between(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double, std::milli>(to - from).count();
 }

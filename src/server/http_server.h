@@ -38,6 +38,11 @@ namespace llamaserve::server {
 
 struct ParsedGeneration;
 
+// How often a request waiting on the engine checks that its client is still connected.
+inline constexpr std::chrono::milliseconds kLivenessPoll{50};
+// The status of a request whose client left before the answer (logged and counted as such).
+inline constexpr int kClientClosedStatus = 499;
+
 // What the request log line and the request metrics need, filled in as a request goes.
 struct RequestRecord {
   std::string id;           // the server's id: the response's "id" and X-Request-Id
