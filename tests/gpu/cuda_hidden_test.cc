@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -81,19 +82,22 @@ TEST_P(CudaHiddenTest, MatchesCpuExecutor) {
                             4);
   expect_rows_close(hidden_of(**cuda, first), hidden_of(**cpu, first), n_embd, "every row");
 
-  // Continuations of sequences 0 and 3 and a new sequence 4; only every third row, and the
-  // last row of each sequence.
+  // Continuations of sequences 0 to 3 (a batch sequence's index is its KV identity here) and
+  // a new sequence 4; only every third row, and the last row of each sequence.
   Batch next = build({{0, tokens(5, n_vocab, 5), 131},
+                      {1, tokens(2, n_vocab, 8), 7},
+                      {2, tokens(1, n_vocab, 9), 1},
                       {3, tokens(77, n_vocab, 6), 300},
                       {4, tokens(13, n_vocab, 7), 0}},
                      5);
-  next.logit_rows.clear();
-  for (int32_t r = 0; r < next.n_tokens(); r += 3) next.logit_rows.push_back(r);
-  for (int32_t r : {4, 81, 94}) next.logit_rows.push_back(r);
+  std::set<int32_t> rows;
+  for (int32_t r = 0; r < next.n_tokens(); r += 3) rows.insert(r);
+  for (int32_t r : {4, 6, 7, 84, 97}) rows.insert(r);
+  next.logit_rows.assign(rows.begin(), rows.end());
   expect_rows_close(hidden_of(**cuda, next), hidden_of(**cpu, next), n_embd, "continued rows");
 
   // No rows wanted: nothing written, no error.
-  Batch none = build({{5, tokens(3, n_vocab, 8), 0}}, 6);
+  Batch none = build({{0, tokens(3, n_vocab, 10), 136}}, 1);
   none.logit_rows.clear();
   EXPECT_TRUE((*cuda)->forward_hidden(none, {}).is_ok());
 }
