@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cmath>
 #include <filesystem>
 #include <string>
 
@@ -141,6 +142,55 @@ TEST_F(ModelServiceTest, ConstrainedRowsSampleOnTheDevice) {
     EXPECT_EQ(document.size(), 3u) << completion->text;
   }
   model->close();
+}
+
+// Embeddings through the whole service on the GPU (engine batching, forward_hidden, pooling)
+// against the same service on the CPU: several inputs of odd lengths, one of them longer than
+// a pass (so it runs in chunks), cosine >= 0.999 per input.
+TEST_F(ModelServiceTest, EmbeddingsOnTheDeviceMatchTheCpu) {
+  spec_.engine.max_batch_tokens = 64;
+  auto gpu = ModelService::open(spec_, OpenHooks{.show_progress = false});
+  ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
+  ModelSpec cpu_spec = spec_;
+  cpu_spec.layout.device = "cpu";
+  auto cpu = ModelService::open(cpu_spec, OpenHooks{.show_progress = false});
+  ASSERT_TRUE(cpu.is_ok()) << cpu.status().to_string();
+  auto embed = [](ModelService& model, const std::vector<std::vector<int32_t>>& inputs) {
+    EmbeddingRequest request;
+    request.inputs = inputs;
+    auto handle = model.engines().submit_embedding(std::move(request));
+    EXPECT_TRUE(handle.is_ok()) << handle.status().to_string();
+    std::optional<GenerationEvent> event;
+    while ((event = handle->next(std::chrono::seconds(60))) &&
+           event->kind != GenerationEvent::Kind::kFinish) {
+    }
+    EXPECT_TRUE(event.has_value());
+    EXPECT_EQ(event->finish_reason, FinishReason::kStop) << event->error.to_string();
+    return event->embeddings;
+  };
+  std::vector<std::vector<int32_t>> inputs;
+  for (int32_t length : {1, 7, 33, 150}) {
+    std::vector<int32_t> tokens;
+    for (int32_t i = 0; i < length; ++i) tokens.push_back(100 + (i * 37) % 5000);
+    inputs.push_back(tokens);
+  }
+  const std::vector<float> on_gpu = embed(**gpu, inputs);
+  const std::vector<float> on_cpu = embed(**cpu, inputs);
+  const size_t n_embd = static_cast<size_t>((*gpu)->model_config().n_embd);
+  ASSERT_EQ(on_gpu.size(), inputs.size() * n_embd);
+  ASSERT_EQ(on_cpu.size(), on_gpu.size());
+  for (size_t r = 0; r < inputs.size(); ++r) {
+    double dot = 0, norm_gpu = 0, norm_cpu = 0;
+    for (size_t i = r * n_embd; i < (r + 1) * n_embd; ++i) {
+      dot += static_cast<double>(on_gpu[i]) * on_cpu[i];
+      norm_gpu += static_cast<double>(on_gpu[i]) * on_gpu[i];
+      norm_cpu += static_cast<double>(on_cpu[i]) * on_cpu[i];
+    }
+    EXPECT_NEAR(std::sqrt(norm_gpu), 1.0, 1e-4) << "input " << r;
+    EXPECT_GE(dot / std::sqrt(norm_gpu * norm_cpu), 0.999) << "input " << r;
+  }
+  (*gpu)->close();
+  (*cpu)->close();
 }
 
 }  // namespace
