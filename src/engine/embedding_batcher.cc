@@ -20,7 +20,8 @@ EmbeddingBatcher::EmbeddingBatcher(BlockManager& blocks, int32_t max_pass_tokens
       max_pass_tokens_(max_pass_tokens),
       max_pass_seqs_(max_pass_seqs),
       n_embd_(n_embd) {
-  assert(max_pass_tokens_ >= 1 && max_pass_seqs_ >= 1 && n_embd_ >= 1);
+  // n_embd is 0 for an executor without hidden rows; the engine then refuses embeddings.
+  assert(max_pass_tokens_ >= 1 && max_pass_seqs_ >= 1 && n_embd_ >= 0);
 }
 
 void EmbeddingBatcher::add(std::unique_ptr<EmbeddingJob> job) {

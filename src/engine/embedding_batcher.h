@@ -55,7 +55,7 @@ struct EmbeddingJob {
 class EmbeddingBatcher {
  public:
   // `blocks` must outlive the batcher. PRECONDITIONS: max_pass_tokens >= 1, max_pass_seqs >= 1,
-  // n_embd >= 1.
+  // n_embd >= 0 (0: the executor computes no hidden rows, and no job is ever added).
   EmbeddingBatcher(BlockManager& blocks, int32_t max_pass_tokens, int32_t max_pass_seqs,
                    int32_t n_embd);
 
