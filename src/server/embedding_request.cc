@@ -18,23 +18,7 @@ static_assert(std::endian::native == std::endian::little,
 
 Status read_ids(const json& array, const std::string& name, std::vector<int32_t>& out) {
   if (array.empty()) return invalid(fmt::format("'{}' must not be an empty array", name));
-  out.reserve(array.size());
-  for (size_t i = 0; i < array.size(); ++i) {
-    const json& item = array[i];
-    if (!item.is_number_integer()) {
-      return wrong_type(fmt::format("{}[{}]", name, i), "an integer token id", item);
-    }
-    const bool in_range =
-        item.is_number_unsigned()
-            ? item.get<uint64_t>() <= uint64_t(std::numeric_limits<int32_t>::max())
-            : item.get<int64_t>() >= 0 &&
-                  item.get<int64_t>() <= std::numeric_limits<int32_t>::max();
-    if (!in_range) {
-      return invalid(fmt::format("'{}[{}]' is not a valid token id: {}", name, i, item.dump()));
-    }
-    out.push_back(item.get<int32_t>());
-  }
-  return Status::ok();
+  return read_token_array(array, name, out);
 }
 
 Status check_count(const json& input) {

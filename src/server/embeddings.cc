@@ -140,26 +140,14 @@ bool HttpServer::handle_embeddings(http::Exchange& exchange, http::Response& res
 
   std::optional<InFlightCounter::Ticket> admission = try_admit();
   if (!admission) {
-    send_error(res, overloaded(fmt::format("the server is at capacity ({} running + {} queued "
-                                           "requests); retry later",
-                                           running_limit_, options_.max_queue),
-                               "queue_full", 1));
+    send_error(res, at_capacity());
     return false;
   }
   request.timeout = std::chrono::milliseconds(options_.request_timeout_ms);
   request.queue_timeout = std::chrono::milliseconds(options_.queue_timeout_ms);
   auto handle = model.engines().submit_embedding(std::move(request));
   if (!handle) {
-    ApiError error = api_error_from_status(handle.status());
-    if (handle.status().code() == StatusCode::kResourceExhausted) {
-      error = overloaded(fmt::format("the server is at capacity ({} running, {} queued); retry "
-                                     "later",
-                                     running_limit_, options_.max_queue),
-                         "queue_full", 1);
-    } else if (handle.status().code() == StatusCode::kUnavailable) {
-      error = unavailable("the server is shutting down", "draining", 0);
-    }
-    send_error(res, error);
+    send_error(res, submit_refused(handle.status()));
     return false;
   }
 

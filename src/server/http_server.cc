@@ -180,6 +180,21 @@ std::optional<InFlightCounter::Ticket> HttpServer::try_admit() {
   return admitted_.try_acquire(admission_limit_);
 }
 
+ApiError HttpServer::at_capacity() const {
+  return overloaded(fmt::format("the server is at capacity ({} running + {} queued requests); "
+                                "retry later",
+                                running_limit_, options_.max_queue),
+                    "queue_full", 1);
+}
+
+ApiError HttpServer::submit_refused(const Status& status) const {
+  if (status.code() == StatusCode::kResourceExhausted) return at_capacity();
+  if (status.code() == StatusCode::kUnavailable) {
+    return unavailable("the server is shutting down", "draining", 0);
+  }
+  return api_error_from_status(status);
+}
+
 bool HttpServer::wait_until_idle(std::chrono::milliseconds timeout) {
   return active_generations_.wait_until_zero(timeout);
 }

@@ -157,6 +157,11 @@ class HttpServer final : private http::Handler {
   // instead (it counts requests not yet scheduled, which a burst can fill while running
   // slots are still free).
   std::optional<InFlightCounter::Ticket> try_admit();
+  // The 429 of a request that try_admit() turned away.
+  ApiError at_capacity() const;
+  // What to answer when an engine refuses a submission (its queue is full: 429; it is
+  // shutting down: 503; anything else as the status says).
+  ApiError submit_refused(const Status& status) const;
 
   InFlightCounter admitted_;
   InFlightCounter active_generations_;  // sessions still answering: wait_until_idle

@@ -1,6 +1,7 @@
 #include "server/json_fields.h"
 
 #include <cmath>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -90,6 +91,26 @@ Status read_float(const json& object, std::string_view key, FloatRange range, fl
                                v));
   }
   out = static_cast<float>(v);
+  return Status::ok();
+}
+
+Status read_token_array(const json& array, std::string_view name, std::vector<int32_t>& out) {
+  out.reserve(array.size());
+  for (size_t i = 0; i < array.size(); ++i) {
+    const json& item = array[i];
+    if (!item.is_number_integer()) {
+      return wrong_type(fmt::format("{}[{}]", name, i), "an integer token id", item);
+    }
+    const bool in_range =
+        item.is_number_unsigned()
+            ? item.get<uint64_t>() <= uint64_t(std::numeric_limits<int32_t>::max())
+            : item.get<int64_t>() >= 0 &&
+                  item.get<int64_t>() <= std::numeric_limits<int32_t>::max();
+    if (!in_range) {
+      return invalid(fmt::format("'{}[{}]' is not a valid token id: {}", name, i, item.dump()));
+    }
+    out.push_back(item.get<int32_t>());
+  }
   return Status::ok();
 }
 

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -29,6 +30,11 @@ Status read_string(const nlohmann::json& object, std::string_view key, std::stri
 // Integer in [min_value, max_value]; `limit_note` explains where the upper bound comes from.
 Status read_int(const nlohmann::json& object, std::string_view key, int64_t min_value,
                 int64_t max_value, std::optional<int64_t>& out, std::string_view limit_note = {});
+
+// An array of token ids: each an integer in [0, INT32_MAX] (against a vocabulary: the
+// caller's business), appended to `out`; errors name "name[i]".
+Status read_token_array(const nlohmann::json& array, std::string_view name,
+                        std::vector<int32_t>& out);
 
 struct FloatRange {
   double min_value;

@@ -343,26 +343,6 @@ Status read_messages(const json& body, std::vector<ChatMessage>& out) {
   return Status::ok();
 }
 
-Status read_token_array(const json& array, std::string_view name, std::vector<int32_t>& out) {
-  out.reserve(array.size());
-  for (size_t i = 0; i < array.size(); ++i) {
-    const json& item = array[i];
-    if (!item.is_number_integer()) {
-      return wrong_type(fmt::format("{}[{}]", name, i), "an integer token id", item);
-    }
-    const bool in_range =
-        item.is_number_unsigned()
-            ? item.get<uint64_t>() <= uint64_t(std::numeric_limits<int32_t>::max())
-            : item.get<int64_t>() >= 0 &&
-                  item.get<int64_t>() <= std::numeric_limits<int32_t>::max();
-    if (!in_range) {
-      return invalid(fmt::format("'{}[{}]' is not a valid token id: {}", name, i, item.dump()));
-    }
-    out.push_back(item.get<int32_t>());
-  }
-  return Status::ok();
-}
-
 // prompt: a string, an array of token ids, or a one-element array of either (a batch of one).
 Status read_prompt(const json& body, ParsedGeneration& out) {
   const json* prompt = find_field(body, "prompt");
