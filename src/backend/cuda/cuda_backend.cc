@@ -444,10 +444,8 @@ Status CudaBackend::embed(const DeviceBatch& b, CudaActivations& act,
   return timed("embed", stream);
 }
 
-Status CudaBackend::head(const DeviceBatch& b, int32_t first, int32_t count, CudaActivations& act,
-                         cudaStream_t cuda_stream) const {
-  if (count <= 0) return Status::ok();
-  const LaunchStream stream = on(cuda_stream);
+RmsNormArgs CudaBackend::output_norm_args(const DeviceBatch& b, int32_t first, int32_t count,
+                                          const CudaActivations& act) const {
   RmsNormArgs norm;
   norm.x = act.hidden;
   norm.x_stride = act.embd_stride;
@@ -458,6 +456,14 @@ Status CudaBackend::head(const DeviceBatch& b, int32_t first, int32_t count, Cud
   norm.n_rows = count;
   norm.n = config_.n_embd;
   norm.eps = config_.norm_eps;
+  return norm;
+}
+
+Status CudaBackend::head(const DeviceBatch& b, int32_t first, int32_t count, CudaActivations& act,
+                         cudaStream_t cuda_stream) const {
+  if (count <= 0) return Status::ok();
+  const LaunchStream stream = on(cuda_stream);
+  RmsNormArgs norm = output_norm_args(b, first, count, act);
   const bool q8 = wants_q8(count, {&weights_.output});
   norm.yq = q8 ? act.q8 : Q8Rows{};
   LS_RETURN_IF_ERROR(rmsnorm(norm, stream));
@@ -470,17 +476,7 @@ Status CudaBackend::final_norm(const DeviceBatch& b, int32_t first, int32_t coun
                                CudaActivations& act, cudaStream_t cuda_stream) const {
   if (count <= 0) return Status::ok();
   const LaunchStream stream = on(cuda_stream);
-  RmsNormArgs norm;
-  norm.x = act.hidden;
-  norm.x_stride = act.embd_stride;
-  norm.row_ids = b.logit_rows + first;
-  norm.weight = weights_.output_norm;
-  norm.y = act.head_rows;
-  norm.y_stride = act.embd_stride;
-  norm.n_rows = count;
-  norm.n = config_.n_embd;
-  norm.eps = config_.norm_eps;
-  LS_RETURN_IF_ERROR(rmsnorm(norm, stream));
+  LS_RETURN_IF_ERROR(rmsnorm(output_norm_args(b, first, count, act), stream));
   return timed("final_norm", stream);
 }
 

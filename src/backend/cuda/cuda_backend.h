@@ -16,6 +16,7 @@
 #include "backend/cuda/cuda_weights.h"
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/launch.h"
+#include "backend/cuda/norm.h"
 #include "backend/cuda/op_timer.h"
 #include "backend/cuda/peer_all_reduce.h"
 #include "backend/cuda/tp_sum.h"
@@ -123,6 +124,9 @@ class CudaBackend {
                     cudaStream_t stream) const;
 
  private:
+  // The output norm of logit rows [first, first + count) of `batch` into act.head_rows.
+  RmsNormArgs output_norm_args(const DeviceBatch& batch, int32_t first, int32_t count,
+                               const CudaActivations& act) const;
   // `stream` with this backend's PDL setting, for the launchers.
   LaunchStream on(cudaStream_t stream) const { return {stream, options_.tuning.pdl}; }
   // Closes the interval of `label` when op timing is on.
