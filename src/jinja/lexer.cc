@@ -2,6 +2,7 @@
 
 #include <cstdint>
 
+#include "core/utf8.h"
 #include "jinja/errors.h"
 
 namespace llamaserve::jinja {
@@ -27,24 +28,6 @@ std::string normalize_newlines(std::string_view source) {
   }
   if (!out.empty() && out.back() == '\n') out.pop_back();
   return out;
-}
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
 }
 
 int hex_value(char c) {
@@ -88,7 +71,7 @@ std::string unescape(std::string_view body, int line) {
           cp = cp * 16 + static_cast<uint32_t>(h);
         }
         if (cp > 0x10FFFF) fail(ErrorKind::kSyntax, line, "\\{} escape out of range", e);
-        append_utf8(out, cp);
+        unicode::append_utf8(out, cp);
         i += n;
         break;
       }
@@ -99,7 +82,7 @@ std::string unescape(std::string_view body, int line) {
                ++k) {
             cp = cp * 8 + static_cast<uint32_t>(body[++i] - '0');
           }
-          append_utf8(out, cp);
+          unicode::append_utf8(out, cp);
         } else {
           out.push_back('\\');
           out.push_back(e);

@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include "core/utf8.h"
+
 namespace llamaserve::unicode {
 
 // Major general category. Values are fixed by gen_unicode_tables.py.
@@ -57,8 +59,6 @@ struct Utf8Char {
   bool valid = false;
 };
 Utf8Char decode_utf8(std::string_view text, size_t pos);
-
-void append_utf8(std::string& out, uint32_t cp);
 
 // Replaces every ill-formed or truncated subsequence with U+FFFD (one per maximal subpart).
 std::string sanitize_utf8(std::string_view bytes);
