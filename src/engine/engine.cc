@@ -53,13 +53,15 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Executor> executo
   if (!executor) return make_error(StatusCode::kInvalidArgument, "engine: no executor");
   if (!tokenizer) return make_error(StatusCode::kInvalidArgument, "engine: no tokenizer");
   if (config.max_running < 1 || config.max_batch_tokens < 1 || config.max_waiting < 0 ||
-      config.max_context < 0 || config.sampler_threads < 0 || config.max_embedding_seqs < 1) {
+      config.max_context < 0 || config.sampler_threads < 0 || config.max_embedding_seqs < 1 ||
+      config.prefill_chunk_tokens < 0) {
     return make_error(StatusCode::kInvalidArgument,
                       "engine: max_running ({}), max_batch_tokens ({}) and max_embedding_seqs ({}) "
-                      "must be >= 1, max_waiting ({}), max_context ({}) and sampler_threads ({}) "
-                      ">= 0",
+                      "must be >= 1, max_waiting ({}), max_context ({}), sampler_threads ({}) and "
+                      "prefill_chunk_tokens ({}) >= 0",
                       config.max_running, config.max_batch_tokens, config.max_embedding_seqs,
-                      config.max_waiting, config.max_context, config.sampler_threads);
+                      config.max_waiting, config.max_context, config.sampler_threads,
+                      config.prefill_chunk_tokens);
   }
   const KvCacheInfo kv = executor->kv_info();
   if (kv.n_blocks < 1 || kv.block_size < 1) {
@@ -92,8 +94,11 @@ Engine::Engine(std::unique_ptr<Executor> executor, std::shared_ptr<const Tokeniz
       n_vocab_(static_cast<int32_t>(executor_->config().n_vocab)),
       returns_hidden_(executor_->returns_hidden()),
       inbox_(std::make_shared<Inbox>()),
-      blocks_(executor_->kv_info().n_blocks, executor_->kv_info().block_size),
-      scheduler_(SchedulerConfig{config.max_running, config.max_batch_tokens}, blocks_),
+      blocks_(executor_->kv_info().n_blocks, executor_->kv_info().block_size,
+              config.prefix_caching),
+      scheduler_(
+          SchedulerConfig{config.max_running, config.max_batch_tokens, config.prefill_chunk_tokens},
+          blocks_),
       sampler_pool_(config.sampler_threads > 0 ? config.sampler_threads
                                                : std::min(4, ThreadPool::default_threads())),
       sampler_scratch_(static_cast<size_t>(sampler_pool_.size())),
@@ -121,9 +126,12 @@ void Engine::shutdown() {
 std::string Engine::describe() const {
   const KvCacheInfo kv = executor_->kv_info();
   return fmt::format(
-      "{}; KV cache {} blocks x {} tokens; context {}; max running {}, batch {} tokens",
-      executor_->describe(), kv.n_blocks, kv.block_size, max_context_, config_.max_running,
-      config_.max_batch_tokens);
+      "{}; KV cache {} blocks x {} tokens, prefix caching {}; context {}; max running {}, "
+      "batch {} tokens, prompt chunks beside decodes {}",
+      executor_->describe(), kv.n_blocks, kv.block_size, config_.prefix_caching ? "on" : "off",
+      max_context_, config_.max_running, config_.max_batch_tokens,
+      config_.prefill_chunk_tokens > 0 ? fmt::format("{} tokens", config_.prefill_chunk_tokens)
+                                       : std::string("unbounded"));
 }
 
 Status Engine::validate(const GenerationRequest& request) const {
@@ -326,6 +334,7 @@ void Engine::sweep_cancellations_and_timeouts(bool cancel_all) {
 }
 
 void Engine::run_step() {
+  const Clock::time_point step_start = Clock::now();
   StepPlan plan = scheduler_.schedule();
   counters_.preemptions_total = scheduler_.preemptions_total();
   if (!plan.first_admitted.empty()) {
@@ -347,7 +356,11 @@ void Engine::run_step() {
   }
 
   build_batch(plan, blocks_, batch_);
+  const Clock::time_point forward_start = Clock::now();
   Status status = forward_step(plan);
+  const Clock::time_point forward_end = Clock::now();
+  counters_.forward_seconds_total +=
+      std::chrono::duration<double>(forward_end - forward_start).count();
   ++counters_.steps_total;
   if (!status.is_ok()) {
     spdlog::error("engine: forward pass over {} sequences failed: {}", plan.chunks.size(),
@@ -360,6 +373,7 @@ void Engine::run_step() {
   }
   scheduler_.complete(plan);
   sample_and_emit(plan);
+  counters_.step_seconds_total += std::chrono::duration<double>(Clock::now() - step_start).count();
 }
 
 Status Engine::forward_step(const StepPlan& plan) {
@@ -395,6 +409,12 @@ void Engine::publish_stats() {
   snapshot.running = scheduler_.n_running();
   snapshot.kv_blocks_total = blocks_.n_blocks();
   snapshot.kv_blocks_free = blocks_.n_free();
+  snapshot.kv_blocks_cached = blocks_.n_cached_free();
+  const PrefixCacheStats& prefix = scheduler_.prefix_cache_stats();
+  snapshot.prefix_cache_queries_total = prefix.queries;
+  snapshot.prefix_cache_query_tokens_total = prefix.query_tokens;
+  snapshot.prefix_cache_hit_tokens_total = prefix.hit_tokens;
+  snapshot.prefix_cache_evictions_total = blocks_.evictions_total();
   const int32_t embeddings_waiting = embeddings_.n_waiting();
   snapshot.waiting += embeddings_waiting;
   snapshot.running += static_cast<int32_t>(embeddings_.jobs().size()) - embeddings_waiting;

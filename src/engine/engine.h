@@ -38,6 +38,9 @@ struct EngineConfig {
   int32_t max_running = 64;        // sequences decoded together
   int32_t max_waiting = 256;       // submitted but not yet scheduled; more -> kResourceExhausted
   int32_t max_batch_tokens = 512;  // token rows per forward pass (prefill is chunked to fit)
+  // Prompt rows of a step that also decodes: at most max(this, its decodes); 0 = no bound
+  // beyond max_batch_tokens (SchedulerConfig).
+  int32_t prefill_chunk_tokens = 256;
   // Tokens per sequence (prompt + generated); 0 = the model's n_ctx_train. Always clipped to
   // what the KV cache holds, so one sequence alone can always run to completion.
   int32_t max_context = 0;
@@ -50,6 +53,8 @@ struct EngineConfig {
   // Embedding inputs (sequences) per forward pass: a CUDA executor refuses passes of more
   // sequences than it was sized for (its max_seqs).
   int32_t max_embedding_seqs = 256;
+  // Reuse the KV blocks of earlier requests' identical prompt prefixes (BlockManager).
+  bool prefix_caching = true;
 };
 
 class Engine {

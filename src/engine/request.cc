@@ -109,6 +109,13 @@ void add_engine_stats(EngineStats& total, const EngineStats& part) {
   total.preemptions_total += part.preemptions_total;
   total.steps_total += part.steps_total;
   total.device_sampled_steps_total += part.device_sampled_steps_total;
+  total.step_seconds_total += part.step_seconds_total;
+  total.forward_seconds_total += part.forward_seconds_total;
+  total.kv_blocks_cached += part.kv_blocks_cached;
+  total.prefix_cache_queries_total += part.prefix_cache_queries_total;
+  total.prefix_cache_query_tokens_total += part.prefix_cache_query_tokens_total;
+  total.prefix_cache_hit_tokens_total += part.prefix_cache_hit_tokens_total;
+  total.prefix_cache_evictions_total += part.prefix_cache_evictions_total;
 }
 
 }  // namespace llamaserve

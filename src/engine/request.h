@@ -131,13 +131,24 @@ struct EngineStats {
   int32_t waiting = 0;
   int32_t running = 0;
   int32_t kv_blocks_total = 0;
-  int32_t kv_blocks_free = 0;
+  int32_t kv_blocks_free = 0;    // allocatable, cached ones included
+  int32_t kv_blocks_cached = 0;  // free blocks that still hold a reusable prompt prefix
   uint64_t requests_finished = 0;
   uint64_t prompt_tokens_total = 0;
   uint64_t generated_tokens_total = 0;
   uint64_t preemptions_total = 0;
   uint64_t steps_total = 0;
   uint64_t device_sampled_steps_total = 0;  // steps whose tokens were drawn on the device
+  // Wall time of the steps, and of their forward passes (the executor's part): the rest is
+  // the engine's own work per step (scheduling, sampling on the host, streaming).
+  double step_seconds_total = 0;
+  double forward_seconds_total = 0;
+  // Prefix caching: admissions that looked up the cache, their tokens, the tokens found there
+  // (not computed again), and cached blocks overwritten to make room.
+  uint64_t prefix_cache_queries_total = 0;
+  uint64_t prefix_cache_query_tokens_total = 0;
+  uint64_t prefix_cache_hit_tokens_total = 0;
+  uint64_t prefix_cache_evictions_total = 0;
 };
 
 // Adds `part` to `total`, gauges and counters alike.

@@ -7,7 +7,8 @@ namespace llamaserve {
 
 Scheduler::Scheduler(const SchedulerConfig& config, BlockManager& blocks)
     : config_(config), blocks_(blocks) {
-  assert(config_.max_running >= 1 && config_.max_batch_tokens >= 1);
+  assert(config_.max_running >= 1 && config_.max_batch_tokens >= 1 &&
+         config_.prefill_chunk_tokens >= 0);
 }
 
 void Scheduler::add(std::unique_ptr<Sequence> seq) {
@@ -52,6 +53,10 @@ StepPlan Scheduler::schedule() {
     if (seq->state == SequenceState::kRunning && seq->n_pending() == 1) {
       schedule_running(seq, 1, /*allow_partial=*/false, plan, budget);
     }
+  }
+  const auto n_decodes = static_cast<int32_t>(plan.chunks.size());
+  if (n_decodes > 0 && config_.prefill_chunk_tokens > 0) {
+    budget = std::min(budget, std::max(n_decodes, config_.prefill_chunk_tokens));
   }
   for (Sequence* seq : order) {
     if (budget == 0) break;
@@ -112,8 +117,21 @@ Sequence* Scheduler::preempt_newest(StepPlan& plan, int32_t& budget) {
 void Scheduler::admit_waiting(StepPlan& plan, int32_t& budget) {
   while (!waiting_.empty() && n_running() < config_.max_running && budget > 0) {
     Sequence* seq = waiting_.front().get();
+    // At least the last token is computed: its row gives the logits of the next one.
+    const int32_t n_cached =
+        blocks_.attach_cached_prefix(seq->id, seq->tokens, seq->n_tokens() - 1);
+    seq->n_computed = n_cached;
     int32_t n_tokens = std::min(seq->n_pending(), budget);
-    if (!blocks_.reserve(seq->id, seq->n_computed + n_tokens).is_ok()) break;
+    if (!blocks_.reserve(seq->id, seq->n_computed + n_tokens).is_ok()) {
+      blocks_.free_sequence(seq->id);  // the cached blocks go back, still cached
+      seq->n_computed = 0;
+      break;
+    }
+    if (blocks_.prefix_caching()) {
+      ++prefix_stats_.queries;
+      prefix_stats_.query_tokens += static_cast<uint64_t>(seq->n_tokens());
+      prefix_stats_.hit_tokens += static_cast<uint64_t>(n_cached);
+    }
     seq->state = SequenceState::kRunning;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
@@ -130,6 +148,7 @@ void Scheduler::complete(const StepPlan& plan) {
   for (const ScheduledChunk& chunk : plan.chunks) {
     chunk.seq->n_computed += chunk.n_tokens;
     assert(chunk.seq->n_computed <= chunk.seq->n_tokens());
+    blocks_.commit_computed(chunk.seq->id, chunk.seq->tokens, chunk.seq->n_computed);
   }
 }
 

@@ -5,10 +5,14 @@
 //   1. Running sequences with one pending token (decode) get one token each.
 //   2. Running sequences with more pending tokens (a prompt, or a recompute after
 //      preemption) get a chunk of what is left of the budget: long prompts are split across
-//      steps (chunked prefill) so decodes of other sequences keep flowing.
+//      steps (chunked prefill) so decodes of other sequences keep flowing. While there are
+//      decodes, prompt rows are also bounded by prefill_chunk_tokens (or the decode count,
+//      whichever is larger): a step costs about the weights' read plus its rows, so this keeps
+//      the decodes' inter-token latency within a small multiple of a decode-only step.
 //   3. Waiting sequences are admitted in FIFO order while there is budget, a running slot and
 //      free blocks for their first chunk. A sequence that does not fit blocks those behind it
-//      (no overtaking), so large requests are not starved by small ones.
+//      (no overtaking), so large requests are not starved by small ones. With prefix caching,
+//      an admitted sequence starts after the longest prefix of its tokens the cache holds.
 // When a running sequence needs a block and none is free, the newest running sequence is
 // preempted: its blocks are freed and it goes back to the front of the waiting queue, to
 // recompute its prompt and generated tokens when it is admitted again. Nothing is dropped.
@@ -30,6 +34,10 @@ namespace llamaserve {
 struct SchedulerConfig {
   int32_t max_running = 64;        // sequences in the running set
   int32_t max_batch_tokens = 512;  // token rows per forward pass
+  // Prompt rows of a step that also decodes: at most max(this, the step's decode rows), so
+  // that a burst of prompts stretches the decodes' step by a bounded factor; 0 = no bound
+  // beyond max_batch_tokens. Steps without decodes always take max_batch_tokens.
+  int32_t prefill_chunk_tokens = 0;
 };
 
 // Tokens [seq->n_computed, seq->n_computed + n_tokens) of one sequence in this step.
@@ -38,6 +46,13 @@ struct ScheduledChunk {
   int32_t n_tokens = 0;
   // The chunk ends at the last known token, so its last row's logits pick the next token.
   bool wants_logits = false;
+};
+
+// Lookups of the prefix cache at admission (re-admissions after preemption included).
+struct PrefixCacheStats {
+  uint64_t queries = 0;       // sequences admitted with a lookup
+  uint64_t query_tokens = 0;  // their tokens
+  uint64_t hit_tokens = 0;    // of those, tokens found in the cache and not computed again
 };
 
 struct StepPlan {
@@ -74,6 +89,7 @@ class Scheduler {
   const std::deque<std::unique_ptr<Sequence>>& waiting() const { return waiting_; }
   const std::deque<std::unique_ptr<Sequence>>& running() const { return running_; }
   uint64_t preemptions_total() const { return preemptions_total_; }
+  const PrefixCacheStats& prefix_cache_stats() const { return prefix_stats_; }
 
  private:
   // Plans up to `max_tokens` pending tokens of running `seq`, preempting newer sequences
@@ -90,6 +106,7 @@ class Scheduler {
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::deque<std::unique_ptr<Sequence>> running_;  // in admission order: newest at the back
   uint64_t preemptions_total_ = 0;
+  PrefixCacheStats prefix_stats_;
 };
 
 // Fills `batch` with the token rows of `plan`: one batch sequence per chunk, block tables

@@ -44,7 +44,8 @@ prometheus::Family<prometheus::Gauge>& add_gauge_family(prometheus::Registry& re
   return BuildGauge().Name(name).Help(help).Register(registry);
 }
 
-void advance(prometheus::Counter& counter, uint64_t now, uint64_t before) {
+template <typename T>
+void advance(prometheus::Counter& counter, T now, T before) {
   if (now > before) counter.Increment(static_cast<double>(now - before));
 }
 
@@ -103,6 +104,23 @@ ServerMetrics::ServerMetrics()
           add_counter(*registry_, "llamaserve_engine_steps_total", "Engine scheduler steps")),
       device_sampled_steps_(add_counter(*registry_, "llamaserve_device_sampled_steps_total",
                                         "Engine steps whose tokens were drawn on the GPU")),
+      step_seconds_(add_counter(*registry_, "llamaserve_engine_step_seconds_total",
+                                "Wall time of the engine's generation steps")),
+      forward_seconds_(add_counter(*registry_, "llamaserve_engine_forward_seconds_total",
+                                   "Of that, the forward passes (the executor's part)")),
+      kv_blocks_cached_(add_gauge(*registry_, "llamaserve_kv_blocks_cached",
+                                  "Free KV cache blocks that still hold a reusable prompt prefix")),
+      prefix_cache_queries_(add_counter(*registry_, "llamaserve_prefix_cache_queries_total",
+                                        "Sequences admitted with a prefix-cache lookup")),
+      prefix_cache_query_tokens_(add_counter(*registry_,
+                                             "llamaserve_prefix_cache_query_tokens_total",
+                                             "Tokens of the sequences that looked up the prefix "
+                                             "cache")),
+      prefix_cache_hit_tokens_(add_counter(*registry_, "llamaserve_prefix_cache_hit_tokens_total",
+                                           "Prompt tokens found in the prefix cache and not "
+                                           "computed again")),
+      prefix_cache_evictions_(add_counter(*registry_, "llamaserve_prefix_cache_evictions_total",
+                                          "Cached KV blocks overwritten to make room")),
       replica_queue_length_(add_gauge_family(*registry_, "llamaserve_replica_queue_length",
                                              "Requests waiting for one replica's engine")),
       replica_running_sequences_(add_gauge_family(*registry_,
@@ -208,6 +226,17 @@ std::string ServerMetrics::render(const MetricsSnapshot& snapshot) {
     advance(engine_steps_, stats.steps_total, last_sampled_.steps_total);
     advance(device_sampled_steps_, stats.device_sampled_steps_total,
             last_sampled_.device_sampled_steps_total);
+    advance(step_seconds_, stats.step_seconds_total, last_sampled_.step_seconds_total);
+    advance(forward_seconds_, stats.forward_seconds_total, last_sampled_.forward_seconds_total);
+    kv_blocks_cached_.Set(stats.kv_blocks_cached);
+    advance(prefix_cache_queries_, stats.prefix_cache_queries_total,
+            last_sampled_.prefix_cache_queries_total);
+    advance(prefix_cache_query_tokens_, stats.prefix_cache_query_tokens_total,
+            last_sampled_.prefix_cache_query_tokens_total);
+    advance(prefix_cache_hit_tokens_, stats.prefix_cache_hit_tokens_total,
+            last_sampled_.prefix_cache_hit_tokens_total);
+    advance(prefix_cache_evictions_, stats.prefix_cache_evictions_total,
+            last_sampled_.prefix_cache_evictions_total);
     last_sampled_ = stats;
     sample_replicas(snapshot.replicas);
     sample_gpus(snapshot.gpus);

@@ -75,6 +75,13 @@ class ServerMetrics {
   prometheus::Counter& preemptions_;
   prometheus::Counter& engine_steps_;
   prometheus::Counter& device_sampled_steps_;
+  prometheus::Counter& step_seconds_;
+  prometheus::Counter& forward_seconds_;
+  prometheus::Gauge& kv_blocks_cached_;
+  prometheus::Counter& prefix_cache_queries_;
+  prometheus::Counter& prefix_cache_query_tokens_;
+  prometheus::Counter& prefix_cache_hit_tokens_;
+  prometheus::Counter& prefix_cache_evictions_;
   // Per replica, label replica="i".
   prometheus::Family<prometheus::Gauge>& replica_queue_length_;
   prometheus::Family<prometheus::Gauge>& replica_running_sequences_;

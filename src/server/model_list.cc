@@ -66,6 +66,12 @@ Status apply_key(ModelSpec& spec, std::string_view key, std::string_view value) 
     return set_int(spec.context_tokens, 0, 1 << 24);
   } else if (key == "max-running") {
     return set_int(spec.engine.max_running, 1, 1024);
+  } else if (key == "prefill-chunk-tokens") {
+    return set_int(spec.engine.prefill_chunk_tokens, -1, 1 << 20);
+  } else if (key == "no-prefix-cache") {
+    auto off = to_bool(key, value);
+    if (!off) return off.status();
+    spec.engine.prefix_caching = !*off;
   } else if (key == "max-batch-tokens") {
     return set_int(spec.engine.max_batch_tokens, 0, 1 << 20);
   } else if (key == "kv-cache-tokens") {
@@ -102,7 +108,8 @@ Status apply_key(ModelSpec& spec, std::string_view key, std::string_view value) 
   } else {
     return make_error(StatusCode::kInvalidArgument,
                       "unknown model key '{}' (keys: path name alias device tp pp replicas threads "
-                      "ctx-size max-running max-batch-tokens kv-cache-tokens chat-template "
+                      "ctx-size max-running max-batch-tokens prefill-chunk-tokens no-prefix-cache "
+                      "kv-cache-tokens chat-template "
                       "warmup-tokens embedding-pooling keep-alive required load)",
                       key);
   }

@@ -43,6 +43,7 @@ void add_service_options(CLI::App& app, ServiceConfig& config) {
   app.add_option("-m,--model", config.model_args,
                  "GGUF model file; or, repeated, NAME=PATH[,key=value...] per model (keys: "
                  "device tp pp replicas threads ctx-size max-running max-batch-tokens "
+                 "prefill-chunk-tokens no-prefix-cache "
                  "kv-cache-tokens chat-template warmup-tokens embedding-pooling keep-alive "
                  "required load)");
   app.add_option("--model-name", m.name,
@@ -118,6 +119,13 @@ void add_service_options(CLI::App& app, ServiceConfig& config) {
   app.add_option("--max-batch-tokens", m.engine.max_batch_tokens,
                  "Tokens per engine step, the chunked-prefill budget (0 = engine default)")
       ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+
+  app.add_option("--prefill-chunk-tokens", m.engine.prefill_chunk_tokens,
+                 "Prompt tokens of a step that also decodes other sequences (at least as many as "
+                 "it decodes), which bounds how much a prompt burst delays their next tokens "
+                 "(-1 = engine default, 256; 0 = only --max-batch-tokens)")
+      ->check(CLI::Range(-1, 1 << 20))
       ->capture_default_str();
 
   app.add_option("--model-alias", m.aliases,
@@ -203,6 +211,10 @@ void add_service_options(CLI::App& app, ServiceConfig& config) {
                  "Largest max_tokens a request may ask for")
       ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str();
+  app.add_flag_function(
+      "--no-prefix-cache", [&m](int64_t count) { m.engine.prefix_caching = count <= 0; },
+      "Compute every prompt in full instead of reusing the KV cache blocks of prefixes earlier "
+      "requests computed (prefix caching is on by default)");
   app.add_flag("--host-sampling", m.engine.host_sampling,
                "Sample every token on the CPU from copied logits (default: a GPU draws the "
                "tokens of requests without penalties, min_p or logprobs)");

@@ -47,8 +47,13 @@ struct EngineLimits {
   int max_running = 4;       // sequences generated concurrently, per replica
   int max_waiting = 0;       // each engine's queue bound; 0 = the engine's default
   int max_batch_tokens = 0;  // tokens per engine step (chunked-prefill budget); 0 = default
+  // Prompt tokens of a step that also decodes (at least its decodes); -1 = the engine's
+  // default, 0 = only max_batch_tokens bounds them.
+  int prefill_chunk_tokens = -1;
   // Sample every token on the host from copied logits, even where the GPU could draw it.
   bool host_sampling = false;
+  // Reuse the KV cache blocks of prompt prefixes earlier requests computed.
+  bool prefix_caching = true;
 };
 
 // One model as it is served.

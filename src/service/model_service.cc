@@ -9,6 +9,7 @@
 
 #include "service/layout_factory.h"
 #include "service/load_progress.h"
+#include "service/warm_up.h"
 
 namespace llamaserve {
 namespace {
@@ -62,8 +63,11 @@ EngineConfig engine_config(const ModelSpec& spec, int64_t context_tokens) {
   config.max_running = spec.engine.max_running;
   if (spec.engine.max_waiting > 0) config.max_waiting = spec.engine.max_waiting;
   if (spec.engine.max_batch_tokens > 0) config.max_batch_tokens = spec.engine.max_batch_tokens;
+  if (spec.engine.prefill_chunk_tokens >= 0)
+    config.prefill_chunk_tokens = spec.engine.prefill_chunk_tokens;
   config.max_context = static_cast<int32_t>(std::min<int64_t>(context_tokens, INT32_MAX));
   config.device_sampling = !spec.engine.host_sampling;
+  config.prefix_caching = spec.engine.prefix_caching;
   // Embedding passes stay within what the executors were sized for.
   config.max_embedding_seqs = max_pass_seqs(spec);
   return config;
@@ -182,40 +186,18 @@ Status ModelService::start(const OpenHooks& hooks) {
   return Status::ok();
 }
 
-// One short greedy generation on every replica, so that the first real request does not pay
-// for first-touch page faults of the weights and KV cache.
 Status ModelService::warm_up() {
-  if (spec_.warmup_tokens <= 0) return Status::ok();
-  std::vector<RequestHandle> handles;
-  for (size_t replica = 0; replica < engines_->size(); ++replica) {
-    GenerationRequest request;
-    request.id = engines_->size() == 1 ? "warmup" : fmt::format("warmup-{}", replica);
-    request.prompt_tokens = tokenizer_->encode("Hello", /*add_special=*/true,
-                                               /*parse_special=*/false);
-    request.max_new_tokens = spec_.warmup_tokens;
-    request.sampling.temperature = 0.0f;
-    request.ignore_eos = true;
-    LS_ASSIGN_OR_RETURN(RequestHandle handle, engines_->submit_to(replica, std::move(request)));
-    handles.push_back(std::move(handle));
-  }
-  for (RequestHandle& handle : handles) {
-    std::optional<GenerationEvent> finish;
-    while (auto event = handle.next(std::chrono::minutes(10))) {
-      if (event->kind == GenerationEvent::Kind::kFinish) finish = std::move(event);
-    }
-    if (!finish) {
-      return make_error(StatusCode::kDeadlineExceeded,
-                        "warm-up {} produced no result in 10 minutes", handle.id());
-    }
-    if (finish->finish_reason != FinishReason::kLength &&
-        finish->finish_reason != FinishReason::kStop) {
-      return finish->error.is_ok()
-                 ? make_error(StatusCode::kInternal, "{} ended with '{}'", handle.id(),
-                              finish_reason_name(finish->finish_reason))
-                 : finish->error.with_context(handle.id());
-    }
-  }
-  return Status::ok();
+  const EngineConfig config = engine_config(spec_, context_tokens_);
+  WarmupLimits limits;
+  limits.tokens = spec_.warmup_tokens;
+  limits.max_batch_tokens = config.max_batch_tokens;
+  limits.max_running = config.max_running;
+  limits.max_waiting = config.max_waiting;
+  limits.max_context = engines_->max_context();
+  auto devices = parse_devices(spec_.layout.device);
+  limits.every_shape =
+      devices.is_ok() && !devices->empty() && devices->front().kind == DeviceChoice::Kind::kCuda;
+  return llamaserve::warm_up(*engines_, limits);
 }
 
 ModelService::~ModelService() { close(); }

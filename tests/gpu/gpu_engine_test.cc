@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/engine.h"
@@ -54,7 +55,8 @@ class GpuEngineTest : public cuda::testing::GpuTest {
   }
 
   // The layout's replicas (one unless replicasN) behind the router.
-  std::unique_ptr<EngineGroup> engine(bool device_sampling) {
+  std::unique_ptr<EngineGroup> engine(bool device_sampling, bool prefix_caching = true,
+                                      int32_t max_batch_tokens = 128) {
     CudaExecutorOptions o;
     o.kv_capacity_tokens = 256 * 16;
     o.max_batch_tokens = 128;
@@ -68,8 +70,9 @@ class GpuEngineTest : public cuda::testing::GpuTest {
       EXPECT_TRUE((*executor)->samples_on_device());
       EngineConfig config;
       config.max_running = 8;
-      config.max_batch_tokens = 128;
+      config.max_batch_tokens = max_batch_tokens;
       config.device_sampling = device_sampling;
+      config.prefix_caching = prefix_caching;
       auto created = Engine::create(std::move(executor).value(), tokenizer_, config);
       EXPECT_TRUE(created.is_ok()) << created.status().to_string();
       if (!created.is_ok()) return nullptr;
@@ -177,6 +180,62 @@ TEST_F(GpuEngineTest, SeededRequestsRepeatOnTheDevice) {
   EXPECT_NE(first[0].tokens, other[0].tokens);
   const uint64_t steps = device->stats().steps_total;
   EXPECT_EQ(device->stats().device_sampled_steps_total, steps);
+}
+
+// Prefix caching on the device: requests that share a 40-token prefix and diverge after it
+// (one repeats a whole prompt) give the greedy tokens of an engine without the cache. One
+// request at a time with passes of one KV block (16 tokens), so that every block is computed
+// by the same pass in both engines (other pass shapes may round differently). Then a crowd with
+// cancellations over the same prompts ends cleanly and reuses blocks.
+TEST_F(GpuEngineTest, PrefixCacheGivesTheUncachedGreedyTokens) {
+  auto cached = engine(true, /*prefix_caching=*/true, /*max_batch_tokens=*/16);
+  auto uncached = engine(true, /*prefix_caching=*/false, /*max_batch_tokens=*/16);
+  ASSERT_TRUE(cached && uncached);
+  const GenerationRequest shared = request(3, 40);
+  std::vector<GenerationRequest> requests;
+  for (int32_t i = 0; i < 5; ++i) {
+    GenerationRequest r = shared;
+    const GenerationRequest tail = request(20 + i, 3 + 7 * i);
+    r.prompt_tokens.insert(r.prompt_tokens.end(), tail.prompt_tokens.begin(),
+                           tail.prompt_tokens.end());
+    requests.push_back(std::move(r));
+  }
+  requests.push_back(requests[1]);
+  requests.push_back(shared);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const std::vector<Output> with_cache = run_all(*cached, {requests[i]});
+    const std::vector<Output> without = run_all(*uncached, {requests[i]});
+    ASSERT_TRUE(with_cache.size() == 1 && without.size() == 1);
+    EXPECT_EQ(with_cache[0].tokens, without[0].tokens) << "request " << i;
+  }
+  // Replicas each have their own cache: the router decides which ones were warm.
+  const EngineStats stats = cached->stats();
+  const uint64_t min_hits = layout_.replicas == 1 ? 32u * (requests.size() - 1) : 1u;
+  EXPECT_GE(stats.prefix_cache_hit_tokens_total, min_hits);
+  EXPECT_EQ(uncached->stats().prefix_cache_hit_tokens_total, 0u);
+
+  std::vector<RequestHandle> handles;
+  for (int round = 0; round < 4; ++round) {
+    for (const GenerationRequest& r : requests) {
+      auto handle = cached->submit(r);
+      ASSERT_TRUE(handle.is_ok()) << handle.status().to_string();
+      handles.push_back(std::move(handle).value());
+      if (handles.size() % 3 == 0) handles.back().cancel();
+    }
+  }
+  for (RequestHandle& handle : handles) {
+    int n_finish = 0;
+    while (auto event = handle.next(std::chrono::seconds(60))) {
+      if (event->kind == GenerationEvent::Kind::kFinish) ++n_finish;
+    }
+    EXPECT_EQ(n_finish, 1);
+  }
+  for (int i = 0; i < 200 && cached->stats().kv_blocks_free != cached->stats().kv_blocks_total;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(cached->stats().kv_blocks_free, cached->stats().kv_blocks_total);
+  EXPECT_GT(cached->stats().prefix_cache_hit_tokens_total, stats.prefix_cache_hit_tokens_total);
 }
 
 }  // namespace

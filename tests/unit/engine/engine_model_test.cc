@@ -66,7 +66,9 @@ class EngineModelTest : public testing::SmolLm2EngineTest {
   // for the suite (CPU time is the budget of this test binary).
   static const std::vector<std::vector<int32_t>>& reference_tokens() {
     if (reference_.empty()) {
-      auto engine = make_engine(2048);
+      EngineConfig no_cache;
+      no_cache.prefix_caching = false;
+      auto engine = make_engine(2048, no_cache);
       EXPECT_NE(engine, nullptr);
       if (engine) reference_ = generate_all(*engine, sample_requests(), /*together=*/false);
     }
@@ -135,6 +137,45 @@ TEST_F(EngineModelTest, PreemptionWithATinyCacheKeepsGreedyTokens) {
   }
   expect_all_blocks_free(*tiny, requests.size() + 1);
   EXPECT_GT(tiny->stats().preemptions_total, 0u);
+}
+
+// A 40-token "system prompt" shared by questions that diverge after it, one question asked
+// twice and one prompt that stops inside the system prompt: with the prefix cache (together,
+// and with a cache of 6 blocks so that cached blocks are evicted and reused) the greedy tokens
+// are those computed without it.
+TEST_F(EngineModelTest, PrefixCacheKeepsGreedyTokens) {
+  const std::string system =
+      "You are a helpful assistant for a logistics company. Answer briefly and politely, in "
+      "plain English, and never invent tracking numbers or delivery dates. ";
+  std::vector<GenerationRequest> requests;
+  for (const char* question : {"Where is my parcel?", "How do I return an item?",
+                               "Where is my parcel?", "What are your opening hours?"}) {
+    requests.push_back(greedy(system + question, 6));
+  }
+  requests.push_back(greedy("You are a helpful assistant for a logistics", 6));
+  ASSERT_GE(requests[0].prompt_tokens.size(), 32u);
+  EngineConfig no_cache;
+  no_cache.prefix_caching = false;
+  auto reference_engine = make_engine(2048, no_cache);
+  ASSERT_NE(reference_engine, nullptr);
+  const auto reference = generate_all(*reference_engine, requests, /*together=*/false);
+
+  auto engine = make_engine(2048);
+  ASSERT_NE(engine, nullptr);
+  EXPECT_EQ(generate_all(*engine, requests, /*together=*/false), reference);
+  EngineStats stats = engine->stats();
+  EXPECT_EQ(stats.prefix_cache_queries_total, requests.size());
+  // The three questions after the first find at least one 16-token block of the system prompt.
+  EXPECT_GE(stats.prefix_cache_hit_tokens_total, 16u * 3);
+  EXPECT_EQ(generate_all(*engine, requests, /*together=*/true), reference);
+  expect_all_blocks_free(*engine, 2 * requests.size());
+
+  auto small = make_engine(96);
+  ASSERT_NE(small, nullptr);
+  EXPECT_EQ(generate_all(*small, requests, /*together=*/false), reference);
+  EXPECT_EQ(generate_all(*small, requests, /*together=*/true), reference);
+  expect_all_blocks_free(*small, 2 * requests.size());
+  EXPECT_GT(small->stats().prefix_cache_evictions_total, 0u);
 }
 
 // Hundreds of short requests from several threads, a quarter of them cancelled at random

@@ -19,56 +19,12 @@ using namespace std::chrono_literals;
 using testing::byte_tokens;
 using testing::collect;
 using testing::Collected;
+using testing::expect_all_blocks_free;
+using testing::greedy_request;
+using testing::Harness;
+using testing::make_engine;
+using testing::run_one;
 using testing::ScriptedExecutor;
-
-struct Harness {
-  ScriptedExecutor* executor = nullptr;  // owned by the engine
-  std::unique_ptr<Engine> engine;
-};
-
-Harness make_engine(ScriptedExecutor::Script script, EngineConfig config = {},
-                    int32_t n_blocks = 256, int32_t block_size = 4) {
-  auto executor = std::make_unique<ScriptedExecutor>(n_blocks, block_size, std::move(script));
-  Harness harness;
-  harness.executor = executor.get();
-  auto engine = Engine::create(std::move(executor), testing::make_byte_tokenizer(), config);
-  EXPECT_TRUE(engine.is_ok()) << engine.status().to_string();
-  harness.engine = std::move(engine).value();
-  return harness;
-}
-
-GenerationRequest greedy_request(std::string_view prompt, int32_t max_new_tokens) {
-  GenerationRequest request;
-  request.prompt_tokens = byte_tokens(prompt);
-  request.max_new_tokens = max_new_tokens;
-  request.sampling.temperature = 0.0f;
-  return request;
-}
-
-Collected run_one(Engine& engine, GenerationRequest request) {
-  auto handle = engine.submit(std::move(request));
-  EXPECT_TRUE(handle.is_ok()) << handle.status().to_string();
-  if (!handle.is_ok()) return {};
-  return collect(*handle);
-}
-
-// Waits until `n_finished` requests have finished (stats are a snapshot published after
-// each step, so they may trail the events a moment), then checks every KV block is free.
-void expect_all_blocks_free(const Engine& engine, uint64_t n_finished) {
-  for (int i = 0; i < 400; ++i) {
-    EngineStats stats = engine.stats();
-    if (stats.requests_finished >= n_finished && stats.kv_blocks_free == stats.kv_blocks_total &&
-        stats.running == 0 && stats.waiting == 0) {
-      return;
-    }
-    std::this_thread::sleep_for(5ms);
-  }
-  EngineStats stats = engine.stats();
-  EXPECT_EQ(stats.requests_finished, n_finished);
-  EXPECT_EQ(stats.kv_blocks_free, stats.kv_blocks_total);
-  EXPECT_EQ(stats.running, 0);
-  EXPECT_EQ(stats.waiting, 0);
-}
 
 TEST(EngineTest, GeneratesAndStreamsUntilTheLengthLimit) {
   Harness h = make_engine(testing::next_letter);
@@ -384,14 +340,7 @@ TEST(EngineTest, BatchingChunkingAndPreemptionDoNotChangeOutputs) {
   }
   auto run_all = [&](EngineConfig config, int32_t n_blocks, bool together, EngineStats* stats) {
     Harness h = make_engine(testing::context_hash, config, n_blocks, 4);
-    std::vector<std::string> texts;
-    if (together) {
-      std::vector<RequestHandle> handles;
-      for (const auto& r : requests) handles.push_back(std::move(h.engine->submit(r).value()));
-      for (RequestHandle& handle : handles) texts.push_back(collect(handle).text);
-    } else {
-      for (const auto& r : requests) texts.push_back(run_one(*h.engine, r).text);
-    }
+    std::vector<std::string> texts = testing::run_texts(*h.engine, requests, together);
     expect_all_blocks_free(*h.engine, requests.size());
     if (stats) *stats = h.engine->stats();
     return texts;

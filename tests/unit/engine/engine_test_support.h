@@ -17,6 +17,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -260,6 +261,72 @@ inline Collected collect(RequestHandle& handle,
   // Nothing may follow the finish event.
   if (handle.next(std::chrono::milliseconds(0))) ++out.n_finish;
   return out;
+}
+
+// An Engine over a ScriptedExecutor (owned by the engine; the pointer stays valid while it
+// lives), with `n_blocks` KV blocks of `block_size` tokens.
+struct Harness {
+  ScriptedExecutor* executor = nullptr;  // owned by the engine
+  std::unique_ptr<Engine> engine;
+};
+
+inline Harness make_engine(ScriptedExecutor::Script script, EngineConfig config = {},
+                           int32_t n_blocks = 256, int32_t block_size = 4) {
+  auto executor = std::make_unique<ScriptedExecutor>(n_blocks, block_size, std::move(script));
+  Harness harness;
+  harness.executor = executor.get();
+  auto engine = Engine::create(std::move(executor), make_byte_tokenizer(), config);
+  EXPECT_TRUE(engine.is_ok()) << engine.status().to_string();
+  harness.engine = std::move(engine).value();
+  return harness;
+}
+
+inline GenerationRequest greedy_request(std::string_view prompt, int32_t max_new_tokens) {
+  GenerationRequest request;
+  request.prompt_tokens = byte_tokens(prompt);
+  request.max_new_tokens = max_new_tokens;
+  request.sampling.temperature = 0.0f;
+  return request;
+}
+
+inline Collected run_one(Engine& engine, GenerationRequest request) {
+  auto handle = engine.submit(std::move(request));
+  EXPECT_TRUE(handle.is_ok()) << handle.status().to_string();
+  if (!handle.is_ok()) return {};
+  return collect(*handle);
+}
+
+// Waits until `n_finished` requests have finished (stats are a snapshot published after
+// each step, so they may trail the events a moment), then checks every KV block is free.
+inline void expect_all_blocks_free(const Engine& engine, uint64_t n_finished) {
+  for (int i = 0; i < 400; ++i) {
+    EngineStats stats = engine.stats();
+    if (stats.requests_finished >= n_finished && stats.kv_blocks_free == stats.kv_blocks_total &&
+        stats.running == 0 && stats.waiting == 0) {
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EngineStats stats = engine.stats();
+  EXPECT_EQ(stats.requests_finished, n_finished);
+  EXPECT_EQ(stats.kv_blocks_free, stats.kv_blocks_total);
+  EXPECT_EQ(stats.running, 0);
+  EXPECT_EQ(stats.waiting, 0);
+}
+
+// The text of each request: submitted all at once (`together`) or one after another.
+inline std::vector<std::string> run_texts(Engine& engine,
+                                          const std::vector<GenerationRequest>& requests,
+                                          bool together) {
+  std::vector<std::string> texts;
+  if (together) {
+    std::vector<RequestHandle> handles;
+    for (const auto& r : requests) handles.push_back(std::move(engine.submit(r).value()));
+    for (RequestHandle& handle : handles) texts.push_back(collect(handle).text);
+  } else {
+    for (const auto& r : requests) texts.push_back(run_one(engine, r).text);
+  }
+  return texts;
 }
 
 }  // namespace llamaserve::testing

@@ -285,5 +285,37 @@ TEST(SchedulerTest, RandomWorkloadKeepsInvariants) {
   EXPECT_GT(scheduler.preemptions_total(), 0u);
 }
 
+// While sequences decode, prompt rows are bounded by max(prefill_chunk_tokens, decodes);
+// without decodes a step takes the whole budget.
+TEST(SchedulerTest, PromptRowsBesideDecodesAreBoundedByTheChunk) {
+  BlockManager blocks(512, 4);
+  Scheduler scheduler({/*max_running=*/16, /*max_batch_tokens=*/64, /*prefill_chunk_tokens=*/8},
+                      blocks);
+  for (SeqId id = 1; id <= 3; ++id) scheduler.add(make_seq(id, 2));
+  StepPlan plan = scheduler.schedule();  // no decodes yet: three prompts at once
+  EXPECT_EQ(plan.n_tokens, 6);
+  finish_step(scheduler, plan);
+
+  scheduler.add(make_seq(4, 40));
+  plan = scheduler.schedule();  // three decodes and 8 prompt rows
+  ASSERT_EQ(plan.chunks.size(), 4u);
+  EXPECT_EQ(plan.n_tokens, 3 + 8);
+  EXPECT_EQ(chunk_of(plan, 4)->n_tokens, 8);
+  finish_step(scheduler, plan);
+
+  // Twelve decodes: the prompt may take as many rows as they are.
+  BlockManager more_blocks(512, 4);
+  Scheduler wide({/*max_running=*/16, /*max_batch_tokens=*/64, /*prefill_chunk_tokens=*/8},
+                 more_blocks);
+  for (SeqId id = 1; id <= 12; ++id) wide.add(make_seq(id, 1));
+  plan = wide.schedule();
+  EXPECT_EQ(plan.n_tokens, 12);
+  finish_step(wide, plan);
+  wide.add(make_seq(100, 40));
+  plan = wide.schedule();
+  EXPECT_EQ(chunk_of(plan, 100)->n_tokens, 12);
+  EXPECT_EQ(plan.n_tokens, 24);
+}
+
 }  // namespace
 }  // namespace llamaserve
