@@ -339,10 +339,14 @@ __global__ void write_kv_kernel(const KvWriteArgs a) {
   static_cast<__half*>(a.v_cache)[dst] = __float2half_rn(a.v[row * a.v_stride + e]);
 }
 
-// The CUDA-core kernel or the decode kernel, then the splits' reduction where there are several.
+// The tensor-core, decode or CUDA-core kernel, then the splits' reduction where there are
+// several.
 template <int D>
-Status launch_attention(const AttentionArgs& a, bool decode, LaunchStream stream) {
-  if (decode) {
+Status launch_attention(const AttentionArgs& a, bool tensor_cores, bool decode,
+                        LaunchStream stream) {
+  if (tensor_cores) {
+    LS_RETURN_IF_ERROR(launch_attention_mma<D>(a, stream));
+  } else if (decode) {
     LS_RETURN_IF_ERROR(launch_attention_decode<D>(a, stream));
   } else {
     const int nq8 = (a.max_tile_rows * (a.n_head / a.n_head_kv) + 7) & ~7;
@@ -409,15 +413,17 @@ Status attention(const AttentionArgs& a, LaunchStream stream) {
                   (a.out_q.ds != nullptr && a.out_q.qs_stride % 16 == 0 &&
                    a.out_q.qs_stride >= static_cast<int64_t>(a.n_head) * a.head_dim));
   const int group_size = a.n_head / a.n_head_kv;
-  const bool tensor_cores_apply = a.n_splits == 1 && a.out_q.qs == nullptr &&
+  // With one split the tensor-core kernel writes `out` itself, never as 8-bit blocks; with
+  // several the reduction writes both.
+  const bool tensor_cores_apply = (a.n_splits > 1 || a.out_q.qs == nullptr) &&
                                   a.max_tile_rows * group_size >= kMinTensorCoreQueries;
   if (a.kernel == AttentionKernel::kTensorCores && !tensor_cores_apply) {
     return make_error(StatusCode::kInvalidArgument,
-                      "attention: the tensor-core kernel needs one split (got {}), no 8-bit "
-                      "output (got {}) and at least {} query vectors per tile (got {} rows x {} "
-                      "query heads per KV head)",
-                      a.n_splits, a.out_q.qs != nullptr ? "one" : "none", kMinTensorCoreQueries,
-                      a.max_tile_rows, group_size);
+                      "attention: the tensor-core kernel needs at least {} query vectors per "
+                      "tile (got {} rows x {} query heads per KV head) and, with one split, no "
+                      "8-bit output (got {})",
+                      kMinTensorCoreQueries, a.max_tile_rows, group_size,
+                      a.out_q.qs != nullptr ? "one" : "none");
   }
   const bool tensor_cores = tensor_cores_apply && (a.kernel == AttentionKernel::kTensorCores ||
                                                    a.kernel == AttentionKernel::kAuto);
@@ -432,12 +438,8 @@ Status attention(const AttentionArgs& a, LaunchStream stream) {
                       (a.kernel == AttentionKernel::kDecode || a.kernel == AttentionKernel::kAuto);
   if (a.n_tiles == 0) return Status::ok();
   switch (a.head_dim) {
-    case 64:
-      return tensor_cores ? launch_attention_mma<64>(a, stream)
-                          : launch_attention<64>(a, decode, stream);
-    case 128:
-      return tensor_cores ? launch_attention_mma<128>(a, stream)
-                          : launch_attention<128>(a, decode, stream);
+    case 64: return launch_attention<64>(a, tensor_cores, decode, stream);
+    case 128: return launch_attention<128>(a, tensor_cores, decode, stream);
     default:
       return make_error(StatusCode::kUnsupported,
                         "attention: the CUDA kernel handles head_dim 64 or 128, not {}",

@@ -13,10 +13,10 @@
 //
 // Three kernels do this. The CUDA-core kernel (fp32 FMAs) handles every case. The tensor-core
 // kernel (attention_mma.cu: mma.sync on f16 Q, K, V with fp32 scores and sums, FlashAttention-2
-// style) is for prefill tiles: one split, no 8-bit output, and tiles of at least
-// kMinTensorCoreQueries query vectors. The decode kernel (attention_decode.cu: warps streaming
-// whole K/V rows, fp32) is for batches whose tiles are all one row, up to 8 query heads per KV
-// head. AttentionArgs::kernel may name one (tests, benchmarks); the forward pass lets
+// style) is for prefill tiles of at least kMinTensorCoreQueries query vectors, split or not
+// (8-bit output only through the splits' reduction). The decode kernel (attention_decode.cu: warps
+// streaming whole K/V rows, fp32) is for batches whose tiles are all one row, up to 8 query heads
+// per KV head. AttentionArgs::kernel may name one (tests, benchmarks); the forward pass lets
 // attention() choose.
 #pragma once
 
@@ -124,8 +124,8 @@ Status configure_attention_kernels();
 // PRECONDITIONS: configure_attention_kernels() ran on this device; K/V of every row already written
 // (write_kv); tiles as described above; max_tile_rows * (n_head / n_head_kv) <=
 // kMaxAttentionQueries.
-// The tensor-core kernel runs when it applies (n_splits == 1, out_q.qs == nullptr and
-// max_tile_rows * (n_head / n_head_kv) >= kMinTensorCoreQueries) and either args.kernel is
+// The tensor-core kernel runs when it applies (max_tile_rows * (n_head / n_head_kv) >=
+// kMinTensorCoreQueries, and out_q.qs == nullptr unless n_splits > 1) and either args.kernel is
 // kTensorCores or kAuto; the decode kernel when it applies (tiles of one row, up to
 // kMaxDecodeGroup query heads per KV head) and args.kernel is kDecode or kAuto.
 Status attention(const AttentionArgs& args, LaunchStream stream);

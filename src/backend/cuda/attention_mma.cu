@@ -1,8 +1,8 @@
 // Causal attention of prefill tiles on tensor cores (FlashAttention-2 style), over the paged f16
 // KV cache described in attention.h.
 //
-// A block owns one (tile, KV head): the tile's query vectors (tile rows × query heads of the KV
-// head, query vector qi = row * group + head_in_group, at most kMaxAttentionQueries) in four
+// A block owns one (tile, KV head, split): the tile's query vectors (tile rows × query heads of the
+// KV head, query vector qi = row * group + head_in_group, at most kMaxAttentionQueries) in four
 // warps of sixteen. Per chunk of kChunk positions the block gathers the K and V rows from the
 // cache into shared memory with cp.async (double buffered: chunk c + 1 loads while chunk c is
 // computed), and each warp, for its sixteen query vectors:
@@ -13,7 +13,10 @@
 //                  accumulator rescaled when the max grows;
 //   O += P · V     P rounded to f16 straight from the S registers (the C fragment of S is the A
 //                  fragment of P), V fragments with ldmatrix.trans; O in fp32 registers.
-// At the end O / l goes to `out` (row r, head h at out + r * out_stride + h * head_dim).
+// At the end O / l goes to `out` (row r, head h at out + r * out_stride + h * head_dim); with
+// several splits (a short chunk after a long cached context: few tiles, many positions) each
+// split covers its share of the chunks and O, l and the max go to the partials that the
+// reduction kernel combines (attention.h).
 //
 // Fragment layouts of mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 (PTX ISA, "Matrix
 // Fragments for mma.m16n8k16 with floating point type"), with g = lane / 4 and c = lane % 4:
@@ -158,7 +161,12 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const Attention
   const int32_t* block_table = a.block_tables + static_cast<int64_t>(seq) * a.blocks_per_seq;
   const auto* k_cache = static_cast<const __half*>(a.k_cache);
   const auto* v_cache = static_cast<const __half*>(a.v_cache);
-  const int n_chunks = (ctx + kChunk - 1) / kChunk;
+  // Flash decoding: split blockIdx.z takes its share of the context's chunks (possibly none).
+  const int split = blockIdx.z;
+  const int total_chunks = (ctx + kChunk - 1) / kChunk;
+  const int chunks_per_split = (total_chunks + a.n_splits - 1) / a.n_splits;
+  const int chunk_begin = split * chunks_per_split;
+  const int chunk_end = min(total_chunks, chunk_begin + chunks_per_split);
 
   // Chunk loads: thread tid copies 16-byte piece tid % kPieces of rows tid / kPieces + k *
   // kRowStep. Positions past ctx (the last chunk's tail) are zeros: their scores are masked, and
@@ -196,7 +204,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const Attention
     }
     cp_async_commit();  // one group per chunk and thread, empty or not
   };
-  load_chunk(0, 0);
+  if (chunk_begin < chunk_end) load_chunk(chunk_begin, 0);
 
   // Q: f16, pre-scaled so that scores come out in base 2; rows nq.. are zeros (finite scores
   // for the padding query vectors, whose output is never written).
@@ -245,9 +253,9 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const Attention
   float m_lo = -INFINITY, m_hi = -INFINITY;  // running max (base 2), whole quad agrees
   float l_lo = 0.0f, l_hi = 0.0f;            // running sum of this thread's columns only
 
-  for (int chunk = 0; chunk < n_chunks; ++chunk) {
-    const int buffer = chunk & 1;
-    if (chunk + 1 < n_chunks) {
+  for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
+    const int buffer = (chunk - chunk_begin) & 1;
+    if (chunk + 1 < chunk_end) {
       // The other buffer was last read in the previous iteration, before its closing barrier.
       load_chunk(chunk + 1, buffer ^ 1);
       cp_async_wait<1>();  // this chunk's group done, the next one may still fly
@@ -362,13 +370,29 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const Attention
     l_hi += __shfl_xor_sync(0xffffffffu, l_hi, offset);
   }
   // half 0: C row g (o[j][0..1]), half 1: row g + 8 (o[j][2..3]). A real query vector sees at
-  // least the position of the running max: l >= 1.
+  // least the position of the running max: l >= 1. With splits, the unnormalized sums go to
+  // the partials (attention_splits.cuh), the max converted from base 2 to base e; a split with
+  // nothing visible to a query vector leaves max -inf and sum 0, which the reduction skips.
+  const int64_t acc_floats = a.n_batch_rows * a.n_head * a.n_splits * D;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int qi = half == 0 ? qi_lo : qi_hi;
     if (qi >= nq) continue;
     const int64_t row = tile.first_row + qi / group_size;
     const int head = kv_head * group_size + qi % group_size;
+    if (a.n_splits > 1) {
+      const int64_t part = (row * a.n_head + head) * a.n_splits + split;
+      float* acc = a.partial + part * D + 2 * c;
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) {
+        *reinterpret_cast<float2*>(acc + 8 * j) = make_float2(o[j][2 * half], o[j][2 * half + 1]);
+      }
+      if (c == 0) {
+        a.partial[acc_floats + 2 * part] = (half == 0 ? m_lo : m_hi) * 0.6931471805599453f;
+        a.partial[acc_floats + 2 * part + 1] = half == 0 ? l_lo : l_hi;
+      }
+      continue;
+    }
     float* dst = a.out + row * a.out_stride + head * D + 2 * c;
     const float inv_l = 1.0f / (half == 0 ? l_lo : l_hi);
 #pragma unroll
@@ -383,12 +407,15 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const Attention
 
 template <int D>
 Status launch_attention_mma(const AttentionArgs& a, LaunchStream stream) {
-  LS_CUDA_REQUIRE(a.head_dim == D && a.n_splits == 1 && a.out_q.qs == nullptr);
+  LS_CUDA_REQUIRE(a.head_dim == D && a.n_splits >= 1 && a.n_splits <= 65535);
+  // One split writes `out` itself (never as 8-bit blocks); several write the partials.
+  LS_CUDA_REQUIRE(a.n_splits == 1 ? a.out_q.qs == nullptr : a.partial != nullptr);
   LS_CUDA_REQUIRE(a.n_head_kv > 0 && a.n_head % a.n_head_kv == 0 && a.n_head_kv <= 65535);
   LS_CUDA_REQUIRE(a.max_tile_rows * (a.n_head / a.n_head_kv) <= kMaxAttentionQueries);
   LS_CUDA_REQUIRE(a.q_stride % 4 == 0 && a.out_stride % 2 == 0 && a.block_size > 0);
   if (a.n_tiles == 0) return Status::ok();
-  const dim3 grid(static_cast<unsigned>(a.n_tiles), static_cast<unsigned>(a.n_head_kv));
+  const dim3 grid(static_cast<unsigned>(a.n_tiles), static_cast<unsigned>(a.n_head_kv),
+                  static_cast<unsigned>(a.n_splits));
   LS_CUDA_CHECK(launch_kernel(attention_mma_kernel<D>, grid, kThreads,
                               static_cast<size_t>(MmaSmem<D>::kBytes), stream, a));
   return Status::ok();
