@@ -9,6 +9,7 @@
 #
 # Usage: OUT=/path scripts/device_run.sh [STEP...]
 #   steps: env tests bench (the default, in that order), bench7b, grammar7b, serve7b, loadtest7b,
+#   prefix7b, chunk7b, firstreq7b,
 #   multi7b, serve, sanitize, allreduce, replicas7b, transformers7b, profile7b, tp70b, layouts
 #   layouts: cuda_executor_test and gpu_engine_test (GPU_LAYOUT_TESTS) once per multi-GPU
 #     layout of GPU_TEST_LAYOUTS (default "tp2 pp2 pp2mb tp2xpp2 replicas2";
@@ -29,7 +30,8 @@
 #   loadtest-7b/     report.json, report.md, report.svg and report.png of loadtest7b
 #   profile-7b.md    per-kernel time of profiled decode steps or prompt passes (profile7b;
 #                    PROFILE_BATCHES, default "1 16 256", may name "prompt")
-#   logs.tar.gz      every step's log, gtest XML, the kernel benchmark CSV
+#   logs.tar.gz      every step's log, gtest XML, the kernel benchmark CSV, and under
+#                    logs/results/ every other file a step wrote in its folder (report.json)
 # The build dir needs: tests/gpu, bench/cuda_kernels, src/cli/llamaserve, runtime-libs (shared
 # libraries the binaries need beyond the driver and cuBLAS) and fixtures (the LLaMA 2 vocabulary
 # that synth copies).
@@ -169,11 +171,16 @@ serve7b() {
 }
 
 # `llamaserve loadtest` on the 7B shape: LOADTEST7B_TYPE (default f16) synthesized as in
-# bench7b and served on cuda:0, then a closed-loop sweep over LOADTEST7B_CONCURRENCY (default
-# 1,16,64,256) streams of 128-token prompts and 128-token outputs, each step sending for
-# LOADTEST7B_DURATION seconds (default 30) before its requests in flight finish:
-# $OUT/loadtest-7b/ holds report.json, report.md and, where gnuplot is installed, report.svg
-# and report.png (report.gp and the server's log go to the logs).
+# bench7b and served on cuda:0 with LOADTEST7B_SERVE_ARGS (default --ctx-size 512
+# --max-running 256 --max-queue 256 --max-tokens-limit 256), then a closed-loop sweep over
+# LOADTEST7B_CONCURRENCY (default 1,16,64,256) streams with LOADTEST7B_ARGS (default 128-token
+# prompts and 128-token outputs), each step sending for LOADTEST7B_DURATION seconds (default 30)
+# before its requests in flight finish: $OUT/$LOADTEST7B_NAME/ (default loadtest-7b) holds
+# report.json, report.md, metrics.txt (the server's /metrics after the sweep) and, where
+# gnuplot is installed, report.svg and report.png (report.gp and the server's log go to the
+# logs). LOADTEST7B_BESIDE, when set, is a second loadtest command line (its flags after
+# `loadtest --url URL`) started LOADTEST7B_BESIDE_DELAY seconds (default 10) into the sweep,
+# whose report goes to $OUT/$LOADTEST7B_NAME/beside/.
 loadtest7b() {
   local bin="$build/src/cli/llamaserve"
   need_binary loadtest7b "$bin" || return
@@ -181,15 +188,16 @@ loadtest7b() {
     note loadtest7b "SKIP (this llamaserve has no loadtest command)"
     return
   fi
-  local type=${LOADTEST7B_TYPE:-f16}
+  local type=${LOADTEST7B_TYPE:-f16} name=${LOADTEST7B_NAME:-loadtest-7b}
   synth7b "$type" || return
-  local model=$synth7b_model out="$OUT/loadtest-7b"
+  local model=$synth7b_model out="$OUT/$name"
   mkdir -p "$out"
-  step "loadtest-7b-$type" 560 bash -c '
-    bin=$1 model=$2 out=$3 logs=$4 concurrency=$5 duration=$6
-    server_log="$logs/loadtest-7b-server.log"
-    "$bin" serve -m "$model" --device cuda:0 --port 0 --ctx-size 512 --max-running 256 \
-      --max-queue 256 --max-tokens-limit 256 >"$server_log" 2>&1 &
+  step "$name-$type" 560 bash -c '
+    bin=$1 model=$2 out=$3 logs=$4 concurrency=$5 duration=$6 name=$7 serve_args=$8 load_args=$9
+    beside=${10} beside_delay=${11}
+    server_log="$logs/$name-server.log"
+    # shellcheck disable=SC2086
+    "$bin" serve -m "$model" --device cuda:0 --port 0 $serve_args >"$server_log" 2>&1 &
     server=$!
     trap "kill $server 2>/dev/null; wait $server 2>/dev/null" EXIT
     url=""
@@ -206,13 +214,76 @@ urllib.request.urlopen(sys.argv[1], timeout=2)" "http://127.0.0.1:$port/ready" 2
       sleep 0.5
     done
     [[ -n $url ]] || { echo "the server was not ready in time"; tail -20 "$server_log"; exit 1; }
-    "$bin" loadtest --url "$url" -c "$concurrency" --prompt-tokens 128 --output-tokens 128 \
+    beside_pid=""
+    if [[ -n $beside ]]; then
+      mkdir -p "$out/beside"
+      # shellcheck disable=SC2086
+      (sleep "$beside_delay"; "$bin" loadtest --url "$url" $beside --progress none \
+        --out "$out/beside" >"$logs/$name-beside.log" 2>&1) &
+      beside_pid=$!
+    fi
+    # shellcheck disable=SC2086
+    "$bin" loadtest --url "$url" -c "$concurrency" $load_args \
       --duration "$duration" --warmup-requests 8 --request-timeout-s 120 --progress lines \
       --out "$out"
     rc=$?
-    mv "$out/report.gp" "$logs/loadtest-7b.gp" 2>/dev/null
-    exit "$rc"' loadtest7b "$bin" "$model" "$out" "$logs" "${LOADTEST7B_CONCURRENCY:-1,16,64,256}" \
-    "${LOADTEST7B_DURATION:-30}"
+    [[ -n $beside_pid ]] && { wait "$beside_pid" || rc=1; rm -f "$out/beside/report.gp"; }
+    python3 -c "import sys, urllib.request
+print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())" "$url/metrics" \
+      >"$out/metrics.txt" 2>&1
+    mv "$out/report.gp" "$logs/$name.gp" 2>/dev/null
+    exit "$rc"' loadtest7b "$bin" "$model" "$out" "$logs" "${LOADTEST7B_CONCURRENCY:-1,16,64,256}"     "${LOADTEST7B_DURATION:-30}" "$name"     "${LOADTEST7B_SERVE_ARGS:---ctx-size 512 --max-running 256 --max-queue 256 --max-tokens-limit 256}"     "${LOADTEST7B_ARGS:---prompt-tokens 128 --output-tokens 128}" "${LOADTEST7B_BESIDE:-}"     "${LOADTEST7B_BESIDE_DELAY:-10}"
+}
+
+# Prefix caching on the 7B shape (PREFIX7B_TYPE, default f16): the server with the cache and
+# with --no-prefix-cache, each under `llamaserve loadtest` at 1 and 64 streams of 2048-token
+# prompts whose first 2000 tokens are the same "system prompt", 32-token outputs, for
+# PREFIX7B_DURATION seconds (default 20) per step: $OUT/prefix-7b-on/ and prefix-7b-off/.
+# PREFIX7B_MODES (default "on off") picks the servers, PREFIX7B_CONCURRENCY (default 1,64) the
+# steps, PREFIX7B_SERVE_EXTRA adds serve flags (--op-times: the server logs per-operation times).
+prefix7b() {
+  local mode
+  for mode in ${PREFIX7B_MODES:-on off}; do
+    local flag=""
+    [[ $mode == off ]] && flag="--no-prefix-cache"
+    LOADTEST7B_TYPE=${PREFIX7B_TYPE:-f16} LOADTEST7B_NAME="prefix-7b-$mode" \
+      LOADTEST7B_CONCURRENCY=${PREFIX7B_CONCURRENCY:-1,64} \
+      LOADTEST7B_DURATION=${PREFIX7B_DURATION:-20} \
+      LOADTEST7B_SERVE_ARGS="--ctx-size 4096 --max-running 64 --max-queue 256 --kv-cache-tokens 160000 --max-tokens-limit 256 $flag ${PREFIX7B_SERVE_EXTRA:-}" \
+      LOADTEST7B_ARGS="--prompt-tokens 2048 --shared-prefix-tokens 2000 --output-tokens 32" \
+      loadtest7b
+  done
+}
+
+# Prompt chunks beside decodes on the 7B shape (CHUNK7B_TYPE, default f16): 64 and 256
+# streams of 128+128 tokens for CHUNK7B_DURATION seconds (default 30) each while, 10 s into
+# the sweep, three 8192-token prompts arrive one after another (LOADTEST7B_BESIDE), once with
+# the engine's default bound on prompt rows beside decodes and once with
+# --prefill-chunk-tokens 0 (only the 512-row step budget): $OUT/chunk-7b-default/ and
+# chunk-7b-unbounded/.
+chunk7b() {
+  local mode
+  for mode in default unbounded; do
+    local flag=""
+    [[ $mode == unbounded ]] && flag="--prefill-chunk-tokens 0"
+    LOADTEST7B_TYPE=${CHUNK7B_TYPE:-f16} LOADTEST7B_NAME="chunk-7b-$mode" \
+      LOADTEST7B_CONCURRENCY=64,256 LOADTEST7B_DURATION=${CHUNK7B_DURATION:-30} \
+      LOADTEST7B_SERVE_ARGS="--ctx-size 8448 --max-running 256 --max-queue 256 --kv-cache-tokens 100000 --max-tokens-limit 256 $flag" \
+      LOADTEST7B_BESIDE="-c 1 --requests 3 --prompt-tokens 8192 --output-tokens 16 --warmup-requests 0" \
+      loadtest7b
+  done
+}
+
+# The first requests after /ready on the 7B shape (FIRSTREQ7B_TYPE, default f16): for each
+# of FIRSTREQ7B_RUNS (default 2) fresh servers, the time to the first token of the first and
+# the next 9 streamed 128-token prompts, one at a time (bench/serve/first_request.py):
+# $OUT/first-request-7b.md and .json.
+firstreq7b() {
+  local bin="$build/src/cli/llamaserve"
+  need_binary firstreq7b "$bin" || return
+  local type=${FIRSTREQ7B_TYPE:-f16}
+  synth7b "$type" || return
+  step "first-request-7b-$type" 400 python3 bench/serve/first_request.py     --serve "$bin serve -m $synth7b_model --device cuda:0 --ctx-size 512 --max-running 256 --max-queue 256"     --runs "${FIRSTREQ7B_RUNS:-2}" --server-log "$logs/first-request-7b-server.log"     --json "$OUT/first-request-7b.json" --markdown "$OUT/first-request-7b.md"
 }
 
 # Model lifecycle under load on the 7B shape (RELOAD7B_TYPE, default q4_k_m): unload, load and
@@ -361,7 +432,8 @@ for s in "${steps[@]}"; do
       step env 60 bash -c 'nvidia-smi || true; nvidia-smi topo -m 2>/dev/null || true;
         nvidia-smi nvlink -s 2>/dev/null | head -40 || true;
         nvidia-smi -q -d CLOCK,MEMORY 2>/dev/null | head -60 || true;
-        echo; uname -a; df -h /tmp; echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"'
+        echo; uname -a; lscpu 2>/dev/null | grep -E "Model name|^CPU\(s\)|Flags" | cut -c1-2000; df -h /tmp;
+        echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"'
       ;;
     tests)
       # Every GPU test binary the build produced, one process per test suite, so that a device
@@ -479,6 +551,9 @@ for s in "${steps[@]}"; do
     grammar7b) grammar7b ;;
     serve7b) serve7b ;;
     loadtest7b) loadtest7b ;;
+    prefix7b) prefix7b ;;
+    chunk7b) chunk7b ;;
+    firstreq7b) firstreq7b ;;
     reload7b) reload7b ;;
     multi7b) multi7b ;;
     profile7b) profile7b ;;
@@ -509,7 +584,7 @@ for s in "${steps[@]}"; do
       fi
       ;;
     *)
-      note "$s" "FAIL (unknown step; steps: env tests bench bench7b grammar7b serve7b loadtest7b reload7b multi7b serve sanitize allreduce replicas7b transformers7b profile7b tp70b)"
+      note "$s" "FAIL (unknown step; steps: env tests bench bench7b grammar7b serve7b loadtest7b prefix7b chunk7b firstreq7b reload7b multi7b serve sanitize allreduce replicas7b transformers7b profile7b tp70b)"
       failures=$((failures + 1))
       ;;
   esac
@@ -518,6 +593,13 @@ done
 echo "=== summary ($failures failed)"
 cat "$summary"
 echo "failed steps: $failures" >>"$summary"
-# Everything but the summary and the result tables travels back as one archive.
+# Everything but the summary and the result tables travels back as one archive: the steps'
+# other files (report.json, metrics.txt, ...) go into it under logs/results/ (the device hands
+# back only a few files).
+find "$OUT" -mindepth 2 -type f ! -name '*.md' ! -path "$logs/*" -print0 |
+  while IFS= read -r -d '' file; do
+    kept="$logs/results/${file#"$OUT"/}"
+    mkdir -p "$(dirname "$kept")" && mv "$file" "$kept"
+  done
 tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$logs"
 [[ $failures -eq 0 ]]

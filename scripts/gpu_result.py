@@ -73,7 +73,7 @@ def main() -> int:
     lines += ["", "## Step summary", "", "```", (out / "summary.txt").read_text().rstrip(), "```"]
     tables = [out / name for name in KNOWN if (out / name).exists()]
     tables += sorted(p for p in out.glob("*.md") if p.name not in KNOWN)
-    tables += sorted(out.glob("*/*.md"))  # a step's own folder, e.g. loadtest-7b/report.md
+    tables += sorted(out.glob("*/**/*.md"))  # a step's own folders, e.g. loadtest-7b/report.md
     for table in tables:
         name = "/".join(table.relative_to(out).parts)
         lines += ["", f"## {name} (unedited)", "", table.read_text().rstrip()]

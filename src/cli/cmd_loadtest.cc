@@ -116,6 +116,9 @@ std::function<int()> setup_loadtest(CLI::App& sub) {
       ->default_str("auto");
   sub.add_flag("!--no-ignore-eos", c->ignore_eos,
                "let requests stop at end-of-sequence before --output-tokens");
+  sub.add_option("--temperature", c->temperature,
+                 "the requests' sampling temperature (0: greedy); not sent by default")
+      ->check(CLI::Range(0.0, 2.0));
   sub.add_option("--seed", c->seed, "lengths, prompt words and arrival times")
       ->capture_default_str();
   sub.add_option("--slo-ttft-ms", c->slo_ttft_ms, "goodput: time to first token at most this");

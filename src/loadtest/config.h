@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,8 @@ struct LoadtestConfig {
   int32_t shared_prefix_tokens = 0;  // the same prefix at the start of every prompt
   PromptFormat prompt_format = PromptFormat::kAuto;
   bool ignore_eos = true;  // with max_tokens: every request generates its full output length
+  // "temperature" of every request; unset: not sent (the server's default, 1 for OpenAI APIs).
+  std::optional<double> temperature;
   uint64_t seed = 1;
 
   // Goodput SLOs in milliseconds (0 = not set): TTFT, and the request's p99 inter-token gap.

@@ -72,6 +72,7 @@ nlohmann::json report_json(const RunReport& r) {
   settings["prompts_file"] = c.prompts_file;
   settings["shared_prefix_tokens"] = c.shared_prefix_tokens;
   settings["ignore_eos"] = c.ignore_eos;
+  if (c.temperature) settings["temperature"] = *c.temperature;
   settings["requests_per_step"] = c.requests;
   settings["duration_s_per_step"] = c.duration_s;
   settings["warmup_requests"] = c.warmup_requests;

@@ -202,6 +202,7 @@ PlannedRequest RequestGenerator::make(int64_t index) const {
   }
   body["max_tokens"] = out.max_tokens;
   if (config_.ignore_eos) body["ignore_eos"] = true;
+  if (config_.temperature) body["temperature"] = *config_.temperature;
   out.body = body.dump();
   return out;
 }

@@ -168,6 +168,11 @@ TEST(RequestGenerator, TextAndChatPrompts) {
   const nlohmann::json body = nlohmann::json::parse(r.body);
   EXPECT_EQ(r.target, "/v1/chat/completions");
   EXPECT_FALSE(body.contains("ignore_eos"));
+  EXPECT_FALSE(body.contains("temperature"));  // the server's default unless given
+  c.temperature = 0.0;
+  auto greedy = RequestGenerator::create(c, {}, "m", 1);
+  ASSERT_TRUE(greedy.is_ok());
+  EXPECT_EQ(nlohmann::json::parse(greedy->make(3).body)["temperature"], 0.0);
   const std::string content = body["messages"][0]["content"];
   EXPECT_EQ(content.rfind("[3-", 0), 0u) << content;              // the tag leads
   EXPECT_EQ(std::count(content.begin(), content.end(), ' '), 9);  // tag + 9 words
