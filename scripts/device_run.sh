@@ -9,7 +9,7 @@
 #
 # Usage: OUT=/path scripts/device_run.sh [STEP...]
 #   steps: env tests bench (the default, in that order), bench7b, grammar7b, serve7b, loadtest7b,
-#   prefix7b, chunk7b, firstreq7b,
+#   prefix7b, chunk7b, chunksweep7b, optimes7b, firstreq7b,
 #   multi7b, serve, sanitize, allreduce, replicas7b, transformers7b, profile7b, tp70b, layouts
 #   layouts: cuda_executor_test and gpu_engine_test (GPU_LAYOUT_TESTS) once per multi-GPU
 #     layout of GPU_TEST_LAYOUTS (default "tp2 pp2 pp2mb tp2xpp2 replicas2";
@@ -25,13 +25,14 @@
 # The device hands back at most 8 files, so $OUT ends up holding only:
 #   summary.txt      one line per step (and the failed tests)
 #   kernels.md       the matvec / GEMM micro-benchmark table
-#   bench-7b.json    {"<type>": <llamaserve bench --json output>, ...}
+#   bench-7b.json    {"<type>": <llamaserve bench --json output>, ...} (in logs.tar.gz, under
+#                    logs/results/, as every file but the summary and the markdown tables)
 #   bench-7b.md      the same as markdown tables
-#   loadtest-7b/     report.json, report.md, report.svg and report.png of loadtest7b
+#   loadtest-7b/     report.md of loadtest7b (report.json and metrics.txt in logs.tar.gz)
 #   profile-7b.md    per-kernel time of profiled decode steps or prompt passes (profile7b;
 #                    PROFILE_BATCHES, default "1 16 256", may name "prompt")
-#   logs.tar.gz      every step's log, gtest XML, the kernel benchmark CSV, and under
-#                    logs/results/ every other file a step wrote in its folder (report.json)
+#   logs.tar.gz      every step's log, gtest XML, and under logs/results/ every other file the
+#                    steps wrote (JSON results, the kernel benchmark CSV, /metrics scrapes)
 # The build dir needs: tests/gpu, bench/cuda_kernels, src/cli/llamaserve, runtime-libs (shared
 # libraries the binaries need beyond the driver and cuBLAS) and fixtures (the LLaMA 2 vocabulary
 # that synth copies).
@@ -272,6 +273,35 @@ chunk7b() {
       LOADTEST7B_BESIDE="-c 1 --requests 3 --prompt-tokens 8192 --output-tokens 16 --warmup-requests 0" \
       loadtest7b
   done
+}
+
+# The bound on prompt rows beside decodes swept on the 7B shape (f16): for each N of
+# CHUNK_SWEEP (default "128 256 0"), 64 greedy streams of 128+128 tokens for 20 s with three
+# 8192-token prompts arriving 5 s in, served with --prefill-chunk-tokens N: $OUT/chunk-N/report.md
+# (the long prompts' report goes to the logs, under results/).
+chunksweep7b() {
+  local n
+  for n in ${CHUNK_SWEEP:-128 256 0}; do
+    LOADTEST7B_TYPE=f16 LOADTEST7B_NAME="chunk-$n" LOADTEST7B_CONCURRENCY=64 \
+      LOADTEST7B_DURATION=20 LOADTEST7B_BESIDE_DELAY=5 \
+      LOADTEST7B_SERVE_ARGS="--ctx-size 8448 --max-running 256 --max-queue 256 --kv-cache-tokens 100000 --max-tokens-limit 256 --prefill-chunk-tokens $n" \
+      LOADTEST7B_ARGS="--prompt-tokens 128 --output-tokens 128 --temperature 0" \
+      LOADTEST7B_BESIDE="-c 1 --requests 3 --prompt-tokens 8192 --output-tokens 16 --warmup-requests 0 --temperature 0" \
+      loadtest7b
+    mkdir -p "$logs/results/chunk-$n"
+    mv "$OUT/chunk-$n/beside/report.md" "$logs/results/chunk-$n/beside-report.md" 2>/dev/null
+  done
+}
+
+# Per-operation times of the server's passes on the 7B shape (f16): --op-times (CUDA graphs off)
+# under 64 and 256 greedy streams of 128+128 tokens, 15 s each; the server logs the mean time of
+# each operation per pass size when it stops (logs/optimes-server.log): $OUT/optimes/report.md.
+optimes7b() {
+  LOADTEST7B_TYPE=f16 LOADTEST7B_NAME=optimes LOADTEST7B_CONCURRENCY=64,256 \
+    LOADTEST7B_DURATION=15 \
+    LOADTEST7B_SERVE_ARGS="--ctx-size 512 --max-running 256 --max-queue 256 --max-tokens-limit 256 --op-times" \
+    LOADTEST7B_ARGS="--prompt-tokens 128 --output-tokens 128 --temperature 0" \
+    loadtest7b
 }
 
 # The first requests after /ready on the 7B shape (FIRSTREQ7B_TYPE, default f16): for each
@@ -553,6 +583,8 @@ for s in "${steps[@]}"; do
     loadtest7b) loadtest7b ;;
     prefix7b) prefix7b ;;
     chunk7b) chunk7b ;;
+    chunksweep7b) chunksweep7b ;;
+    optimes7b) optimes7b ;;
     firstreq7b) firstreq7b ;;
     reload7b) reload7b ;;
     multi7b) multi7b ;;
@@ -584,7 +616,7 @@ for s in "${steps[@]}"; do
       fi
       ;;
     *)
-      note "$s" "FAIL (unknown step; steps: env tests bench bench7b grammar7b serve7b loadtest7b prefix7b chunk7b firstreq7b reload7b multi7b serve sanitize allreduce replicas7b transformers7b profile7b tp70b)"
+      note "$s" "FAIL (unknown step; steps: env tests bench bench7b grammar7b serve7b loadtest7b prefix7b chunk7b chunksweep7b optimes7b firstreq7b reload7b multi7b serve sanitize allreduce replicas7b transformers7b profile7b tp70b)"
       failures=$((failures + 1))
       ;;
   esac
@@ -596,7 +628,7 @@ echo "failed steps: $failures" >>"$summary"
 # Everything but the summary and the result tables travels back as one archive: the steps'
 # other files (report.json, metrics.txt, ...) go into it under logs/results/ (the device hands
 # back only a few files).
-find "$OUT" -mindepth 2 -type f ! -name '*.md' ! -path "$logs/*" -print0 |
+find "$OUT" -mindepth 1 -type f ! -name '*.md' ! -name summary.txt ! -path "$logs/*" -print0 |
   while IFS= read -r -d '' file; do
     kept="$logs/results/${file#"$OUT"/}"
     mkdir -p "$(dirname "$kept")" && mv "$file" "$kept"
