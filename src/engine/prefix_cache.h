@@ -57,7 +57,7 @@ class PrefixCache {
   std::span<const int32_t> tokens_of(int32_t block) const;
 
   int32_t block_size_;
-  std::vector<Entry> entries_;  // per physical block
+  std::vector<Entry> entries_;   // per physical block
   std::vector<int32_t> tokens_;  // n_blocks x block_size: the tokens of each indexed block
   std::unordered_map<uint64_t, int32_t> by_hash_;
   std::list<int32_t> lru_;  // parked blocks, least recently parked first

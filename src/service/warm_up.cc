@@ -5,14 +5,13 @@
 
 #include <spdlog/spdlog.h>
 
-
 namespace llamaserve {
 
 std::vector<WarmupWave> warmup_waves(const WarmupLimits& limits) {
   std::vector<WarmupWave> waves;
   if (limits.tokens <= 0) return waves;
-  const int32_t longest = std::max(1, std::min(limits.max_batch_tokens,
-                                               limits.max_context - limits.tokens));
+  const int32_t longest =
+      std::max(1, std::min(limits.max_batch_tokens, limits.max_context - limits.tokens));
   if (!limits.every_shape) {
     waves.push_back({{std::min(4, longest)}, limits.tokens, false});
     return waves;
@@ -91,16 +90,15 @@ Status warm_up(EngineGroup& engines, const WarmupLimits& limits) {
           request.sampling.top_p = 0.95f;
           request.sampling.seed = 1;
         }
-        LS_ASSIGN_OR_RETURN(RequestHandle handle,
-                            engines.submit_to(replica, std::move(request)));
+        LS_ASSIGN_OR_RETURN(RequestHandle handle, engines.submit_to(replica, std::move(request)));
         handles.push_back(std::move(handle));
       }
     }
     for (RequestHandle& handle : handles) LS_RETURN_IF_ERROR(await(handle));
   }
-  spdlog::debug("warm-up: {} waves on {} replicas in {:.0f} ms", waves.size(), engines.size(),
-                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                    .count());
+  spdlog::debug(
+      "warm-up: {} waves on {} replicas in {:.0f} ms", waves.size(), engines.size(),
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   return Status::ok();
 }
 

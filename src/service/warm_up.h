@@ -20,10 +20,10 @@ struct WarmupWave {
 };
 
 struct WarmupLimits {
-  int32_t tokens = 2;             // generated per request (>= 2 reaches a decode step); 0 = none
+  int32_t tokens = 2;              // generated per request (>= 2 reaches a decode step); 0 = none
   int32_t max_batch_tokens = 512;  // rows of the engine's largest prompt pass
-  int32_t max_running = 4;        // sequences of its largest decode step
-  int32_t max_waiting = 256;      // requests its queue takes at once
+  int32_t max_running = 4;         // sequences of its largest decode step
+  int32_t max_waiting = 256;       // requests its queue takes at once
   int32_t max_context = 4096;
   // GPU executors pick kernels and graphs by the pass's shape: every power of two of prompt
   // rows and decode sequences is run once. On the CPU one short generation touches it all.
