@@ -151,6 +151,10 @@ TEST_P(AttentionTest, MatchesReference) {
   a.tiles = tile_dev.get();
   a.n_tiles = static_cast<int32_t>(tiles.size());
   a.max_tile_rows = max_tile_rows;
+  // Leading one-row tiles (decode rows ahead of prompt chunks): with kAuto they run on the
+  // decode kernel, the rest on their own kernel.
+  while (a.single_row_tiles < a.n_tiles && tiles[a.single_row_tiles].n_rows == 1)
+    ++a.single_row_tiles;
   a.n_head = c.n_head;
   a.n_head_kv = c.n_head_kv;
   a.head_dim = c.head_dim;
@@ -410,7 +414,22 @@ INSTANTIATE_TEST_SUITE_P(
                       {{1500, 17}, {0, 40}, {90, 100}, {333, 1}},
                       8,
                       kTensorCores},
-        AttentionCase{"AutoSplit2PrefillGqa3Hd64", 64, 9, 3, {{1200, 21}, {7, 1}}, 2}),
+        AttentionCase{"AutoSplit2PrefillGqa3Hd64", 64, 9, 3, {{1200, 21}, {7, 1}}, 2},
+        // A step's decode rows ahead of its prompt chunks: the decode kernel takes the leading
+        // one-row tiles, the rest run in a second launch (CUDA cores where one split must also
+        // write 8-bit output, tensor cores with splits).
+        AttentionCase{"MixedDecodeFirstMhaHd128",
+                      128,
+                      4,
+                      4,
+                      {{250, 1}, {700, 1}, {5, 1}, {0, 33}, {17, 20}},
+                      1},
+        AttentionCase{"MixedDecodeFirstGqa4Hd64Split2",
+                      64,
+                      8,
+                      2,
+                      {{1300, 1}, {3, 1}, {40, 100}, {0, 17}},
+                      2}),
     [](const ::testing::TestParamInfo<AttentionCase>& info) {
       return std::string(info.param.name);
     });

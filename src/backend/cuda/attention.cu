@@ -437,6 +437,23 @@ Status attention(const AttentionArgs& a, LaunchStream stream) {
   const bool decode = decode_applies &&
                       (a.kernel == AttentionKernel::kDecode || a.kernel == AttentionKernel::kAuto);
   if (a.n_tiles == 0) return Status::ok();
+  LS_CUDA_REQUIRE(a.single_row_tiles >= 0 && a.single_row_tiles <= a.n_tiles);
+  if (a.kernel == AttentionKernel::kAuto && a.single_row_tiles > 0 &&
+      a.single_row_tiles < a.n_tiles && group_size <= kMaxDecodeGroup) {
+    // The one-row tiles on the decode kernel, then the others. Both write disjoint rows; with
+    // splits the second launch's reduction recombines the first's rows from their partials to
+    // the same values (attention_splits.cuh).
+    AttentionArgs single = a;
+    single.n_tiles = a.single_row_tiles;
+    single.max_tile_rows = 1;
+    single.single_row_tiles = 0;
+    AttentionArgs rest = a;
+    rest.tiles = a.tiles + a.single_row_tiles;
+    rest.n_tiles = a.n_tiles - a.single_row_tiles;
+    rest.single_row_tiles = 0;
+    LS_RETURN_IF_ERROR(attention(single, stream));
+    return attention(rest, stream);
+  }
   switch (a.head_dim) {
     case 64: return launch_attention<64>(a, tensor_cores, decode, stream);
     case 128: return launch_attention<128>(a, tensor_cores, decode, stream);

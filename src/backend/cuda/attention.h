@@ -82,6 +82,11 @@ struct AttentionArgs {
   const AttentionTile* tiles = nullptr;  // (n_tiles), device
   int32_t n_tiles = 0;
   int32_t max_tile_rows = 1;  // the largest n_rows of any tile
+  // Tiles [0, single_row_tiles) have one row each. When others follow (a step mixing decode
+  // rows with prompt chunks) and the kernel is kAuto, those run on the decode kernel and the
+  // rest on the kernel their shape picks, in two launches: the tensor-core kernel would spend
+  // a whole block of 64 query vectors on each one-row tile.
+  int32_t single_row_tiles = 0;
   int32_t n_head = 0;
   int32_t n_head_kv = 0;
   int32_t head_dim = 0;  // 64 or 128

@@ -279,6 +279,7 @@ Status CudaBackend::attention_block(const DeviceBatch& b, int32_t layer, const C
   at.tiles = b.tiles;
   at.n_tiles = b.n_tiles;
   at.max_tile_rows = b.max_tile_rows;
+  at.single_row_tiles = b.leading_single_row_tiles;
   at.earlier_kv_settled = b.one_row_per_sequence;
   at.n_head = static_cast<int32_t>(c.n_head);
   at.n_head_kv = static_cast<int32_t>(c.n_head_kv);

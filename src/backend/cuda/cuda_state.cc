@@ -201,6 +201,7 @@ DeviceBatch split_part(const DeviceBatch& batch, int part) {
   d.n_logit_rows = 0;
   d.split_row = 0;
   d.split_tiles = 0;
+  d.leading_single_row_tiles = 0;  // each part's attention on one kernel
   if (part == 0) {
     d.n_tokens = batch.split_row;
     d.n_tiles = batch.split_tiles;
@@ -251,7 +252,7 @@ Result<DeviceBatch> BatchStaging::stage(const Batch& batch, int32_t padded_token
   for (int32_t r = n; r < padded_tokens; ++r) logit_rows[n_logit_rows++] = r;
 
   if (split_row < 0 || split_row >= padded_tokens) split_row = 0;
-  int32_t n_tiles = 0, max_tile_rows = 1, split_tiles = 0;
+  int32_t n_tiles = 0, max_tile_rows = 1, split_tiles = 0, leading_single_row_tiles = 0;
   for (int32_t r = 0; r < padded_tokens;) {
     int32_t len = 1;
     while (r + len < padded_tokens && r + len != split_row && len < tile_rows &&
@@ -262,6 +263,7 @@ Result<DeviceBatch> BatchStaging::stage(const Batch& batch, int32_t padded_token
     tiles[n_tiles++] = {after_split ? r - split_row : r, len};
     if (split_row > 0 && !after_split) ++split_tiles;
     max_tile_rows = std::max(max_tile_rows, len);
+    if (max_tile_rows == 1) leading_single_row_tiles = n_tiles;
     r += len;
   }
 
@@ -297,6 +299,7 @@ Result<DeviceBatch> BatchStaging::stage(const Batch& batch, int32_t padded_token
   d.n_logit_rows = n_logit_rows;
   d.n_tiles = n_tiles;
   d.max_tile_rows = max_tile_rows;
+  d.leading_single_row_tiles = split_row > 0 ? 0 : leading_single_row_tiles;
   d.one_row_per_sequence = true;
   std::vector<bool> has_row(static_cast<size_t>(n_seqs), false);
   for (int32_t r = 0; r < n && d.one_row_per_sequence; ++r) {

@@ -108,6 +108,9 @@ struct DeviceBatch {
   int32_t n_logit_rows = 0;
   int32_t n_tiles = 0;
   int32_t max_tile_rows = 1;
+  // Tiles [0, n) have one row each (a step's decode rows come first): AttentionArgs::
+  // single_row_tiles.
+  int32_t leading_single_row_tiles = 0;
   // Every real row is its sequence's only row (a decode step): AttentionArgs::earlier_kv_settled.
   bool one_row_per_sequence = false;
   // Staged with a split row (BatchStaging::stage): no tile spans it, the first split_tiles
