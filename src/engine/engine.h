@@ -101,6 +101,9 @@ class Engine {
 
  private:
   using Clock = std::chrono::steady_clock;
+  static double ms_between(Clock::time_point from, Clock::time_point to) {
+    return std::chrono::duration<double, std::milli>(to - from).count();
+  }
 
   struct IncomingRequest {
     GenerationRequest request;

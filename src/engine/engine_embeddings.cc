@@ -6,15 +6,6 @@
 #include "engine/engine.h"
 
 namespace llamaserve {
-namespace {
-
-double ms_between(std::chrono::steady_clock::time_point from,
-                  std::chrono::steady_clock::time_point to) {
-  return std::chrono::duration<double, std::milli>(to - from).count();
-}
-
-}  // namespace
-
 Status Engine::validate(const EmbeddingRequest& request) const {
   if (!returns_hidden_) {
     return make_error(StatusCode::kUnsupported,

@@ -7,15 +7,6 @@
 #include "tokenizer/unicode.h"
 
 namespace llamaserve {
-namespace {
-
-double ms_between(std::chrono::steady_clock::time_point from,
-                  std::chrono::steady_clock::time_point to) {
-  return std::chrono::duration<double, std::milli>(to - from).count();
-}
-
-}  // namespace
-
 std::string Engine::token_text(int32_t token) const {
   // One token may hold part of a character; its text must still be valid UTF-8.
   return unicode::sanitize_utf8(tokenizer_->token_bytes(token, /*render_special=*/true));
