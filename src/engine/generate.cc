@@ -2,14 +2,12 @@
 
 namespace llamaserve {
 
-namespace {
-
-// Reads a request's stream to its finish event.
 Result<Completion> read_to_end(RequestHandle handle,
-                               const std::function<void(std::string_view text)>& on_text) {
+                               const std::function<void(std::string_view text)>& on_text,
+                               std::chrono::milliseconds wait) {
   Completion out;
   // The engine always ends a stream (shutdown included), so this wait is bounded by it.
-  while (std::optional<GenerationEvent> event = handle.next(std::chrono::hours(24))) {
+  while (std::optional<GenerationEvent> event = handle.next(wait)) {
     if (event->kind == GenerationEvent::Kind::kDelta) {
       out.text += event->text;
       out.tokens.insert(out.tokens.end(), event->tokens.begin(), event->tokens.end());
@@ -21,10 +19,9 @@ Result<Completion> read_to_end(RequestHandle handle,
     out.usage = event->usage;
     return out;
   }
-  return Status(StatusCode::kDeadlineExceeded, "no finish event within 24 hours");
+  return make_error(StatusCode::kDeadlineExceeded, "{}: no event within {} s", handle.id(),
+                    std::chrono::duration_cast<std::chrono::seconds>(wait).count());
 }
-
-}  // namespace
 
 Result<Completion> generate(Engine& engine, GenerationRequest request,
                             const std::function<void(std::string_view text)>& on_text) {

@@ -2,6 +2,7 @@
 // embedded use): run a request to the end while streaming its text to a callback.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -32,5 +33,10 @@ Result<Completion> generate(Engine& engine, GenerationRequest request,
 // The same through a group's router.
 Result<Completion> generate(EngineGroup& engines, GenerationRequest request,
                             const std::function<void(std::string_view text)>& on_text = {});
+// Reads a submitted request's stream to its finish event (for callers that submit several
+// before reading any). kDeadlineExceeded when no event arrives within `wait`.
+Result<Completion> read_to_end(RequestHandle handle,
+                               const std::function<void(std::string_view text)>& on_text = {},
+                               std::chrono::milliseconds wait = std::chrono::hours(24));
 
 }  // namespace llamaserve

@@ -179,15 +179,15 @@ Status ModelService::start(const OpenHooks& hooks) {
     engines.push_back(std::move(engine));
   }
   LS_ASSIGN_OR_RETURN(engines_, EngineGroup::create(std::move(engines)));
-  LS_RETURN_IF_ERROR(warm_up());
+  LS_RETURN_IF_ERROR(warm_up(config));
   spdlog::info("{}: loaded {} in {:.1f} s: {}", name_, spec_.path,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
                engines_->describe());
   return Status::ok();
 }
 
-Status ModelService::warm_up() {
-  const EngineConfig config = engine_config(spec_, context_tokens_);
+// The engines' own limits bound the warm-up's passes (service/warm_up.h).
+Status ModelService::warm_up(const EngineConfig& config) {
   WarmupLimits limits;
   limits.tokens = spec_.warmup_tokens;
   limits.max_batch_tokens = config.max_batch_tokens;

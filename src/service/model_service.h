@@ -69,7 +69,7 @@ class ModelService {
  private:
   ModelService() = default;
   Status start(const OpenHooks& hooks);
-  Status warm_up();
+  Status warm_up(const EngineConfig& config);
 
   ModelSpec spec_;
   std::string name_;

@@ -5,6 +5,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "engine/generate.h"
+
 namespace llamaserve {
 
 std::vector<WarmupWave> warmup_waves(const WarmupLimits& limits) {
@@ -48,22 +50,17 @@ std::vector<int32_t> warmup_prompt(int32_t n_tokens, int32_t n_vocab, uint32_t s
   return tokens;
 }
 
-Status await(RequestHandle& handle) {
-  std::optional<GenerationEvent> finish;
-  while (auto event = handle.next(std::chrono::minutes(10))) {
-    if (event->kind == GenerationEvent::Kind::kFinish) finish = std::move(event);
-  }
-  if (!finish) {
-    return make_error(StatusCode::kDeadlineExceeded, "warm-up {} produced no result in 10 minutes",
-                      handle.id());
-  }
-  if (finish->finish_reason == FinishReason::kLength ||
-      finish->finish_reason == FinishReason::kStop) {
+// Waits for a warm-up request's end; anything but a normal one fails the warm-up.
+Status await(RequestHandle handle) {
+  const std::string id = handle.id();
+  LS_ASSIGN_OR_RETURN(const Completion done,
+                      read_to_end(std::move(handle), {}, std::chrono::minutes(10)));
+  if (done.finish_reason == FinishReason::kLength || done.finish_reason == FinishReason::kStop) {
     return Status::ok();
   }
-  return finish->error.is_ok() ? make_error(StatusCode::kInternal, "{} ended with '{}'",
-                                            handle.id(), finish_reason_name(finish->finish_reason))
-                               : finish->error.with_context(handle.id());
+  return done.error.is_ok() ? make_error(StatusCode::kInternal, "{} ended with '{}'", id,
+                                         finish_reason_name(done.finish_reason))
+                            : done.error.with_context(id);
 }
 
 }  // namespace
@@ -94,7 +91,7 @@ Status warm_up(EngineGroup& engines, const WarmupLimits& limits) {
         handles.push_back(std::move(handle));
       }
     }
-    for (RequestHandle& handle : handles) LS_RETURN_IF_ERROR(await(handle));
+    for (RequestHandle& handle : handles) LS_RETURN_IF_ERROR(await(std::move(handle)));
   }
   spdlog::debug(
       "warm-up: {} waves on {} replicas in {:.0f} ms", waves.size(), engines.size(),
