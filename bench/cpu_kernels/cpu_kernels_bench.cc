@@ -1,15 +1,28 @@
-// Matrix-vector throughput per weight type (GB/s of weights read) and end-to-end decode
-// tokens/s of the default model, one sequence.
+// Matrix-vector throughput per weight type (GB/s of weights read), the matrix products of a
+// prompt pass (FLOP/s) and end-to-end decode tokens/s of the default model, one sequence, for
+// each kernel instruction set (docs/cpu.md).
 //
-//   build/<dir>/bench/cpu_kernels/cpu_kernels_bench [--benchmark_filter=Matvec]
+//   build/<dir>/bench/cpu_kernels/cpu_kernels_bench [--cpu-isa=both|avx2|auto]
+//       [--benchmark_filter=Matvec]
+//
+// --cpu-isa: both (default) runs every case with the AVX2 kernels and, where the CPU has
+// AVX-512 VNNI, again with the AVX-512 ones, side by side (the ISA is part of each name);
+// avx2 or auto runs them once with what the executor's setting of that name picks.
 //
 // Matvec: y = W x for W of 2048 × 2048 elements, rotating through enough matrices (> 64 MiB)
 // that the weights come from memory, not cache, as in a decode step. Threads: 1 and all cores.
+// Prompt: Y = W X for one such matrix and 64 tokens (the four-token kernels), one thread; each
+// tile of weight rows is read once for all 64 tokens, so the kernels' arithmetic sets the pace
+// rather than the memory.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <random>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/cpu/attention.h"
@@ -25,6 +38,12 @@ namespace {
 constexpr int64_t kRows = 2048;
 constexpr int64_t kCols = 2048;
 constexpr size_t kRotationBytes = 64ull << 20;
+constexpr int64_t kPromptTokens = 64;
+
+// The executor setting that runs the kernels of `isa` (kAuto picks AVX-512 where it can).
+cpu::CpuIsa setting_for(cpu::KernelIsa isa) {
+  return isa == cpu::KernelIsa::kAvx2 ? cpu::CpuIsa::kAvx2 : cpu::CpuIsa::kAuto;
+}
 
 struct MatrixSet {
   std::vector<std::vector<uint8_t>> storage;
@@ -63,7 +82,7 @@ MatrixSet make_matrices(TensorType type) {
   return set;
 }
 
-void BM_Matvec(benchmark::State& state, TensorType type) {
+void BM_Matvec(benchmark::State& state, TensorType type, cpu::KernelIsa isa) {
   const int threads =
       state.range(0) == 0 ? ThreadPool::default_threads() : static_cast<int>(state.range(0));
   ThreadPool pool(threads);
@@ -77,13 +96,35 @@ void BM_Matvec(benchmark::State& state, TensorType type) {
   for (auto _ : state) {
     act.reset(x.data(), 1, kCols);
     const cpu::MatmulOutput out[] = {{&set.tensors[next], y.data(), kRows}};
-    cpu::matmul(out, act, pool);
+    cpu::matmul(out, act, pool, isa);
     benchmark::DoNotOptimize(y.data());
     next = (next + 1) % set.tensors.size();
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
                           static_cast<int64_t>(set.tensors[0].n_bytes));
   state.counters["threads"] = threads;
+}
+
+// The matrix products of a prompt pass: 64 activation rows against one matrix. The activation
+// rows are converted in the first iteration only (ActCache keeps them), as a pass converts
+// them once per input for all its matrices.
+void BM_Prompt(benchmark::State& state, TensorType type, cpu::KernelIsa isa) {
+  ThreadPool pool(1);
+  MatrixSet set = make_matrices(type);
+  std::vector<float> x(kPromptTokens * kCols), y(kPromptTokens * kRows);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (float& v : x) v = dist(rng);
+  cpu::ActCache act(kPromptTokens, kCols);
+  act.reset(x.data(), kPromptTokens, kCols);
+  const cpu::MatmulOutput out[] = {{&set.tensors[0], y.data(), kRows}};
+  for (auto _ : state) {
+    cpu::matmul(out, act, pool, isa);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["FLOP/s"] = benchmark::Counter(
+      2.0 * kRows * kCols * kPromptTokens * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate);
 }
 
 // Decode attention of one token over `context` cached positions, SmolLM2's shape (9 query
@@ -126,7 +167,7 @@ void BM_AttentionDecode(benchmark::State& state) {
 // Decode tokens/s of one sequence, as a user sees it, at a given context length (arg 1):
 // the prompt fills the cache up to `context`, then each iteration decodes one token; the
 // continuation restarts at `context` every 128 tokens so the length stays put.
-void BM_DecodeSmolLM2(benchmark::State& state) {
+void BM_DecodeSmolLM2(benchmark::State& state, cpu::KernelIsa isa) {
   const std::filesystem::path path =
       std::filesystem::path(LLAMASERVE_SOURCE_DIR) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
   auto model = load_model(path.string());
@@ -138,6 +179,7 @@ void BM_DecodeSmolLM2(benchmark::State& state) {
   CpuExecutorOptions options;
   options.threads = static_cast<int>(state.range(0));
   options.kv_capacity_tokens = context + 256;
+  options.cpu_isa = setting_for(isa);
   auto executor = create_cpu_executor(*model, options);
   if (!executor.is_ok()) {
     state.SkipWithError(executor.status().to_string().c_str());
@@ -182,7 +224,7 @@ void BM_DecodeSmolLM2(benchmark::State& state) {
 }
 
 // Prompt processing tokens/s: a 256-token prompt in one forward pass (one sequence).
-void BM_PrefillSmolLM2(benchmark::State& state) {
+void BM_PrefillSmolLM2(benchmark::State& state, cpu::KernelIsa isa) {
   const std::filesystem::path path =
       std::filesystem::path(LLAMASERVE_SOURCE_DIR) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
   auto model = load_model(path.string());
@@ -195,6 +237,7 @@ void BM_PrefillSmolLM2(benchmark::State& state) {
   options.threads = static_cast<int>(state.range(0));
   options.kv_capacity_tokens = kPrompt;
   options.max_batch_tokens = kPrompt;
+  options.cpu_isa = setting_for(isa);
   auto executor = create_cpu_executor(*model, options);
   if (!executor.is_ok()) {
     state.SkipWithError(executor.status().to_string().c_str());
@@ -222,44 +265,87 @@ void BM_PrefillSmolLM2(benchmark::State& state) {
                                                benchmark::Counter::kIsRate);
 }
 
-void register_benchmarks() {
+void register_benchmarks(const std::vector<cpu::KernelIsa>& isas) {
   const TensorType types[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16,
                               TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1,
                               TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
-  for (TensorType type : types) {
-    benchmark::RegisterBenchmark((std::string("Matvec/") + type_name(type)).c_str(), BM_Matvec,
-                                 type)
-        ->Arg(1)
-        ->Arg(0)
-        ->ArgName("threads")
-        ->UseRealTime()
-        ->MinTime(0.3);
+  for (cpu::KernelIsa isa : isas) {
+    const std::string suffix = std::string("/") + cpu::kernel_isa_name(isa);
+    for (TensorType type : types) {
+      benchmark::RegisterBenchmark((std::string("Matvec/") + type_name(type) + suffix).c_str(),
+                                   BM_Matvec, type, isa)
+          ->Arg(1)
+          ->Arg(0)
+          ->ArgName("threads")
+          ->UseRealTime()
+          ->MinTime(0.3);
+    }
+    for (TensorType type : types) {
+      benchmark::RegisterBenchmark((std::string("Prompt/") + type_name(type) + suffix).c_str(),
+                                   BM_Prompt, type, isa)
+          ->UseRealTime()
+          ->MinTime(0.3)
+          ->Unit(benchmark::kMillisecond);
+    }
   }
   benchmark::RegisterBenchmark("AttentionDecode", BM_AttentionDecode)
       ->Arg(512)
       ->Arg(4096)
       ->ArgName("context");
-  benchmark::RegisterBenchmark("DecodeSmolLM2_Q4_1", BM_DecodeSmolLM2)
-      ->ArgsProduct({{1, ThreadPool::default_threads()}, {64, 1024}})
-      ->ArgNames({"threads", "context"})
-      ->UseRealTime()
-      ->MinTime(3.0)
-      ->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark("PrefillSmolLM2_Q4_1", BM_PrefillSmolLM2)
-      ->Arg(1)
-      ->Arg(ThreadPool::default_threads())
-      ->ArgName("threads")
-      ->UseRealTime()
-      ->MinTime(3.0)
-      ->Unit(benchmark::kMillisecond);
+  for (cpu::KernelIsa isa : isas) {
+    const std::string suffix = std::string("/") + cpu::kernel_isa_name(isa);
+    benchmark::RegisterBenchmark(("DecodeSmolLM2_Q4_1" + suffix).c_str(), BM_DecodeSmolLM2, isa)
+        ->ArgsProduct({{1, ThreadPool::default_threads()}, {64, 1024}})
+        ->ArgNames({"threads", "context"})
+        ->UseRealTime()
+        ->MinTime(3.0)
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("PrefillSmolLM2_Q4_1" + suffix).c_str(), BM_PrefillSmolLM2, isa)
+        ->Arg(1)
+        ->Arg(ThreadPool::default_threads())
+        ->ArgName("threads")
+        ->UseRealTime()
+        ->MinTime(3.0)
+        ->Unit(benchmark::kMillisecond);
+  }
+}
+
+// The kernel sets --cpu-isa asks for (removed from argv): both = AVX2 and, where the CPU has
+// it, AVX-512; avx2 or auto = what the executor setting of that name resolves to. Empty on a
+// bad value.
+std::vector<cpu::KernelIsa> take_isa_flag(int* argc, char** argv) {
+  std::string value = "both";
+  int kept = 1;
+  for (int i = 1; i < *argc; ++i) {
+    constexpr std::string_view kFlag = "--cpu-isa=";
+    if (std::strncmp(argv[i], kFlag.data(), kFlag.size()) == 0) {
+      value = argv[i] + kFlag.size();
+    } else {
+      argv[kept++] = argv[i];
+    }
+  }
+  *argc = kept;
+  if (value == "both") {
+    std::vector<cpu::KernelIsa> isas = {cpu::KernelIsa::kAvx2};
+    if (cpu::cpu_has_avx512_vnni()) isas.push_back(cpu::KernelIsa::kAvx512Vnni);
+    return isas;
+  }
+  auto setting = cpu::parse_cpu_isa(value);
+  if (!setting.is_ok()) {
+    std::fprintf(stderr, "--cpu-isa=%s: expected both, avx2 or auto\n", value.c_str());
+    return {};
+  }
+  return {cpu::resolve_kernel_isa(*setting)};
 }
 
 }  // namespace
 }  // namespace llamaserve
 
 int main(int argc, char** argv) {
+  const std::vector<llamaserve::cpu::KernelIsa> isas = llamaserve::take_isa_flag(&argc, argv);
+  if (isas.empty()) return 2;
   benchmark::Initialize(&argc, argv);
-  llamaserve::register_benchmarks();
+  llamaserve::register_benchmarks(isas);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

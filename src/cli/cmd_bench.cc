@@ -544,6 +544,12 @@ std::function<int()> setup_bench(CLI::App& sub) {
       return 1;
     }
     return 0;
+  sub.add_option_function<std::string>(
+         "--cpu-isa",
+         [&layout](const std::string& isa) { layout.cpu_isa = cpu::parse_cpu_isa(isa).value(); },
+         "CPU kernels: auto (AVX-512 VNNI where the CPU has it, else AVX2) or avx2 (AVX2 only)")
+      ->check(CLI::IsMember({"auto", "avx2"}))
+      ->default_str("auto");
   };
 }
 

@@ -1,6 +1,6 @@
 // Options shared by `llamaserve run` and `llamaserve chat`: the model's spec (file, device,
-// threads, context), bound straight into a ModelSpec, and sampling, with the same names and
-// defaults in both.
+// threads, CPU kernels, context), bound straight into a ModelSpec, and sampling, with the same
+// names and defaults in both.
 #pragma once
 
 #include <cstdint>
@@ -53,6 +53,12 @@ inline void add_generation_options(CLI::App& sub, GenerationOptions& o) {
   LayoutSpec& layout = o.model.layout;
   sub.add_option("-t,--threads", layout.threads, "CPU threads (0 = all cores)")
       ->capture_default_str();
+  sub.add_option_function<std::string>(
+         "--cpu-isa",
+         [&layout](const std::string& isa) { layout.cpu_isa = cpu::parse_cpu_isa(isa).value(); },
+         "CPU kernels: auto (AVX-512 VNNI where the CPU has it, else AVX2) or avx2 (AVX2 only)")
+      ->check(CLI::IsMember({"auto", "avx2"}))
+      ->default_str("auto");
   sub.add_option("--device,--devices", layout.device,
                  "cpu, cuda:N, a CUDA device index N, or a device list 0,1 with --tp/--pp")
       ->capture_default_str();

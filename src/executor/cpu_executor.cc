@@ -21,8 +21,10 @@ class CpuExecutor final : public Executor {
 
   Status init(int32_t n_blocks) {
     const ModelConfig& c = model_->config;
-    LS_ASSIGN_OR_RETURN(backend_,
-                        cpu::CpuBackend::create(model_, &pool_, {options_.reference_kernels}));
+    cpu::CpuBackendOptions backend_options;
+    backend_options.reference_kernels = options_.reference_kernels;
+    backend_options.isa = options_.cpu_isa;
+    LS_ASSIGN_OR_RETURN(backend_, cpu::CpuBackend::create(model_, &pool_, backend_options));
     cpu::KvCacheGeometry geometry;
     geometry.first_layer = 0;
     geometry.n_layers = static_cast<int32_t>(c.n_layer);
@@ -43,10 +45,13 @@ class CpuExecutor final : public Executor {
   std::string describe() const override {
     const KvCacheInfo info = kv_->info();
     return fmt::format(
-        "cpu, {} threads, KV {} blocks x {} tokens ({}, {:.1f} MiB), max {} tokens per pass{}",
-        pool_.size(), info.n_blocks, info.block_size, type_name(options_.kv_type),
+        "cpu, {} threads, {} kernels, KV {} blocks x {} tokens ({}, {:.1f} MiB), max {} tokens "
+        "per pass",
+        pool_.size(),
+        options_.reference_kernels ? "reference" : cpu::kernel_isa_name(backend_->kernel_isa()),
+        info.n_blocks, info.block_size, type_name(options_.kv_type),
         static_cast<double>(info.bytes_per_block) * info.n_blocks / (1024.0 * 1024.0),
-        options_.max_batch_tokens, options_.reference_kernels ? ", reference kernels" : "");
+        options_.max_batch_tokens);
   }
 
   Status forward(const Batch& batch, std::span<float> logits) override {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "backend/cpu/cpu_isa.h"
 #include "core/status.h"
 #include "executor/executor.h"
 #include "model/weights.h"
@@ -22,6 +23,9 @@ struct CpuExecutorOptions {
   int32_t max_batch_tokens = 512;        // rows per forward pass; larger batches run in pieces
   TensorType kv_type = TensorType::F16;  // F16 or F32
   bool reference_kernels = false;        // plain kernels for validation (slow)
+  // AVX-512 kernels where the CPU has them (kAuto), or AVX2 only; describe() names the one
+  // in use.
+  cpu::CpuIsa cpu_isa = cpu::CpuIsa::kAuto;
 };
 
 Result<std::unique_ptr<Executor>> create_cpu_executor(std::shared_ptr<const LoadedModel> model,

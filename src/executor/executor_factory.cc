@@ -105,6 +105,7 @@ Result<std::unique_ptr<Executor>> create_device_executor(std::shared_ptr<const L
   if (devices.front().kind == DeviceChoice::Kind::kCpu) {
     CpuExecutorOptions cpu;
     cpu.threads = options.threads;
+    cpu.cpu_isa = options.cpu_isa;
     cpu.kv_capacity_tokens = options.kv_capacity_tokens;
     cpu.kv_block_size = options.kv_block_size;
     if (options.max_batch_tokens > 0) cpu.max_batch_tokens = options.max_batch_tokens;

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/cpu/cpu_isa.h"
 #include "backend/kernel_tuning.h"
 #include "core/status.h"
 #include "executor/executor.h"
@@ -54,6 +55,7 @@ struct ExecutorOptions {
   int32_t pipeline_micro_batches = 0;
   int32_t micro_batch_min_rows = 0;  // rows each micro-batch needs at least; 0 = the default
   int threads = 0;                   // CPU threads; 0 = all online cores
+  cpu::CpuIsa cpu_isa = cpu::CpuIsa::kAuto;  // CPU kernels: AVX-512 where the CPU has it, or AVX2
   // KV capacity in tokens over all sequences. CPU: 0 = four sequences of min(n_ctx, 8192);
   // CUDA: 0 = everything the memory budget leaves.
   int64_t kv_capacity_tokens = 0;

@@ -62,6 +62,10 @@ Status apply_key(ModelSpec& spec, std::string_view key, std::string_view value) 
     return set_int(spec.layout.replicas, 1, 64);
   } else if (key == "threads") {
     return set_int(spec.layout.threads, 0, 1024);
+  } else if (key == "cpu-isa") {
+    auto isa = cpu::parse_cpu_isa(value);
+    if (!isa) return isa.status();
+    spec.layout.cpu_isa = *isa;
   } else if (key == "ctx-size") {
     return set_int(spec.context_tokens, 0, 1 << 24);
   } else if (key == "max-running") {
@@ -108,7 +112,8 @@ Status apply_key(ModelSpec& spec, std::string_view key, std::string_view value) 
   } else {
     return make_error(StatusCode::kInvalidArgument,
                       "unknown model key '{}' (keys: path name alias device tp pp replicas threads "
-                      "ctx-size max-running max-batch-tokens prefill-chunk-tokens no-prefix-cache "
+                      "cpu-isa ctx-size max-running max-batch-tokens prefill-chunk-tokens "
+                      "no-prefix-cache "
                       "kv-cache-tokens chat-template "
                       "warmup-tokens embedding-pooling keep-alive required load)",
                       key);

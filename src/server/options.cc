@@ -42,7 +42,7 @@ void add_service_options(CLI::App& app, ServiceConfig& config) {
   ServerConfig& o = config.server;
   app.add_option("-m,--model", config.model_args,
                  "GGUF model file; or, repeated, NAME=PATH[,key=value...] per model (keys: "
-                 "device tp pp replicas threads ctx-size max-running max-batch-tokens "
+                 "device tp pp replicas threads cpu-isa ctx-size max-running max-batch-tokens "
                  "prefill-chunk-tokens no-prefix-cache "
                  "kv-cache-tokens chat-template warmup-tokens embedding-pooling keep-alive "
                  "required load)");
@@ -60,6 +60,12 @@ void add_service_options(CLI::App& app, ServiceConfig& config) {
                  "CPU threads for the model, shared by the replicas (0 = all cores)")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
+  app.add_option_function<std::string>(
+         "--cpu-isa",
+         [&layout](const std::string& isa) { layout.cpu_isa = cpu::parse_cpu_isa(isa).value(); },
+         "CPU kernels: auto (AVX-512 VNNI where the CPU has it, else AVX2) or avx2 (AVX2 only)")
+      ->check(CLI::IsMember({"auto", "avx2"}))
+      ->default_str("auto");
   app.add_option("--device,--devices", layout.device,
                  "cpu, cuda:N, a CUDA device index N, or a device list 0,1,2,3 "
                  "(replicas x tp x pp devices)")

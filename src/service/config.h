@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/cpu_isa.h"
 #include "backend/kernel_tuning.h"
 #include "engine/request.h"
 #include "executor/tp_sums.h"
@@ -28,7 +29,9 @@ struct LayoutSpec {
       layer_split;  // layers per pipeline stage (sums to n_layer); empty = balanced
   // Pipeline: micro-batches in flight per pass; 0 = one per stage, 1 = off.
   int micro_batches = 0;
-  int threads = 0;                       // CPU threads over all replicas; 0 = every online core
+  int threads = 0;  // CPU threads over all replicas; 0 = every online core
+  // CPU kernels: AVX-512 where the CPU has it (auto), or AVX2 only (docs/cpu.md).
+  cpu::CpuIsa cpu_isa = cpu::CpuIsa::kAuto;
   double gpu_memory_utilization = 0.90;  // CUDA: fraction of each device this model may use
   TpSums tp_sums;                        // how tensor-parallel ranks sum their partials
 

@@ -46,6 +46,7 @@ ExecutorOptions executor_options(const ModelSpec& spec, int64_t context_tokens) 
   options.layer_split = layout.layer_split;
   options.pipeline_micro_batches = layout.micro_batches;
   options.threads = layout.threads;
+  options.cpu_isa = layout.cpu_isa;
   options.gpu_memory_utilization = layout.gpu_memory_utilization;
   options.tp_sums = layout.tp_sums;
   options.tuning = spec.tuning;

@@ -34,7 +34,10 @@ CpuActivations::CpuActivations(const ModelConfig& c, int64_t max_tokens_in, int 
 
 CpuBackend::CpuBackend(std::shared_ptr<const LoadedModel> model, ThreadPool* pool,
                        const CpuBackendOptions& options)
-    : model_(std::move(model)), pool_(pool), options_(options) {
+    : model_(std::move(model)),
+      pool_(pool),
+      options_(options),
+      kernel_isa_(resolve_kernel_isa(options.isa)) {
   const ModelConfig& c = model_->config;
   const auto& freqs = model_->weights.rope_freqs;
   inv_freq_ = rope_inv_freq(c, freqs ? freqs->f32() : nullptr);
@@ -78,7 +81,7 @@ void CpuBackend::project(std::span<const MatmulOutput> outputs, const float* x, 
     return;
   }
   act.act.reset(x, n_tokens, cols);
-  matmul(outputs, act.act, *pool_);
+  matmul(outputs, act.act, *pool_, kernel_isa_);
 }
 
 void CpuBackend::run_layer(const Batch& batch, int32_t layer, CpuKvCache& cache,

@@ -10,6 +10,7 @@
 
 #include "backend/batch.h"
 #include "backend/cpu/attention.h"
+#include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/kv_cache.h"
 #include "backend/cpu/matmul.h"
 #include "backend/layer_range.h"
@@ -22,6 +23,8 @@ namespace llamaserve::cpu {
 struct CpuBackendOptions {
   // Run every op on the plain reference kernels (slow; for validation and debugging).
   bool reference_kernels = false;
+  // The optimized kernels' instruction set: AVX-512 where the CPU has it, or AVX2 only.
+  CpuIsa isa = CpuIsa::kAuto;
 };
 
 // Working memory of a forward pass, allocated once for up to max_tokens token rows.
@@ -54,6 +57,9 @@ class CpuBackend {
 
   const ModelConfig& config() const { return model_->config; }
   ThreadPool& pool() const { return *pool_; }
+  // The instruction set of the matrix products, resolved once at creation (unused with
+  // reference_kernels).
+  KernelIsa kernel_isa() const { return kernel_isa_; }
 
   // Runs `range` over `batch`. With range.embeddings the token embeddings are the input,
   // otherwise act.hidden must hold the input rows (n_tokens × n_embd); act.hidden holds the
@@ -78,6 +84,7 @@ class CpuBackend {
   std::shared_ptr<const LoadedModel> model_;
   ThreadPool* pool_;
   CpuBackendOptions options_;
+  KernelIsa kernel_isa_;
   std::vector<float> inv_freq_;  // (rope_dim / 2)
   AttentionShape attention_shape_;
 };

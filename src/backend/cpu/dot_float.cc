@@ -1,4 +1,6 @@
 // Dot products of float-like weight rows (F32, F16, BF16) with float activations.
+#include <cmath>
+
 #include "backend/cpu/dot.h"
 #include "backend/cpu/simd.h"
 #include "quant/blocks.h"
@@ -25,7 +27,10 @@ float dot_generic(const Elem* w, const float* x, int64_t n) {
   }
   for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(Load(w + i), _mm256_loadu_ps(x + i), acc0);
   float sum = hsum(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
-  for (; i < n; ++i) sum += Scalar(w[i]) * x[i];
+  // An explicit fma, not `sum += w * x`: the compiler may vectorize that loop's products
+  // (rounded apart from the sums) for some lengths and fuse others, differently per target,
+  // and the AVX2 and AVX-512 paths must round alike (dot_avx512.h).
+  for (; i < n; ++i) sum = std::fma(Scalar(w[i]), x[i], sum);
   return sum;
 }
 

@@ -1,6 +1,8 @@
 // Dot products of K-quant weights (Q4_K, Q5_K, Q6_K) with ActBlockQ8_256 rows. Per
 // super-block: integer products scaled by the 6/8-bit sub-block scales in int32, then one
 // float multiply by d * dx; the mins/offsets use the activation's 16-element group sums.
+#include <cmath>
+
 #include "backend/cpu/act_quant.h"
 #include "backend/cpu/dot.h"
 #include "backend/cpu/simd.h"
@@ -56,7 +58,9 @@ void q4_k_row(const BlockQ4_K* w, const ActBlockQ8_256* const* x, int64_t n_bloc
     const float d = to_f32(w[b].d), dmin = to_f32(w[b].dmin);
     for (int t = 0; t < NT; ++t) {
       acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[t][b].d), _mm256_cvtepi32_ps(sum[t]), acc[t]);
-      mins[t] += dmin * x[t][b].d * static_cast<float>(min_correction(sm, x[t][b]));
+      // fma spelled out, so that every path rounds alike (see dot_float.cc).
+      mins[t] =
+          std::fma(dmin * x[t][b].d, static_cast<float>(min_correction(sm, x[t][b])), mins[t]);
     }
   }
   for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]) - mins[t];
@@ -92,7 +96,9 @@ void q5_k_row(const BlockQ5_K* w, const ActBlockQ8_256* const* x, int64_t n_bloc
     const float d = to_f32(w[b].d), dmin = to_f32(w[b].dmin);
     for (int t = 0; t < NT; ++t) {
       acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[t][b].d), _mm256_cvtepi32_ps(sum[t]), acc[t]);
-      mins[t] += dmin * x[t][b].d * static_cast<float>(min_correction(sm, x[t][b]));
+      // fma spelled out, so that every path rounds alike (see dot_float.cc).
+      mins[t] =
+          std::fma(dmin * x[t][b].d, static_cast<float>(min_correction(sm, x[t][b])), mins[t]);
     }
   }
   for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]) - mins[t];

@@ -2,6 +2,7 @@
 // Integer products per block (maddubs/madd), then one float FMA per block for the scales.
 // The block scales are converted two at a time with F16C and multiplied with the activation
 // block's (d, sum) pair in one SSE multiply.
+#include <cmath>
 #include <cstring>
 
 #include "backend/cpu/act_quant.h"
@@ -137,7 +138,7 @@ float dot_q4_0(const void* w_row, const void* act_row, int64_t n) {
   float sum, offset;
   q4_row<BlockQ4_0, q4_0_pair_scales, 1>(static_cast<const BlockQ4_0*>(w_row), &x, n / 32, &sum,
                                          &offset);
-  return sum - 8.0f * offset;
+  return std::fma(-8.0f, offset, sum);  // fma spelled out (see dot_float.cc)
 }
 
 // w = d * q + m: Σ w x = d * dx * Σ q qx + m * (dx * Σ qx).
@@ -157,7 +158,7 @@ void dot_rows4_q4_0(const uint8_t* w, size_t w_stride, int64_t n_rows, const uin
     float sums[4], offsets[4];
     q4_row<BlockQ4_0, q4_0_pair_scales, 4>(reinterpret_cast<const BlockQ4_0*>(w + r * w_stride), x,
                                            n / 32, sums, offsets);
-    for (int t = 0; t < 4; ++t) y[t * y_stride + r] = sums[t] - 8.0f * offsets[t];
+    for (int t = 0; t < 4; ++t) y[t * y_stride + r] = std::fma(-8.0f, offsets[t], sums[t]);
   }
 }
 

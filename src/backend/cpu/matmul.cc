@@ -2,13 +2,15 @@
 
 #include <algorithm>
 #include <cassert>
+#include <iterator>
 
+#include "backend/cpu/dot_avx512.h"
 #include "quant/quant.h"
 
 namespace llamaserve::cpu {
 namespace {
 
-constexpr MatmulKernel kKernels[] = {
+constexpr MatmulKernel kAvx2Kernels[] = {
     {TensorType::F32, ActFormat::kF32, 1, dot_f32, dot_rows_f32},
     {TensorType::F16, ActFormat::kF32, 1, dot_f16, dot_rows_f16},
     {TensorType::BF16, ActFormat::kF32, 1, dot_bf16, dot_rows_bf16},
@@ -20,21 +22,61 @@ constexpr MatmulKernel kKernels[] = {
     {TensorType::Q6_K, ActFormat::kQ8_256, 256, dot_q6_k, dot_rows_q6_k, dot_rows4_q6_k},
 };
 
+// The float types gain a four-token kernel here (the AVX2 table has none); per token it
+// computes what the one-token kernel does.
+constexpr MatmulKernel kAvx512Kernels[] = {
+    {TensorType::F32, ActFormat::kF32, 1, dot_f32_avx512, dot_rows_f32_avx512,
+     dot_rows4_f32_avx512},
+    {TensorType::F16, ActFormat::kF32, 1, dot_f16_avx512, dot_rows_f16_avx512,
+     dot_rows4_f16_avx512},
+    {TensorType::BF16, ActFormat::kF32, 1, dot_bf16_avx512, dot_rows_bf16_avx512,
+     dot_rows4_bf16_avx512},
+    {TensorType::Q8_0, ActFormat::kQ8_32, 32, dot_q8_0_avx512, dot_rows_q8_0_avx512,
+     dot_rows4_q8_0_avx512},
+    {TensorType::Q4_0, ActFormat::kQ8_32x2, 32, dot_q4_0_avx512, dot_rows_q4_0_avx512,
+     dot_rows4_q4_0_avx512},
+    {TensorType::Q4_1, ActFormat::kQ8_32x2, 32, dot_q4_1_avx512, dot_rows_q4_1_avx512,
+     dot_rows4_q4_1_avx512},
+    {TensorType::Q4_K, ActFormat::kQ8_256, 256, dot_q4_k_avx512, dot_rows_q4_k_avx512,
+     dot_rows4_q4_k_avx512},
+    {TensorType::Q5_K, ActFormat::kQ8_256, 256, dot_q5_k_avx512, dot_rows_q5_k_avx512,
+     dot_rows4_q5_k_avx512},
+    {TensorType::Q6_K, ActFormat::kQ8_256, 256, dot_q6_k_avx512, dot_rows_q6_k_avx512,
+     dot_rows4_q6_k_avx512},
+};
+
+// One ActCache serves both tables, and check_matmul_supported does not ask which one runs.
+constexpr bool same_types_and_formats() {
+  if (std::size(kAvx2Kernels) != std::size(kAvx512Kernels)) return false;
+  for (size_t i = 0; i < std::size(kAvx2Kernels); ++i) {
+    const MatmulKernel& a = kAvx2Kernels[i];
+    const MatmulKernel& b = kAvx512Kernels[i];
+    if (a.type != b.type || a.act_format != b.act_format || a.block_elems != b.block_elems) {
+      return false;
+    }
+  }
+  return true;
+}
+static_assert(same_types_and_formats());
+
 // Rows handled per pass over the tokens: small enough that the tile's weight bytes stay in
 // L1 while each activation row is read once per tile.
 constexpr int64_t kRowTile = 8;
 
 }  // namespace
 
-const MatmulKernel* find_matmul_kernel(TensorType type) {
-  for (const MatmulKernel& kernel : kKernels) {
+const MatmulKernel* find_matmul_kernel(TensorType type, KernelIsa isa) {
+  const std::span<const MatmulKernel> table = isa == KernelIsa::kAvx512Vnni
+                                                  ? std::span<const MatmulKernel>(kAvx512Kernels)
+                                                  : std::span<const MatmulKernel>(kAvx2Kernels);
+  for (const MatmulKernel& kernel : table) {
     if (kernel.type == type) return &kernel;
   }
   return nullptr;
 }
 
 Status check_matmul_supported(const QTensor& tensor) {
-  const MatmulKernel* kernel = find_matmul_kernel(tensor.type);
+  const MatmulKernel* kernel = find_matmul_kernel(tensor.type, KernelIsa::kAvx2);
   if (kernel == nullptr) {
     return make_error(StatusCode::kUnsupported,
                       "tensor '{}' has type {}, which the CPU backend has no matmul kernel for "
@@ -83,7 +125,7 @@ const uint8_t* ActCache::rows(ActFormat format, ThreadPool& pool) {
   return out;
 }
 
-void matmul(std::span<const MatmulOutput> outputs, ActCache& act, ThreadPool& pool) {
+void matmul(std::span<const MatmulOutput> outputs, ActCache& act, ThreadPool& pool, KernelIsa isa) {
   struct Prepared {
     const MatmulKernel* kernel;
     const uint8_t* act_rows;
@@ -99,7 +141,7 @@ void matmul(std::span<const MatmulOutput> outputs, ActCache& act, ThreadPool& po
   const size_t n_outputs = std::min(outputs.size(), kMaxOutputs);
   int64_t total_rows = 0;
   for (size_t i = 0; i < n_outputs; ++i) {
-    const MatmulKernel* kernel = find_matmul_kernel(outputs[i].weight->type);
+    const MatmulKernel* kernel = find_matmul_kernel(outputs[i].weight->type, isa);
     const QTensor& w = *outputs[i].weight;
     prepared[i] = {kernel,
                    act.rows(kernel->act_format, pool),

@@ -5,6 +5,9 @@
 // type's integer dot product consumes (ActCache), then every output row is one row-dot per
 // token, spread over the thread pool. Several matrices that read the same input (Q/K/V,
 // gate/up) run in one parallel region over their concatenated rows.
+//
+// Two kernel tables, AVX2 and AVX-512 (cpu_isa.h): the caller passes the KernelIsa its
+// backend resolved once; both tables have the same types, activation formats and results.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +15,7 @@
 #include <vector>
 
 #include "backend/cpu/act_quant.h"
+#include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/dot.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
@@ -29,8 +33,9 @@ struct MatmulKernel {
   Rows4DotFn dot_rows4 = nullptr;  // optional: four tokens per weight pass
 };
 
-// The kernel of `type`, or nullptr when the CPU backend cannot multiply with it.
-const MatmulKernel* find_matmul_kernel(TensorType type);
+// The kernel of `type` in the table of `isa`, or nullptr when the CPU backend cannot multiply
+// with it. The kAvx512Vnni table's functions may only be called where cpu_has_avx512_vnni().
+const MatmulKernel* find_matmul_kernel(TensorType type, KernelIsa isa);
 
 // Ok when `tensor` can be multiplied on the CPU; otherwise an error naming it and its type.
 Status check_matmul_supported(const QTensor& tensor);
@@ -68,9 +73,10 @@ struct MatmulOutput {
   const float* bias = nullptr;  // (rows) or nullptr
 };
 
-// Computes every output over the input held by `act`.
-// PRECONDITIONS: each weight's cols == act.cols(); each weight passed check_matmul_supported.
-void matmul(std::span<const MatmulOutput> outputs, ActCache& act, ThreadPool& pool);
+// Computes every output over the input held by `act` with the kernels of `isa`.
+// PRECONDITIONS: each weight's cols == act.cols(); each weight passed check_matmul_supported;
+// isa is kAvx2, or cpu_has_avx512_vnni().
+void matmul(std::span<const MatmulOutput> outputs, ActCache& act, ThreadPool& pool, KernelIsa isa);
 
 // Plain reference: each output element through quant's dot_row on float activations.
 void matmul_ref(const MatmulOutput& output, const float* x, int64_t n_tokens, ThreadPool* pool);

@@ -1,4 +1,5 @@
-// Optimized CPU kernels against the reference ones, on random data of awkward sizes.
+// Optimized CPU kernels against the reference ones, on random data of awkward sizes. These
+// test the AVX2 kernels on every machine; avx512_test.cc compares the AVX-512 ones with them.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -123,7 +124,7 @@ class DotTest : public ::testing::TestWithParam<TensorType> {};
 // (the dequantized activation blocks), up to float rounding.
 TEST_P(DotTest, MatchesReferenceOnQuantizedActivations) {
   const TensorType type = GetParam();
-  const MatmulKernel* kernel = find_matmul_kernel(type);
+  const MatmulKernel* kernel = find_matmul_kernel(type, KernelIsa::kAvx2);
   ASSERT_NE(kernel, nullptr);
   const int64_t n = odd_cols(type);
   const int64_t rows = 13;
@@ -166,7 +167,7 @@ TEST_P(MatmulTest, MatchesReferenceMatmul) {
   std::vector<float> ya(n_tokens * 37), yb(n_tokens * 11);
   const MatmulOutput outputs[] = {{&a.tensor, ya.data(), 37, nullptr},
                                   {&b.tensor, yb.data(), 11, bias.data()}};
-  matmul(outputs, act, pool);
+  matmul(outputs, act, pool, KernelIsa::kAvx2);
 
   std::vector<float> ra(n_tokens * 37), rb(n_tokens * 11);
   matmul_ref({&a.tensor, ra.data(), 37, nullptr}, x.data(), n_tokens, &pool);
@@ -199,7 +200,7 @@ TEST(Matmul, UnsupportedTypeFailsLoudly) {
   EXPECT_EQ(status.code(), StatusCode::kUnsupported);
   EXPECT_NE(status.message().find("Q5_0"), std::string::npos);
   EXPECT_NE(status.message().find("blk.0.attn_q.weight"), std::string::npos);
-  EXPECT_EQ(find_matmul_kernel(TensorType::Q2_K), nullptr);
+  EXPECT_EQ(find_matmul_kernel(TensorType::Q2_K, KernelIsa::kAvx2), nullptr);
 }
 
 TEST(Ops, Exp256IsAccurate) {

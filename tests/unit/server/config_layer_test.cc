@@ -212,6 +212,27 @@ TEST_F(ConfigPrecedence, MicroBatchesFlagBeatsTheFile) {
   EXPECT_EQ(executor_options(model(), 0).pipeline_micro_batches, 4);
 }
 
+TEST_F(ConfigPrecedence, CpuIsaReachesTheExecutorOptions) {
+  EXPECT_EQ(executor_options(ModelSpec{}, 0).cpu_isa, cpu::CpuIsa::kAuto);
+  write_config(R"({"model": "m.gguf", "cpu-isa": "avx2"})");
+  Status status = parse({"--config", config_path_.string()});
+  ASSERT_TRUE(status.is_ok()) << status.to_string();
+  EXPECT_EQ(model().layout.cpu_isa, cpu::CpuIsa::kAvx2);
+  EXPECT_EQ(executor_options(model(), 0).cpu_isa, cpu::CpuIsa::kAvx2);
+}
+
+TEST_F(ConfigPrecedence, CpuIsaFlagBeatsEnv) {
+  env_.set("LLAMASERVE_CPU_ISA", "avx2");
+  Status status = parse({"-m", "m.gguf", "--cpu-isa", "auto"});
+  ASSERT_TRUE(status.is_ok()) << status.to_string();
+  EXPECT_EQ(model().layout.cpu_isa, cpu::CpuIsa::kAuto);
+  CLI::App app{"test"};
+  ServiceConfig options;
+  add_service_options(app, options);
+  EXPECT_THROW(app.parse(std::vector<std::string>{"avx512", "--cpu-isa", "m.gguf", "-m"}),
+               CLI::ParseError);
+}
+
 // Each case is checked before the model loads, with a message that names what is wrong.
 TEST(ServerOptionsCheck, BadParallelCombinations) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {

@@ -33,6 +33,15 @@ TEST(ModelList, ArgumentsOverrideTheFlags) {
   EXPECT_TRUE(plain->load_at_start);
 }
 
+TEST(ModelList, CpuIsa) {
+  auto spec = parse_model_arg("a=/m/a.gguf,cpu-isa=avx2", defaults());
+  ASSERT_TRUE(spec) << spec.status().to_string();
+  EXPECT_EQ(spec->layout.cpu_isa, cpu::CpuIsa::kAvx2);
+  auto bad = parse_model_arg("a=/m/a.gguf,cpu-isa=avx512", defaults());
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.status().message().find("expected auto or avx2"), std::string::npos);
+}
+
 TEST(ModelList, BadArgumentsNameTheProblem) {
   for (const char* bad :
        {"/m/a.gguf", "=/m/a.gguf", "a=", "a=/m,tp", "a=/m,tp=zero", "a=/m,colour=red",
