@@ -4,7 +4,7 @@
 //
 //   llamaserve bench (-m MODEL | --synth SHAPE:TYPE [--synth-vocab F]) [-p 512] [-n 128]
 //                    [-b 1,16,64,256] [--batch-prompt 128] [--device cpu|cuda:N] [--reps 3]
-//                    [--json] [--json-file F] [--markdown-file F]
+//                    [--with-prompts] [--json] [--json-file F] [--markdown-file F]
 //
 // --synth llama2-70b:f16 synthesizes the model into memory instead of reading a file
 // (model/importers/synth_memory.h): shapes larger than the disk, made on all cores.
@@ -14,6 +14,10 @@
 //   decode    one sequence, -n steps of one token from an empty cache
 //   batch B   B sequences of --batch-prompt tokens (prefilled, not timed), then -n steps of
 //             B rows (one token per sequence): aggregate tokens per second
+//   batch B with prompts (--with-prompts): the same B sequences' prompts (in passes of up to
+//             max(512, -p) rows, as a server's step budget) and then their -n steps, timed
+//             together: generated tokens per second with the prompt work included, the figure a
+//             server running the same requests can approach
 // Every case runs once as warm-up (CUDA graphs get captured, pages touched), then --reps
 // times; the median is reported. Token ids are random: the speed does not depend on them.
 // Achieved bandwidth counts the weights every step reads plus the KV cache its attention reads.
@@ -55,6 +59,8 @@ struct BenchOptions {
   int32_t decode_tokens = 128;
   std::vector<int32_t> batches = {1, 16, 64, 256};
   int32_t batch_prompt_tokens = 128;
+  // Also time each batch case with its prompts (the "with prompts" cases).
+  bool with_prompts = false;
   int reps = 3;
   bool json = false;
   std::string json_file;      // also write the JSON here
@@ -447,11 +453,30 @@ Status run_bench(const BenchOptions& o) {
     results.push_back(r);
     return Status::ok();
   };
+  // A batch case's prompts and decode steps timed together (tokens: the generated ones).
+  auto with_prompts_case = [&](int32_t n_seqs_case) -> Status {
+    CaseResult r{fmt::format("batch {} x {}+{} with prompts", n_seqs_case, o.batch_prompt_tokens,
+                             o.decode_tokens),
+                 n_seqs_case, static_cast<int64_t>(n_seqs_case) * o.decode_tokens};
+    LS_ASSIGN_OR_RETURN(
+        r.seconds, time_median(o.reps, [&]() -> Status {
+          LS_RETURN_IF_ERROR(runner.prefill(n_seqs_case, o.batch_prompt_tokens));
+          for (int32_t t = 0; t < o.decode_tokens; ++t) {
+            LS_RETURN_IF_ERROR(runner.decode_step(n_seqs_case, o.batch_prompt_tokens + t));
+          }
+          return Status::ok();
+        }));
+    r.flops = 2.0 * static_cast<double>(traffic.matmul_params) * n_seqs_case *
+              (o.batch_prompt_tokens + o.decode_tokens);
+    results.push_back(r);
+    return Status::ok();
+  };
   LS_RETURN_IF_ERROR(decode_case(1, 0, "decode b1"));
   for (int32_t b : o.batches) {
     LS_RETURN_IF_ERROR(
         decode_case(b, o.batch_prompt_tokens,
                     fmt::format("batch {} x {}+{}", b, o.batch_prompt_tokens, o.decode_tokens)));
+    if (o.with_prompts) LS_RETURN_IF_ERROR(with_prompts_case(b));
   }
 
   BenchReport report{o,
@@ -494,6 +519,9 @@ std::function<int()> setup_bench(CLI::App& sub) {
   sub.add_option("--batch-prompt", o->batch_prompt_tokens,
                  "prompt tokens of each sequence of the batch cases")
       ->capture_default_str();
+  sub.add_flag("--with-prompts", o->with_prompts,
+               "also time each batch case with its prompts (prompt passes, then the decode "
+               "steps): the work a server does for the same requests");
   LayoutSpec& layout = o->model.layout;
   sub.add_option("--device,--devices", layout.device,
                  "cpu, cuda:N, a CUDA device index N, or a list 0,1 for --tp/--pp")
@@ -516,6 +544,12 @@ std::function<int()> setup_bench(CLI::App& sub) {
       ->capture_default_str();
   sub.add_option("-t,--threads", layout.threads, "CPU threads (0 = all cores)")
       ->capture_default_str();
+  sub.add_option_function<std::string>(
+         "--cpu-isa",
+         [&layout](const std::string& isa) { layout.cpu_isa = cpu::parse_cpu_isa(isa).value(); },
+         "CPU kernels: auto (AVX-512 VNNI where the CPU has it, else AVX2) or avx2 (AVX2 only)")
+      ->check(CLI::IsMember({"auto", "avx2"}))
+      ->default_str("auto");
   sub.add_option("--reps", o->reps, "timed repetitions per case (the median is reported)")
       ->capture_default_str();
   sub.add_flag("--json", o->json, "print the results as JSON");
@@ -544,12 +578,6 @@ std::function<int()> setup_bench(CLI::App& sub) {
       return 1;
     }
     return 0;
-  sub.add_option_function<std::string>(
-         "--cpu-isa",
-         [&layout](const std::string& isa) { layout.cpu_isa = cpu::parse_cpu_isa(isa).value(); },
-         "CPU kernels: auto (AVX-512 VNNI where the CPU has it, else AVX2) or avx2 (AVX2 only)")
-      ->check(CLI::IsMember({"auto", "avx2"}))
-      ->default_str("auto");
   };
 }
 
