@@ -65,7 +65,7 @@ stage "cpu image (podman)" scripts/check_image.sh --mode prebuilt --timeout 600
 
 if [[ "${SKIP_CUDA:-0}" != 1 ]]; then
   if [[ -x /usr/local/cuda/bin/nvcc ]]; then
-    stage "cuda build (compile only)" bash -c "cmake --preset cuda >/dev/null && cmake --build --preset cuda -j $jobs"
+    stage "cuda build (compile only)" bash -c "cmake --preset cuda >/dev/null && cmake --build --preset cuda -j $jobs --target cuda_check"
   else
     echo "=== cuda build skipped: no /usr/local/cuda/bin/nvcc"
   fi

@@ -18,7 +18,9 @@ add_compile_definitions($<$<COMPILE_LANGUAGE:CUDA>:FMT_USE_CONSTEXPR=1>)
 # for the llamaserve binary cpp-httplib, OpenSSL, zlib, ...) is copied into
 # <build>/runtime-libs, which scripts/device_run.sh puts on LD_LIBRARY_PATH.
 set(LLAMASERVE_COPY_RUNTIME_LIBS ${CMAKE_CURRENT_LIST_DIR}/copy_runtime_libs.cmake)
+# Each is also listed in the global property LLAMASERVE_GPU_EXECUTABLES (the cuda_check target).
 function(llamaserve_gpu_executable target)
+  set_property(GLOBAL APPEND PROPERTY LLAMASERVE_GPU_EXECUTABLES ${target})
   target_link_options(${target} PRIVATE -static-libstdc++ -static-libgcc)
   add_custom_command(TARGET ${target} POST_BUILD
     COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:${target}>
