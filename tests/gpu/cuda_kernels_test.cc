@@ -315,6 +315,94 @@ TEST_P(MatvecTest, ShortRowsMatchTheWholeRowKernel) {
   }
 }
 
+// The RMSNorm prologue (MatvecArgs::norm_weight): one activation row of float weights times the
+// RMSNorm of x, against the reference product of the normalized row, for every configuration
+// of a one-row launch; three parts sharing the input (as Q, K and V), one with a bias; an
+// accumulating launch (as none is in the model, but the contract allows it). Quantized weights
+// and more rows are refused.
+TEST_P(MatvecTest, NormPrologueMatchesNormThenProduct) {
+  const TensorType type = GetParam();
+  const int64_t cols = round_cols(type, kCols);
+  const std::vector<int64_t> heights = {kRows, 64, 131};
+  std::vector<float> x = random_floats(cols, 31);
+  for (float& v : x) v *= 7.0f;  // a residual stream far from unit scale
+  std::vector<float> g = random_floats(cols, 32);
+  const float eps = 1e-5f;
+  double mean_sq = 0.0;
+  for (const float v : x) mean_sq += static_cast<double>(v) * v;
+  mean_sq /= static_cast<double>(cols);
+  const double rstd = 1.0 / std::sqrt(mean_sq + eps);
+  std::vector<float> normed(cols);
+  for (int64_t c = 0; c < cols; ++c) normed[c] = static_cast<float>(x[c] * rstd * g[c]);
+  const MatvecInput in = prepare_input(type, x, cols, 1, cols);
+  DeviceArray<float> g_dev(g);
+  std::vector<HostMatrix> hosts;
+  std::vector<UploadedMatrix> uploaded;
+  for (size_t i = 0; i < heights.size(); ++i) {
+    hosts.push_back(make_matrix(type, heights[i], cols, 900 + static_cast<uint32_t>(i)));
+    uploaded.push_back(upload(hosts.back()));
+    ASSERT_NE(uploaded.back().view.quants, nullptr);
+  }
+  const std::vector<float> bias = random_floats(heights[1], 33);
+  DeviceArray<float> bias_dev(bias);
+  std::vector<DeviceArray<float>> outputs;
+  std::vector<MatvecArgs> parts;
+  for (size_t i = 0; i < heights.size(); ++i) {
+    outputs.emplace_back(heights[i]);
+    MatvecArgs a;
+    a.w = uploaded[i].view;
+    a.x = in.x.get();
+    a.x_stride = cols;
+    a.xq = in.xq;
+    a.n_rows = 1;
+    a.y = outputs.back().get();
+    a.y_stride = heights[i];
+    a.norm_weight = g_dev.get();
+    a.norm_eps = eps;
+    parts.push_back(a);
+  }
+  if (matvec_uses_q8(type)) {
+    EXPECT_FALSE(matvec_parts(parts, nullptr).is_ok()) << "8-bit activations take no prologue";
+    for (MatvecArgs& part : parts) part.norm_weight = nullptr;
+    ASSERT_OK(matvec_parts(parts, nullptr));
+    return;
+  }
+  parts[1].bias = bias_dev.get();
+  for (const MatvecConfig& config : matvec_configs(type, 1)) {
+    SCOPED_TRACE(config_trace(config));
+    for (MatvecArgs& part : parts) use_config(config, part);
+    for (auto& out : outputs) out.poison();
+    ASSERT_OK(matvec_parts(parts, nullptr));
+    ASSERT_CUDA(cudaDeviceSynchronize());
+    for (size_t i = 0; i < heights.size(); ++i) {
+      SCOPED_TRACE("part " + std::to_string(i));
+      std::vector<double> extra;
+      if (i == 1) extra.assign(bias.begin(), bias.end());
+      expect_close(outputs[i].download(), heights[i], reference_product(hosts[i], normed, cols, 1),
+                   heights[i], 1, kMatvecTolerance, extra);
+    }
+  }
+  // Accumulating into the output, as the residual stream's adds do.
+  {
+    const std::vector<float> y0 = random_floats(heights[2], 34);
+    DeviceArray<float> y_dev(y0);
+    MatvecArgs a = parts[2];
+    a.y = y_dev.get();
+    a.accumulate = true;
+    ASSERT_OK(matvec(a, nullptr));
+    ASSERT_CUDA(cudaDeviceSynchronize());
+    expect_close(y_dev.download(), heights[2], reference_product(hosts[2], normed, cols, 1),
+                 heights[2], 1, kMatvecTolerance, std::vector<double>(y0.begin(), y0.end()));
+  }
+  // More rows than the prologue takes, and parts that disagree on it, are refused.
+  MatvecArgs two_rows = parts[0];
+  two_rows.n_rows = 2;
+  two_rows.y_stride = heights[0] * 2;
+  EXPECT_FALSE(matvec(two_rows, nullptr).is_ok());
+  parts[2].norm_weight = nullptr;
+  EXPECT_FALSE(matvec_parts(parts, nullptr).is_ok());
+}
+
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatvecTest, ::testing::ValuesIn(weight_types()),
                          type_param_name);
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatvecPartsTest, ::testing::ValuesIn(weight_types()),
