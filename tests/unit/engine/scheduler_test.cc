@@ -317,5 +317,80 @@ TEST(SchedulerTest, PromptRowsBesideDecodesAreBoundedByTheChunk) {
   EXPECT_EQ(plan.n_tokens, 24);
 }
 
+// Passes timed by a known cost (6 ms + 20 us a row + 9 us per 1000 attention positions).
+double pass_seconds(const StepPlan& plan) {
+  return 6e-3 + 20e-6 * plan.shape.rows + 9e-6 * plan.shape.kpositions;
+}
+
+// With prefill_time_share, prompt rows beside decodes cost at most that share of the decodes'
+// estimated pass: rows late in a long prompt attend to more positions, so fewer of them fit;
+// prompts still advance by kMinPromptRows a step.
+TEST(SchedulerTest, PromptRowsBesideDecodesAreBoundedInTime) {
+  BlockManager blocks(4096, 16);
+  Scheduler scheduler({/*max_running=*/64, /*max_batch_tokens=*/512, /*prefill_chunk_tokens=*/0,
+                       /*prefill_time_share=*/1.0},
+                      blocks);
+  for (SeqId id = 1; id <= 32; ++id) scheduler.add(make_seq(id, 100));
+  // The cost model learns from the passes as they run; before it is ready only rows count.
+  int steps = 0;
+  while (!scheduler.cost_model().ready() || steps < 40) {
+    StepPlan plan = scheduler.schedule();
+    ASSERT_FALSE(plan.empty());
+    scheduler.record_pass(plan, pass_seconds(plan));
+    finish_step(scheduler, plan);
+    ++steps;
+  }
+  // A long prompt arrives beside the 32 decodes (contexts of about 140 positions).
+  scheduler.add(make_seq(100, 8000));
+  const StepCostModel& cost = scheduler.cost_model();
+  int32_t first_rows = 0, last_rows = 0;
+  while (true) {
+    StepPlan plan = scheduler.schedule();
+    const ScheduledChunk* prompt = chunk_of(plan, 100);
+    ASSERT_NE(prompt, nullptr);
+    StepShape decode_shape;
+    int32_t n_decodes = 0;
+    for (const ScheduledChunk& chunk : plan.chunks) {
+      if (chunk.seq->id == 100) continue;
+      ASSERT_EQ(chunk.n_tokens, 1);
+      decode_shape += StepShape::chunk(chunk.seq->n_computed, 1);
+      ++n_decodes;
+    }
+    ASSERT_EQ(n_decodes, 32);
+    const double allowance = cost.pass_seconds(decode_shape);
+    const StepShape prompt_shape = StepShape::chunk(prompt->seq->n_computed, prompt->n_tokens);
+    EXPECT_GE(prompt->n_tokens, std::min(kMinPromptRows, prompt->seq->n_pending()));
+    if (prompt->n_tokens > kMinPromptRows) {
+      EXPECT_LE(cost.added_seconds(prompt_shape), allowance * (1 + 1e-9));
+    }
+    if (prompt->n_tokens < prompt->seq->n_pending()) {
+      EXPECT_GT(cost.added_seconds(StepShape::chunk(prompt->seq->n_computed, prompt->n_tokens + 1)),
+                allowance);
+    }
+    if (first_rows == 0) first_rows = prompt->n_tokens;
+    last_rows = prompt->n_tokens;
+    const bool done = prompt->wants_logits;
+    scheduler.record_pass(plan, pass_seconds(plan));
+    finish_step(scheduler, plan);
+    if (done) break;
+  }
+  // The first chunk is bounded by rows' cost, the last by attention's as well.
+  EXPECT_GT(first_rows, 250);
+  EXPECT_LT(last_rows, first_rows / 2);
+
+  // Without decodes, a step takes the whole budget whatever the cost.
+  BlockManager alone_blocks(4096, 16);
+  Scheduler alone({64, 512, 0, 1.0}, alone_blocks);
+  alone.add(make_seq(1, 4000));
+  while (true) {
+    StepPlan plan = alone.schedule();
+    EXPECT_EQ(plan.n_tokens, std::min(512, plan.chunks[0].seq->n_pending()));
+    alone.record_pass(plan, pass_seconds(plan));
+    const bool done = plan.chunks[0].wants_logits;
+    finish_step(alone, plan);
+    if (done) break;
+  }
+}
+
 }  // namespace
 }  // namespace llamaserve
