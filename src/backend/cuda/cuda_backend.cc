@@ -58,8 +58,7 @@ std::optional<HalfType> CudaBackend::gemm_input(
 
 Status CudaBackend::project(std::initializer_list<Projection> projections, const float* x,
                             int64_t x_stride, int64_t n_rows, bool x_q8_ready, CudaActivations& act,
-                            LaunchStream stream, std::optional<HalfType> x_half,
-                            const float* x_norm_weight) const {
+                            LaunchStream stream, std::optional<HalfType> x_half) const {
   const int64_t cols = projections.begin()->w->cols;
   bool q8_ready = x_q8_ready;
   // The half-precision type x was last converted to for a GEMM of this input (QKV and
@@ -80,10 +79,7 @@ Status CudaBackend::project(std::initializer_list<Projection> projections, const
     if (p.w->cols != cols) {
       return make_error(StatusCode::kInternal, "projections of one input differ in width");
     }
-    if (uses_gemm(n_rows, *p.w) || (x_norm_weight != nullptr && matvec_uses_q8(p.w->type))) {
-      if (x_norm_weight != nullptr) {
-        return make_error(StatusCode::kInternal, "a fused RMSNorm before a GEMM or 8-bit matvec");
-      }
+    if (uses_gemm(n_rows, *p.w)) {
       if (p.reduce != nullptr) {
         return make_error(StatusCode::kInternal, "a fused reduction's partial from a GEMM");
       }
@@ -136,23 +132,9 @@ Status CudaBackend::project(std::initializer_list<Projection> projections, const
     a.bias = p.bias;
     a.accumulate = p.accumulate;
     a.reduce = p.reduce;
-    a.norm_weight = x_norm_weight;
-    a.norm_eps = config_.norm_eps;
     if (p.reduce != nullptr) LS_RETURN_IF_ERROR(flush());  // alone in its launch
   }
   return flush();
-}
-
-bool CudaBackend::norm_fuses(int64_t n_rows, std::initializer_list<const DeviceMatrix*> weights,
-                             const PendingSum* pending) const {
-  if (n_rows > kMaxNormMatvecRows || options_.peer_reduce.active() ||
-      (pending != nullptr && pending->kind != PendingSum::Kind::kNone)) {
-    return false;
-  }
-  for (const DeviceMatrix* w : weights) {
-    if (uses_gemm(n_rows, *w) || matvec_uses_q8(w->type)) return false;
-  }
-  return true;
 }
 
 bool CudaBackend::fuses_reduction(int64_t n_rows, const DeviceMatrix& w) const {
@@ -246,16 +228,11 @@ Status CudaBackend::attention_block(const DeviceBatch& b, int32_t layer, const C
   // Attention block: hidden += wo · attention(rope(wq · norm(hidden)), ...)
   const bool qkv_q8 = wants_q8(n, {&w.wq, &w.wk, &w.wv});
   const std::optional<HalfType> qkv_half = gemm_input(n, {&w.wq, &w.wk, &w.wv});
-  // One activation row on float weights: the norm runs inside the Q/K/V matvec.
-  const bool qkv_norm_fused = norm_fuses(n, {&w.wq, &w.wk, &w.wv}, pending);
-  if (!qkv_norm_fused) {
-    LS_RETURN_IF_ERROR(norm_hidden(w.attn_norm, n, qkv_q8, act, stream, pending, qkv_half));
-  }
+  LS_RETURN_IF_ERROR(norm_hidden(w.attn_norm, n, qkv_q8, act, stream, pending, qkv_half));
   LS_RETURN_IF_ERROR(project({{&w.wq, act.q, act.q_stride, w.bq, false},
                               {&w.wk, act.k, act.kv_stride, w.bk, false},
                               {&w.wv, act.v, act.kv_stride, w.bv, false}},
-                             qkv_norm_fused ? act.hidden : act.normed, act.embd_stride, n, qkv_q8,
-                             act, stream, qkv_half, qkv_norm_fused ? w.attn_norm : nullptr));
+                             act.normed, act.embd_stride, n, qkv_q8, act, stream, qkv_half));
   LS_RETURN_IF_ERROR(timed("norm+qkv", stream));
 
   RopeArgs rope_args;
@@ -334,14 +311,10 @@ Status CudaBackend::ffn_block(const DeviceBatch& b, int32_t layer, const CudaKvC
   // Feed-forward block: hidden += w_down · (silu(w_gate · x) * (w_up · x)), x = norm(hidden)
   const bool ffn_q8 = wants_q8(n, {&w.w_gate, &w.w_up});
   const std::optional<HalfType> ffn_half = gemm_input(n, {&w.w_gate, &w.w_up});
-  const bool ffn_norm_fused = norm_fuses(n, {&w.w_gate, &w.w_up}, pending);
-  if (!ffn_norm_fused) {
-    LS_RETURN_IF_ERROR(norm_hidden(w.ffn_norm, n, ffn_q8, act, stream, pending, ffn_half));
-  }
+  LS_RETURN_IF_ERROR(norm_hidden(w.ffn_norm, n, ffn_q8, act, stream, pending, ffn_half));
   LS_RETURN_IF_ERROR(project({{&w.w_gate, act.gate, act.ff_stride, nullptr, false},
                               {&w.w_up, act.up, act.ff_stride, nullptr, false}},
-                             ffn_norm_fused ? act.hidden : act.normed, act.embd_stride, n, ffn_q8,
-                             act, stream, ffn_half, ffn_norm_fused ? w.ffn_norm : nullptr));
+                             act.normed, act.embd_stride, n, ffn_q8, act, stream, ffn_half));
   LS_RETURN_IF_ERROR(timed("norm+gate/up", stream));
   const bool down_q8 = wants_q8(n, {&w.w_down});
   // A GEMM down projection reads the SwiGLU's rows as halves, written by silu_mul itself.

@@ -161,17 +161,9 @@ class CudaBackend {
   // and outputs continue each other (continues_gemm) in one GEMM. x_q8_ready: act.q8 already holds
   // x as 8-bit blocks (written by the producer of x); otherwise it is quantized here if needed.
   // x_half: act.gemm.act_half already holds x as these halves (its producer wrote them).
-  // x_norm_weight: x is the residual stream and the projections (matvecs that norm_fuses
-  // allowed) take its RMSNorm with this weight in its place (MatvecArgs::norm_weight).
   Status project(std::initializer_list<Projection> projections, const float* x, int64_t x_stride,
                  int64_t n_rows, bool x_q8_ready, CudaActivations& act, LaunchStream stream,
-                 std::optional<HalfType> x_half = {}, const float* x_norm_weight = nullptr) const;
-  // Whether the RMSNorm before projections of n_rows rows with `weights` runs inside their
-  // matvecs (MatvecArgs::norm_weight) instead of as a kernel of its own: float weights as
-  // matvecs of up to kMaxNormMatvecRows rows, with nothing pending from the ranks (one GPU, or
-  // a sum already complete in act.hidden).
-  bool norm_fuses(int64_t n_rows, std::initializer_list<const DeviceMatrix*> weights,
-                  const PendingSum* pending) const;
+                 std::optional<HalfType> x_half = {}) const;
   // The half type in which every one of `weights` takes a GEMM input of n_rows rows, when each
   // runs as a GEMM (and all take one type): the producer of that input can then write it for
   // the GEMMs itself (gemm_act_half_stride), in place of its fp32 rows.

@@ -106,7 +106,6 @@ Status matvec_parts(std::span<const MatvecArgs> parts, LaunchStream stream) {
     LS_CUDA_REQUIRE(a.n_rows == first.n_rows && a.n_rows >= 1 && a.accumulate == first.accumulate);
     LS_CUDA_REQUIRE(a.forced_split == first.forced_split &&
                     a.forced_group_rows == first.forced_group_rows);
-    LS_CUDA_REQUIRE(a.norm_weight == first.norm_weight && a.norm_eps == first.norm_eps);
     LS_CUDA_REQUIRE(a.y != nullptr && (a.n_rows == 1 || a.y_stride >= a.w.rows));
     if (q8) {
       LS_CUDA_REQUIRE(a.xq.qs == first.xq.qs && a.xq.ds == first.xq.ds);
@@ -123,12 +122,6 @@ Status matvec_parts(std::span<const MatvecArgs> parts, LaunchStream stream) {
     launch.parts[i].y = a.y;
     launch.parts[i].y_stride = a.y_stride;
     launch.parts[i].bias = a.bias;
-  }
-  if (first.norm_weight != nullptr) {
-    LS_CUDA_REQUIRE(!q8 && first.n_rows <= kMaxNormMatvecRows);
-    LS_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(first.norm_weight) % 16 == 0);
-    launch.norm_weight = first.norm_weight;
-    launch.norm_eps = first.norm_eps;
   }
   if (first.reduce != nullptr && first.reduce->active()) {
     LS_CUDA_REQUIRE(parts.size() == 1 && first.bias == nullptr && !first.accumulate);

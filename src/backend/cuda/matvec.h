@@ -27,8 +27,6 @@ inline constexpr int kMaxMatvecRows = 8;
 inline constexpr int kMaxMatvecParts = 3;
 // Rows in the taller of the two row groups of float launches (matvec_launch.h).
 inline constexpr int kWideMatvecRows = 4;
-// Activation rows a launch with the RMSNorm prologue (MatvecArgs::norm_weight) may have.
-inline constexpr int kMaxNormMatvecRows = 1;
 
 // True when matvec takes `type` weights with 8-bit activations (MatvecArgs::xq).
 bool matvec_uses_q8(TensorType type);
@@ -50,13 +48,6 @@ struct MatvecArgs {
   // instead of y, and the launch publishes them. PRECONDITIONS then: one part, no bias, no
   // accumulate, n_rows <= kMaxMatvecRows, n_rows * w.rows <= reduce->capacity.
   const PeerReduceView* reduce = nullptr;
-  // The RMSNorm prologue: when set, x is the residual stream and the product takes its RMSNorm
-  // in its place, y = (W · (norm_weight ∘ x)) / sqrt(mean(x^2) + norm_eps) with the mean over
-  // w.cols, computed inside the launch (no norm kernel before it). PRECONDITIONS then: float
-  // weights, n_rows <= kMaxNormMatvecRows, every part with the same norm_weight and norm_eps;
-  // norm_weight (w.cols) 16-byte aligned.
-  const float* norm_weight = nullptr;
-  float norm_eps = 0.0f;
   // Variants the launcher otherwise chooses per launch, forced (for the tests and the kernel
   // benchmark; 0 leaves the choice to the launcher): the column split of launches of up to
   // kMaxSplitMatvecRows activation rows (1, 2 or 4 warps a row group), and the rows of a group

@@ -27,12 +27,6 @@
 // Launched with programmatic dependent launch: the first step's weight loads are issued before
 // the wait for the kernel that produced the activations (launch.cuh).
 //
-// RMSNorm prologue (N, MatvecArgs::norm_weight; float weights, one activation row): x is the
-// residual stream, and each item is multiplied by the norm weight as it is loaded while the lane
-// also sums the squares of x; at the group's end the warp (or the unit's warps, through shared
-// memory) adds those up, and each output is scaled by 1 / sqrt(mean(x^2) + eps). So the norm
-// costs an FMA per element in a memory-bound loop instead of a kernel launch of its own.
-//
 // No CTA-wide barrier (only the units' own, when S > 1): units without a group simply return. The
 // parameter is __grid_constant__ so that picking a part by index reads it in place instead of
 // copying the whole struct to local memory. As a fused reduction's producer (MatvecLaunch::reduce)
@@ -110,35 +104,20 @@ __device__ __forceinline__ auto activation_row(const MatvecLaunch& a, int b) {
 }
 
 // Adds item `item` of the group's RW rows (raw, as loaded) times each activation row to acc.
-// With the RMSNorm prologue (N: float weights, B == 1) the activation item is first multiplied
-// by the norm weight's, and its squares are added to sum_sq.
-template <TensorType T, int B, int RW, bool N = false>
+template <TensorType T, int B, int RW>
 __device__ __forceinline__ void accumulate_item(const MatvecLaunch& a,
                                                 const typename DotFormat<T>::Raw (&raw)[RW],
-                                                int item, float (&acc)[RW][B], float& sum_sq) {
+                                                int item, float (&acc)[RW][B]) {
   using F = DotFormat<T>;
   typename F::Decoded dec[RW];
 #pragma unroll
   for (int r = 0; r < RW; ++r) dec[r] = F::decode(raw[r], item);
 #pragma unroll
   for (int b = 0; b < B; ++b) {
-    typename F::Act x = F::load_act(activation_row<T>(a, b), item);
-    if constexpr (N) {
-      const typename F::Act g = F::load_act(a.norm_weight, item);
-#pragma unroll
-      for (int k = 0; k < F::kItemElems; ++k) {
-        sum_sq = fmaf(x.x[k], x.x[k], sum_sq);
-        x.x[k] *= g.x[k];
-      }
-    }
+    const typename F::Act x = F::load_act(activation_row<T>(a, b), item);
 #pragma unroll
     for (int r = 0; r < RW; ++r) acc[r][b] += F::dot(dec[r], x);
   }
-}
-
-// 1 / sqrt(mean(x^2) + eps) of the launch's activation row from its sum of squares.
-__device__ __forceinline__ float matvec_norm_scale(const MatvecLaunch& a, float sum_sq) {
-  return rsqrtf(sum_sq / static_cast<float>(a.parts[0].w.cols) + a.norm_eps);
 }
 
 // The warp's sums of its RW x B values: lane L gets value L / (32 / kPadded) (see
@@ -190,11 +169,10 @@ __device__ __forceinline__ void store_matvec_output(const MatvecLaunch& a, const
   }
 }
 
-template <TensorType T, int B, int RW, int U, int S, bool N = false>
+template <TensorType T, int B, int RW, int U, int S>
 __global__ void __launch_bounds__(kMatvecThreads)
     matvec_kernel(const __grid_constant__ MatvecLaunch a) {
   static_assert(kMatvecWarps % S == 0);
-  static_assert(!N || (B == 1 && !DotFormat<T>::kQ8));
   using F = DotFormat<T>;
   using Raw = typename F::Raw;
   constexpr int kUnitsPerCta = kMatvecWarps / S;
@@ -202,9 +180,8 @@ __global__ void __launch_bounds__(kMatvecThreads)
   constexpr int kPadded = next_pow2_int(kValues);
   static_assert(kPadded <= 32);
   constexpr int kLanesPerValue = 32 / kPadded;
-  // The split warps' sums of a group, two groups' worth (a unit's warps may be one group apart);
-  // with the norm prologue, each warp's sum of squares after them.
-  __shared__ float partials[S > 1 ? kMatvecWarps : 1][2][kPadded + (N ? 1 : 0)];
+  // The split warps' sums of a group, two groups' worth (a unit's warps may be one group apart).
+  __shared__ float partials[S > 1 ? kMatvecWarps : 1][2][kPadded];
   pdl_launch_dependents();
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -242,7 +219,6 @@ __global__ void __launch_bounds__(kMatvecThreads)
 #pragma unroll
     for (int b = 0; b < B; ++b) acc[r][b] = 0.0f;
   }
-  float sum_sq = 0.0f;  // the norm prologue's (N)
   Raw raw[U][RW];
   // The weights are constant, so the first step's loads go out before the wait for the kernel
   // that writes the activations (programmatic dependent launch, launch.cuh).
@@ -270,41 +246,26 @@ __global__ void __launch_bounds__(kMatvecThreads)
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int item = (cur.step * U + u) * 32 + lane;
-      if (item < n_items) accumulate_item<T, B, RW, N>(a, raw[u], item, acc, sum_sq);
+      if (item < n_items) accumulate_item<T, B, RW>(a, raw[u], item, acc);
     }
 
     if (cur.step + S >= n_steps) {
       const float sum = warp_group_sum<B, RW>(acc, lane);
       const int index = lane / kLanesPerValue;
       const bool holds_value = lane % kLanesPerValue == 0 && index < kValues;
-      if constexpr (N) {
-#pragma unroll
-        for (int offset = 16; offset > 0; offset /= 2) {
-          sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, offset);
-        }
-      }
       if constexpr (S == 1) {
-        const float scale = N ? matvec_norm_scale(a, sum_sq) : 1.0f;
-        if (holds_value) store(cur, index, N ? sum * scale : sum);
+        if (holds_value) store(cur, index, sum);
       } else {
         if (holds_value) partials[warp][parity][index] = sum;
-        if (N && lane == 0) partials[warp][parity][kPadded] = sum_sq;
         asm volatile("bar.sync %0, %1;" ::"r"(1 + unit), "r"(32 * S) : "memory");
         if (slice == 0 && lane < kValues) {
           float out = 0.0f;
 #pragma unroll
           for (int j = 0; j < S; ++j) out += partials[unit * S + j][parity][lane];
-          if constexpr (N) {
-            float unit_sum_sq = 0.0f;
-#pragma unroll
-            for (int j = 0; j < S; ++j) unit_sum_sq += partials[unit * S + j][parity][kPadded];
-            out *= matvec_norm_scale(a, unit_sum_sq);
-          }
           store(cur, lane, out);
         }
         parity ^= 1;
       }
-      sum_sq = 0.0f;
 #pragma unroll
       for (int r = 0; r < RW; ++r) {
 #pragma unroll
@@ -371,8 +332,7 @@ __global__ void __launch_bounds__(kMatvecThreads, kShortRowCtasPerSm)
 #pragma unroll
   for (int u = 0; u < kShortRowItems; ++u) {
     const int item = u * 32 + lane;
-    float unused_sum_sq = 0.0f;
-    if (item < n_items) accumulate_item<T, B, RW>(a, raw[u], item, acc, unused_sum_sq);
+    if (item < n_items) accumulate_item<T, B, RW>(a, raw[u], item, acc);
   }
   const float sum = warp_group_sum<B, RW>(acc, lane);
   const int index = lane / kLanesPerValue;
@@ -403,27 +363,26 @@ MatvecLaunch with_groups_of(const MatvecLaunch& a) {
   return launch;
 }
 
-// The streaming kernel of RW-row groups and U items a step, with the column split S (1, 2, 4),
-// and the norm prologue when N.
-template <TensorType T, int B, int RW, int U, bool N>
+// The streaming kernel of RW-row groups and U items a step, with the column split S (1, 2, 4).
+template <TensorType T, int B, int RW, int U>
 auto matvec_kernel_with_split(int split) {
   if constexpr (B <= kMaxSplitMatvecRows) {
-    if (split == 2) return matvec_kernel<T, B, RW, U, 2, N>;
-    if (split == 4) return matvec_kernel<T, B, RW, U, 4, N>;
+    if (split == 2) return matvec_kernel<T, B, RW, U, 2>;
+    if (split == 4) return matvec_kernel<T, B, RW, U, 4>;
   }
-  return matvec_kernel<T, B, RW, U, 1, N>;
+  return matvec_kernel<T, B, RW, U, 1>;
 }
 
 // What the grid choice needs of `launch` (groups of RW rows) and the streaming kernels of RW
 // and U. Occupancy depends on the kernel and the architecture only (the machines here have one
 // kind of GPU), so it is asked once per kernel; the SM count once per device.
-template <TensorType T, int B, int RW, int U, bool N>
+template <TensorType T, int B, int RW, int U>
 MatvecShape matvec_shape(const MatvecLaunch& launch) {
   constexpr int kSplits = B <= kMaxSplitMatvecRows ? 3 : 1;
   static const auto kCtasPerSm = [] {
     std::array<int, 3> n{};
     for (int i = 0; i < kSplits; ++i)
-      n[i] = ctas_per_sm(matvec_kernel_with_split<T, B, RW, U, N>(1 << i));
+      n[i] = ctas_per_sm(matvec_kernel_with_split<T, B, RW, U>(1 << i));
     return n;
   }();
   MatvecShape shape;
@@ -437,25 +396,24 @@ MatvecShape matvec_shape(const MatvecLaunch& launch) {
   return shape;
 }
 
-template <TensorType T, int B, int RW, int U, bool N>
+template <TensorType T, int B, int RW, int U>
 Status launch_matvec_grid(const MatvecLaunch& launch, const MatvecShape& shape,
                           LaunchStream stream) {
   const MatvecGrid grid = choose_matvec_grid(shape, launch.forced_split);
   LS_CUDA_REQUIRE(grid.ctas <= 0x7fffffff);
-  LS_CUDA_CHECK(launch_kernel(matvec_kernel_with_split<T, B, RW, U, N>(grid.split),
+  LS_CUDA_CHECK(launch_kernel(matvec_kernel_with_split<T, B, RW, U>(grid.split),
                               static_cast<unsigned>(grid.ctas), kMatvecThreads, 0, stream, launch));
   return Status::ok();
 }
 
-// The launch of B activation rows, with the norm prologue when N.
-template <TensorType T, int B, bool N>
-Status launch_matvec_rows_as(const MatvecLaunch& a, LaunchStream stream) {
+template <TensorType T, int B>
+Status launch_matvec_rows(const MatvecLaunch& a, LaunchStream stream) {
   constexpr int kRows = kMatvecRowsPerWarp<T, B>;
   constexpr int kUnroll = kMatvecStepItems<T, B, kRows>;
   const MatvecLaunch launch = with_groups_of<kRows>(a);
   // Rows of at most kShortRowItems items a lane, one group a warp: the short-rows kernel (unless
-  // a column split is forced: MatvecArgs::forced_split, as the tests do; it has no norm prologue).
-  if constexpr (!DotFormat<T>::kQ8 && B <= kMaxShortRowBatch && !N) {
+  // a column split is forced: MatvecArgs::forced_split, as the tests do).
+  if constexpr (!DotFormat<T>::kQ8 && B <= kMaxShortRowBatch) {
     const auto short_kernel = matvec_short_rows_kernel<T, B, kRows>;
     static const int kShortCtasPerSm = ctas_per_sm(short_kernel);
     const int64_t n_items = a.parts[0].w.cols / DotFormat<T>::kItemElems;
@@ -472,40 +430,28 @@ Status launch_matvec_rows_as(const MatvecLaunch& a, LaunchStream stream) {
   if constexpr (DotFormat<T>::kQ8 && B == 1 && quant_takes_wide_groups(T)) {
     if (a.forced_group_rows != 2) {
       const MatvecLaunch wide = with_groups_of<kWideMatvecRows>(a);
-      return launch_matvec_grid<T, B, kWideMatvecRows, 1, N>(
-          wide, matvec_shape<T, B, kWideMatvecRows, 1, N>(wide), stream);
+      return launch_matvec_grid<T, B, kWideMatvecRows, 1>(
+          wide, matvec_shape<T, B, kWideMatvecRows, 1>(wide), stream);
     }
   }
-  const MatvecShape shape = matvec_shape<T, B, kRows, kUnroll, N>(launch);
+  const MatvecShape shape = matvec_shape<T, B, kRows, kUnroll>(launch);
   // Float weights, up to kMaxSplitMatvecRows activation rows: groups of four rows where the
   // launcher prefers them (choose_matvec_group_rows), two items a step or one
   // (choose_wide_matvec_unroll).
   if constexpr (!DotFormat<T>::kQ8 && B <= kMaxSplitMatvecRows) {
     if (choose_matvec_group_rows(shape, B, a.forced_group_rows) == kWideMatvecRows) {
       const MatvecLaunch wide = with_groups_of<kWideMatvecRows>(a);
-      const MatvecShape two_items = matvec_shape<T, B, kWideMatvecRows, kWideMatvecUnroll, N>(wide);
+      const MatvecShape two_items = matvec_shape<T, B, kWideMatvecRows, kWideMatvecUnroll>(wide);
       if constexpr (B > 2) {
         if (choose_wide_matvec_unroll(two_items, B) == 1) {
-          return launch_matvec_grid<T, B, kWideMatvecRows, 1, N>(
-              wide, matvec_shape<T, B, kWideMatvecRows, 1, N>(wide), stream);
+          return launch_matvec_grid<T, B, kWideMatvecRows, 1>(
+              wide, matvec_shape<T, B, kWideMatvecRows, 1>(wide), stream);
         }
       }
-      return launch_matvec_grid<T, B, kWideMatvecRows, kWideMatvecUnroll, N>(wide, two_items,
-                                                                             stream);
+      return launch_matvec_grid<T, B, kWideMatvecRows, kWideMatvecUnroll>(wide, two_items, stream);
     }
   }
-  return launch_matvec_grid<T, B, kRows, kUnroll, N>(launch, shape, stream);
-}
-
-template <TensorType T, int B>
-Status launch_matvec_rows(const MatvecLaunch& a, LaunchStream stream) {
-  // (matvec_parts checked that the prologue applies: float weights, one row.)
-  if constexpr (!DotFormat<T>::kQ8 && B <= kMaxNormMatvecRows) {
-    if (a.norm_weight != nullptr) return launch_matvec_rows_as<T, B, true>(a, stream);
-  } else {
-    LS_CUDA_REQUIRE(a.norm_weight == nullptr);
-  }
-  return launch_matvec_rows_as<T, B, false>(a, stream);
+  return launch_matvec_grid<T, B, kRows, kUnroll>(launch, shape, stream);
 }
 
 // Runs activation rows in groups of kMaxMatvecRows, each group with the kernel of its size.

@@ -31,10 +31,7 @@ struct MatvecLaunch {
   int32_t n_rows = 0;
   bool accumulate = false;
   PeerReduceView reduce;  // a fused reduction's partial (MatvecArgs::reduce), when active
-  // The RMSNorm prologue (MatvecArgs::norm_weight), when set.
-  const float* norm_weight = nullptr;
-  float norm_eps = 0.0f;
-  int64_t n_groups = 0;  // row groups of all parts (set by the launcher)
+  int64_t n_groups = 0;   // row groups of all parts (set by the launcher)
   // MatvecArgs::forced_split and forced_group_rows (0: the launcher chooses).
   int32_t forced_split = 0;
   int32_t forced_group_rows = 0;
