@@ -16,6 +16,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/memory_plan.h"
 #include "backend/cuda/sampling.h"
+#include "executor/attention_splits.h"
 #include "executor/batch_pieces.h"
 #include "executor/batch_validation.h"
 
@@ -30,12 +31,6 @@ using cuda::DeviceBatch;
 constexpr uint64_t kCublasWorkspaceBytes = 32ull << 20;
 constexpr int64_t kMaxGemmScratchElems = 64ll << 20;  // 128 MiB of f16 weight rows
 constexpr int32_t kMaxGraphTokens = 256;
-constexpr int32_t kSplitTokens = 512;  // context per flash-decoding split
-// The same for decode steps (one row per tile): one step of a 16-warp decode block, whose
-// splits combine in the kernel itself; short contexts of few sequences then still spread over
-// the SMs (bench/results/2026-11-30-h200x2-decode-split-tokens.md: 256 to 64 gained 2-4% at
-// tp=2 and nothing lost on one GPU).
-constexpr int32_t kDecodeSplitTokens = 64;
 // Tensor-parallel passes split in halves for overlapping from this many rows per half.
 constexpr int32_t kOverlapMinRows = 128;
 
@@ -156,6 +151,7 @@ class CudaExecutor final : public Executor, public CudaPart {
   std::map<std::pair<int32_t, int32_t>, cudaGraphExec_t> graphs_;  // (padded rows, splits)
   PieceScratch pieces_;                         // for batches above max_batch_tokens
   mutable std::vector<int32_t> split_scratch_;  // overlap_split_row's per-sequence positions
+  mutable std::vector<int32_t> rows_scratch_;   // choose_splits's rows per sequence
 };
 
 std::string CudaExecutor::role() const {
@@ -191,7 +187,9 @@ Result<int32_t> CudaExecutor::plan_kv_blocks() {
   limits_.max_seqs = options_.max_seqs;
   limits_.max_blocks_per_seq =
       static_cast<int32_t>((max_context + options_.kv_block_size - 1) / options_.kv_block_size);
-  limits_.max_split_rows = 512;
+  // Flash-decoding partials of up to 2048 rows x splits (attention_splits.h; 34 MB for the 7B
+  // shape).
+  limits_.max_split_rows = 2048;
   // f16 rows of the largest quantized matrix the GEMM path dequantizes, capped.
   int64_t max_quantized = 0;
   auto consider = [&](const QTensor& t) {
@@ -346,20 +344,25 @@ Status CudaExecutor::run_overlapped(const Batch& piece, const DeviceBatch& b) {
   return reduced(1);
 }
 
-// Flash-decoding splits: enough (tile, KV head, split) blocks to fill the GPU twice, each split
-// at least kSplitTokens of context, and the partials within the workspace. Powers of two, so
-// that few graphs are captured.
+// Flash-decoding splits of the pass (attention_splits.h).
 int32_t CudaExecutor::choose_splits(const Batch& piece, const DeviceBatch& b) const {
-  int32_t max_len = 1;
-  for (int32_t len : piece.seq_lengths) max_len = std::max(max_len, len);
-  const int64_t blocks = static_cast<int64_t>(b.n_tiles) * model_->config.n_head_kv;
-  const int32_t split_tokens = b.max_tile_rows == 1 ? kDecodeSplitTokens : kSplitTokens;
-  int32_t splits = std::min(next_pow2((max_len + split_tokens - 1) / split_tokens),
-                            next_pow2((2 * sm_count_ + blocks - 1) / blocks));
-  // The partials are per (row, head, split).
-  while (splits > 1 && static_cast<int64_t>(splits) * b.n_tokens > limits_.max_split_rows)
-    splits /= 2;
-  return std::max(splits, 1);
+  std::vector<int32_t>& rows = rows_scratch_;
+  rows.assign(piece.seq_lengths.size(), 0);
+  for (const int32_t seq : piece.seq_index) ++rows[static_cast<size_t>(seq)];
+  int64_t max_decode_len = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] == 1) max_decode_len = std::max<int64_t>(max_decode_len, piece.seq_lengths[i]);
+  }
+  AttentionSplitShape shape;
+  shape.seq_lengths = piece.seq_lengths;
+  shape.max_decode_len = max_decode_len;
+  shape.n_tiles = b.n_tiles;
+  shape.n_rows = b.n_tokens;
+  shape.n_head_kv = static_cast<int32_t>(model_->config.n_head_kv);
+  shape.sm_count = sm_count_;
+  shape.one_row_tiles = b.max_tile_rows == 1;
+  shape.max_split_rows = limits_.max_split_rows;
+  return choose_attention_splits(shape);
 }
 
 Status CudaExecutor::run_eager(const DeviceBatch& b, int32_t n_splits) {

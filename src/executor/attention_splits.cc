@@ -1,0 +1,40 @@
+#include "executor/attention_splits.h"
+
+#include <algorithm>
+
+namespace llamaserve {
+namespace {
+
+int64_t next_pow2(int64_t n) {
+  int64_t p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+int32_t choose_attention_splits(const AttentionSplitShape& s) {
+  int64_t max_len = 1, total_len = 0;
+  for (const int32_t len : s.seq_lengths) {
+    max_len = std::max<int64_t>(max_len, len);
+    total_len += std::max(len, 0);
+  }
+  total_len = std::max(total_len, max_len);
+  const int64_t sms = std::max(s.sm_count, 1);
+  const int64_t heads = std::max(s.n_head_kv, 1);
+  const int64_t blocks = std::max<int64_t>(s.n_tiles, 1) * heads;
+  const int64_t fill = ceil_div(2 * sms, blocks);
+  // Each of the 2 * sms blocks the GPU runs at once has total_len * heads / (2 * sms) positions
+  // to walk on average; the longest decode's split should not be longer.
+  const int64_t balance =
+      s.max_decode_len > 0 ? ceil_div(s.max_decode_len * 2 * sms, total_len * heads) : 1;
+  const int32_t split_tokens = s.one_row_tiles ? kDecodeSplitTokens : kPromptSplitTokens;
+  int64_t splits =
+      std::min(next_pow2(std::max(fill, balance)), next_pow2(ceil_div(max_len, split_tokens)));
+  while (splits > 1 && splits * s.n_rows > s.max_split_rows) splits /= 2;
+  return static_cast<int32_t>(std::max<int64_t>(splits, 1));
+}
+
+}  // namespace llamaserve

@@ -1,0 +1,38 @@
+// How many flash-decoding splits a CUDA pass's attention takes: every (tile, KV head) is cut
+// into that many blocks, each over a share of the context, their partials combined after.
+// Plain arithmetic on the pass's shape, apart from the executor so that it is tested alone.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace llamaserve {
+
+struct AttentionSplitShape {
+  std::span<const int32_t> seq_lengths;  // context of each sequence of the pass
+  // The longest context of a sequence with one row in the pass (a decode), 0 for none.
+  int64_t max_decode_len = 0;
+  int64_t n_tiles = 0;  // query tiles (one per row in a decode step)
+  int64_t n_rows = 0;   // token rows of the pass
+  int32_t n_head_kv = 1;
+  int32_t sm_count = 1;
+  bool one_row_tiles = false;  // every tile one row: the decode kernel
+  int64_t max_split_rows = 0;  // rows x splits the partials' workspace holds
+};
+
+// Context per split of prompt tiles, and of one-row tiles (one step of the decode kernel's 16
+// warps; bench/results/2026-11-30-h200x2-decode-split-tokens.md).
+inline constexpr int32_t kPromptSplitTokens = 512;
+inline constexpr int32_t kDecodeSplitTokens = 64;
+
+// A power of two (so that few CUDA graphs are captured), at least 1:
+//   - enough (tile, KV head, split) blocks to fill the GPU twice;
+//   - and, where sequences decode, enough that the longest decode's blocks take no more than
+//     their share of the work: its split at most twice the GPU's per-block share of all
+//     contexts (one 8k-token sequence among 63 of 200 tokens would otherwise walk 8k positions
+//     in one block per head while the rest of the GPU idles: a 7 ms decode step became 28 ms);
+//     for contexts of one length this is the first rule;
+//   - but no split shorter than the split tokens, and rows x splits within max_split_rows.
+int32_t choose_attention_splits(const AttentionSplitShape& shape);
+
+}  // namespace llamaserve

@@ -1,0 +1,82 @@
+#include "executor/attention_splits.h"
+
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace llamaserve {
+namespace {
+
+constexpr int32_t kSms = 132;   // an H200
+constexpr int32_t kHeads = 32;  // the 7B shape's KV heads
+
+int64_t pow2_at_least(int64_t n) {
+  int64_t p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+// A decode step: one row (and tile) per sequence.
+int32_t decode_splits(const std::vector<int32_t>& lengths, int64_t max_split_rows = 2048) {
+  AttentionSplitShape s;
+  s.seq_lengths = lengths;
+  for (const int32_t len : lengths) s.max_decode_len = std::max<int64_t>(s.max_decode_len, len);
+  s.n_tiles = static_cast<int64_t>(lengths.size());
+  s.n_rows = s.n_tiles;
+  s.n_head_kv = kHeads;
+  s.sm_count = kSms;
+  s.one_row_tiles = true;
+  s.max_split_rows = max_split_rows;
+  return choose_attention_splits(s);
+}
+
+// Contexts of one length: enough blocks to fill the GPU twice, no split under 64 positions.
+TEST(AttentionSplits, EqualContextsFillTheGpu) {
+  for (const int32_t n : {1, 2, 4, 16, 64, 256}) {
+    for (const int32_t len : {1, 100, 2000, 8192}) {
+      SCOPED_TRACE("sequences " + std::to_string(n) + ", context " + std::to_string(len));
+      const int64_t fill = pow2_at_least((2 * kSms + n * kHeads - 1) / (n * kHeads));
+      const int64_t by_length = pow2_at_least((len + kDecodeSplitTokens - 1) / kDecodeSplitTokens);
+      EXPECT_EQ(decode_splits(std::vector<int32_t>(static_cast<size_t>(n), len)),
+                std::min(fill, by_length));
+    }
+  }
+}
+
+// One long context among short ones: its blocks must not walk far more than the others' share.
+TEST(AttentionSplits, OneLongContextIsSplitToItsShare) {
+  std::vector<int32_t> lengths(63, 200);
+  lengths.push_back(8192);
+  const int32_t splits = decode_splits(lengths);
+  EXPECT_EQ(splits, 4);
+  // The long split against the average positions of the 2 x SMs blocks in flight.
+  const double share = (63.0 * 200 + 8192) * kHeads / (2.0 * kSms);
+  EXPECT_LE(8192.0 / splits, 2 * share);
+  // Equal short contexts alone keep one split (they fill the GPU).
+  EXPECT_EQ(decode_splits(std::vector<int32_t>(64, 200)), 1);
+  // The workspace bounds rows x splits.
+  EXPECT_EQ(decode_splits(lengths, 128), 2);
+  EXPECT_EQ(decode_splits(lengths, 64), 1);
+}
+
+// Prompt tiles without decodes: enough blocks to fill the GPU, no split under 512 positions.
+TEST(AttentionSplits, PromptPassesFillTheGpu) {
+  const std::vector<int32_t> one_prompt = {512};
+  AttentionSplitShape s;
+  s.seq_lengths = one_prompt;
+  s.n_tiles = 8;
+  s.n_rows = 512;
+  s.n_head_kv = kHeads;
+  s.sm_count = kSms;
+  s.max_split_rows = 2048;
+  EXPECT_EQ(choose_attention_splits(s), 1);
+  // A 48-row chunk after a 2000-token cached prefix: one tile, split to fill the GPU.
+  const std::vector<int32_t> cached = {2048};
+  s.seq_lengths = cached;
+  s.n_tiles = 1;
+  s.n_rows = 48;
+  EXPECT_EQ(choose_attention_splits(s), 4);  // 2048 / 512 positions
+}
+
+}  // namespace
+}  // namespace llamaserve
