@@ -9,7 +9,7 @@
 #
 # Usage: OUT=/path scripts/device_run.sh [STEP...]
 #   steps: env tests bench (the default, in that order), bench7b, grammar7b, serve7b, loadtest7b,
-#   prefix7b, chunk7b, chunksweep7b, timeshare7b, optimes7b, firstreq7b,
+#   prefix7b, chunk7b, chunksweep7b, optimes7b, firstreq7b,
 #   multi7b, serve, sanitize, allreduce, replicas7b, transformers7b, profile7b, tp70b, layouts
 #   layouts: cuda_executor_test and gpu_engine_test (GPU_LAYOUT_TESTS) once per multi-GPU
 #     layout of GPU_TEST_LAYOUTS (default "tp2 pp2 pp2mb tp2xpp2 replicas2";
@@ -290,25 +290,6 @@ chunksweep7b() {
       loadtest7b
     mkdir -p "$logs/results/chunk-$n"
     mv "$OUT/chunk-$n/beside/report.md" "$logs/results/chunk-$n/beside-report.md" 2>/dev/null
-  done
-}
-
-# The time bound on prompt work beside decodes swept on the 7B shape (f16): for each S of
-# TIMESHARE_SWEEP (default "1 0"), 64 greedy streams of 128+128 tokens for 20 s with three
-# 8192-token prompts arriving 5 s in, served with --prefill-time-share S (the default row bound
-# too): $OUT/timeshare-S/report.md (the long prompts' report and the server log, whose last
-# lines give the fitted step cost, go to the logs).
-timeshare7b() {
-  local s
-  for s in ${TIMESHARE_SWEEP:-1 0}; do
-    LOADTEST7B_TYPE=f16 LOADTEST7B_NAME="timeshare-$s" LOADTEST7B_CONCURRENCY=64 \
-      LOADTEST7B_DURATION=20 LOADTEST7B_BESIDE_DELAY=5 \
-      LOADTEST7B_SERVE_ARGS="--ctx-size 8448 --max-running 256 --max-queue 256 --kv-cache-tokens 100000 --max-tokens-limit 256 --prefill-time-share $s" \
-      LOADTEST7B_ARGS="--prompt-tokens 128 --output-tokens 128 --temperature 0" \
-      LOADTEST7B_BESIDE="-c 1 --requests 3 --prompt-tokens 8192 --output-tokens 16 --warmup-requests 0 --temperature 0" \
-      loadtest7b
-    mkdir -p "$logs/results/timeshare-$s"
-    mv "$OUT/timeshare-$s/beside/report.md" "$logs/results/timeshare-$s/beside-report.md" 2>/dev/null
   done
 }
 
@@ -603,7 +584,6 @@ for s in "${steps[@]}"; do
     prefix7b) prefix7b ;;
     chunk7b) chunk7b ;;
     chunksweep7b) chunksweep7b ;;
-    timeshare7b) timeshare7b ;;
     optimes7b) optimes7b ;;
     firstreq7b) firstreq7b ;;
     reload7b) reload7b ;;

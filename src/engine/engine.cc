@@ -54,14 +54,14 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Executor> executo
   if (!tokenizer) return make_error(StatusCode::kInvalidArgument, "engine: no tokenizer");
   if (config.max_running < 1 || config.max_batch_tokens < 1 || config.max_waiting < 0 ||
       config.max_context < 0 || config.sampler_threads < 0 || config.max_embedding_seqs < 1 ||
-      config.prefill_chunk_tokens < 0 || !(config.prefill_time_share >= 0)) {
+      config.prefill_chunk_tokens < 0) {
     return make_error(StatusCode::kInvalidArgument,
                       "engine: max_running ({}), max_batch_tokens ({}) and max_embedding_seqs ({}) "
-                      "must be >= 1, max_waiting ({}), max_context ({}), sampler_threads ({}), "
-                      "prefill_chunk_tokens ({}) and prefill_time_share ({}) >= 0",
+                      "must be >= 1, max_waiting ({}), max_context ({}), sampler_threads ({}) and "
+                      "prefill_chunk_tokens ({}) >= 0",
                       config.max_running, config.max_batch_tokens, config.max_embedding_seqs,
                       config.max_waiting, config.max_context, config.sampler_threads,
-                      config.prefill_chunk_tokens, config.prefill_time_share);
+                      config.prefill_chunk_tokens);
   }
   const KvCacheInfo kv = executor->kv_info();
   if (kv.n_blocks < 1 || kv.block_size < 1) {
@@ -96,9 +96,9 @@ Engine::Engine(std::unique_ptr<Executor> executor, std::shared_ptr<const Tokeniz
       inbox_(std::make_shared<Inbox>()),
       blocks_(executor_->kv_info().n_blocks, executor_->kv_info().block_size,
               config.prefix_caching),
-      scheduler_(SchedulerConfig{config.max_running, config.max_batch_tokens,
-                                 config.prefill_chunk_tokens, config.prefill_time_share},
-                 blocks_),
+      scheduler_(
+          SchedulerConfig{config.max_running, config.max_batch_tokens, config.prefill_chunk_tokens},
+          blocks_),
       sampler_pool_(config.sampler_threads > 0 ? config.sampler_threads
                                                : std::min(4, ThreadPool::default_threads())),
       sampler_scratch_(static_cast<size_t>(sampler_pool_.size())),
@@ -120,10 +120,6 @@ void Engine::shutdown() {
     }
     inbox_->wake.notify_all();
     if (thread_.joinable()) thread_.join();
-    // What the passes cost, as the prompt-time bound saw it (the engine thread has stopped).
-    if (scheduler_.cost_model().ready()) {
-      spdlog::info("engine: step cost {}", scheduler_.cost_model().describe());
-    }
   });
 }
 
@@ -131,14 +127,11 @@ std::string Engine::describe() const {
   const KvCacheInfo kv = executor_->kv_info();
   return fmt::format(
       "{}; KV cache {} blocks x {} tokens, prefix caching {}; context {}; max running {}, "
-      "batch {} tokens, prompt chunks beside decodes {}, {}",
+      "batch {} tokens, prompt chunks beside decodes {}",
       executor_->describe(), kv.n_blocks, kv.block_size, config_.prefix_caching ? "on" : "off",
       max_context_, config_.max_running, config_.max_batch_tokens,
       config_.prefill_chunk_tokens > 0 ? fmt::format("{} tokens", config_.prefill_chunk_tokens)
-                                       : std::string("unbounded"),
-      config_.prefill_time_share > 0
-          ? fmt::format("at most {:g}x the decodes' time", config_.prefill_time_share)
-          : std::string("unbounded in time"));
+                                       : std::string("unbounded"));
 }
 
 Status Engine::validate(const GenerationRequest& request) const {
@@ -366,8 +359,8 @@ void Engine::run_step() {
   const Clock::time_point forward_start = Clock::now();
   Status status = forward_step(plan);
   const Clock::time_point forward_end = Clock::now();
-  const double forward_seconds = std::chrono::duration<double>(forward_end - forward_start).count();
-  counters_.forward_seconds_total += forward_seconds;
+  counters_.forward_seconds_total +=
+      std::chrono::duration<double>(forward_end - forward_start).count();
   ++counters_.steps_total;
   if (!status.is_ok()) {
     spdlog::error("engine: forward pass over {} sequences failed: {}", plan.chunks.size(),
@@ -378,7 +371,6 @@ void Engine::run_step() {
     }
     return;
   }
-  scheduler_.record_pass(plan, forward_seconds);
   scheduler_.complete(plan);
   sample_and_emit(plan);
   counters_.step_seconds_total += std::chrono::duration<double>(Clock::now() - step_start).count();

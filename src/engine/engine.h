@@ -41,10 +41,6 @@ struct EngineConfig {
   // Prompt rows of a step that also decodes: at most max(this, its decodes); 0 = no bound
   // beyond max_batch_tokens (SchedulerConfig).
   int32_t prefill_chunk_tokens = 256;
-  // Prompt work of a step that also decodes: at most this share of the estimated time of its
-  // decodes alone, by a cost model fitted to the measured passes; 0 = rows bound it only
-  // (SchedulerConfig).
-  double prefill_time_share = 1.0;
   // Tokens per sequence (prompt + generated); 0 = the model's n_ctx_train. Always clipped to
   // what the KV cache holds, so one sequence alone can always run to completion.
   int32_t max_context = 0;

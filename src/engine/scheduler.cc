@@ -58,53 +58,19 @@ StepPlan Scheduler::schedule() {
   if (n_decodes > 0 && config_.prefill_chunk_tokens > 0) {
     budget = std::min(budget, std::max(n_decodes, config_.prefill_chunk_tokens));
   }
-  PromptAllowance allowance;
-  if (n_decodes > 0 && config_.prefill_time_share > 0 && cost_.ready()) {
-    StepShape decodes;
-    for (const ScheduledChunk& chunk : plan.chunks) {
-      decodes += StepShape::chunk(chunk.seq->n_computed, chunk.n_tokens);
-    }
-    allowance.bounded = true;
-    allowance.seconds = config_.prefill_time_share * cost_.pass_seconds(decodes);
-  }
   for (Sequence* seq : order) {
     if (budget == 0) break;
     if (seq->state == SequenceState::kRunning && seq->n_pending() > 1) {
-      const int32_t rows =
-          prompt_rows(allowance, seq->n_computed, std::min(seq->n_pending(), budget));
-      if (rows == 0) break;
-      const size_t planned = plan.chunks.size();
-      schedule_running(seq, rows, /*allow_partial=*/true, plan, budget);
-      if (plan.chunks.size() > planned && plan.chunks.back().seq == seq) charge(allowance, plan);
+      schedule_running(seq, std::min(seq->n_pending(), budget), /*allow_partial=*/true, plan,
+                       budget);
     }
   }
   // A sequence preempted in this step would only be readmitted to thrash again.
-  if (plan.preempted.empty()) admit_waiting(plan, budget, allowance);
+  if (plan.preempted.empty()) admit_waiting(plan, budget);
 
   plan.n_tokens = 0;
-  plan.shape = {};
-  for (const ScheduledChunk& chunk : plan.chunks) {
-    plan.n_tokens += chunk.n_tokens;
-    plan.shape += StepShape::chunk(chunk.seq->n_computed, chunk.n_tokens);
-  }
+  for (const ScheduledChunk& chunk : plan.chunks) plan.n_tokens += chunk.n_tokens;
   return plan;
-}
-
-int32_t Scheduler::prompt_rows(const PromptAllowance& allowance, int32_t first_position,
-                               int32_t max_rows) const {
-  if (!allowance.bounded) return max_rows;
-  const auto rows =
-      static_cast<int32_t>(cost_.rows_within(first_position, allowance.seconds, max_rows));
-  return allowance.any_prompt ? rows : std::max(rows, std::min(max_rows, kMinPromptRows));
-}
-
-void Scheduler::charge(PromptAllowance& allowance, const StepPlan& plan) const {
-  const ScheduledChunk& chunk = plan.chunks.back();
-  allowance.any_prompt = true;
-  if (allowance.bounded) {
-    allowance.seconds -=
-        cost_.added_seconds(StepShape::chunk(chunk.seq->n_computed, chunk.n_tokens));
-  }
 }
 
 void Scheduler::schedule_running(Sequence* seq, int32_t max_tokens, bool allow_partial,
@@ -148,16 +114,15 @@ Sequence* Scheduler::preempt_newest(StepPlan& plan, int32_t& budget) {
   return raw;
 }
 
-void Scheduler::admit_waiting(StepPlan& plan, int32_t& budget, PromptAllowance& allowance) {
+void Scheduler::admit_waiting(StepPlan& plan, int32_t& budget) {
   while (!waiting_.empty() && n_running() < config_.max_running && budget > 0) {
     Sequence* seq = waiting_.front().get();
     // At least the last token is computed: its row gives the logits of the next one.
     const int32_t n_cached =
         blocks_.attach_cached_prefix(seq->id, seq->tokens, seq->n_tokens() - 1);
     seq->n_computed = n_cached;
-    const int32_t n_tokens =
-        prompt_rows(allowance, seq->n_computed, std::min(seq->n_pending(), budget));
-    if (n_tokens == 0 || !blocks_.reserve(seq->id, seq->n_computed + n_tokens).is_ok()) {
+    int32_t n_tokens = std::min(seq->n_pending(), budget);
+    if (!blocks_.reserve(seq->id, seq->n_computed + n_tokens).is_ok()) {
       blocks_.free_sequence(seq->id);  // the cached blocks go back, still cached
       seq->n_computed = 0;
       break;
@@ -172,7 +137,6 @@ void Scheduler::admit_waiting(StepPlan& plan, int32_t& budget, PromptAllowance& 
     waiting_.pop_front();
     plan.chunks.push_back({seq, n_tokens, seq->n_computed + n_tokens == seq->n_tokens()});
     budget -= n_tokens;
-    charge(allowance, plan);
     if (!seq->ever_scheduled) {
       seq->ever_scheduled = true;
       plan.first_admitted.push_back(seq);

@@ -8,11 +8,7 @@
 //      steps (chunked prefill) so decodes of other sequences keep flowing. While there are
 //      decodes, prompt rows are also bounded by prefill_chunk_tokens (or the decode count,
 //      whichever is larger): a step costs about the weights' read plus its rows, so this keeps
-//      the decodes' inter-token latency within a small multiple of a decode-only step. Rows
-//      late in a long prompt cost more than that (their attention reads the whole context), so
-//      with prefill_time_share the prompt rows beside decodes are also bounded in estimated
-//      time: at most that share of the decodes' own pass, by a cost model fitted to the
-//      measured passes (step_cost.h), and at least kMinPromptRows rows so prompts advance.
+//      the decodes' inter-token latency within a small multiple of a decode-only step.
 //   3. Waiting sequences are admitted in FIFO order while there is budget, a running slot and
 //      free blocks for their first chunk. A sequence that does not fit blocks those behind it
 //      (no overtaking), so large requests are not starved by small ones. With prefix caching,
@@ -32,7 +28,6 @@
 #include "backend/batch.h"
 #include "engine/block_manager.h"
 #include "engine/sequence.h"
-#include "engine/step_cost.h"
 
 namespace llamaserve {
 
@@ -43,13 +38,7 @@ struct SchedulerConfig {
   // that a burst of prompts stretches the decodes' step by a bounded factor; 0 = no bound
   // beyond max_batch_tokens. Steps without decodes always take max_batch_tokens.
   int32_t prefill_chunk_tokens = 0;
-  // Prompt work of a step that also decodes: at most this share of the estimated time of its
-  // decodes alone (record_pass() feeds the estimate); 0 = no bound in time.
-  double prefill_time_share = 0;
 };
-
-// Rows a step that decodes gives prompts even past the time bound: one KV block.
-inline constexpr int32_t kMinPromptRows = 16;
 
 // Tokens [seq->n_computed, seq->n_computed + n_tokens) of one sequence in this step.
 struct ScheduledChunk {
@@ -71,7 +60,6 @@ struct StepPlan {
   std::vector<Sequence*> preempted;       // sent back to waiting during this step
   std::vector<Sequence*> first_admitted;  // scheduled for the first time in this step
   int32_t n_tokens = 0;
-  StepShape shape;  // rows and attention positions of the pass (step_cost.h)
 
   bool empty() const { return chunks.empty(); }
 };
@@ -94,9 +82,6 @@ class Scheduler {
   StepPlan schedule();
   // Records that the forward pass of `plan` ran: advances n_computed of every chunk.
   void complete(const StepPlan& plan);
-  // Records that the forward pass of `plan` took `seconds` (the time bound's cost model).
-  void record_pass(const StepPlan& plan, double seconds) { cost_.observe(plan.shape, seconds); }
-  const StepCostModel& cost_model() const { return cost_; }
 
   int32_t n_waiting() const { return static_cast<int32_t>(waiting_.size()); }
   int32_t n_running() const { return static_cast<int32_t>(running_.size()); }
@@ -111,22 +96,10 @@ class Scheduler {
   // when blocks run out. `allow_partial` lets a prefill chunk shrink to the free blocks.
   void schedule_running(Sequence* seq, int32_t max_tokens, bool allow_partial, StepPlan& plan,
                         int32_t& budget);
-  // The time left for prompt rows in the step being planned (infinite without a bound).
-  struct PromptAllowance {
-    double seconds = 0;
-    bool bounded = false;
-    bool any_prompt = false;  // the step has a prompt chunk already
-  };
-  // Rows of a prompt chunk from `first_position`, of at most `max_rows`, that `allowance` lets
-  // into the step (0: none).
-  int32_t prompt_rows(const PromptAllowance& allowance, int32_t first_position,
-                      int32_t max_rows) const;
-  // Charges the chunk just planned (the last of `plan`) to `allowance`.
-  void charge(PromptAllowance& allowance, const StepPlan& plan) const;
   // Moves the newest running sequence back to the front of the waiting queue; drops its
   // chunk from `plan` (returning its tokens to `budget`) if it had one.
   Sequence* preempt_newest(StepPlan& plan, int32_t& budget);
-  void admit_waiting(StepPlan& plan, int32_t& budget, PromptAllowance& allowance);
+  void admit_waiting(StepPlan& plan, int32_t& budget);
 
   SchedulerConfig config_;
   BlockManager& blocks_;
@@ -134,7 +107,6 @@ class Scheduler {
   std::deque<std::unique_ptr<Sequence>> running_;  // in admission order: newest at the back
   uint64_t preemptions_total_ = 0;
   PrefixCacheStats prefix_stats_;
-  StepCostModel cost_;
 };
 
 // Fills `batch` with the token rows of `plan`: one batch sequence per chunk, block tables

@@ -19,17 +19,6 @@ Result<int64_t> to_int(std::string_view key, std::string_view value, int64_t min
   return number;
 }
 
-Result<double> to_double(std::string_view key, std::string_view value, double min, double max) {
-  double number = 0;
-  const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), number);
-  if (error != std::errc() || end != value.data() + value.size() || !(number >= min) ||
-      !(number <= max)) {
-    return make_error(StatusCode::kInvalidArgument, "'{}' must be a number in [{}, {}], got '{}'",
-                      key, min, max, value);
-  }
-  return number;
-}
-
 // Seconds, or a number with s/m/h: milliseconds.
 Result<int64_t> to_duration_ms(std::string_view key, std::string_view value) {
   std::string_view digits = value;
@@ -83,10 +72,6 @@ Status apply_key(ModelSpec& spec, std::string_view key, std::string_view value) 
     return set_int(spec.engine.max_running, 1, 1024);
   } else if (key == "prefill-chunk-tokens") {
     return set_int(spec.engine.prefill_chunk_tokens, -1, 1 << 20);
-  } else if (key == "prefill-time-share") {
-    auto share = to_double(key, value, -1, 1000);
-    if (!share) return share.status();
-    spec.engine.prefill_time_share = *share;
   } else if (key == "no-prefix-cache") {
     auto off = to_bool(key, value);
     if (!off) return off.status();

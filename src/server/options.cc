@@ -133,13 +133,6 @@ void add_service_options(CLI::App& app, ServiceConfig& config) {
                  "(-1 = engine default, 256; 0 = only --max-batch-tokens)")
       ->check(CLI::Range(-1, 1 << 20))
       ->capture_default_str();
-  app.add_option("--prefill-time-share", m.engine.prefill_time_share,
-                 "Prompt work of a step that also decodes, at most this share of the estimated "
-                 "time of its decodes alone (a cost model fitted to the measured steps), so that "
-                 "the late chunks of a long prompt do not stretch other streams' next tokens "
-                 "(-1 = engine default, 1; 0 = no bound in time)")
-      ->check(CLI::Range(-1.0, 1000.0))
-      ->capture_default_str();
 
   app.add_option("--model-alias", m.aliases,
                  "Another name clients may use for the model (repeatable, or comma-separated), "

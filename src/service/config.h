@@ -53,9 +53,6 @@ struct EngineLimits {
   // Prompt tokens of a step that also decodes (at least its decodes); -1 = the engine's
   // default, 0 = only max_batch_tokens bounds them.
   int prefill_chunk_tokens = -1;
-  // Prompt work of a step that also decodes, as a share of its decodes' estimated time; < 0 =
-  // the engine's default, 0 = no bound in time.
-  double prefill_time_share = -1;
   // Sample every token on the host from copied logits, even where the GPU could draw it.
   bool host_sampling = false;
   // Reuse the KV cache blocks of prompt prefixes earlier requests computed.

@@ -66,8 +66,6 @@ EngineConfig engine_config(const ModelSpec& spec, int64_t context_tokens) {
   if (spec.engine.max_batch_tokens > 0) config.max_batch_tokens = spec.engine.max_batch_tokens;
   if (spec.engine.prefill_chunk_tokens >= 0)
     config.prefill_chunk_tokens = spec.engine.prefill_chunk_tokens;
-  if (spec.engine.prefill_time_share >= 0)
-    config.prefill_time_share = spec.engine.prefill_time_share;
   config.max_context = static_cast<int32_t>(std::min<int64_t>(context_tokens, INT32_MAX));
   config.device_sampling = !spec.engine.host_sampling;
   config.prefix_caching = spec.engine.prefix_caching;
