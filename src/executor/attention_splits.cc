@@ -37,4 +37,35 @@ int32_t choose_attention_splits(const AttentionSplitShape& s) {
   return static_cast<int32_t>(std::max<int64_t>(splits, 1));
 }
 
+int32_t choose_row_split_positions(const RowSplitShape& s) {
+  const auto n = static_cast<int64_t>(s.seq_lengths.size());
+  if (n < 2) return 0;
+  int64_t max_len = 0, total_len = 0;
+  for (const int32_t len : s.seq_lengths) {
+    max_len = std::max<int64_t>(max_len, len);
+    total_len += std::max(len, 0);
+  }
+  const int64_t others_mean = (total_len - max_len) / (n - 1);
+  if (max_len < kRowSplitMinContext ||
+      max_len < kRowSplitImbalance * std::max<int64_t>(others_mean, 1)) {
+    return 0;
+  }
+  const int64_t heads = std::max(s.n_head_kv, 1);
+  int64_t positions = std::max<int64_t>(
+      kDecodeSplitTokens, ceil_div(total_len * heads, kBlocksPerSm * std::max(s.sm_count, 1)));
+  // Within the partials' workspace and the staging's tiles: longer splits until both hold.
+  while (true) {
+    int64_t tiles = 0, most = 1;
+    for (const int32_t len : s.seq_lengths) {
+      const int64_t splits = std::max<int64_t>(1, ceil_div(len, positions));
+      tiles += splits;
+      most = std::max(most, splits);
+    }
+    if (most == 1) return 0;  // every row whole: nothing to cut
+    if (most * n <= s.max_split_rows && tiles <= s.max_tiles) break;
+    positions *= 2;
+  }
+  return static_cast<int32_t>(std::min<int64_t>(positions, 1 << 30));
+}
+
 }  // namespace llamaserve

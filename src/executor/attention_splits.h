@@ -35,4 +35,22 @@ inline constexpr int32_t kDecodeSplitTokens = 64;
 //   - but no split shorter than the split tokens, and rows x splits within max_split_rows.
 int32_t choose_attention_splits(const AttentionSplitShape& shape);
 
+// A decode step (one row per sequence) whose longest context is far longer than the others'
+// (at least kRowSplitImbalance times their mean, and at least kRowSplitMinContext positions)
+// cuts each row's context into splits of its own (AttentionArgs::split_tiles): splits of the
+// positions returned here, the long rows into many, the short ones whole, so that no block walks
+// much more than the GPU's share per block of all contexts (kBlocksPerSm blocks of each SM
+// streaming at once). 0 for any other step: the launch-wide splits above.
+inline constexpr int64_t kRowSplitImbalance = 4;
+inline constexpr int64_t kRowSplitMinContext = 1024;
+inline constexpr int64_t kBlocksPerSm = 8;
+struct RowSplitShape {
+  std::span<const int32_t> seq_lengths;  // the decodes' contexts
+  int32_t n_head_kv = 1;
+  int32_t sm_count = 1;
+  int64_t max_split_rows = 0;  // rows x the largest row's splits the partials' workspace holds
+  int64_t max_tiles = 0;       // split tiles the staging holds
+};
+int32_t choose_row_split_positions(const RowSplitShape& shape);
+
 }  // namespace llamaserve

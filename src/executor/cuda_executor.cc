@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "backend/cuda/attention.h"
+#include "backend/cuda/attention_decode.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/memory_plan.h"
@@ -119,6 +120,8 @@ class CudaExecutor final : public Executor, public CudaPart {
   bool has_head() const { return range_.head && options_.primary_rank; }
   std::string role() const;
   int32_t choose_splits(const Batch& piece, const DeviceBatch& b) const;
+  // Positions per split when the piece's decodes take splits of their own, else 0.
+  int32_t row_split_positions(const Batch& piece) const;
   Status run_eager(const DeviceBatch& b, int32_t n_splits);
   // Where a tensor-parallel pass runs in halves (run_overlapped): the first row of the second
   // half, else 0.
@@ -365,6 +368,18 @@ int32_t CudaExecutor::choose_splits(const Batch& piece, const DeviceBatch& b) co
   return choose_attention_splits(shape);
 }
 
+int32_t CudaExecutor::row_split_positions(const Batch& piece) const {
+  const ModelConfig& c = model_->config;
+  if (piece.n_tokens() != piece.n_seqs() || c.group_size() > cuda::kMaxDecodeGroup) return 0;
+  RowSplitShape shape;
+  shape.seq_lengths = piece.seq_lengths;
+  shape.n_head_kv = static_cast<int32_t>(c.n_head_kv);
+  shape.sm_count = sm_count_;
+  shape.max_split_rows = limits_.max_split_rows;
+  shape.max_tiles = limits_.max_tokens;
+  return choose_row_split_positions(shape);
+}
+
 Status CudaExecutor::run_eager(const DeviceBatch& b, int32_t n_splits) {
   return backend_->forward(b, range_, kv_, act_, n_splits, stream_);
 }
@@ -408,8 +423,11 @@ Status CudaExecutor::run_piece(const Batch& piece, float* logits, const StageInp
   const int32_t n_logits = static_cast<int32_t>(piece.logit_rows.size());
   // Decode steps (one row per sequence, logits for every row) replay a graph; the batch is
   // padded to a power of two so that few graphs serve every batch size.
+  // A decode step with one context far longer than the rest cuts each row into splits of its
+  // own (attention_splits.h) and runs eagerly (a graph bakes in the tile count).
+  const int32_t split_positions = row_split_positions(piece);
   const bool decode_shape =
-      options_.cuda_graphs && n == piece.n_seqs() && n_logits == n &&
+      options_.cuda_graphs && split_positions == 0 && n == piece.n_seqs() && n_logits == n &&
       next_pow2(n) <= std::min<int64_t>(kMaxGraphTokens, limits_.max_tokens) &&
       piece.n_seqs() < limits_.max_seqs;
   const int32_t padded = decode_shape ? next_pow2(n) : n;
@@ -417,9 +435,10 @@ Status CudaExecutor::run_piece(const Batch& piece, float* logits, const StageInp
       std::max<int32_t>(1, cuda::kMaxAttentionQueries / static_cast<int32_t>(c.group_size()));
   if (op_timer_) LS_RETURN_IF_ERROR(op_timer_->begin(n, stream_));
   const int32_t split_row = overlap_split_row(piece, decode_shape);
-  LS_ASSIGN_OR_RETURN(const DeviceBatch b,
-                      staging_->stage(piece, padded, options_.kv_block_size, plan_.kv_blocks,
-                                      tile_rows, stream_, split_row));
+  LS_ASSIGN_OR_RETURN(
+      const DeviceBatch b,
+      staging_->stage(piece, padded, options_.kv_block_size, plan_.kv_blocks, tile_rows, stream_,
+                      split_row, split_row == 0 ? split_positions : 0));
   if (op_timer_) LS_RETURN_IF_ERROR(op_timer_->mark("stage", stream_));
   const bool sample = has_head() && !sampling.empty();
   cuda::DeviceSampling drawn;
@@ -434,7 +453,7 @@ Status CudaExecutor::run_piece(const Batch& piece, float* logits, const StageInp
   }
   // The graph bakes in the tile count: it holds only if every row is its own tile.
   const bool graph = decode_shape && b.n_tiles == b.n_tokens;
-  const int32_t n_splits = choose_splits(piece, b);
+  const int32_t n_splits = b.max_row_splits > 0 ? b.max_row_splits : choose_splits(piece, b);
   const size_t row_bytes = static_cast<size_t>(c.n_vocab) * sizeof(float);
   if (input != nullptr) {
     // The previous stage's rows (padding rows included: both stages pad alike).

@@ -34,6 +34,9 @@ struct AttentionCase {
   // run on a created stream, where the attention is launched while write_kv still runs
   // (programmatic dependent launch) and loads the history before it waits.
   bool earlier_kv_settled = false;
+  // > 0: each row (one per sequence) its own splits of this many positions (split tiles,
+  // AttentionArgs::split_tiles), combined by the decode kernel through split counters.
+  int row_split_positions = 0;
 };
 
 constexpr AttentionKernel kTensorCores = AttentionKernel::kTensorCores;
@@ -105,13 +108,26 @@ TEST_P(AttentionTest, MatchesReference) {
     max_tile_rows = std::max(max_tile_rows, n);
     r += n;
   }
+  int n_splits = c.n_splits;
+  if (c.row_split_positions > 0) {
+    ASSERT_EQ(max_tile_rows, 1) << "split tiles are rows of their own";
+    tiles.clear();
+    for (int64_t r = 0; r < rows; ++r) {
+      const int splits =
+          std::max(1, (positions[r] + c.row_split_positions) / c.row_split_positions);
+      for (int s = 0; s < splits; ++s) tiles.push_back({static_cast<int32_t>(r), 1, s, splits});
+      n_splits = std::max(n_splits, splits);
+    }
+  }
 
   DeviceArray<uint16_t> k_dev(k_cache), v_dev(v_cache);
   DeviceArray<float> q_dev(q), k_new_dev(k_new), v_new_dev(v_new), out_dev(rows * out_stride);
   DeviceArray<int32_t> pos_dev(positions), seq_dev(seq_index), table_dev(tables);
   DeviceArray<AttentionTile> tile_dev(tiles);
   DeviceArray<float> partial(
-      std::max<int64_t>(1, attention_workspace_floats(rows, c.n_head, c.head_dim, c.n_splits)));
+      std::max<int64_t>(1, attention_workspace_floats(rows, c.n_head, c.head_dim, n_splits)));
+  const std::vector<unsigned int> zero_counters(static_cast<size_t>(rows * c.n_head_kv), 0u);
+  DeviceArray<unsigned int> row_split_counters(zero_counters);
   out_dev.poison();
   partial.poison();
 
@@ -161,8 +177,12 @@ TEST_P(AttentionTest, MatchesReference) {
   a.scale = scale;
   a.out = out_dev.get();
   a.out_stride = out_stride;
-  a.n_splits = c.n_splits;
+  a.n_splits = n_splits;
   a.partial = partial.get();
+  if (c.row_split_positions > 0) {
+    a.split_tiles = true;
+    a.split_counters = row_split_counters.get();
+  }
   a.n_batch_rows = rows;
   a.kernel = c.kernel;
   a.decode_warps = c.decode_warps;
@@ -185,6 +205,9 @@ TEST_P(AttentionTest, MatchesReference) {
   if (q8_output) {
     EXPECT_EQ(count_q8_mismatches(out_dev.download(), out_stride, rows, q_dim, out_q8, a.out_q), 0)
         << "8-bit output";
+  }
+  if (c.row_split_positions > 0) {
+    EXPECT_EQ(row_split_counters.download(), zero_counters) << "split counters back at zero";
   }
   // The decode kernel combining its own splits (split counters, no reduce kernel): the same
   // bytes, twice in a row (each (row, KV head) counter is back at zero after a launch).
@@ -294,6 +317,28 @@ INSTANTIATE_TEST_SUITE_P(
         AttentionCase{
             "DecodeGqa4Hd128Split4", 128, 8, 2, {{0, 1}, {4, 1}, {129, 1}, {699, 1}, {1499, 1}}, 4},
         AttentionCase{"DecodeGqa3Hd64Split3", 64, 9, 3, {{0, 1}, {299, 1}, {1024, 1}}, 3},
+        // Split tiles: each row its own splits (1, 1, 1, 3 and 12 of 256 positions; 1, 1, 2 and
+        // 16 of 64), the last block of each row combining them.
+        AttentionCase{"DecodeRowSplitsGqa4Hd128",
+                      128,
+                      8,
+                      2,
+                      {{0, 1}, {4, 1}, {129, 1}, {699, 1}, {2999, 1}},
+                      1,
+                      AttentionKernel::kAuto,
+                      0,
+                      false,
+                      256},
+        AttentionCase{"DecodeRowSplitsMhaHd64Settled",
+                      64,
+                      4,
+                      4,
+                      {{0, 1}, {62, 1}, {64, 1}, {1000, 1}},
+                      1,
+                      kDecode,
+                      0,
+                      true,
+                      64},
         // One or two query vectors per KV head: groups of threads split the positions.
         AttentionCase{"DecodeMhaHd128", 128, 4, 4, {{0, 1}, {5, 1}, {130, 1}, {700, 1}}, 1},
         AttentionCase{"DecodeMhaHd128Split2", 128, 4, 4, {{0, 1}, {130, 1}, {700, 1}}, 2},

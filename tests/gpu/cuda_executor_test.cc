@@ -490,6 +490,62 @@ TEST_P(CudaExecutorModelTest, DeviceSamplingDrawsFromThePassLogits) {
             StatusCode::kInvalidArgument);
 }
 
+// A decode step whose one long context (1200 positions) runs far past the others' (10) cuts
+// each row's context into splits of its own (attention_splits.h: the long row into many, the
+// short ones whole, no graph): its logits are those of the same rows decoded apart, the long
+// one alone and the short ones together, with launch-wide splits.
+TEST_P(CudaExecutorModelTest, RowSplitsOfALongDecodeEqualDecodingApart) {
+  auto model = load(GetParam());
+  ASSERT_NE(model, nullptr);
+  SKIP_UNLESS_LAYOUT_FITS(*model);
+  constexpr int32_t kTable = 80;  // blocks per sequence: 1280 tokens
+  CudaExecutorOptions o = small_options();
+  o.kv_capacity_tokens = 4 * kTable * 16;
+  o.max_context_tokens = kTable * 16;
+  o.max_batch_tokens = 512;
+  auto ex = make_cuda(model, o);
+  ASSERT_NE(ex, nullptr);
+  const int64_t n_vocab = model->config.n_vocab;
+  // Each piece is a sequence of the batch; sequence g owns blocks [g * kTable, (g + 1) * kTable).
+  auto batch = [&](const std::vector<Piece>& pieces) {
+    Batch b;
+    b.blocks_per_seq = kTable;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const Piece& p = pieces[i];
+      for (int32_t k = 0; k < kTable; ++k) b.block_tables.push_back(p.seq * kTable + k);
+      b.seq_lengths.push_back(p.first_position + static_cast<int32_t>(p.tokens.size()));
+      for (size_t t = 0; t < p.tokens.size(); ++t) {
+        b.tokens.push_back(p.tokens[t]);
+        b.positions.push_back(p.first_position + static_cast<int32_t>(t));
+        b.seq_index.push_back(static_cast<int32_t>(i));
+      }
+      b.logit_rows.push_back(b.n_tokens() - 1);
+    }
+    return b;
+  };
+  const std::vector<int32_t> long_prompt = random_tokens(1200, n_vocab, 21);
+  for (int32_t first = 0; first < 1200; first += 512) {
+    const auto end = std::min<int32_t>(first + 512, 1200);
+    run(*ex,
+        batch({{0, std::vector<int32_t>(long_prompt.begin() + first, long_prompt.begin() + end),
+                first}}));
+  }
+  run(*ex, batch({{1, random_tokens(10, n_vocab, 22), 0},
+                  {2, random_tokens(10, n_vocab, 23), 0},
+                  {3, random_tokens(10, n_vocab, 24), 0}}));
+  // The same decode step three times (each rewrites the same K/V): together, then apart.
+  const std::vector<float> together =
+      run(*ex, batch({{0, {5}, 1200}, {1, {6}, 10}, {2, {7}, 10}, {3, {8}, 10}}));
+  const std::vector<float> long_alone = run(*ex, batch({{0, {5}, 1200}}));
+  const std::vector<float> short_ones = run(*ex, batch({{1, {6}, 10}, {2, {7}, 10}, {3, {8}, 10}}));
+  std::vector<float> apart = long_alone;
+  apart.insert(apart.end(), short_ones.begin(), short_ones.end());
+  // Splits of other lengths sum the positions in another order (and may tip an 8-bit rounding
+  // of the attention output for quantized weights).
+  const double tolerance = uses_q8_matvec(*model) ? 5e-2 : 1e-3;
+  EXPECT_LE(max_rel_error(together, apart, n_vocab), tolerance);
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, CudaExecutorModelTest,
                          ::testing::Values("tiny-gqa-q4_k.gguf", "tiny-llama-f16.gguf"),
                          [](const ::testing::TestParamInfo<const char*>& info) {

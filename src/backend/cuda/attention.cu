@@ -315,7 +315,7 @@ __global__ void __launch_bounds__(D) attention_reduce_kernel(const AttentionArgs
   const int64_t row = blockIdx.x;
   const int head = blockIdx.y;
   const int d = threadIdx.x;
-  const float o = combine_attention_splits<D>(a, row, head, d);
+  const float o = combine_attention_splits<D>(a, row, head, d, a.n_splits);
   a.out[row * a.out_stride + head * D + d] = o;
   // Warp w holds dims [32 w, 32 w + 32) of the head: one block.
   if (a.out_q.qs != nullptr) {
@@ -406,6 +406,11 @@ Status attention(const AttentionArgs& a, LaunchStream stream) {
   LS_CUDA_REQUIRE(a.block_size > 0 && a.blocks_per_seq > 0 && a.scale > 0.0f);
   LS_CUDA_REQUIRE(a.n_splits >= 1 && a.n_splits <= 65535);
   LS_CUDA_REQUIRE(a.n_splits == 1 || (a.partial != nullptr && a.n_batch_rows > 0));
+  // Split tiles: one-row tiles on the decode kernel, which combines each row's splits itself.
+  LS_CUDA_REQUIRE(!a.split_tiles || (a.max_tile_rows == 1 && a.split_counters != nullptr &&
+                                     a.n_head / a.n_head_kv <= kMaxDecodeGroup &&
+                                     a.kernel != AttentionKernel::kTensorCores &&
+                                     a.kernel != AttentionKernel::kCudaCores));
   LS_CUDA_REQUIRE(a.q_stride % 4 == 0 && a.out_stride % 2 == 0);
   LS_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.q) % 16 == 0 &&
                   reinterpret_cast<uintptr_t>(a.out) % 8 == 0);

@@ -60,6 +60,11 @@ Status write_kv(const KvWriteArgs& args, LaunchStream stream);
 struct AttentionTile {
   int32_t first_row;
   int32_t n_rows;
+  // A one-row tile may be one split of its row's context (AttentionArgs::split_tiles): split
+  // `split` of `n_splits`, the context cut in n_splits equal parts. n_splits 0: the launch's
+  // splits (AttentionArgs::n_splits, a block each).
+  int32_t split = 0;
+  int32_t n_splits = 0;
 };
 
 enum class AttentionKernel {
@@ -101,6 +106,11 @@ struct AttentionArgs {
   // (n_batch_rows x n_head_kv of them, zero), the last split's block of each (row, KV head)
   // combines them itself and sets its counter back to zero (no reduce kernel).
   int32_t n_splits = 1;
+  // The tiles are splits of their rows, each row's own number of them (AttentionTile::split,
+  // n_splits; a long context among short ones is cut finely, the short ones stay whole): one
+  // decode block per tile and KV head, n_splits above at least the tiles' largest (the partials'
+  // stride). PRECONDITIONS: every tile one row, split_counters set.
+  bool split_tiles = false;
   float* partial = nullptr;
   int64_t n_batch_rows = 0;  // rows of the batch (sizes the partial buffer)
   unsigned int* split_counters = nullptr;

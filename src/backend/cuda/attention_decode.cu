@@ -70,10 +70,12 @@ __global__ void __launch_bounds__(32 * W) attention_decode_kernel(const Attentio
   const AttentionTile tile = a.tiles[blockIdx.x];
   const int row = tile.first_row;
   const int kv_head = blockIdx.y;
-  const int split = blockIdx.z;
+  // A split tile is one split of its row's own count (AttentionArgs::split_tiles).
+  const int split = tile.n_splits > 0 ? tile.split : static_cast<int>(blockIdx.z);
+  const int row_splits = tile.n_splits > 0 ? tile.n_splits : a.n_splits;
   const int seq = a.seq_index[row];
   const int ctx = a.positions[row] + 1;
-  const int per_split = (ctx + a.n_splits - 1) / a.n_splits;
+  const int per_split = (ctx + row_splits - 1) / row_splits;
   const int start = split * per_split;
   const int end = min(ctx, start + per_split);
   const int32_t* block_table = a.block_tables + static_cast<int64_t>(seq) * a.blocks_per_seq;
@@ -204,7 +206,7 @@ __global__ void __launch_bounds__(32 * W) attention_decode_kernel(const Attentio
       }
     }
     const int head = kv_head * G + g;
-    if (a.n_splits == 1) {
+    if (row_splits == 1) {
       const float o = num / den;
       a.out[static_cast<int64_t>(row) * a.out_stride + head * D + d] = o;
       if (a.out_q.qs != nullptr) {
@@ -220,7 +222,7 @@ __global__ void __launch_bounds__(32 * W) attention_decode_kernel(const Attentio
       }
     }
   }
-  if (a.n_splits == 1 || a.split_counters == nullptr) return;
+  if (row_splits == 1 || a.split_counters == nullptr) return;
 
   // The last split's block of this (row, KV head) combines the splits: every block fences its
   // partials before it counts itself, the last one fences after (the fence-and-counter pattern).
@@ -229,7 +231,7 @@ __global__ void __launch_bounds__(32 * W) attention_decode_kernel(const Attentio
   __syncthreads();
   if (threadIdx.x == 0) {
     unsigned int* counter = a.split_counters + static_cast<int64_t>(row) * a.n_head_kv + kv_head;
-    last = atomicAdd(counter, 1u) == static_cast<unsigned int>(a.n_splits - 1);
+    last = atomicAdd(counter, 1u) == static_cast<unsigned int>(row_splits - 1);
     if (last) *counter = 0;
   }
   __syncthreads();
@@ -238,7 +240,7 @@ __global__ void __launch_bounds__(32 * W) attention_decode_kernel(const Attentio
   for (int i = threadIdx.x; i < G * D; i += kThreads) {
     const int head = kv_head * G + i / D;
     const int d = i % D;
-    const float o = combine_attention_splits<D>(a, row, head, d);
+    const float o = combine_attention_splits<D>(a, row, head, d, row_splits);
     a.out[static_cast<int64_t>(row) * a.out_stride + head * D + d] = o;
     if (a.out_q.qs != nullptr) {
       quantize_q8_warp(o, lane, a.out_q.qs + row * a.out_q.qs_stride + head * D + (d & ~31),
@@ -249,11 +251,12 @@ __global__ void __launch_bounds__(32 * W) attention_decode_kernel(const Attentio
 
 template <int D, int G>
 Status launch_group(const AttentionArgs& a, LaunchStream stream) {
+  const int z = a.split_tiles ? 1 : a.n_splits;  // split tiles: a block per tile and KV head
   const dim3 grid(static_cast<unsigned>(a.n_tiles), static_cast<unsigned>(a.n_head_kv),
-                  static_cast<unsigned>(a.n_splits));
+                  static_cast<unsigned>(z));
   int warps = a.decode_warps;
   if (warps == 0) {
-    const int64_t blocks = static_cast<int64_t>(a.n_tiles) * a.n_head_kv * a.n_splits;
+    const int64_t blocks = static_cast<int64_t>(a.n_tiles) * a.n_head_kv * z;
     warps = G <= kMaxManyWarpsGroup && blocks < 4 * static_cast<int64_t>(current_device_sm_count())
                 ? kManyWarps
                 : kFewWarps;

@@ -288,6 +288,7 @@ Status CudaBackend::attention_block(const DeviceBatch& b, int32_t layer, const C
   at.out = act.attn;
   at.out_stride = act.attn_stride;
   at.n_splits = n_splits;
+  at.split_tiles = b.max_row_splits > 0;
   at.partial = act.attention_partial;
   at.split_counters = act.attention_counters;
   at.n_batch_rows = n;

@@ -34,9 +34,12 @@ uint64_t split_counters(const ModelConfig& c, const CudaLimits& l) {
 int64_t max_gemm_cols(const ModelConfig& c) { return std::max({c.n_embd, c.q_dim(), c.n_ff}); }
 
 // int32 slots of the staging buffers before the block tables: tokens, positions, seq_index,
-// logit_rows (max_tokens each) and tiles (2 * max_tokens), rounded to 256 bytes.
+// logit_rows (max_tokens each) and tiles (max_tokens of kTileInts), rounded to 256 bytes.
+constexpr int64_t kTileInts = sizeof(AttentionTile) / sizeof(int32_t);
+static_assert(sizeof(AttentionTile) % sizeof(int32_t) == 0);
+int64_t staged_ints(const CudaLimits& l) { return (4 + kTileInts) * l.max_tokens; }
 size_t table_offset(const CudaLimits& l) {
-  return align_up(static_cast<uint64_t>(6 * l.max_tokens), kDeviceAlignment / 4);
+  return align_up(static_cast<uint64_t>(staged_ints(l)), kDeviceAlignment / 4);
 }
 // Then the sampling parameters of the logit rows (max_tokens RowSamplings) and their drawn
 // tokens (max_tokens), 256-byte aligned.
@@ -218,7 +221,8 @@ DeviceBatch split_part(const DeviceBatch& batch, int part) {
 
 Result<DeviceBatch> BatchStaging::stage(const Batch& batch, int32_t padded_tokens,
                                         int32_t block_size, int32_t scratch_block,
-                                        int32_t tile_rows, cudaStream_t stream, int32_t split_row) {
+                                        int32_t tile_rows, cudaStream_t stream, int32_t split_row,
+                                        int32_t split_positions) {
   const int32_t n = batch.n_tokens();
   const int32_t n_seqs = batch.n_seqs();
   const int64_t t_max = limits_.max_tokens;
@@ -260,11 +264,33 @@ Result<DeviceBatch> BatchStaging::stage(const Batch& batch, int32_t padded_token
       ++len;
     }
     const bool after_split = split_row > 0 && r >= split_row;
-    tiles[n_tiles++] = {after_split ? r - split_row : r, len};
+    tiles[n_tiles++] = {after_split ? r - split_row : r, len, 0, 0};
     if (split_row > 0 && !after_split) ++split_tiles;
     max_tile_rows = std::max(max_tile_rows, len);
     if (max_tile_rows == 1) leading_single_row_tiles = n_tiles;
     r += len;
+  }
+
+  // Splits of their own for rows of long contexts (a decode step: every tile one row).
+  int32_t max_row_splits = 0;
+  if (split_positions > 0 && max_tile_rows == 1 && split_row == 0) {
+    int32_t total = 0;
+    for (int32_t r = 0; r < padded_tokens; ++r) {
+      total += std::max(1, (positions[r] + split_positions) / split_positions);
+    }
+    if (total > t_max) {
+      return make_error(StatusCode::kInvalidArgument,
+                        "{} rows cut in {}-position splits make {} tiles, over the staging "
+                        "limit of {}",
+                        padded_tokens, split_positions, total, t_max);
+    }
+    n_tiles = 0;
+    for (int32_t r = 0; r < padded_tokens; ++r) {
+      const int32_t splits = std::max(1, (positions[r] + split_positions) / split_positions);
+      for (int32_t s = 0; s < splits; ++s) tiles[n_tiles++] = {r, 1, s, splits};
+      max_row_splits = std::max(max_row_splits, splits);
+    }
+    leading_single_row_tiles = n_tiles;
   }
 
   LS_RETURN_IF_ERROR(check_context_width(batch, block_size, stride));
@@ -281,8 +307,8 @@ Result<DeviceBatch> BatchStaging::stage(const Batch& batch, int32_t padded_token
   }
   std::fill_n(tables + static_cast<size_t>(n_seqs) * stride, width, scratch_block);
 
-  LS_CUDA_CHECK(
-      cudaMemcpyAsync(device_, host_, 6 * t_max * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+  LS_CUDA_CHECK(cudaMemcpyAsync(device_, host_, staged_ints(limits_) * sizeof(int32_t),
+                                cudaMemcpyHostToDevice, stream));
   LS_CUDA_CHECK(cudaMemcpy2DAsync(device_ + table_offset_, stride * sizeof(int32_t),
                                   host_ + table_offset_, stride * sizeof(int32_t),
                                   width * sizeof(int32_t), n_seqs + 1, cudaMemcpyHostToDevice,
@@ -308,6 +334,7 @@ Result<DeviceBatch> BatchStaging::stage(const Batch& batch, int32_t padded_token
   }
   d.split_row = split_row;
   d.split_tiles = split_tiles;
+  d.max_row_splits = max_row_splits;
   return d;
 }
 

@@ -119,6 +119,9 @@ struct DeviceBatch {
   // attention over all its rows.
   int32_t split_row = 0;
   int32_t split_tiles = 0;
+  // Staged with split_positions (BatchStaging::stage): the tiles are splits of their rows, at
+  // most this many a row (AttentionArgs::split_tiles); 0: one tile a row.
+  int32_t max_row_splits = 0;
 };
 
 // Rows [0, split_row) (part 0) or [split_row, n_tokens) (part 1) of a batch staged with a split
@@ -150,11 +153,14 @@ class BatchStaging {
   // `padded_tokens` rows: padding rows are token 0 at position 0 of an extra sequence whose
   // blocks are all `scratch_block`, and they also get logit rows. Attention tiles group
   // consecutive rows of one sequence with consecutive positions, at most tile_rows each; with
-  // split_row in (0, padded_tokens), none spans it (see DeviceBatch::split_row).
+  // split_row in (0, padded_tokens), none spans it (see DeviceBatch::split_row). With
+  // split_positions > 0, a batch of one-row tiles and no split row has each row's tile cut into
+  // ceil(context / split_positions) splits (DeviceBatch::max_row_splits; an error when the
+  // tiles would not fit the staging buffer).
   // The copy is queued on `stream`; the host buffer may be reused after the stream passes it.
   Result<DeviceBatch> stage(const Batch& batch, int32_t padded_tokens, int32_t block_size,
                             int32_t scratch_block, int32_t tile_rows, cudaStream_t stream,
-                            int32_t split_row = 0);
+                            int32_t split_row = 0, int32_t split_positions = 0);
   // Stages one RowSampling per logit row (at most max_tokens), queued on `stream` like stage().
   Result<DeviceSampling> stage_sampling(std::span<const RowSampling> rows, cudaStream_t stream);
 

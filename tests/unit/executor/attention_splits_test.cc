@@ -78,5 +78,56 @@ TEST(AttentionSplits, PromptPassesFillTheGpu) {
   EXPECT_EQ(choose_attention_splits(s), 4);  // 2048 / 512 positions
 }
 
+RowSplitShape row_split_shape(const std::vector<int32_t>& lengths) {
+  RowSplitShape s;
+  s.seq_lengths = lengths;
+  s.n_head_kv = kHeads;
+  s.sm_count = kSms;
+  s.max_split_rows = 2048;
+  s.max_tiles = 512;
+  return s;
+}
+
+// One long decode among short ones: splits of about the GPU's per-block share; the long row is
+// cut into many, the short ones stay whole.
+TEST(RowSplits, OneLongContextIsCutTheShortOnesStayWhole) {
+  std::vector<int32_t> lengths(63, 200);
+  lengths.push_back(8192);
+  const int32_t positions = choose_row_split_positions(row_split_shape(lengths));
+  // (63 x 200 + 8192) x 32 heads / (8 x 132) positions a block.
+  EXPECT_EQ(positions, (20792 * kHeads + kBlocksPerSm * kSms - 1) / (kBlocksPerSm * kSms));
+  EXPECT_GT(positions, 200);                         // the short rows: one split each
+  EXPECT_GE((8192 + positions - 1) / positions, 8);  // the long one: many
+}
+
+// Contexts of about one length, short contexts, and one sequence keep the launch-wide splits.
+TEST(RowSplits, BalancedOrShortStepsKeepLaunchWideSplits) {
+  EXPECT_EQ(choose_row_split_positions(row_split_shape(std::vector<int32_t>(64, 2000))), 0);
+  std::vector<int32_t> mild(63, 1000);
+  mild.push_back(3000);  // 3x the others' mean
+  EXPECT_EQ(choose_row_split_positions(row_split_shape(mild)), 0);
+  std::vector<int32_t> short_ones(63, 20);
+  short_ones.push_back(900);  // long against the others, but short
+  EXPECT_EQ(choose_row_split_positions(row_split_shape(short_ones)), 0);
+  EXPECT_EQ(choose_row_split_positions(row_split_shape({8192})), 0);
+}
+
+// The workspace (rows x the largest row's splits) and the staging's tiles bound the cut.
+TEST(RowSplits, LimitsLengthenTheSplits) {
+  std::vector<int32_t> lengths(255, 100);
+  lengths.push_back(100000);
+  RowSplitShape s = row_split_shape(lengths);
+  const int32_t free = choose_row_split_positions(s);
+  ASSERT_GT(free, 0);
+  s.max_split_rows = 256 * 4;  // at most 4 splits a row
+  const int32_t bounded = choose_row_split_positions(s);
+  EXPECT_GE(bounded, free);
+  EXPECT_LE((100000 + bounded - 1) / bounded, 4);
+  s.max_split_rows = 2048;
+  s.max_tiles = 260;  // 255 whole rows and at most 5 splits of the long one
+  const int32_t few_tiles = choose_row_split_positions(s);
+  EXPECT_LE(255 + (100000 + few_tiles - 1) / few_tiles, 260);
+}
+
 }  // namespace
 }  // namespace llamaserve
