@@ -5,29 +5,12 @@
 
 #include "backend/cpu/act_quant.h"
 #include "backend/cpu/dot.h"
+#include "backend/cpu/kquant_scales.h"
 #include "backend/cpu/simd.h"
 #include "quant/blocks.h"
 
 namespace llamaserve::cpu {
 namespace {
-
-struct ScalesMins {
-  uint8_t scale[8];
-  uint8_t min[8];
-};
-
-inline ScalesMins unpack_scales(const uint8_t* packed) {
-  ScalesMins out;
-  for (int j = 0; j < 8; ++j) q4_k_scale_min(j, packed, &out.scale[j], &out.min[j]);
-  return out;
-}
-
-// Σ_j min[j] * (Σ of activation sub-block j), sub-block j = groups 2j and 2j + 1.
-inline int32_t min_correction(const ScalesMins& sm, const ActBlockQ8_256& x) {
-  int32_t sum = 0;
-  for (int j = 0; j < 8; ++j) sum += sm.min[j] * (x.group_sums[2 * j] + x.group_sums[2 * j + 1]);
-  return sum;
-}
 
 // 32 unsigned quants of one sub-block times the activation bytes, times the sub-block scale.
 inline __m256i scaled_dot(__m256i q, const int8_t* x, uint8_t scale) {

@@ -15,6 +15,7 @@
 
 #include "backend/cpu/act_quant.h"
 #include "backend/cpu/dot_avx512.h"
+#include "backend/cpu/kquant_scales.h"
 #include "backend/cpu/simd.h"
 #include "quant/blocks.h"
 
@@ -22,24 +23,6 @@ namespace llamaserve::cpu {
 namespace {
 
 namespace v = avx512;
-
-struct ScalesMins {
-  uint8_t scale[8];
-  uint8_t min[8];
-};
-
-inline ScalesMins unpack_scales(const uint8_t* packed) {
-  ScalesMins out;
-  for (int j = 0; j < 8; ++j) q4_k_scale_min(j, packed, &out.scale[j], &out.min[j]);
-  return out;
-}
-
-// Σ_j min[j] * (Σ of activation sub-block j), sub-block j = groups 2j and 2j + 1.
-inline int32_t min_correction(const ScalesMins& sm, const ActBlockQ8_256& x) {
-  int32_t sum = 0;
-  for (int j = 0; j < 8; ++j) sum += sm.min[j] * (x.group_sums[2 * j] + x.group_sums[2 * j + 1]);
-  return sum;
-}
 
 // Lanes 0..7 plus lanes 8..15: the AVX2 kernels' lanes.
 LS_AVX512 inline __m256i fold(__m512i v) {
