@@ -37,7 +37,7 @@ int32_t choose_attention_splits(const AttentionSplitShape& s) {
   return static_cast<int32_t>(std::max<int64_t>(splits, 1));
 }
 
-int32_t choose_row_split_positions(const RowSplitShape& s) {
+int32_t choose_row_split_positions(const AttentionSplitShape& s) {
   const auto n = static_cast<int64_t>(s.seq_lengths.size());
   if (n < 2) return 0;
   int64_t max_len = 0, total_len = 0;

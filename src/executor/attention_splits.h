@@ -8,6 +8,8 @@
 
 namespace llamaserve {
 
+// The pass and the limits both choices below read (choose_row_split_positions reads the
+// sequences' contexts, the GPU and the limits only).
 struct AttentionSplitShape {
   std::span<const int32_t> seq_lengths;  // context of each sequence of the pass
   // The longest context of a sequence with one row in the pass (a decode), 0 for none.
@@ -18,6 +20,7 @@ struct AttentionSplitShape {
   int32_t sm_count = 1;
   bool one_row_tiles = false;  // every tile one row: the decode kernel
   int64_t max_split_rows = 0;  // rows x splits the partials' workspace holds
+  int64_t max_tiles = 0;       // split tiles the staging holds
 };
 
 // Context per split of prompt tiles, and of one-row tiles (one step of the decode kernel's 16
@@ -44,13 +47,6 @@ int32_t choose_attention_splits(const AttentionSplitShape& shape);
 inline constexpr int64_t kRowSplitImbalance = 4;
 inline constexpr int64_t kRowSplitMinContext = 1024;
 inline constexpr int64_t kBlocksPerSm = 8;
-struct RowSplitShape {
-  std::span<const int32_t> seq_lengths;  // the decodes' contexts
-  int32_t n_head_kv = 1;
-  int32_t sm_count = 1;
-  int64_t max_split_rows = 0;  // rows x the largest row's splits the partials' workspace holds
-  int64_t max_tiles = 0;       // split tiles the staging holds
-};
-int32_t choose_row_split_positions(const RowSplitShape& shape);
+int32_t choose_row_split_positions(const AttentionSplitShape& shape);
 
 }  // namespace llamaserve

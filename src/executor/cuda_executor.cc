@@ -119,6 +119,8 @@ class CudaExecutor final : public Executor, public CudaPart {
   // Whether this part computes logits: the last pipeline stage, the primary TP rank.
   bool has_head() const { return range_.head && options_.primary_rank; }
   std::string role() const;
+  // What both split choices read of `piece`, the GPU and the limits (attention_splits.h).
+  AttentionSplitShape split_shape(const Batch& piece) const;
   int32_t choose_splits(const Batch& piece, const DeviceBatch& b) const;
   // Positions per split when the piece's decodes take splits of their own, else 0.
   int32_t row_split_positions(const Batch& piece) const;
@@ -347,37 +349,37 @@ Status CudaExecutor::run_overlapped(const Batch& piece, const DeviceBatch& b) {
   return reduced(1);
 }
 
+AttentionSplitShape CudaExecutor::split_shape(const Batch& piece) const {
+  AttentionSplitShape shape;
+  shape.seq_lengths = piece.seq_lengths;
+  shape.n_head_kv = static_cast<int32_t>(model_->config.n_head_kv);
+  shape.sm_count = sm_count_;
+  shape.max_split_rows = limits_.max_split_rows;
+  shape.max_tiles = limits_.max_tokens;
+  return shape;
+}
+
 // Flash-decoding splits of the pass (attention_splits.h).
 int32_t CudaExecutor::choose_splits(const Batch& piece, const DeviceBatch& b) const {
   std::vector<int32_t>& rows = rows_scratch_;
   rows.assign(piece.seq_lengths.size(), 0);
   for (const int32_t seq : piece.seq_index) ++rows[static_cast<size_t>(seq)];
-  int64_t max_decode_len = 0;
+  AttentionSplitShape shape = split_shape(piece);
   for (size_t i = 0; i < rows.size(); ++i) {
-    if (rows[i] == 1) max_decode_len = std::max<int64_t>(max_decode_len, piece.seq_lengths[i]);
+    if (rows[i] == 1)
+      shape.max_decode_len = std::max<int64_t>(shape.max_decode_len, piece.seq_lengths[i]);
   }
-  AttentionSplitShape shape;
-  shape.seq_lengths = piece.seq_lengths;
-  shape.max_decode_len = max_decode_len;
   shape.n_tiles = b.n_tiles;
   shape.n_rows = b.n_tokens;
-  shape.n_head_kv = static_cast<int32_t>(model_->config.n_head_kv);
-  shape.sm_count = sm_count_;
   shape.one_row_tiles = b.max_tile_rows == 1;
-  shape.max_split_rows = limits_.max_split_rows;
   return choose_attention_splits(shape);
 }
 
 int32_t CudaExecutor::row_split_positions(const Batch& piece) const {
-  const ModelConfig& c = model_->config;
-  if (piece.n_tokens() != piece.n_seqs() || c.group_size() > cuda::kMaxDecodeGroup) return 0;
-  RowSplitShape shape;
-  shape.seq_lengths = piece.seq_lengths;
-  shape.n_head_kv = static_cast<int32_t>(c.n_head_kv);
-  shape.sm_count = sm_count_;
-  shape.max_split_rows = limits_.max_split_rows;
-  shape.max_tiles = limits_.max_tokens;
-  return choose_row_split_positions(shape);
+  if (piece.n_tokens() != piece.n_seqs() || model_->config.group_size() > cuda::kMaxDecodeGroup) {
+    return 0;
+  }
+  return choose_row_split_positions(split_shape(piece));
 }
 
 Status CudaExecutor::run_eager(const DeviceBatch& b, int32_t n_splits) {

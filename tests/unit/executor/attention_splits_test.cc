@@ -78,8 +78,8 @@ TEST(AttentionSplits, PromptPassesFillTheGpu) {
   EXPECT_EQ(choose_attention_splits(s), 4);  // 2048 / 512 positions
 }
 
-RowSplitShape row_split_shape(const std::vector<int32_t>& lengths) {
-  RowSplitShape s;
+AttentionSplitShape row_split_shape(const std::vector<int32_t>& lengths) {
+  AttentionSplitShape s;
   s.seq_lengths = lengths;
   s.n_head_kv = kHeads;
   s.sm_count = kSms;
@@ -116,7 +116,7 @@ TEST(RowSplits, BalancedOrShortStepsKeepLaunchWideSplits) {
 TEST(RowSplits, LimitsLengthenTheSplits) {
   std::vector<int32_t> lengths(255, 100);
   lengths.push_back(100000);
-  RowSplitShape s = row_split_shape(lengths);
+  AttentionSplitShape s = row_split_shape(lengths);
   const int32_t free = choose_row_split_positions(s);
   ASSERT_GT(free, 0);
   s.max_split_rows = 256 * 4;  // at most 4 splits a row
