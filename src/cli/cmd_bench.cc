@@ -544,12 +544,7 @@ std::function<int()> setup_bench(CLI::App& sub) {
       ->capture_default_str();
   sub.add_option("-t,--threads", layout.threads, "CPU threads (0 = all cores)")
       ->capture_default_str();
-  sub.add_option_function<std::string>(
-         "--cpu-isa",
-         [&layout](const std::string& isa) { layout.cpu_isa = cpu::parse_cpu_isa(isa).value(); },
-         "CPU kernels: auto (AVX-512 VNNI where the CPU has it, else AVX2) or avx2 (AVX2 only)")
-      ->check(CLI::IsMember({"auto", "avx2"}))
-      ->default_str("auto");
+  server::add_cpu_isa_option(sub, layout);
   sub.add_option("--reps", o->reps, "timed repetitions per case (the median is reported)")
       ->capture_default_str();
   sub.add_flag("--json", o->json, "print the results as JSON");

@@ -12,6 +12,7 @@
 
 #include "engine/generate.h"
 #include "engine/request.h"
+#include "server/options.h"
 #include "service/config.h"
 
 namespace llamaserve::cli {
@@ -53,12 +54,7 @@ inline void add_generation_options(CLI::App& sub, GenerationOptions& o) {
   LayoutSpec& layout = o.model.layout;
   sub.add_option("-t,--threads", layout.threads, "CPU threads (0 = all cores)")
       ->capture_default_str();
-  sub.add_option_function<std::string>(
-         "--cpu-isa",
-         [&layout](const std::string& isa) { layout.cpu_isa = cpu::parse_cpu_isa(isa).value(); },
-         "CPU kernels: auto (AVX-512 VNNI where the CPU has it, else AVX2) or avx2 (AVX2 only)")
-      ->check(CLI::IsMember({"auto", "avx2"}))
-      ->default_str("auto");
+  server::add_cpu_isa_option(sub, layout);
   sub.add_option("--device,--devices", layout.device,
                  "cpu, cuda:N, a CUDA device index N, or a device list 0,1 with --tp/--pp")
       ->capture_default_str();

@@ -10,6 +10,15 @@
 
 namespace llamaserve::server {
 
+void add_cpu_isa_option(CLI::App& app, LayoutSpec& layout) {
+  app.add_option_function<std::string>(
+         "--cpu-isa",
+         [&layout](const std::string& isa) { layout.cpu_isa = cpu::parse_cpu_isa(isa).value(); },
+         "CPU kernels: auto (AVX-512 VNNI where the CPU has it, else AVX2) or avx2 (AVX2 only)")
+      ->check(CLI::IsMember({"auto", "avx2"}))
+      ->default_str("auto");
+}
+
 void add_kernel_options(CLI::App& app, ModelSpec& m) {
   LayoutSpec& layout = m.layout;
   app.add_option_function<std::string>(
@@ -60,12 +69,7 @@ void add_service_options(CLI::App& app, ServiceConfig& config) {
                  "CPU threads for the model, shared by the replicas (0 = all cores)")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
-  app.add_option_function<std::string>(
-         "--cpu-isa",
-         [&layout](const std::string& isa) { layout.cpu_isa = cpu::parse_cpu_isa(isa).value(); },
-         "CPU kernels: auto (AVX-512 VNNI where the CPU has it, else AVX2) or avx2 (AVX2 only)")
-      ->check(CLI::IsMember({"auto", "avx2"}))
-      ->default_str("auto");
+  add_cpu_isa_option(app, layout);
   app.add_option("--device,--devices", layout.device,
                  "cpu, cuda:N, a CUDA device index N, or a device list 0,1,2,3 "
                  "(replicas x tp x pp devices)")

@@ -16,6 +16,9 @@ namespace llamaserve::server {
 // because it may come from the config file; finalize_service_config() checks it.
 void add_service_options(CLI::App& app, ServiceConfig& config);
 
+// --cpu-isa auto|avx2, bound to layout.cpu_isa: serve, run, chat and bench declare it here.
+void add_cpu_isa_option(CLI::App& app, LayoutSpec& layout);
+
 // The kernel and tensor-parallel flags (--tp-sums, --tp-gemm-sums, --no-pdl, --op-times),
 // bound to `model`'s layout and tuning: serve and bench declare them here.
 void add_kernel_options(CLI::App& app, ModelSpec& model);
