@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "act_rows.h"
 #include "backend/cpu/act_quant.h"
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/matmul.h"
@@ -128,29 +129,6 @@ std::vector<float> make_activations(int64_t n, uint32_t seed) {
   for (int64_t i = 0; i < n; ++i) spike[i] *= 1e-3f;
   spike[n / 2] = 50.0f;
   return x;
-}
-
-// The floats an activation row in `format` stands for (what the integer kernels multiply).
-std::vector<float> dequantize_act(ActFormat format, const uint8_t* row, int64_t n) {
-  std::vector<float> out(static_cast<size_t>(n));
-  if (format == ActFormat::kQ8_32) {
-    const auto* blocks = reinterpret_cast<const ActBlockQ8_32*>(row);
-    for (int64_t i = 0; i < n; ++i) out[i] = blocks[i / 32].d * blocks[i / 32].qs[i % 32];
-  } else if (format == ActFormat::kQ8_32x2) {
-    const auto* pairs = reinterpret_cast<const ActBlockQ8_32x2*>(row);
-    for (int64_t i = 0; i < n; ++i) {
-      const ActBlockQ8_32x2& p = pairs[i / 64];
-      const int64_t half = (i % 64) / 32, j = i % 32;
-      const int8_t q = j < 16 ? p.low[16 * half + j] : p.high[16 * half + j - 16];
-      out[i] = p.scale_sum[2 * half] * q;
-    }
-  } else if (format == ActFormat::kQ8_256) {
-    const auto* blocks = reinterpret_cast<const ActBlockQ8_256*>(row);
-    for (int64_t i = 0; i < n; ++i) out[i] = blocks[i / 256].d * blocks[i / 256].qs[i % 256];
-  } else {
-    std::memcpy(out.data(), row, static_cast<size_t>(n) * sizeof(float));
-  }
-  return out;
 }
 
 TEST(CpuIsa, Detection) {

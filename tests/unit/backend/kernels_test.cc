@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "act_rows.h"
 #include "backend/cpu/act_quant.h"
 #include "backend/cpu/dot.h"
 #include "backend/cpu/matmul.h"
@@ -45,29 +46,6 @@ TestMatrix make_matrix(TensorType type, int64_t rows, int64_t cols, uint32_t see
   m.tensor.data = m.bytes.data();
   m.tensor.n_bytes = m.bytes.size();
   return m;
-}
-
-// The floats an activation row in `format` stands for.
-std::vector<float> dequantize_act(ActFormat format, const std::vector<uint8_t>& row, int64_t n) {
-  std::vector<float> out(static_cast<size_t>(n));
-  if (format == ActFormat::kQ8_32) {
-    const auto* blocks = reinterpret_cast<const ActBlockQ8_32*>(row.data());
-    for (int64_t i = 0; i < n; ++i) out[i] = blocks[i / 32].d * blocks[i / 32].qs[i % 32];
-  } else if (format == ActFormat::kQ8_32x2) {
-    const auto* pairs = reinterpret_cast<const ActBlockQ8_32x2*>(row.data());
-    for (int64_t i = 0; i < n; ++i) {
-      const ActBlockQ8_32x2& p = pairs[i / 64];
-      const int64_t half = (i % 64) / 32, j = i % 32;
-      const int8_t q = j < 16 ? p.low[16 * half + j] : p.high[16 * half + j - 16];
-      out[i] = p.scale_sum[2 * half] * q;
-    }
-  } else if (format == ActFormat::kQ8_256) {
-    const auto* blocks = reinterpret_cast<const ActBlockQ8_256*>(row.data());
-    for (int64_t i = 0; i < n; ++i) out[i] = blocks[i / 256].d * blocks[i / 256].qs[i % 256];
-  } else {
-    std::memcpy(out.data(), row.data(), row.size());
-  }
-  return out;
 }
 
 double abs_dot(TensorType type, const void* w, const std::vector<float>& x) {
@@ -133,7 +111,7 @@ TEST_P(DotTest, MatchesReferenceOnQuantizedActivations) {
     const std::vector<float> x = random_floats(static_cast<size_t>(n), 100 + seed, 2.0f);
     std::vector<uint8_t> act(act_row_bytes(kernel->act_format, n));
     quantize_act_row(kernel->act_format, x.data(), act.data(), n);
-    const std::vector<float> x_seen = dequantize_act(kernel->act_format, act, n);
+    const std::vector<float> x_seen = dequantize_act(kernel->act_format, act.data(), n);
     for (int64_t r = 0; r < rows; ++r) {
       const float fast = kernel->dot(w.tensor.row(r), act.data(), n);
       const float exact = dot_row(type, w.tensor.row(r), x_seen.data(), n);
