@@ -627,7 +627,7 @@ TEST_P(GemmTest, MatchesReference) {
   });
 }
 
-// Quantized weights on quant_mma.h's kernel: every pass width (1 to 4 tiles of 8 activation
+// Quantized weights on quant_mma.h's kernel: every pass width (1 to 8 tiles of 8 activation
 // rows, several passes), rows that end inside a CTA's 32, and rows whose last step holds fewer
 // than four units.
 TEST_P(GemmTest, QuantMmaMatchesReferenceForEveryRowCount) {
@@ -638,7 +638,7 @@ TEST_P(GemmTest, QuantMmaMatchesReferenceForEveryRowCount) {
   const HostMatrix m = make_matrix(type, rows, cols, 97);
   UploadedMatrix w = upload(m);
   ASSERT_NE(w.view.quants, nullptr);
-  for (const int64_t n_act : {1, 7, 8, 9, 16, 17, 25, 32, 33, 70}) {
+  for (const int64_t n_act : {1, 7, 8, 9, 16, 17, 25, 32, 33, 41, 57, 64, 70, 130}) {
     SCOPED_TRACE("activation rows " + std::to_string(n_act));
     const int64_t x_stride = cols + 12;
     const int64_t y_stride = rows + 1;

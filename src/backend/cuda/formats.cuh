@@ -13,6 +13,13 @@
 //   run_base(u, k)    the row element of run k's first value
 //   decode(raw, u, k, q, scale, min)   q[i] for i < kRunLen, and the run's scale/min
 //
+// The quantized types also give the two halves of decode separately, for kernels that convert
+// the codes their own way (quant_mma.cu, in half precision):
+//
+//   kCodeBias         q = code - kCodeBias
+//   codes(raw, u, k, w)          run k's codes, byte i of w[i / 4] holding element i's
+//   scales(raw, u, scale, min)   every run's scale (and min)
+//
 // The element orders follow quant/blocks.h exactly (the tests compare against its decoder).
 // Everything here also compiles for the host (LS_FORMAT), where loads are plain memcpys: the
 // kernel tests run the decoders on the CPU against quant's reference, without a GPU.
@@ -118,6 +125,26 @@ LS_FORMAT const uint8_t* scale_row(const DeviceMatrix& m, int64_t row) {
 template <TensorType T>
 struct Format;
 
+// The low (k = 0) or high (k = 1) nibbles of 16 bytes, one a byte.
+LS_FORMAT void nibbles(const uint4& q, int k, uint32_t (&w)[4]) {
+  const int shift = 4 * k;
+  LS_UNROLL
+  for (int i = 0; i < 4; ++i) w[i] = (word(q, i) >> shift) & 0x0f0f0f0fu;
+}
+
+// decode() of a quantized format from its codes() and scales().
+template <class F>
+LS_FORMAT void decode_codes(const typename F::Raw& raw, int u, int k, float (&q)[F::kRunLen],
+                            float& scale, float& min) {
+  uint32_t w[4];
+  F::codes(raw, u, k, w);
+  bytes_as_floats(w, F::kCodeBias, q);
+  float scales[F::kRuns], mins[F::kRuns] = {};
+  F::scales(raw, u, scales, mins);
+  scale = scales[k];
+  min = mins[k];
+}
+
 template <>
 struct Format<TensorType::F32> {
   static constexpr int kRunLen = 4, kRuns = 1;
@@ -191,13 +218,18 @@ struct Format<TensorType::Q8_0> {
             load_half(scale_row(m, row) + 2 * (u >> 1))};
   }
   LS_FORMAT static int run_base(int u, int) { return 16 * u; }
-  LS_FORMAT static void decode(const Raw& raw, int, int, float (&q)[kRunLen], float& scale,
-                               float&) {
-    // Flipping the sign bit maps int8 c to the byte c + 128.
-    const uint32_t w[4] = {raw.q.x ^ 0x80808080u, raw.q.y ^ 0x80808080u, raw.q.z ^ 0x80808080u,
-                           raw.q.w ^ 0x80808080u};
-    bytes_as_floats(w, 128.0f, q);
-    scale = raw.d;
+  // Flipping the sign bit maps int8 c to the byte c + 128.
+  static constexpr float kCodeBias = 128.0f;
+  LS_FORMAT static void codes(const Raw& raw, int, int, uint32_t (&w)[4]) {
+    LS_UNROLL
+    for (int i = 0; i < 4; ++i) w[i] = word(raw.q, i) ^ 0x80808080u;
+  }
+  LS_FORMAT static void scales(const Raw& raw, int, float (&scale)[kRuns], float (&)[kRuns]) {
+    scale[0] = raw.d;
+  }
+  LS_FORMAT static void decode(const Raw& raw, int u, int k, float (&q)[kRunLen], float& scale,
+                               float& min) {
+    decode_codes<Format>(raw, u, k, q, scale, min);
   }
 };
 
@@ -214,13 +246,16 @@ struct Format<TensorType::Q4_0> {
     return {load_weights_16(quant_row(m, row) + 16 * u), load_half(scale_row(m, row) + 2 * u)};
   }
   LS_FORMAT static int run_base(int u, int k) { return 32 * u + 16 * k; }
-  LS_FORMAT static void decode(const Raw& raw, int, int k, float (&q)[kRunLen], float& scale,
-                               float&) {
-    const int shift = 4 * k;
-    const uint32_t w[4] = {(raw.q.x >> shift) & 0x0f0f0f0fu, (raw.q.y >> shift) & 0x0f0f0f0fu,
-                           (raw.q.z >> shift) & 0x0f0f0f0fu, (raw.q.w >> shift) & 0x0f0f0f0fu};
-    bytes_as_floats(w, 8.0f, q);
-    scale = raw.d;
+  static constexpr float kCodeBias = 8.0f;
+  LS_FORMAT static void codes(const Raw& raw, int, int k, uint32_t (&w)[4]) {
+    nibbles(raw.q, k, w);
+  }
+  LS_FORMAT static void scales(const Raw& raw, int, float (&scale)[kRuns], float (&)[kRuns]) {
+    scale[0] = scale[1] = raw.d;
+  }
+  LS_FORMAT static void decode(const Raw& raw, int u, int k, float (&q)[kRunLen], float& scale,
+                               float& min) {
+    decode_codes<Format>(raw, u, k, q, scale, min);
   }
 };
 
@@ -237,14 +272,17 @@ struct Format<TensorType::Q4_1> {
             load_cached<uint32_t>(scale_row(m, row) + 4 * u)};
   }
   LS_FORMAT static int run_base(int u, int k) { return 32 * u + 16 * k; }
-  LS_FORMAT static void decode(const Raw& raw, int, int k, float (&q)[kRunLen], float& scale,
+  static constexpr float kCodeBias = 0.0f;
+  LS_FORMAT static void codes(const Raw& raw, int, int k, uint32_t (&w)[4]) {
+    nibbles(raw.q, k, w);
+  }
+  LS_FORMAT static void scales(const Raw& raw, int, float (&scale)[kRuns], float (&min)[kRuns]) {
+    scale[0] = scale[1] = half_bits_to_float(raw.dm);
+    min[0] = min[1] = half_bits_to_float(raw.dm >> 16);
+  }
+  LS_FORMAT static void decode(const Raw& raw, int u, int k, float (&q)[kRunLen], float& scale,
                                float& min) {
-    const int shift = 4 * k;
-    const uint32_t w[4] = {(raw.q.x >> shift) & 0x0f0f0f0fu, (raw.q.y >> shift) & 0x0f0f0f0fu,
-                           (raw.q.z >> shift) & 0x0f0f0f0fu, (raw.q.w >> shift) & 0x0f0f0f0fu};
-    bytes_as_floats(w, 0.0f, q);
-    scale = half_bits_to_float(raw.dm);
-    min = half_bits_to_float(raw.dm >> 16);
+    decode_codes<Format>(raw, u, k, q, scale, min);
   }
 };
 
@@ -286,16 +324,16 @@ struct Format<TensorType::Q4_K> {
   LS_FORMAT static int run_base(int u, int k) {
     return 256 * (u >> 3) + 64 * ((u >> 1) & 3) + 32 * k + 16 * (u & 1);
   }
+  static constexpr float kCodeBias = 0.0f;
+  LS_FORMAT static void codes(const Raw& raw, int, int k, uint32_t (&w)[4]) {
+    nibbles(raw.q, k, w);
+  }
+  LS_FORMAT static void scales(const Raw& raw, int u, float (&scale)[kRuns], float (&min)[kRuns]) {
+    k_quant_scales(raw.meta, (u >> 1) & 3, scale, min);
+  }
   LS_FORMAT static void decode(const Raw& raw, int u, int k, float (&q)[kRunLen], float& scale,
                                float& min) {
-    const int shift = 4 * k;
-    const uint32_t w[4] = {(raw.q.x >> shift) & 0x0f0f0f0fu, (raw.q.y >> shift) & 0x0f0f0f0fu,
-                           (raw.q.z >> shift) & 0x0f0f0f0fu, (raw.q.w >> shift) & 0x0f0f0f0fu};
-    bytes_as_floats(w, 0.0f, q);
-    float scales[2], mins[2];
-    k_quant_scales(raw.meta, (u >> 1) & 3, scales, mins);
-    scale = scales[k];
-    min = mins[k];
+    decode_codes<Format>(raw, u, k, q, scale, min);
   }
 };
 
@@ -316,23 +354,23 @@ struct Format<TensorType::Q5_K> {
             load_weights_16(block + 48 + 16 * (u & 7))};
   }
   LS_FORMAT static int run_base(int u, int k) { return Format<TensorType::Q4_K>::run_base(u, k); }
-  LS_FORMAT static void decode(const Raw& raw, int u, int k, float (&q)[kRunLen], float& scale,
-                               float& min) {
-    const int c = (u >> 1) & 3;
+  static constexpr float kCodeBias = 0.0f;
+  LS_FORMAT static void codes(const Raw& raw, int u, int k, uint32_t (&w)[4]) {
     const int shift = 4 * k;
     // Bit (2c + k) of each qh byte, moved to bit 4.
-    const int high_shift = 2 * c + k;
-    uint32_t w[4];
+    const int high_shift = 2 * ((u >> 1) & 3) + k;
     LS_UNROLL
     for (int i = 0; i < 4; ++i) {
       w[i] = ((word(raw.q, i) >> shift) & 0x0f0f0f0fu) |
              (((word(raw.qh, i) >> high_shift) << 4) & 0x10101010u);
     }
-    bytes_as_floats(w, 0.0f, q);
-    float scales[2], mins[2];
-    k_quant_scales(raw.meta, c, scales, mins);
-    scale = scales[k];
-    min = mins[k];
+  }
+  LS_FORMAT static void scales(const Raw& raw, int u, float (&scale)[kRuns], float (&min)[kRuns]) {
+    k_quant_scales(raw.meta, (u >> 1) & 3, scale, min);
+  }
+  LS_FORMAT static void decode(const Raw& raw, int u, int k, float (&q)[kRunLen], float& scale,
+                               float& min) {
+    decode_codes<Format>(raw, u, k, q, scale, min);
   }
 };
 
@@ -369,10 +407,9 @@ struct Format<TensorType::Q6_K> {
     const int r = u & 7;
     return 256 * (u >> 3) + 128 * (r >> 2) + 32 * ((r >> 1) & 1) + 64 * k + 16 * (r & 1);
   }
-  LS_FORMAT static void decode(const Raw& raw, int u, int k, float (&q)[kRunLen], float& scale,
-                               float&) {
+  static constexpr float kCodeBias = 32.0f;
+  LS_FORMAT static void codes(const Raw& raw, int u, int k, uint32_t (&w)[4]) {
     const int s = (u >> 1) & 1;
-    uint32_t w[4];
     LS_UNROLL
     for (int i = 0; i < 4; ++i) {
       const uint32_t ql = word(raw.ql, i), qh = word(raw.qh, i) >> (2 * s);
@@ -380,8 +417,14 @@ struct Format<TensorType::Q6_K> {
       w[i] = k == 0 ? (ql & 0x0f0f0f0fu) | ((qh << 4) & 0x30303030u)
                     : ((ql >> 4) & 0x0f0f0f0fu) | (qh & 0x30303030u);
     }
-    bytes_as_floats(w, 32.0f, q);
-    scale = raw.d * static_cast<float>(raw.sc[k]);
+  }
+  LS_FORMAT static void scales(const Raw& raw, int, float (&scale)[kRuns], float (&)[kRuns]) {
+    scale[0] = raw.d * static_cast<float>(raw.sc[0]);
+    scale[1] = raw.d * static_cast<float>(raw.sc[1]);
+  }
+  LS_FORMAT static void decode(const Raw& raw, int u, int k, float (&q)[kRunLen], float& scale,
+                               float& min) {
+    decode_codes<Format>(raw, u, k, q, scale, min);
   }
 };
 

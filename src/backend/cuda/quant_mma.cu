@@ -26,9 +26,31 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
+__device__ __forceinline__ uint32_t half2_bits(__half2 h) {
   return *reinterpret_cast<const uint32_t*>(&h);
+}
+__device__ __forceinline__ __half2 bits_half2(uint32_t bits) {
+  return *reinterpret_cast<const __half2*>(&bits);
+}
+
+// A run's weights as f16 pairs (elements 2p, 2p + 1 in pair p): each code byte becomes the
+// half 1024 + code (its bits 0x6400 | code, one byte permute a pair), the bias 1024 + kCodeBias
+// is subtracted exactly, and one f16 multiply or fma applies the run's scale (and min), both
+// rounded to f16 once per run: about 1.6 instructions a weight against 4 for the fp32 decode.
+template <class F>
+__device__ __forceinline__ void decode_half_run(const uint32_t (&codes)[4], __half2 scale,
+                                                __half2 min, uint32_t (&w)[F::kRunLen / 2]) {
+  const __half2 bias = __float2half2_rn(1024.0f + F::kCodeBias);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      // Bytes 2h and 2h + 1 of the word under the exponent byte 0x64.
+      const __half2 q = __hsub2(
+          bits_half2(__byte_perm(codes[i], 0x64646464u, h == 0 ? 0x5150u : 0x5352u)), bias);
+      w[2 * i + h] = half2_bits(F::kHasMin ? __hfma2(q, scale, min) : __hmul2(q, scale));
+    }
+  }
 }
 
 // One pass: the CTA's 32 weight rows times up to 8 * NT activation rows.
@@ -37,10 +59,9 @@ __global__ void __launch_bounds__(kThreads)
     quant_mma_kernel(const __grid_constant__ QuantMmaArgs a, int units, int steps) {
   using F = Format<T>;
   using Raw = typename F::Raw;
-  static_assert(F::kRunLen % 4 == 0);
-  constexpr int kPairs = F::kRunLen / 2;
-  // The warps' partial sums: [warp][m tile, n tile, fragment value][lane].
-  __shared__ float partial[kWarps][2 * NT * 4][32];
+  static_assert(F::kRunLen == 16);
+  // The warps' partial sums of one m tile at a time: [warp][n tile, fragment value][lane].
+  __shared__ float partial[kWarps][NT * 4][32];
   pdl_launch_dependents();
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -73,27 +94,33 @@ __global__ void __launch_bounds__(kThreads)
   if (t_begin < t_end) load(t_begin, raw);
   pdl_wait();
   const __half* x = static_cast<const __half*>(a.x_half);
-  int64_t x_rows[NT];
-#pragma unroll
-  for (int n = 0; n < NT; ++n)
-    x_rows[n] = min(static_cast<int64_t>(8 * n + g), a.n_rows - 1) * a.x_stride;
   for (int t = t_begin; t < t_end; ++t) {
     Raw next[kLaneRows];
     if (t + 1 < t_end) load(t + 1, next);
     const int u_raw = kUnitsAStep * t + q;
-    const bool valid = u_raw < units;  // the row's last step may hold fewer than four units
+    // The row's last step may hold fewer than four units: the others repeat the last unit
+    // (finite weights) against zero activations.
+    const bool valid = u_raw < units;
     const int u = min(u_raw, units - 1);
+    __half2 scale[kLaneRows][F::kRuns], min_value[kLaneRows][F::kRuns];
+#pragma unroll
+    for (int i = 0; i < kLaneRows; ++i) {
+      float s[F::kRuns], m[F::kRuns] = {};
+      F::scales(raw[i], u, s, m);
+#pragma unroll
+      for (int k = 0; k < F::kRuns; ++k) {
+        scale[i][k] = __float2half2_rn(s[k]);
+        min_value[i][k] = __float2half2_rn(m[k]);
+      }
+    }
 #pragma unroll
     for (int k = 0; k < F::kRuns; ++k) {
-      uint32_t w[kLaneRows][kPairs];
+      uint32_t w[kLaneRows][F::kRunLen / 2];
 #pragma unroll
       for (int i = 0; i < kLaneRows; ++i) {
-        float v[F::kRunLen];
-        float scale = 1.0f, min_value = 0.0f;
-        F::decode(raw[i], u, k, v, scale, min_value);
-        dequantize_run<F>(v, scale, min_value);
-#pragma unroll
-        for (int p = 0; p < kPairs; ++p) w[i][p] = valid ? half2_bits(v[2 * p], v[2 * p + 1]) : 0u;
+        uint32_t codes[4];
+        F::codes(raw[i], u, k, codes);
+        decode_half_run<F>(codes, scale[i][k], min_value[i][k], w[i]);
       }
       const int col0 = F::run_base(u, k);
 #pragma unroll
@@ -101,7 +128,8 @@ __global__ void __launch_bounds__(kThreads)
         uint32_t b[NT][2];
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
-          const uint2 v = __ldg(reinterpret_cast<const uint2*>(x + x_rows[n] + col0 + 4 * s));
+          const int64_t x_row = min(static_cast<int64_t>(8 * n + g), a.n_rows - 1) * a.x_stride;
+          const uint2 v = __ldg(reinterpret_cast<const uint2*>(x + x_row + col0 + 4 * s));
           b[n][0] = valid ? v.x : 0u;
           b[n][1] = valid ? v.y : 0u;
         }
@@ -117,35 +145,35 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int i = 0; i < kLaneRows; ++i) raw[i] = next[i];
   }
+  // Fragment value j of lane (g, q) in tile (m, n): weight row 16 m + g + 8 (j / 2), activation
+  // row 8 n + 2 q + j % 2. The warps' partials are added one m tile at a time, in warp order.
 #pragma unroll
   for (int m = 0; m < 2; ++m) {
+    if (m > 0) __syncthreads();  // the previous tile's sums have been read
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
 #pragma unroll
-      for (int j = 0; j < 4; ++j) partial[warp][(m * NT + n) * 4 + j][lane] = acc[m][n][j];
+      for (int j = 0; j < 4; ++j) partial[warp][n * 4 + j][lane] = acc[m][n][j];
     }
-  }
-  __syncthreads();
-  // Fragment value j of lane (g, q) in tile (m, n): weight row 16 m + g + 8 (j / 2), activation
-  // row 8 n + 2 q + j % 2.
-  for (int idx = threadIdx.x; idx < 2 * NT * 4 * 32; idx += kThreads) {
-    const int value = idx >> 5;
-    const int l = idx & 31;
-    float sum = 0.0f;
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < NT * 4 * 32; idx += kThreads) {
+      const int value = idx >> 5;
+      const int l = idx & 31;
+      float sum = 0.0f;
 #pragma unroll
-    for (int wp = 0; wp < kWarps; ++wp) sum += partial[wp][value][l];
-    const int m = value / (4 * NT);
-    const int n = (value / 4) % NT;
-    const int j = value % 4;
-    const int64_t row = row0 + 16 * m + (l >> 2) + 8 * (j >> 1);
-    const int64_t b = 8 * n + 2 * (l & 3) + (j & 1);
-    if (row >= a.w.rows || b >= a.n_rows) continue;
-    if (a.y_half != nullptr) {
-      static_cast<__half*>(a.y_half)[b * a.y_stride + row] = __float2half_rn(sum);
-    } else {
-      if (a.bias != nullptr) sum += a.bias[row];
-      float* y = a.y + b * a.y_stride + row;
-      *y = a.accumulate ? *y + sum : sum;
+      for (int wp = 0; wp < kWarps; ++wp) sum += partial[wp][value][l];
+      const int n = value / 4;
+      const int j = value % 4;
+      const int64_t row = row0 + 16 * m + (l >> 2) + 8 * (j >> 1);
+      const int64_t b = 8 * n + 2 * (l & 3) + (j & 1);
+      if (row >= a.w.rows || b >= a.n_rows) continue;
+      if (a.y_half != nullptr) {
+        static_cast<__half*>(a.y_half)[b * a.y_stride + row] = __float2half_rn(sum);
+      } else {
+        if (a.bias != nullptr) sum += a.bias[row];
+        float* y = a.y + b * a.y_stride + row;
+        *y = a.accumulate ? *y + sum : sum;
+      }
     }
   }
 }
@@ -166,11 +194,15 @@ Status launch_passes(const QuantMmaArgs& args, LaunchStream stream) {
     } else {
       pass.y = args.y + first * args.y_stride;
     }
-    auto kernel = quant_mma_kernel<T, 4>;
+    // Tiles of 8 activation rows: 5 and 7 run as 6 and 8 (fewer kernels to build).
+    auto kernel = quant_mma_kernel<T, 8>;
     switch ((pass.n_rows + 7) / 8) {
       case 1: kernel = quant_mma_kernel<T, 1>; break;
       case 2: kernel = quant_mma_kernel<T, 2>; break;
       case 3: kernel = quant_mma_kernel<T, 3>; break;
+      case 4: kernel = quant_mma_kernel<T, 4>; break;
+      case 5:
+      case 6: kernel = quant_mma_kernel<T, 6>; break;
       default: break;
     }
     LS_CUDA_CHECK(launch_kernel(kernel, static_cast<unsigned>(ctas), kThreads, 0, stream, pass,

@@ -8,8 +8,13 @@
 // times the bytes of Q4_K weights (bench/results/2026-12-01-h200-quant-mma.md). Here each weight is
 // read once per kQuantMmaRows rows, decoded to f16 in registers and multiplied with mma.sync
 // (m16n8k16, f16 inputs, fp32 sums): the weights are the A operand (16 rows an mma), the
-// activations B (8 rows an mma). The weights are rounded to f16 exactly as dequantize_rows
-// rounds them, so the product is the GEMM path's up to the order of the fp32 sums.
+// activations B (8 rows an mma).
+//
+// The decode runs in half precision: a code c becomes the half (c - bias) exactly and one f16
+// multiply (Q8_0, Q4_0, Q6_K) or fma (Q4_1, Q4_K, Q5_K) applies its run's scale and min, each
+// rounded to f16. Where the scale is itself an f16 (Q8_0, Q4_0) the weight is exactly
+// dequantize_rows' f16 copy; for the others it is within an f16 rounding of the run's scale
+// and min of it (2^-11 of |c scale| + |min|, once more than the copy).
 //
 // Geometry: a CTA of 8 warps owns 32 weight rows; its warps split the row's units
 // (formats.cuh) into contiguous ranges, and their fp32 partials are added in shared memory in a
@@ -31,7 +36,7 @@
 namespace llamaserve::cuda {
 
 // Activation rows one pass of the kernel multiplies; larger batches take several passes.
-inline constexpr int kQuantMmaRows = 32;
+inline constexpr int kQuantMmaRows = 64;
 
 struct QuantMmaArgs {
   DeviceMatrix w;                // quantized (quant_mma_supported)
