@@ -115,6 +115,20 @@ __global__ void __launch_bounds__(kThreads)
     }
 #pragma unroll
     for (int k = 0; k < F::kRuns; ++k) {
+      // The run's 16 activations of each row, two 16-byte loads: the first pair goes out before
+      // the weights are decoded, which hides its latency; with 8 tiles the second pair waits
+      // until then (registers).
+      const int col0 = F::run_base(u, k);
+      uint4 xa[NT], xb[NT];
+      auto load_x = [&](uint4(&v)[NT], int half) {
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+          const int64_t x_row = min(static_cast<int64_t>(8 * n + g), a.n_rows - 1) * a.x_stride;
+          v[n] = __ldg(reinterpret_cast<const uint4*>(x + x_row + col0) + half);
+        }
+      };
+      load_x(xa, 0);
+      if constexpr (NT <= 4) load_x(xb, 1);
       uint32_t w[kLaneRows][F::kRunLen / 2];
 #pragma unroll
       for (int i = 0; i < kLaneRows; ++i) {
@@ -122,23 +136,20 @@ __global__ void __launch_bounds__(kThreads)
         F::codes(raw[i], u, k, codes);
         decode_half_run<F>(codes, scale[i][k], min_value[i][k], w[i]);
       }
-      const int col0 = F::run_base(u, k);
+      if constexpr (NT > 4) load_x(xb, 1);
 #pragma unroll
       for (int s = 0; s < F::kRunLen / 4; ++s) {
-        uint32_t b[NT][2];
-#pragma unroll
-        for (int n = 0; n < NT; ++n) {
-          const int64_t x_row = min(static_cast<int64_t>(8 * n + g), a.n_rows - 1) * a.x_stride;
-          const uint2 v = __ldg(reinterpret_cast<const uint2*>(x + x_row + col0 + 4 * s));
-          b[n][0] = valid ? v.x : 0u;
-          b[n][1] = valid ? v.y : 0u;
-        }
 #pragma unroll
         for (int m = 0; m < 2; ++m) {
           const uint32_t frag[4] = {w[2 * m][2 * s], w[2 * m + 1][2 * s], w[2 * m][2 * s + 1],
                                     w[2 * m + 1][2 * s + 1]};
 #pragma unroll
-          for (int n = 0; n < NT; ++n) mma_16816(acc[m][n], frag, b[n][0], b[n][1]);
+          for (int n = 0; n < NT; ++n) {
+            const uint4& v = s < 2 ? xa[n] : xb[n];
+            const uint32_t b0 = (s & 1) == 0 ? v.x : v.z;
+            const uint32_t b1 = (s & 1) == 0 ? v.y : v.w;
+            mma_16816(acc[m][n], frag, valid ? b0 : 0u, valid ? b1 : 0u);
+          }
         }
       }
     }
@@ -220,9 +231,9 @@ Status quant_mma(const QuantMmaArgs& a, LaunchStream stream) {
   LS_CUDA_REQUIRE(quant_mma_supported(a.w.type) && a.w.quants != nullptr && a.x_half != nullptr);
   LS_CUDA_REQUIRE(a.y_half != nullptr ? a.y == nullptr && a.bias == nullptr && !a.accumulate
                                       : a.y != nullptr);
-  LS_CUDA_REQUIRE(a.n_rows >= 0 && a.x_stride >= a.w.cols && a.x_stride % 4 == 0 &&
+  LS_CUDA_REQUIRE(a.n_rows >= 0 && a.x_stride >= a.w.cols && a.x_stride % 8 == 0 &&
                   a.y_stride >= a.w.rows);
-  LS_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.x_half) % 8 == 0);
+  LS_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.x_half) % 16 == 0);
   if (a.n_rows == 0) return Status::ok();
   switch (a.w.type) {
     case TensorType::Q8_0: return launch_passes<TensorType::Q8_0>(a, stream);

@@ -22,7 +22,7 @@
 // lane % 4) of a warp loads unit 4t + q of rows g, g + 8, g + 16 and g + 24, and feeds its
 // elements to the mma k-slots 2q, 2q + 1, 2q + 8, 2q + 9 four at a time: the k dimension is the
 // row's elements in an order of the units' making, and the activations are read in that same
-// order (four consecutive elements of a run per load).
+// order (a run's 16 consecutive elements in two 16-byte loads).
 #pragma once
 
 #include <cstdint>
@@ -40,8 +40,8 @@ inline constexpr int kQuantMmaRows = 64;
 
 struct QuantMmaArgs {
   DeviceMatrix w;                // quantized (quant_mma_supported)
-  const void* x_half = nullptr;  // f16, row b at x_half + b * x_stride elements
-  int64_t x_stride = 0;          // elements; a multiple of 4, >= w.cols
+  const void* x_half = nullptr;  // f16, 16-byte aligned, row b at x_half + b * x_stride elements
+  int64_t x_stride = 0;          // elements; a multiple of 8, >= w.cols
   int64_t n_rows = 0;
   float* y = nullptr;  // y[b * y_stride + r]
   int64_t y_stride = 0;
