@@ -10,8 +10,10 @@
 namespace llamaserve::cuda {
 namespace {
 
-constexpr int kWarps = 8;
-constexpr int kThreads = 32 * kWarps;
+// Warps a CTA: 16 up to two tiles of activation rows (more loads in flight; their registers
+// allow it), 8 beyond.
+template <int NT>
+constexpr int kWarps = NT <= 2 ? 16 : 8;
 constexpr int kTileRows = 32;   // weight rows a CTA: two mma tiles of 16
 constexpr int kLaneRows = 4;    // rows a lane decodes: g, g + 8, g + 16, g + 24
 constexpr int kUnitsAStep = 4;  // one unit per lane of a quad
@@ -55,13 +57,13 @@ __device__ __forceinline__ void decode_half_run(const uint32_t (&codes)[4], __ha
 
 // One pass: the CTA's 32 weight rows times up to 8 * NT activation rows.
 template <TensorType T, int NT>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(32 * kWarps<NT>)
     quant_mma_kernel(const __grid_constant__ QuantMmaArgs a, int units, int steps) {
   using F = Format<T>;
   using Raw = typename F::Raw;
   static_assert(F::kRunLen == 16);
   // The warps' partial sums of one m tile at a time: [warp][n tile, fragment value][lane].
-  __shared__ float partial[kWarps][NT * 4][32];
+  __shared__ float partial[kWarps<NT>][NT * 4][32];
   pdl_launch_dependents();
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -72,8 +74,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int i = 0; i < kLaneRows; ++i) rows[i] = min(row0 + g + 8 * i, a.w.rows - 1);
   // The warp's steps: a contiguous share of the row's units.
-  const int t_begin = static_cast<int>(static_cast<int64_t>(steps) * warp / kWarps);
-  const int t_end = static_cast<int>(static_cast<int64_t>(steps) * (warp + 1) / kWarps);
+  const int t_begin = static_cast<int>(static_cast<int64_t>(steps) * warp / kWarps<NT>);
+  const int t_end = static_cast<int>(static_cast<int64_t>(steps) * (warp + 1) / kWarps<NT>);
   auto load = [&](int t, Raw(&raw)[kLaneRows]) {
     const int u = min(kUnitsAStep * t + q, units - 1);
 #pragma unroll
@@ -167,12 +169,12 @@ __global__ void __launch_bounds__(kThreads)
       for (int j = 0; j < 4; ++j) partial[warp][n * 4 + j][lane] = acc[m][n][j];
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < NT * 4 * 32; idx += kThreads) {
+    for (int idx = threadIdx.x; idx < NT * 4 * 32; idx += 32 * kWarps<NT>) {
       const int value = idx >> 5;
       const int l = idx & 31;
       float sum = 0.0f;
 #pragma unroll
-      for (int wp = 0; wp < kWarps; ++wp) sum += partial[wp][value][l];
+      for (int wp = 0; wp < kWarps<NT>; ++wp) sum += partial[wp][value][l];
       const int n = value / 4;
       const int j = value % 4;
       const int64_t row = row0 + 16 * m + (l >> 2) + 8 * (j >> 1);
@@ -207,16 +209,17 @@ Status launch_passes(const QuantMmaArgs& args, LaunchStream stream) {
     }
     // Tiles of 8 activation rows: 5 and 7 run as 6 and 8 (fewer kernels to build).
     auto kernel = quant_mma_kernel<T, 8>;
+    int warps = kWarps<8>;
     switch ((pass.n_rows + 7) / 8) {
-      case 1: kernel = quant_mma_kernel<T, 1>; break;
-      case 2: kernel = quant_mma_kernel<T, 2>; break;
-      case 3: kernel = quant_mma_kernel<T, 3>; break;
-      case 4: kernel = quant_mma_kernel<T, 4>; break;
+      case 1: kernel = quant_mma_kernel<T, 1>, warps = kWarps<1>; break;
+      case 2: kernel = quant_mma_kernel<T, 2>, warps = kWarps<2>; break;
+      case 3: kernel = quant_mma_kernel<T, 3>, warps = kWarps<3>; break;
+      case 4: kernel = quant_mma_kernel<T, 4>, warps = kWarps<4>; break;
       case 5:
-      case 6: kernel = quant_mma_kernel<T, 6>; break;
+      case 6: kernel = quant_mma_kernel<T, 6>, warps = kWarps<6>; break;
       default: break;
     }
-    LS_CUDA_CHECK(launch_kernel(kernel, static_cast<unsigned>(ctas), kThreads, 0, stream, pass,
+    LS_CUDA_CHECK(launch_kernel(kernel, static_cast<unsigned>(ctas), 32 * warps, 0, stream, pass,
                                 static_cast<int>(units), static_cast<int>(steps)));
   }
   return Status::ok();
