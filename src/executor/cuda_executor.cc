@@ -109,7 +109,7 @@ class CudaExecutor final : public Executor, public CudaPart {
   // The whole model on this device alone (not a pipeline stage or a tensor-parallel rank):
   // only then are the final hidden states all here.
   bool whole_model() const {
-    return !options_.all_reduce && range_.begin == 0 &&
+    return !options_.rank_sum && range_.begin == 0 &&
            range_.end == static_cast<int32_t>(model_->config.n_layer) && range_.embeddings &&
            range_.head;
   }
@@ -117,7 +117,9 @@ class CudaExecutor final : public Executor, public CudaPart {
   // `hidden`.
   Status run_hidden_piece(const Batch& piece, float* hidden);
   // Whether this part computes logits: the last pipeline stage, the primary TP rank.
-  bool has_head() const { return range_.head && options_.primary_rank; }
+  bool has_head() const {
+    return range_.head && (!options_.rank_sum || options_.rank_sum->primary());
+  }
   std::string role() const;
   // What both split choices read of `piece`, the GPU and the limits (attention_splits.h).
   AttentionSplitShape split_shape(const Batch& piece) const;
@@ -165,7 +167,7 @@ std::string CudaExecutor::role() const {
   if (range_.begin != 0 || range_.end != n_layer) {
     role += fmt::format(", layers {}-{}", range_.begin, range_.end - 1);
   }
-  if (options_.all_reduce) role += options_.primary_rank ? ", primary TP rank" : ", TP rank";
+  if (options_.rank_sum) role += options_.rank_sum->primary() ? ", primary TP rank" : ", TP rank";
   if (limits_.half_sums) role += ", GEMM partials summed as halves";
   return role;
 }
@@ -210,7 +212,7 @@ Result<int32_t> CudaExecutor::plan_kv_blocks() {
   limits_.gemm_scratch_elems = std::min(max_quantized, kMaxGemmScratchElems);
   limits_.max_matvec_rows =
       std::min<int64_t>(limits_.max_tokens, static_cast<int64_t>(options_.gemm_min_rows) - 1);
-  limits_.half_sums = options_.all_reduce && options_.tp_half_sums;
+  limits_.half_sums = options_.rank_sum && options_.rank_sum->half_sums();
 
   request_.range = range_;
   request_.limits = limits_;
@@ -260,11 +262,7 @@ Status CudaExecutor::init(int32_t kv_blocks) {
   cuda::CudaBackendOptions backend_options;
   backend_options.gemm_min_rows = options_.gemm_min_rows;
   backend_options.float_gemm_min_rows = options_.float_gemm_min_rows;
-  backend_options.all_reduce = options_.all_reduce;
-  backend_options.primary_rank = options_.primary_rank;
-  backend_options.half_sums = limits_.half_sums;
-  backend_options.peer_reduce = options_.peer_reduce;
-  backend_options.rank_barrier = options_.rank_barrier;
+  backend_options.rank_sum = options_.rank_sum;
   backend_options.tuning = options_.tuning;
   if (options_.tuning.op_times) {
     op_timer_ = std::make_unique<cuda::OpTimer>(options_.device);
@@ -272,7 +270,7 @@ Status CudaExecutor::init(int32_t kv_blocks) {
     backend_options.op_timer = op_timer_.get();
   }
   backend_ = std::make_unique<CudaBackend>(c, std::move(weights), cublas_, backend_options);
-  if (options_.all_reduce && options_.overlap_all_reduce) {
+  if (options_.rank_sum && options_.overlap_all_reduce) {
     // The highest priority: the all-reduce's blocks get SMs as soon as the running products
     // free any, instead of queueing behind the other half's whole GEMM.
     int least = 0, greatest = 0;
@@ -321,10 +319,8 @@ Status CudaExecutor::run_overlapped(const Batch& piece, const DeviceBatch& b) {
   auto reduce = [&](int p) -> Status {
     LS_CUDA_CHECK(cudaEventRecord(ready_[p], stream_));
     LS_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, ready_[p], 0));
-    if (options_.rank_barrier) LS_RETURN_IF_ERROR(options_.rank_barrier());
-    LS_RETURN_IF_ERROR(options_.all_reduce(acts[p].hidden,
-                                           static_cast<size_t>(part[p].n_tokens) * act_.embd_stride,
-                                           cuda::SumType::kF32, comm_stream_));
+    LS_RETURN_IF_ERROR(options_.rank_sum->sum_hidden(acts[p].hidden, part[p].n_tokens,
+                                                     act_.embd_stride, comm_stream_));
     LS_CUDA_CHECK(cudaEventRecord(reduced_[p], comm_stream_));
     return Status::ok();
   };
@@ -411,8 +407,7 @@ Status CudaExecutor::run_graph(const DeviceBatch& b, int32_t n_splits) {
   LS_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
   // The graph's kernels that wait for the other ranks are queued now: the ranks meet once
   // every one has queued its graph, before anything else (a first launch may load a kernel).
-  if (options_.rank_barrier) LS_RETURN_IF_ERROR(options_.rank_barrier());
-  return Status::ok();
+  return options_.rank_sum ? options_.rank_sum->meet() : Status::ok();
 }
 
 // One piece of at most max_batch_tokens rows; its logits go to `logits` (unless null) and

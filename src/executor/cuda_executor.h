@@ -13,8 +13,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "backend/cuda/peer_all_reduce.h"
-#include "backend/cuda/tp_sum.h"
+#include "backend/cuda/rank_sum.h"
 #include "backend/kernel_tuning.h"
 #include "backend/layer_range.h"
 #include "core/status.h"
@@ -22,9 +21,6 @@
 #include "model/weights.h"
 
 namespace llamaserve {
-
-// Sums `count` elements at `data` over the tensor-parallel ranks, in place, on `stream`.
-using RankAllReduceFn = cuda::AllReduceFn;
 
 struct CudaExecutorOptions {
   int device = 0;
@@ -46,26 +42,17 @@ struct CudaExecutorOptions {
   // Multi-GPU roles (multi_gpu_executor.h); the defaults make the whole-model executor.
   // A pipeline stage runs these layers only (embeddings and head where the range says).
   std::optional<LayerRange> layers;
-  // A tensor-parallel rank: the model is its shard; the partial sums of the attention output
-  // and FFN down projections are all-reduced through this. Only the primary rank adds the
-  // residual and computes logits.
-  RankAllReduceFn all_reduce;
-  bool primary_rank = true;
-  // With all_reduce: the partials of the GEMM output projections are summed as halves (f16, or
-  // bf16 for BF16 weights) instead of fp32 (CudaBackendOptions::half_sums).
-  bool tp_half_sums = true;
-  // With all_reduce, on devices with peer access: this rank's handles of the group's fused
-  // reductions (decode passes sum their output projections without a separate all-reduce;
-  // cuda_backend.h). Every rank of a group has them, or none.
-  cuda::PeerReduceView peer_reduce;
-  // With all_reduce, the ranks in this process: where they meet before queuing a kernel that
-  // waits for the others (parallel/rank_barrier.h); every rank of a group has it, or none.
-  std::function<Status()> rank_barrier;
+  // A tensor-parallel rank: the model is its shard, and the partial sums of the attention output
+  // and FFN down projections are summed over the ranks as this says (backend/cuda/rank_sum.h;
+  // parallel/rank_sum.h makes them from TpSums). Only the primary rank adds the residual and
+  // computes logits. Null: no ranks.
+  std::shared_ptr<const cuda::RankSum> rank_sum;
   // A tensor-parallel rank runs prompt passes of at least 256 rows in two halves, each half's
-  // all-reduce on a second, high-priority stream while the other half computes. Every rank of
-  // a group must agree (the NCCL calls differ). Off by default: on two H200s with the 7B shape
-  // a 512-row prompt ran slower this way (31.2k against 38.3k tok/s: the halves' GEMMs are
-  // less efficient, and the all-reduce's blocks wait for SMs the GEMMs hold).
+  // all-reduce (RankSum::sum_hidden) on a second, high-priority stream while the other half
+  // computes. Every rank of a group must agree (the NCCL calls differ). Off by default: on two
+  // H200s with the 7B shape a 512-row prompt ran slower this way (31.2k against 38.3k tok/s:
+  // the halves' GEMMs are less efficient, and the all-reduce's blocks wait for SMs the GEMMs
+  // hold).
   bool overlap_all_reduce = false;
   // Reports the weight upload (GGUF bytes uploaded so far of this part's tensors).
   LoadProgressFn on_upload_progress;

@@ -43,7 +43,6 @@ CudaExecutorOptions cuda_executor_options(const ExecutorOptions& options, int de
   if (options.max_seqs > 0) cuda.max_seqs = options.max_seqs;
   cuda.max_context_tokens = options.max_context_tokens;
   cuda.tuning = options.tuning;
-  cuda.tp_half_sums = options.tp_sums.half_gemm_sums;
   return cuda;
 }
 #endif

@@ -25,6 +25,7 @@
 #include "parallel/parallel_layout.h"
 #include "parallel/pipeline_split.h"
 #include "parallel/rank_barrier.h"
+#include "parallel/rank_sum.h"
 #include "parallel/stage_pipeline.h"
 #include "parallel/tp_rank.h"
 #include "parallel/tp_shard.h"
@@ -92,17 +93,6 @@ class Stage {
     }
   }
 
-  // With TpSumMode::kPeer small tensors (decode rows) through the peer-to-peer kernel; the rest
-  // (and everything otherwise) through NCCL.
-  Status all_reduce(int rank, void* data, size_t count, cuda::SumType type,
-                    cudaStream_t stream) const {
-    if (sums_ == TpSumMode::kPeer && peer_all_reduce_ && type == cuda::SumType::kF32 &&
-        count <= peer_all_reduce_->capacity()) {
-      return peer_all_reduce_->run(rank, static_cast<float*>(data), count, stream);
-    }
-    return nccl_all_reduce_sum(comms_[static_cast<size_t>(rank)], data, count, type, stream);
-  }
-
   // PRECONDITION: ranks.size() == the devices given; rank r runs on devices[r].
   void start(std::vector<std::unique_ptr<CudaPart>> ranks) {
     ranks_ = std::move(ranks);
@@ -111,13 +101,16 @@ class Stage {
     for (size_t r = 0; r < ranks_.size(); ++r) workers_.emplace_back([this, r] { work(r); });
   }
 
-  // Rank r's arrival before it queues a kernel that waits for the other ranks.
-  Status meet(int rank) { return barrier_.arrive(rank); }
-
-  // Rank r's handles of fused reductions (inactive unless TpSumMode::kFused found peer access).
-  cuda::PeerReduceView peer_reduce(int rank) const {
-    return sums_ == TpSumMode::kFused && peer_all_reduce_ ? peer_all_reduce_->view(rank)
-                                                          : cuda::PeerReduceView{};
+  // How rank r sums its partials over the stage's ranks: the stage's mode, on its
+  // communicator, peer-to-peer group and barrier. PRECONDITION: the stage has several ranks.
+  std::shared_ptr<const cuda::RankSum> rank_sum(int rank, bool half_gemm_sums) {
+    RankSumSetup setup;
+    setup.rank = rank;
+    setup.half_gemm_sums = half_gemm_sums;
+    setup.comm = &comms_[static_cast<size_t>(rank)];
+    setup.barrier = &barrier_;
+    setup.peer = peer_all_reduce_.get();
+    return make_rank_sum(sums_, setup);
   }
 
   const std::vector<std::unique_ptr<CudaPart>>& ranks() const { return ranks_; }
@@ -566,15 +559,7 @@ Result<std::unique_ptr<Executor>> create_multi_gpu_executor(
       part.device = layout.device(s, r);
       if (pp > 1) part.layers = ranges[static_cast<size_t>(s)];
       if (tp > 1) {
-        part.primary_rank = r == 0;
-        Stage* owner = stages[static_cast<size_t>(s)].get();
-        part.all_reduce = [owner, r](void* data, size_t count, cuda::SumType type,
-                                     cudaStream_t stream) {
-          return owner->all_reduce(r, data, count, type, stream);
-        };
-        part.peer_reduce = owner->peer_reduce(r);
-        part.tp_half_sums = options.tp_sums.half_gemm_sums;
-        part.rank_barrier = [owner, r] { return owner->meet(r); };
+        part.rank_sum = stages[static_cast<size_t>(s)]->rank_sum(r, options.tp_sums.half_gemm_sums);
       }
       // Parts on one device plan before any of them allocates: each gets its share.
       const int sharing = layout.parts_on(part.device);

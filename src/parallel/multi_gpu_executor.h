@@ -10,7 +10,8 @@
 //    passes run through the stages in turn.
 //  - Tensor parallel (--tp N): every rank of a stage holds a shard of the stage's layers
 //    (tp_shard.h); the partial sums of the attention output and FFN down projections are
-//    all-reduced with NCCL (one communicator per stage, one thread and stream per rank);
+//    summed over the ranks as MultiGpuOptions::tp_sums says (rank_sum.h: NCCL, one
+//    communicator per stage, and peer-to-peer reductions; one thread and stream per rank);
 //    embeddings and head are whole on every rank of the first / last stage and the primary
 //    rank (rank 0) adds the residual and computes the logits.
 //  - Both: a stage's output (the same on all its ranks after the last all-reduce) is read from
@@ -49,8 +50,8 @@ struct MultiGpuOptions {
   // device must not run at once).
   int32_t pipeline_micro_batches = 0;
   int32_t micro_batch_min_rows = 128;
-  // Tensor parallelism: how the ranks of a stage sum their partials (every rank's
-  // CudaExecutorOptions::tp_half_sums follows half_gemm_sums).
+  // Tensor parallelism: how the ranks of a stage sum their partials (each rank's
+  // CudaExecutorOptions::rank_sum, rank_sum.h).
   TpSums tp_sums;
 };
 

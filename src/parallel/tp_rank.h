@@ -1,8 +1,8 @@
 // What makes a process's GPU a tensor-parallel rank, shared by the executor whose ranks are
 // threads of one process (multi_gpu_executor.cc) and the one whose ranks are processes
 // (distributed_tp.cc), so that both build the same parts: the shard comes from tp_shard.h,
-// and the partial sums meet in one NCCL all-reduce per projection. Built only with
-// LLAMASERVE_CUDA.
+// and the partial sums meet in NCCL all-reduces (the ways of summing: rank_sum.h). Built only
+// with LLAMASERVE_CUDA.
 #pragma once
 
 #include <cstddef>
@@ -11,7 +11,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
-#include "backend/cuda/tp_sum.h"
+#include "backend/cuda/rank_sum.h"
 #include "core/status.h"
 #include "model/weights.h"
 

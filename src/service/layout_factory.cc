@@ -140,6 +140,7 @@ Result<std::unique_ptr<Executor>> create_tp_rank0_executor(std::shared_ptr<const
   group.listen_host = process.listen_host;
   group.port = process.listen_port;
   group.device = device;
+  group.half_gemm_sums = options.tp_sums.half_gemm_sums;
   group.rendezvous_timeout = std::chrono::milliseconds(process.rendezvous_timeout_ms);
   group.on_listening = process.on_listening;
   return create_distributed_tp_executor(std::move(model), cuda, group);

@@ -49,7 +49,6 @@ TEST_F(MultiGpuTest, TensorParallelPromptHalvesMatchOneGpu) {
       base.max_seqs = 16;
       base.max_context_tokens = 512;
       base.overlap_all_reduce = overlap;
-      base.tp_half_sums = false;
       MultiGpuOptions multi;
       multi.tp_sums = {TpSumMode::kNccl, /*half_gemm_sums=*/false};
       multi.devices = tp == 2 ? std::vector<int>{0, 1} : std::vector<int>{0};

@@ -6,7 +6,6 @@
 
 #include "backend/cuda/act_quant.h"
 #include "backend/cuda/attention.h"
-#include "backend/cuda/check.h"
 #include "backend/cuda/dequant.h"
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/gemm.h"
@@ -30,7 +29,11 @@ bool CudaBackend::continues_gemm(const Projection& a, const Projection& b) {
 
 CudaBackend::CudaBackend(const ModelConfig& config, CudaWeights weights, cublasHandle_t cublas,
                          const CudaBackendOptions& options)
-    : config_(config), weights_(std::move(weights)), cublas_(cublas), options_(options) {}
+    : config_(config),
+      weights_(std::move(weights)),
+      cublas_(cublas),
+      options_(options),
+      rank_sum_(options.rank_sum ? options.rank_sum : std::make_shared<const OneRankSum>()) {}
 
 bool CudaBackend::uses_gemm(int64_t n_rows, const DeviceMatrix& w) const {
   return n_rows >= (matvec_uses_q8(w.type) ? options_.gemm_min_rows : options_.float_gemm_min_rows);
@@ -137,84 +140,80 @@ Status CudaBackend::project(std::initializer_list<Projection> projections, const
   return flush();
 }
 
-bool CudaBackend::fuses_reduction(int64_t n_rows, const DeviceMatrix& w) const {
-  const PeerReduceView& v = options_.peer_reduce;
-  return v.active() && !uses_gemm(n_rows, w) && n_rows <= kMaxMatvecRows &&
-         n_rows * w.rows <= v.capacity;
-}
+// One block's output projection, in the forms RankSum::project may run it in.
+class CudaBackend::BlockOutput final : public OutputProjection {
+ public:
+  BlockOutput(const CudaBackend& backend, const CudaLayerWeights& layer, const DeviceMatrix& w,
+              const float* x, int64_t x_stride, int64_t n_rows, bool x_q8_ready,
+              CudaActivations& act, LaunchStream stream, const char* label,
+              std::optional<HalfType> x_half)
+      : backend_(backend),
+        layer_(layer),
+        w_(w),
+        x_(x),
+        x_stride_(x_stride),
+        n_rows_(n_rows),
+        x_q8_ready_(x_q8_ready),
+        act_(act),
+        stream_(stream),
+        label_(label),
+        x_half_(x_half) {}
 
-bool CudaBackend::sums_in_half(int64_t n_rows, const DeviceMatrix& w,
-                               const CudaActivations& act) const {
-  return options_.all_reduce && options_.half_sums && act.sum_half != nullptr &&
-         uses_gemm(n_rows, w);
-}
-
-bool CudaBackend::pulls_sums(int64_t n_rows, const CudaLayerWeights& w,
-                             const CudaActivations& act) const {
-  const PeerReduceView& v = options_.peer_reduce;
-  auto pulls = [&](const DeviceMatrix& m) {
-    const SumType type = !options_.half_sums          ? SumType::kF32
-                         : m.type == TensorType::BF16 ? SumType::kBF16
-                                                      : SumType::kF16;
-    return uses_gemm(n_rows, m) && type == v.pull_type;
-  };
-  return v.pull_fits(n_rows, act.embd_stride) && pulls(w.wo) && pulls(w.w_down);
-}
-
-Status CudaBackend::output_projection(const DeviceMatrix& w, const float* x, int64_t x_stride,
-                                      int64_t n_rows, bool x_q8_ready, CudaActivations& act,
-                                      LaunchStream stream, PendingSum* pending, bool pull,
-                                      std::optional<HalfType> x_half) const {
-  // This rank's partial alone, fp32 at y or halves at y_half: every rank adds the sum over the
-  // ranks to its own residual.
-  auto partial = [&](float* y, void* y_half) {
+  const DeviceMatrix& weights() const override { return w_; }
+  const CudaLayerWeights& layer() const override { return layer_; }
+  bool uses_gemm(const DeviceMatrix& w) const override { return backend_.uses_gemm(n_rows_, w); }
+  Status into_hidden(bool accumulate, const PeerReduceView* reduce) const override {
+    return backend_.project({{&w_, act_.hidden, act_.embd_stride, nullptr, accumulate, reduce}}, x_,
+                            x_stride_, n_rows_, x_q8_ready_, act_, stream_, x_half_);
+  }
+  Status gemm_partial(float* y, void* y_half) const override {
     GemmArgs g;
-    g.w = w;
-    g.x = x;
-    g.x_stride = x_stride;
-    g.n_rows = n_rows;
-    g.x_half_ready = x_half.has_value();
+    g.w = w_;
+    g.x = x_;
+    g.x_stride = x_stride_;
+    g.n_rows = n_rows_;
+    g.x_half_ready = x_half_.has_value();
     g.y = y;
     g.y_half = y_half;
-    g.y_stride = act.embd_stride;
-    return gemm(cublas_, g, act.gemm, stream);
-  };
-  if (pending != nullptr && pull) {
-    const PeerReduceView& v = options_.peer_reduce;
-    const int32_t slot = pending->pulled % 2;
-    const bool fp32 = v.pull_type == SumType::kF32;
-    LS_RETURN_IF_ERROR(partial(fp32 ? static_cast<float*>(v.pull_slot(slot)) : nullptr,
-                               fp32 ? nullptr : v.pull_slot(slot)));
-    LS_RETURN_IF_ERROR(peer_pull_signal(v, stream));
-    pending->kind = PendingSum::Kind::kPulled;
-    pending->slot = slot;
-    ++pending->pulled;
-    return Status::ok();
+    g.y_stride = act_.embd_stride;
+    return gemm(backend_.cublas_, g, act_.gemm, stream_);
   }
-  if (pending != nullptr && fuses_reduction(n_rows, w)) {
-    LS_RETURN_IF_ERROR(
-        project({{&w, act.hidden, act.embd_stride, nullptr, false, &options_.peer_reduce}}, x,
-                x_stride, n_rows, x_q8_ready, act, stream, x_half));
-    pending->kind = PendingSum::Kind::kFused;
-    return Status::ok();
-  }
-  if (pending != nullptr && sums_in_half(n_rows, w, act)) {
-    LS_RETURN_IF_ERROR(partial(nullptr, act.sum_half));
-    pending->kind = w.type == TensorType::BF16 ? PendingSum::Kind::kBF16 : PendingSum::Kind::kF16;
-    return Status::ok();
-  }
-  // Only the primary rank adds the residual: the sum over the ranks has it once.
-  return project({{&w, act.hidden, act.embd_stride, nullptr, options_.primary_rank}}, x, x_stride,
-                 n_rows, x_q8_ready, act, stream, x_half);
+  Status timed() const override { return backend_.timed(label_, stream_); }
+
+ private:
+  const CudaBackend& backend_;
+  const CudaLayerWeights& layer_;
+  const DeviceMatrix& w_;
+  const float* x_;
+  int64_t x_stride_;
+  int64_t n_rows_;
+  bool x_q8_ready_;
+  CudaActivations& act_;
+  LaunchStream stream_;
+  const char* label_;
+  std::optional<HalfType> x_half_;
+};
+
+Status CudaBackend::output_projection(const CudaLayerWeights& layer, const DeviceMatrix& w,
+                                      const float* x, int64_t x_stride, int64_t n_rows,
+                                      bool x_q8_ready, CudaActivations& act, LaunchStream stream,
+                                      PendingSum* pending, const char* label,
+                                      std::optional<HalfType> x_half) const {
+  const BlockOutput out(*this, layer, w, x, x_stride, n_rows, x_q8_ready, act, stream, label,
+                        x_half);
+  return rank_sum_->project(out, pending, sum_rows(n_rows, act, stream));
 }
 
-Status CudaBackend::run_layer(const DeviceBatch& b, int32_t layer, const CudaKvCache& kv,
-                              CudaActivations& act, int32_t n_splits, PendingSum& pending,
-                              LaunchStream stream) const {
-  LS_RETURN_IF_ERROR(attention_block(b, layer, kv, act, n_splits, stream, &pending));
-  LS_RETURN_IF_ERROR(sum_over_ranks(b.n_tokens, pending, act, stream));
-  LS_RETURN_IF_ERROR(ffn_block(b, layer, kv, act, stream, &pending));
-  return sum_over_ranks(b.n_tokens, pending, act, stream);
+SumRows CudaBackend::sum_rows(int64_t n_rows, CudaActivations& act, LaunchStream stream) const {
+  SumRows rows;
+  rows.hidden = act.hidden;
+  rows.half = act.sum_half;
+  rows.stride = act.embd_stride;
+  rows.n_rows = n_rows;
+  rows.n = config_.n_embd;
+  rows.stream = stream;
+  rows.op_timer = options_.op_timer;
+  return rows;
 }
 
 Status CudaBackend::attention_block(const DeviceBatch& b, int32_t layer, const CudaKvCache& kv,
@@ -296,9 +295,8 @@ Status CudaBackend::attention_block(const DeviceBatch& b, int32_t layer, const C
   at.out_q = wo_q8 ? act.q8 : Q8Rows{};
   LS_RETURN_IF_ERROR(attention(at, stream));
   LS_RETURN_IF_ERROR(timed("attention", stream));
-  LS_RETURN_IF_ERROR(output_projection(w.wo, act.attn, act.attn_stride, n, wo_q8, act, stream,
-                                       pending, pending != nullptr && pulls_sums(n, w, act)));
-  return timed("o-proj", stream);
+  return output_projection(w, w.wo, act.attn, act.attn_stride, n, wo_q8, act, stream, pending,
+                           "o-proj");
 }
 
 Status CudaBackend::ffn_block(const DeviceBatch& b, int32_t layer, const CudaKvCache& kv,
@@ -327,27 +325,8 @@ Status CudaBackend::ffn_block(const DeviceBatch& b, int32_t layer, const CudaKvC
                               down_half ? nullptr : act.gate, act.ff_stride, stream,
                               down_q8 ? act.q8 : Q8Rows{}, down_input));
   LS_RETURN_IF_ERROR(timed("silu", stream));
-  LS_RETURN_IF_ERROR(output_projection(w.w_down, act.gate, act.ff_stride, n, down_q8, act, stream,
-                                       pending, pending != nullptr && pulls_sums(n, w, act),
-                                       down_half));
-  return timed("down", stream);
-}
-
-Status CudaBackend::sum_over_ranks(int64_t n_rows, PendingSum pending, CudaActivations& act,
-                                   LaunchStream stream) const {
-  using Kind = PendingSum::Kind;
-  if (!options_.all_reduce || pending.with_peers()) {
-    return Status::ok();
-  }
-  const size_t count = static_cast<size_t>(n_rows * act.embd_stride);
-  LS_RETURN_IF_ERROR(meet_ranks(stream));
-  if (pending.kind == Kind::kNone) {
-    LS_RETURN_IF_ERROR(options_.all_reduce(act.hidden, count, SumType::kF32, stream));
-  } else {
-    LS_RETURN_IF_ERROR(options_.all_reduce(
-        act.sum_half, count, pending.kind == Kind::kBF16 ? SumType::kBF16 : SumType::kF16, stream));
-  }
-  return timed("all-reduce", stream);
+  return output_projection(w, w.w_down, act.gate, act.ff_stride, n, down_q8, act, stream, pending,
+                           "down", down_half);
 }
 
 Status CudaBackend::forward(const DeviceBatch& b, const LayerRange& range, const CudaKvCache& kv,
@@ -365,29 +344,11 @@ Status CudaBackend::forward(const DeviceBatch& b, const LayerRange& range, const
   if (range.embeddings) LS_RETURN_IF_ERROR(embed(b, act, stream));
   PendingSum pending;
   for (int32_t layer = range.begin; layer < range.end; ++layer) {
-    LS_RETURN_IF_ERROR(run_layer(b, layer, kv, act, n_splits, pending, stream));
+    LS_RETURN_IF_ERROR(attention_block(b, layer, kv, act, n_splits, stream, &pending));
+    LS_RETURN_IF_ERROR(ffn_block(b, layer, kv, act, stream, &pending));
   }
-  using Kind = PendingSum::Kind;
-  if (pending.with_peers()) LS_RETURN_IF_ERROR(meet_ranks(stream));
-  switch (pending.kind) {
-    case Kind::kNone: return Status::ok();
-    case Kind::kFused:
-      LS_RETURN_IF_ERROR(peer_reduce_add(options_.peer_reduce, act.hidden, act.embd_stride,
-                                         b.n_tokens, config_.n_embd, stream));
-      return timed("all-reduce", stream);
-    case Kind::kPulled:
-      LS_RETURN_IF_ERROR(peer_pull_add(options_.peer_reduce, pending.slot, act.embd_stride,
-                                       act.hidden, act.embd_stride, b.n_tokens, config_.n_embd,
-                                       stream));
-      return timed("all-reduce", stream);
-    case Kind::kF16:
-    case Kind::kBF16:
-      LS_RETURN_IF_ERROR(add_half(act.hidden, act.embd_stride, act.sum_half, act.embd_stride,
-                                  pending.kind == Kind::kBF16 ? HalfType::kBF16 : HalfType::kF16,
-                                  b.n_tokens, config_.n_embd, stream));
-      return timed("residual", stream);
-  }
-  return Status::ok();
+  // What the last block's sum over the ranks may still owe act.hidden.
+  return rank_sum_->finish(pending, sum_rows(b.n_tokens, act, stream));
 }
 
 Status CudaBackend::norm_hidden(const float* weight, int64_t n_rows, bool q8, CudaActivations& act,
@@ -407,29 +368,10 @@ Status CudaBackend::norm_hidden(const float* weight, int64_t n_rows, bool q8, Cu
     norm.y = nullptr;
     norm.y_half = HalfRows{act.gemm.act_half, gemm_act_half_stride(config_.n_embd), *half};
   }
-  using Kind = PendingSum::Kind;
-  const Kind kind = pending != nullptr ? pending->kind : Kind::kNone;
-  if (kind == Kind::kFused) {
-    norm.reduce = options_.peer_reduce;
-  } else if (kind == Kind::kPulled) {
-    norm.reduce = options_.peer_reduce;
-    norm.pull_slot = pending->slot;
-    norm.residual_stride = act.embd_stride;
-  } else if (kind != Kind::kNone) {
-    norm.half_residual = act.sum_half;
-    norm.half_residual_bf16 = kind == Kind::kBF16;
-    norm.residual_stride = act.embd_stride;
+  if (pending != nullptr) {
+    LS_RETURN_IF_ERROR(rank_sum_->consume(*pending, sum_rows(n_rows, act, stream), norm));
   }
-  if (pending != nullptr) pending->kind = Kind::kNone;
-  if (norm.reduce.active()) LS_RETURN_IF_ERROR(meet_ranks(stream));
   return rmsnorm(norm, stream);
-}
-
-Status CudaBackend::meet_ranks(cudaStream_t stream) const {
-  if (!options_.rank_barrier) return Status::ok();
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  LS_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  return capture == cudaStreamCaptureStatusNone ? options_.rank_barrier() : Status::ok();
 }
 
 Status CudaBackend::embed(const DeviceBatch& b, CudaActivations& act,

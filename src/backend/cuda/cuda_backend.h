@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <optional>
@@ -19,7 +18,7 @@
 #include "backend/cuda/norm.h"
 #include "backend/cuda/op_timer.h"
 #include "backend/cuda/peer_all_reduce.h"
-#include "backend/cuda/tp_sum.h"
+#include "backend/cuda/rank_sum.h"
 #include "backend/kernel_tuning.h"
 #include "backend/layer_range.h"
 #include "core/status.h"
@@ -35,27 +34,10 @@ struct CudaBackendOptions {
   // 4 rows 4.3 against 5.5, bench/results/2026-12-01-h200-quant-mma.md).
   int32_t gemm_min_rows = 5;
   int32_t float_gemm_min_rows = 5;
-  // Tensor parallelism: the weights are one rank's shard (heads and FFN columns), and after
-  // the attention output and FFN down projections the partial results are summed over the
-  // ranks. The primary rank adds its partial to the residual stream, the others write theirs
-  // alone, so that the sum is the residual plus every partial. Empty: one rank.
-  AllReduceFn all_reduce;
-  bool primary_rank = true;
-  // With all_reduce: output projections that run as GEMMs (prompts, larger batches) sum their
-  // partials in half precision (the GEMM's type: f16, bf16 for BF16 weights): every rank
-  // writes its partial as halves, the all-reduce moves half the bytes of fp32, and the next
-  // RMSNorm adds the sum to the residual stream. false: fp32 partials, the residual added to
-  // the primary rank's before the all-reduce.
-  bool half_sums = true;
-  // Tensor parallelism over peer-accessible devices (active when set): passes whose output
-  // projections run as matvecs sum them through fused reductions instead of all_reduce (the
-  // projection writes its partial into every rank's inbox, the next RMSNorm adds them up;
-  // peer_all_reduce.h). Every rank of the group must have it, or none.
-  PeerReduceView peer_reduce;
-  // Tensor-parallel ranks of one process: called before queuing a kernel that waits for the
-  // other ranks (a consuming RMSNorm or add, all_reduce), outside graph capture; every rank
-  // calls it as often (parallel/rank_barrier.h says why). Empty: no such meeting.
-  std::function<Status()> rank_barrier;
+  // Tensor parallelism: the weights are one rank's shard (heads and FFN columns), and the
+  // partial results of the attention output and FFN down projections are summed over the
+  // ranks as this strategy says (rank_sum.h). Null: one GPU (OneRankSum).
+  std::shared_ptr<const RankSum> rank_sum;
   // When set, an event after each operation (op_timer.h); eager passes only.
   OpTimer* op_timer = nullptr;
   // The kernels' settings: whether launches use programmatic dependent launch (tuning.pdl,
@@ -83,30 +65,12 @@ class CudaBackend {
   // (tensor-parallel prompts overlapping one range's all-reduce with another's products):
   // the embeddings of the batch's tokens into act.hidden; a layer's attention block (norm,
   // Q/K/V, RoPE and KV write, attention, output projection added to act.hidden) and its FFN
-  // block (norm, gate/up, SwiGLU, down projection added to act.hidden), each without the
-  // all-reduce that follows it under tensor parallelism (options().all_reduce, the caller's).
+  // block (norm, gate/up, SwiGLU, down projection added to act.hidden).
   Status embed(const DeviceBatch& batch, CudaActivations& act, cudaStream_t stream) const;
-  //
-  //
-  // What act.hidden still lacks after a block under tensor parallelism, and how many pulled
-  // sums the pass has made (their slots alternate):
-  struct PendingSum {
-    enum class Kind {
-      kNone,
-      kFused,   // the ranks' partials of a fused reduction (peer_all_reduce.h)
-      kPulled,  // the ranks' partials of a pulled sum, in `slot` (peer_all_reduce.h)
-      kF16,     // the sum of the ranks' partials, as halves in act.sum_half (half_sums)
-      kBF16,    // the same in bf16
-    };
-    Kind kind = Kind::kNone;
-    int32_t slot = 0;
-    int32_t pulled = 0;
-    // The partials are still in the ranks' own memory: their consumer waits for the peers.
-    bool with_peers() const { return kind == Kind::kFused || kind == Kind::kPulled; }
-  };
-  // `pending` (forward()'s own use): when given, the block may end its output projection
-  // without adding it to act.hidden (setting *pending) and must start by completing what
-  // *pending says. Without it, the output projection is added and the caller all-reduces.
+  // `pending` (forward()'s own use): when given, the block starts by completing what *pending
+  // says act.hidden lacks, and its output projection may leave its sum over the ranks pending
+  // (RankSum::project). Without it, the output projection is added to act.hidden and the caller
+  // sums act.hidden over the ranks (RankSum::sum_hidden).
   Status attention_block(const DeviceBatch& batch, int32_t layer, const CudaKvCache& kv,
                          CudaActivations& act, int32_t n_splits, cudaStream_t stream,
                          PendingSum* pending = nullptr) const;
@@ -133,13 +97,6 @@ class CudaBackend {
   Status timed(const char* label, cudaStream_t stream) const {
     return options_.op_timer != nullptr ? options_.op_timer->mark(label, stream) : Status::ok();
   }
-  // Before queuing a kernel that waits for the other ranks: options().rank_barrier, unless
-  // `stream` is being captured (the graph's launch meets the ranks instead).
-  Status meet_ranks(cudaStream_t stream) const;
-  // One layer; `pending` as for attention_block.
-  Status run_layer(const DeviceBatch& batch, int32_t layer, const CudaKvCache& kv,
-                   CudaActivations& act, int32_t n_splits, PendingSum& pending,
-                   LaunchStream stream) const;
   // One product y (+)= W x (+ bias) of a layer.
   struct Projection {
     const DeviceMatrix* w;
@@ -170,28 +127,19 @@ class CudaBackend {
   std::optional<HalfType> gemm_input(int64_t n_rows,
                                      std::initializer_list<const DeviceMatrix*> weights) const;
 
-  // Whether an output projection (w) of n_rows rows sums over the ranks by a fused reduction.
-  bool fuses_reduction(int64_t n_rows, const DeviceMatrix& w) const;
-  // Whether it sums its partials as halves (options_.half_sums) in act.sum_half.
-  bool sums_in_half(int64_t n_rows, const DeviceMatrix& w, const CudaActivations& act) const;
-  // Whether both output projections of layer weights `w` (n_rows rows) sum by pulled sums: both
-  // GEMMs whose partials' type is the peer group's, the rows within its slots.
-  bool pulls_sums(int64_t n_rows, const CudaLayerWeights& w, const CudaActivations& act) const;
-  // The output projection of a block: act.hidden (+)= w x. When `pending` is given, its partial
-  // may instead go to a pulled sum (`pull`, from pulls_sums), a fused reduction
-  // (fuses_reduction) or act.sum_half (sums_in_half), setting *pending.
-  Status output_projection(const DeviceMatrix& w, const float* x, int64_t x_stride, int64_t n_rows,
-                           bool x_q8_ready, CudaActivations& act, LaunchStream stream,
-                           PendingSum* pending, bool pull,
+  // The output projection of a block (w, one of `layer`'s), act.hidden (+)= w x over n_rows
+  // rows, run and summed over the ranks by the RankSum (`pending` as for attention_block);
+  // `label` times the product.
+  class BlockOutput;
+  Status output_projection(const CudaLayerWeights& layer, const DeviceMatrix& w, const float* x,
+                           int64_t x_stride, int64_t n_rows, bool x_q8_ready, CudaActivations& act,
+                           LaunchStream stream, PendingSum* pending, const char* label,
                            std::optional<HalfType> x_half = {}) const;
-  // Tensor parallelism, after an output projection: all-reduces act.hidden (kNone) or
-  // act.sum_half (kF16, kBF16); fused reductions and pulled sums need nothing here. No-op for
-  // one rank.
-  Status sum_over_ranks(int64_t n_rows, PendingSum pending, CudaActivations& act,
-                        LaunchStream stream) const;
+  // n_rows rows of act as the RankSum's calls take them.
+  SumRows sum_rows(int64_t n_rows, CudaActivations& act, LaunchStream stream) const;
   // act.normed = rmsnorm(act.hidden) with `weight` over n_rows rows, also as 8-bit blocks in
   // act.q8 when `q8` (the next products run as integer matvecs). With *pending, first adds
-  // what act.hidden lacks (and clears it).
+  // what act.hidden lacks (RankSum::consume, which clears it).
   // With `half`, the normalized rows go to act.gemm.act_half as those halves instead.
   Status norm_hidden(const float* weight, int64_t n_rows, bool q8, CudaActivations& act,
                      LaunchStream stream, PendingSum* pending = nullptr,
@@ -201,6 +149,7 @@ class CudaBackend {
   CudaWeights weights_;
   cublasHandle_t cublas_;
   CudaBackendOptions options_;
+  std::shared_ptr<const RankSum> rank_sum_;  // options_.rank_sum, or OneRankSum
 };
 
 }  // namespace llamaserve::cuda

@@ -30,7 +30,7 @@ struct CudaLimits {
   // blocks of quantized weights are sized for this many. 0: none (every product a GEMM).
   int64_t max_matvec_rows = 0;
   // A tensor-parallel rank summing its GEMM partials in half precision
-  // (CudaBackendOptions::half_sums): CudaActivations::sum_half is allocated.
+  // (RankSum::half_sums): CudaActivations::sum_half is allocated.
   bool half_sums = false;
 };
 

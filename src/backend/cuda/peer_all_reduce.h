@@ -42,7 +42,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/launch.h"
-#include "backend/cuda/tp_sum.h"
+#include "backend/cuda/rank_sum.h"
 #include "core/status.h"
 
 namespace llamaserve::cuda {

@@ -20,6 +20,7 @@
 #include "executor/batch_pieces.h"
 #include "executor/batch_validation.h"
 #include "parallel/distributed/model_fingerprint.h"
+#include "parallel/rank_sum.h"
 #include "parallel/tp_rank.h"
 #include "parallel/tp_shard.h"
 
@@ -33,7 +34,7 @@ constexpr milliseconds kGoodbyeTimeout{30000};
 static_assert(sizeof(ncclUniqueId) == kTpCommIdBytes, "the NCCL id travels as 128 bytes");
 
 // The options every rank's part must share, as rank 0 sends them, and back.
-TpSetup setup_of(const CudaExecutorOptions& o) {
+TpSetup setup_of(const CudaExecutorOptions& o, bool half_gemm_sums) {
   TpSetup s;
   s.kv_block_size = o.kv_block_size;
   s.max_batch_tokens = o.max_batch_tokens;
@@ -43,7 +44,7 @@ TpSetup setup_of(const CudaExecutorOptions& o) {
   s.gemm_min_rows = o.gemm_min_rows;
   s.float_gemm_min_rows = o.float_gemm_min_rows;
   s.cuda_graphs = o.cuda_graphs;
-  s.half_gemm_sums = o.tp_half_sums;
+  s.half_gemm_sums = half_gemm_sums;
   return s;
 }
 
@@ -56,11 +57,10 @@ void apply_setup(const TpSetup& s, CudaExecutorOptions& o) {
   o.gemm_min_rows = s.gemm_min_rows;
   o.float_gemm_min_rows = s.float_gemm_min_rows;
   o.cuda_graphs = s.cuda_graphs;
-  o.tp_half_sums = s.half_gemm_sums;
 }
 
-// One rank's NCCL communicator. The part's all-reduce hook reads it, so it exists (empty)
-// before the part and is filled in once every rank holds its weights.
+// One rank's NCCL communicator. The part's sums read it, so it exists (empty) before the part
+// and is filled in once every rank holds its weights.
 struct NcclComm {
   explicit NcclComm(int device) : device(device) {}
   NcclComm(const NcclComm&) = delete;
@@ -89,10 +89,16 @@ struct NcclComm {
     }
   }
 
-  RankAllReduceFn all_reduce_hook(std::shared_ptr<NcclComm> self) const {
-    return [self](void* data, size_t count, cuda::SumType type, cudaStream_t stream) {
-      return nccl_all_reduce_sum(self->comm, data, count, type, stream);
-    };
+  // How rank `rank`'s part sums its partials: NCCL alone, on this communicator (kept alive
+  // with the part).
+  static std::shared_ptr<const cuda::RankSum> rank_sum(std::shared_ptr<NcclComm> self, int rank,
+                                                       bool half_gemm_sums) {
+    RankSumSetup setup;
+    setup.rank = rank;
+    setup.half_gemm_sums = half_gemm_sums;
+    setup.comm = &self->comm;
+    setup.comm_owner = std::move(self);
+    return make_rank_sum(TpSumMode::kNccl, setup);
   }
 
   int device;
@@ -226,8 +232,8 @@ class DistributedTpExecutor final : public Executor {
 
   ~DistributedTpExecutor() override {
     if (stuck_) {
-      // abort_pass: nothing of the group can be joined or freed any more (the part's
-      // all-reduce hook keeps the communicator from being finished).
+      // abort_pass: nothing of the group can be joined or freed any more (the part's sums keep
+      // the communicator from being finished).
       (void)pass_.release();
       (void)part_.release();
       return;
@@ -363,9 +369,8 @@ Result<std::unique_ptr<Executor>> create_distributed_tp_executor(
   auto comm = std::make_shared<NcclComm>(device);
   CudaExecutorOptions part_options = base;
   part_options.device = device;
-  part_options.primary_rank = true;
   part_options.layers.reset();
-  part_options.all_reduce = comm->all_reduce_hook(comm);
+  part_options.rank_sum = NcclComm::rank_sum(comm, 0, options.half_gemm_sums);
   LS_ASSIGN_OR_RETURN(std::unique_ptr<CudaPart> part, CudaPart::create(shard, part_options));
   LS_ASSIGN_OR_RETURN(std::unique_ptr<PassThread> pass, PassThread::create());
 
@@ -380,7 +385,8 @@ Result<std::unique_ptr<Executor>> create_distributed_tp_executor(
     coordinator->fail(status);
     return status;
   };
-  const TpGroupConfig group{world, model_fingerprint(*model), setup_of(part_options)};
+  const TpGroupConfig group{world, model_fingerprint(*model),
+                            setup_of(part_options, options.half_gemm_sums)};
   LS_RETURN_IF_ERROR(coordinator->accept_ranks(group, deadline()));
 
   auto own_blocks = part->plan_kv_blocks();
@@ -465,9 +471,8 @@ Status run_tp_worker(std::shared_ptr<const LoadedModel> model, const CudaExecuto
   CudaExecutorOptions part_options = base;
   apply_setup(link->setup(), part_options);
   part_options.device = device;
-  part_options.primary_rank = false;
   part_options.layers.reset();
-  part_options.all_reduce = comm->all_reduce_hook(comm);
+  part_options.rank_sum = NcclComm::rank_sum(comm, rank, link->setup().half_gemm_sums);
   auto created = CudaPart::create(shard, part_options);
   if (!created.is_ok()) return report(created.status());
   std::unique_ptr<CudaPart> part = std::move(created).value();

@@ -30,6 +30,9 @@ struct DistributedTpOptions {
   std::string listen_host;  // where the other ranks connect: "" = every interface
   int port = 29500;         // 0: any free port (tests; on_listening says which)
   int device = 0;           // this process's CUDA device
+  // The partials of the GEMM output projections are summed as halves (TpSums::half_gemm_sums;
+  // the other ranks take it from rank 0). The ranks sum through NCCL alone.
+  bool half_gemm_sums = true;
   // How long each phase of the rendezvous may take: every rank joining, planning, uploading
   // its weights (minutes for a large model), creating the communicator.
   std::chrono::milliseconds rendezvous_timeout{std::chrono::minutes(10)};

@@ -82,7 +82,7 @@ struct TpSetup {
   int32_t float_gemm_min_rows = 5;
   bool cuda_graphs = true;
   // The partials of the GEMM output projections are summed as halves (TpSums::half_gemm_sums,
-  // CudaExecutorOptions::tp_half_sums): every rank's all-reduces must carry the same type.
+  // RankSumSetup::half_gemm_sums): every rank's all-reduces must carry the same type.
   bool half_gemm_sums = true;
 
   bool operator==(const TpSetup&) const = default;
