@@ -48,8 +48,8 @@ __device__ __forceinline__ void decode_half_run(const uint32_t (&codes)[4], __ha
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       // Bytes 2h and 2h + 1 of the word under the exponent byte 0x64.
-      const __half2 q = __hsub2(
-          bits_half2(__byte_perm(codes[i], 0x64646464u, h == 0 ? 0x5150u : 0x5352u)), bias);
+      const __half2 q =
+          __hsub2(bits_half2(__byte_perm(codes[i], 0x64646464u, h == 0 ? 0x5150u : 0x5352u)), bias);
       w[2 * i + h] = half2_bits(F::kHasMin ? __hfma2(q, scale, min) : __hmul2(q, scale));
     }
   }
