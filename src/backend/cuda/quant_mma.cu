@@ -191,6 +191,15 @@ __global__ void __launch_bounds__(32 * kWarps<NT>)
   }
 }
 
+// One pass of up to 8 * NT activation rows, on kWarps<NT> warps a CTA.
+template <TensorType T, int NT>
+Status launch_pass(const QuantMmaArgs& pass, int64_t ctas, int64_t units, int64_t steps,
+                   LaunchStream stream) {
+  LS_CUDA_CHECK(launch_kernel(quant_mma_kernel<T, NT>, static_cast<unsigned>(ctas), 32 * kWarps<NT>,
+                              0, stream, pass, static_cast<int>(units), static_cast<int>(steps)));
+  return Status::ok();
+}
+
 template <TensorType T>
 Status launch_passes(const QuantMmaArgs& args, LaunchStream stream) {
   const int64_t units = args.w.cols / kUnitElems<T>;
@@ -208,19 +217,15 @@ Status launch_passes(const QuantMmaArgs& args, LaunchStream stream) {
       pass.y = args.y + first * args.y_stride;
     }
     // Tiles of 8 activation rows: 5 and 7 run as 6 and 8 (fewer kernels to build).
-    auto kernel = quant_mma_kernel<T, 8>;
-    int warps = kWarps<8>;
     switch ((pass.n_rows + 7) / 8) {
-      case 1: kernel = quant_mma_kernel<T, 1>, warps = kWarps<1>; break;
-      case 2: kernel = quant_mma_kernel<T, 2>, warps = kWarps<2>; break;
-      case 3: kernel = quant_mma_kernel<T, 3>, warps = kWarps<3>; break;
-      case 4: kernel = quant_mma_kernel<T, 4>, warps = kWarps<4>; break;
+      case 1: LS_RETURN_IF_ERROR((launch_pass<T, 1>(pass, ctas, units, steps, stream))); break;
+      case 2: LS_RETURN_IF_ERROR((launch_pass<T, 2>(pass, ctas, units, steps, stream))); break;
+      case 3: LS_RETURN_IF_ERROR((launch_pass<T, 3>(pass, ctas, units, steps, stream))); break;
+      case 4: LS_RETURN_IF_ERROR((launch_pass<T, 4>(pass, ctas, units, steps, stream))); break;
       case 5:
-      case 6: kernel = quant_mma_kernel<T, 6>, warps = kWarps<6>; break;
-      default: break;
+      case 6: LS_RETURN_IF_ERROR((launch_pass<T, 6>(pass, ctas, units, steps, stream))); break;
+      default: LS_RETURN_IF_ERROR((launch_pass<T, 8>(pass, ctas, units, steps, stream))); break;
     }
-    LS_CUDA_CHECK(launch_kernel(kernel, static_cast<unsigned>(ctas), 32 * warps, 0, stream, pass,
-                                static_cast<int>(units), static_cast<int>(steps)));
   }
   return Status::ok();
 }
