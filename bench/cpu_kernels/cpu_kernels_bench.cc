@@ -11,6 +11,7 @@
 //
 // Matvec: y = W x for W of 2048 × 2048 elements, rotating through enough matrices (> 64 MiB)
 // that the weights come from memory, not cache, as in a decode step. Threads: 1 and all cores.
+// Q4_0/Q4_1 matrices are packed as the CPU backend packs them (packed_q4.h).
 // Prompt: Y = W X for one such matrix and 64 tokens (the four-token kernels), one thread; each
 // tile of weight rows is read once for all 64 tokens, so the kernels' arithmetic sets the pace
 // rather than the memory.
@@ -48,9 +49,15 @@ cpu::CpuIsa setting_for(cpu::KernelIsa isa) {
 struct MatrixSet {
   std::vector<std::vector<uint8_t>> storage;
   std::vector<QTensor> tensors;
+  std::vector<cpu::PackedWeight> packed;  // one per tensor when the set is packed
+
+  cpu::MatmulOutput output(size_t i, float* y) const {
+    return {&tensors[i], y, kRows, nullptr, packed.empty() ? nullptr : &packed[i]};
+  }
 };
 
-MatrixSet make_matrices(TensorType type) {
+// The types the CPU backend packs (packed_q4.h) are packed as it does.
+MatrixSet make_matrices(TensorType type, ThreadPool& pool) {
   std::mt19937 rng(1);
   std::normal_distribution<float> dist(0.0f, 0.05f);
   std::vector<float> row(kCols);
@@ -79,6 +86,10 @@ MatrixSet make_matrices(TensorType type) {
     t.n_bytes = matrix_bytes;
     set.tensors.push_back(t);
   }
+  for (const QTensor& t : set.tensors) {
+    if (cpu::PackedWeight::packs(type))
+      set.packed.push_back(cpu::PackedWeight::pack(t, pool).value());
+  }
   return set;
 }
 
@@ -86,7 +97,7 @@ void BM_Matvec(benchmark::State& state, TensorType type, cpu::KernelIsa isa) {
   const int threads =
       state.range(0) == 0 ? ThreadPool::default_threads() : static_cast<int>(state.range(0));
   ThreadPool pool(threads);
-  MatrixSet set = make_matrices(type);
+  MatrixSet set = make_matrices(type, pool);
   std::vector<float> x(kCols), y(kRows);
   std::mt19937 rng(2);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -95,7 +106,7 @@ void BM_Matvec(benchmark::State& state, TensorType type, cpu::KernelIsa isa) {
   size_t next = 0;
   for (auto _ : state) {
     act.reset(x.data(), 1, kCols);
-    const cpu::MatmulOutput out[] = {{&set.tensors[next], y.data(), kRows}};
+    const cpu::MatmulOutput out[] = {set.output(next, y.data())};
     cpu::matmul(out, act, pool, isa);
     benchmark::DoNotOptimize(y.data());
     next = (next + 1) % set.tensors.size();
@@ -110,14 +121,14 @@ void BM_Matvec(benchmark::State& state, TensorType type, cpu::KernelIsa isa) {
 // them once per input for all its matrices.
 void BM_Prompt(benchmark::State& state, TensorType type, cpu::KernelIsa isa) {
   ThreadPool pool(1);
-  MatrixSet set = make_matrices(type);
+  MatrixSet set = make_matrices(type, pool);
   std::vector<float> x(kPromptTokens * kCols), y(kPromptTokens * kRows);
   std::mt19937 rng(3);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   for (float& v : x) v = dist(rng);
   cpu::ActCache act(kPromptTokens, kCols);
   act.reset(x.data(), kPromptTokens, kCols);
-  const cpu::MatmulOutput out[] = {{&set.tensors[0], y.data(), kRows}};
+  const cpu::MatmulOutput out[] = {set.output(0, y.data())};
   for (auto _ : state) {
     cpu::matmul(out, act, pool, isa);
     benchmark::DoNotOptimize(y.data());

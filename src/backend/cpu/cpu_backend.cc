@@ -1,6 +1,7 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 
 #include "backend/cpu/ops.h"
@@ -56,7 +57,28 @@ Result<std::unique_ptr<CpuBackend>> CpuBackend::create(std::shared_ptr<const Loa
       LS_RETURN_IF_ERROR(check_matmul_supported(*t));
     }
   }
-  return std::unique_ptr<CpuBackend>(new CpuBackend(std::move(model), pool, options));
+  std::unique_ptr<CpuBackend> backend(new CpuBackend(std::move(model), pool, options));
+  if (!options.reference_kernels) {
+    auto pack = [&](const QTensor& t) -> Status {
+      if (!PackedWeight::packs(t.type) || backend->packed_.contains(&t)) return Status::ok();
+      LS_ASSIGN_OR_RETURN(PackedWeight packed, PackedWeight::pack(t, *pool));
+      backend->packed_.emplace(&t, std::move(packed));
+      return Status::ok();
+    };
+    LS_RETURN_IF_ERROR(pack(w.output));
+    for (const LayerWeights& l : w.layers) {
+      for (const QTensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+        LS_RETURN_IF_ERROR(pack(*t));
+      }
+    }
+  }
+  return backend;
+}
+
+size_t CpuBackend::packed_bytes() const {
+  size_t bytes = 0;
+  for (const auto& [tensor, packed] : packed_) bytes += packed.bytes();
+  return bytes;
 }
 
 void CpuBackend::rmsnorm_rows(const float* x, const float* weight, float* y, int64_t n_rows) const {
@@ -81,7 +103,16 @@ void CpuBackend::project(std::span<const MatmulOutput> outputs, const float* x, 
     return;
   }
   act.act.reset(x, n_tokens, cols);
-  matmul(outputs, act.act, *pool_, kernel_isa_);
+  constexpr size_t kMaxOutputs = 3;  // Q/K/V
+  assert(outputs.size() <= kMaxOutputs);
+  MatmulOutput with_packed[kMaxOutputs];
+  const size_t n = std::min(outputs.size(), kMaxOutputs);
+  for (size_t i = 0; i < n; ++i) {
+    with_packed[i] = outputs[i];
+    const auto it = packed_.find(outputs[i].weight);
+    if (it != packed_.end()) with_packed[i].packed = &it->second;
+  }
+  matmul(std::span<const MatmulOutput>(with_packed, n), act.act, *pool_, kernel_isa_);
 }
 
 void CpuBackend::run_layer(const Batch& batch, int32_t layer, CpuKvCache& cache,

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/batch.h"
@@ -13,6 +14,7 @@
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/kv_cache.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/packed_q4.h"
 #include "backend/layer_range.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
@@ -50,7 +52,9 @@ struct CpuActivations {
 
 class CpuBackend {
  public:
-  // Checks that every weight has a CPU kernel; `pool` must outlive the backend.
+  // Checks that every weight has a CPU kernel and packs the Q4_0 / Q4_1 matrices (a copy of
+  // their bytes that the matrix products read instead of the file's; not with
+  // reference_kernels); `pool` must outlive the backend.
   static Result<std::unique_ptr<CpuBackend>> create(std::shared_ptr<const LoadedModel> model,
                                                     ThreadPool* pool,
                                                     const CpuBackendOptions& options);
@@ -60,6 +64,8 @@ class CpuBackend {
   // The instruction set of the matrix products, resolved once at creation (unused with
   // reference_kernels).
   KernelIsa kernel_isa() const { return kernel_isa_; }
+  // Bytes of the packed weight copies.
+  size_t packed_bytes() const;
 
   // Runs `range` over `batch`. With range.embeddings the token embeddings are the input,
   // otherwise act.hidden must hold the input rows (n_tokens × n_embd); act.hidden holds the
@@ -86,6 +92,7 @@ class CpuBackend {
   CpuBackendOptions options_;
   KernelIsa kernel_isa_;
   std::vector<float> inv_freq_;  // (rope_dim / 2)
+  std::unordered_map<const QTensor*, PackedWeight> packed_;
   AttentionShape attention_shape_;
 };
 

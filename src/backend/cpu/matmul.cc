@@ -15,8 +15,8 @@ constexpr MatmulKernel kAvx2Kernels[] = {
     {TensorType::F16, ActFormat::kF32, 1, dot_f16, dot_rows_f16},
     {TensorType::BF16, ActFormat::kF32, 1, dot_bf16, dot_rows_bf16},
     {TensorType::Q8_0, ActFormat::kQ8_32, 32, dot_q8_0, dot_rows_q8_0, dot_rows4_q8_0},
-    {TensorType::Q4_0, ActFormat::kQ8_32x2, 32, dot_q4_0, dot_rows_q4_0, dot_rows4_q4_0},
-    {TensorType::Q4_1, ActFormat::kQ8_32x2, 32, dot_q4_1, dot_rows_q4_1, dot_rows4_q4_1},
+    {TensorType::Q4_0, ActFormat::kQ8_32x2, 32, nullptr, nullptr, nullptr, packed_tile_q4_0},
+    {TensorType::Q4_1, ActFormat::kQ8_32x2, 32, nullptr, nullptr, nullptr, packed_tile_q4_1},
     {TensorType::Q4_K, ActFormat::kQ8_256, 256, dot_q4_k, dot_rows_q4_k, dot_rows4_q4_k},
     {TensorType::Q5_K, ActFormat::kQ8_256, 256, dot_q5_k, dot_rows_q5_k, dot_rows4_q5_k},
     {TensorType::Q6_K, ActFormat::kQ8_256, 256, dot_q6_k, dot_rows_q6_k, dot_rows4_q6_k},
@@ -33,10 +33,8 @@ constexpr MatmulKernel kAvx512Kernels[] = {
      dot_rows4_bf16_avx512},
     {TensorType::Q8_0, ActFormat::kQ8_32, 32, dot_q8_0_avx512, dot_rows_q8_0_avx512,
      dot_rows4_q8_0_avx512},
-    {TensorType::Q4_0, ActFormat::kQ8_32x2, 32, dot_q4_0_avx512, dot_rows_q4_0_avx512,
-     dot_rows4_q4_0_avx512},
-    {TensorType::Q4_1, ActFormat::kQ8_32x2, 32, dot_q4_1_avx512, dot_rows_q4_1_avx512,
-     dot_rows4_q4_1_avx512},
+    {TensorType::Q4_0, ActFormat::kQ8_32x2, 32, nullptr, nullptr, nullptr, packed_tile_q4_0_avx512},
+    {TensorType::Q4_1, ActFormat::kQ8_32x2, 32, nullptr, nullptr, nullptr, packed_tile_q4_1_avx512},
     {TensorType::Q4_K, ActFormat::kQ8_256, 256, dot_q4_k_avx512, dot_rows_q4_k_avx512,
      dot_rows4_q4_k_avx512},
     {TensorType::Q5_K, ActFormat::kQ8_256, 256, dot_q5_k_avx512, dot_rows_q5_k_avx512,
@@ -45,13 +43,18 @@ constexpr MatmulKernel kAvx512Kernels[] = {
      dot_rows4_q6_k_avx512},
 };
 
-// One ActCache serves both tables, and check_matmul_supported does not ask which one runs.
+// One ActCache serves both tables, check_matmul_supported does not ask which one runs, and
+// a PackedWeight serves both. A type has either row kernels or a packed-tile kernel.
 constexpr bool same_types_and_formats() {
   if (std::size(kAvx2Kernels) != std::size(kAvx512Kernels)) return false;
   for (size_t i = 0; i < std::size(kAvx2Kernels); ++i) {
     const MatmulKernel& a = kAvx2Kernels[i];
     const MatmulKernel& b = kAvx512Kernels[i];
-    if (a.type != b.type || a.act_format != b.act_format || a.block_elems != b.block_elems) {
+    if (a.type != b.type || a.act_format != b.act_format || a.block_elems != b.block_elems ||
+        (a.packed_tile != nullptr) != PackedWeight::packs(a.type) ||
+        (b.packed_tile != nullptr) != PackedWeight::packs(b.type) ||
+        (a.dot_rows != nullptr) == PackedWeight::packs(a.type) ||
+        (b.dot_rows != nullptr) == PackedWeight::packs(b.type)) {
       return false;
     }
   }
@@ -60,8 +63,8 @@ constexpr bool same_types_and_formats() {
 static_assert(same_types_and_formats());
 
 // Rows handled per pass over the tokens: small enough that the tile's weight bytes stay in
-// L1 while each activation row is read once per tile.
-constexpr int64_t kRowTile = 8;
+// L1 while each activation row is read once per tile; a packed tile's rows.
+constexpr int64_t kRowTile = kPackedRows;
 
 }  // namespace
 
@@ -132,57 +135,64 @@ void matmul(std::span<const MatmulOutput> outputs, ActCache& act, ThreadPool& po
     size_t act_stride;
     const uint8_t* weights;
     size_t weight_stride;
-    int64_t first_row;  // in the concatenated row space
+    int64_t first_tile;  // in the concatenated tile space
+    int64_t n_tiles;
   };
   // A handful of outputs share one input (Q/K/V, gate/up).
   constexpr size_t kMaxOutputs = 8;
   assert(outputs.size() <= kMaxOutputs);
   Prepared prepared[kMaxOutputs];
   const size_t n_outputs = std::min(outputs.size(), kMaxOutputs);
-  int64_t total_rows = 0;
+  int64_t total_tiles = 0;
   for (size_t i = 0; i < n_outputs; ++i) {
     const MatmulKernel* kernel = find_matmul_kernel(outputs[i].weight->type, isa);
     const QTensor& w = *outputs[i].weight;
+    assert((outputs[i].packed != nullptr) == (kernel->packed_tile != nullptr));
+    const int64_t n_tiles = (w.rows() + kRowTile - 1) / kRowTile;
     prepared[i] = {kernel,
                    act.rows(kernel->act_format, pool),
                    act_row_bytes(kernel->act_format, act.cols()),
                    static_cast<const uint8_t*>(w.data),
                    w.bytes_per_row(),
-                   total_rows};
-    total_rows += outputs[i].weight->rows();
+                   total_tiles,
+                   n_tiles};
+    total_tiles += n_tiles;
   }
   const int64_t n_tokens = act.n_tokens();
   const int64_t cols = act.cols();
-  pool.parallel_for(static_cast<size_t>(total_rows), kRowTile, [&](size_t begin, size_t end) {
+  pool.parallel_for(static_cast<size_t>(total_tiles), 1, [&](size_t begin, size_t end) {
     size_t o = 0;
-    for (int64_t row0 = static_cast<int64_t>(begin); row0 < static_cast<int64_t>(end);) {
-      while (row0 >= prepared[o].first_row + outputs[o].weight->rows()) ++o;
+    for (auto tile = static_cast<int64_t>(begin); tile < static_cast<int64_t>(end); ++tile) {
+      while (tile >= prepared[o].first_tile + prepared[o].n_tiles) ++o;
       const MatmulOutput& out = outputs[o];
       const Prepared& p = prepared[o];
-      const int64_t local0 = row0 - p.first_row;
-      const int64_t tile_end = std::min(
-          {local0 + kRowTile, out.weight->rows(), static_cast<int64_t>(end) - p.first_row});
-      const uint8_t* tile = p.weights + static_cast<size_t>(local0) * p.weight_stride;
-      int64_t t = 0;
-      if (p.kernel->dot_rows4 != nullptr) {
-        for (; t + 4 <= n_tokens; t += 4) {
-          p.kernel->dot_rows4(tile, p.weight_stride, tile_end - local0,
-                              p.act_rows + static_cast<size_t>(t) * p.act_stride, p.act_stride,
-                              cols, out.y + t * out.y_stride + local0, out.y_stride);
+      const int64_t local0 = (tile - p.first_tile) * kRowTile;
+      const int64_t n_rows = std::min(kRowTile, out.weight->rows() - local0);
+      float* y = out.y + local0;
+      if (out.packed != nullptr) {
+        p.kernel->packed_tile(out.packed->tile(tile - p.first_tile), out.packed->n_blocks(),
+                              p.act_rows, p.act_stride, n_tokens, y, out.y_stride, n_rows);
+      } else {
+        const uint8_t* w = p.weights + static_cast<size_t>(local0) * p.weight_stride;
+        int64_t t = 0;
+        if (p.kernel->dot_rows4 != nullptr) {
+          for (; t + 4 <= n_tokens; t += 4) {
+            p.kernel->dot_rows4(w, p.weight_stride, n_rows,
+                                p.act_rows + static_cast<size_t>(t) * p.act_stride, p.act_stride,
+                                cols, y + t * out.y_stride, out.y_stride);
+          }
         }
-      }
-      for (; t < n_tokens; ++t) {
-        const uint8_t* x = p.act_rows + static_cast<size_t>(t) * p.act_stride;
-        p.kernel->dot_rows(tile, p.weight_stride, tile_end - local0, x, cols,
-                           out.y + t * out.y_stride + local0);
+        for (; t < n_tokens; ++t) {
+          p.kernel->dot_rows(w, p.weight_stride, n_rows,
+                             p.act_rows + static_cast<size_t>(t) * p.act_stride, cols,
+                             y + t * out.y_stride);
+        }
       }
       if (out.bias) {
-        for (t = 0; t < n_tokens; ++t) {
-          float* y = out.y + t * out.y_stride;
-          for (int64_t r = local0; r < tile_end; ++r) y[r] += out.bias[r];
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          for (int64_t r = 0; r < n_rows; ++r) y[t * out.y_stride + r] += out.bias[local0 + r];
         }
       }
-      row0 = p.first_row + tile_end;
     }
   });
 }

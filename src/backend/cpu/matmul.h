@@ -2,8 +2,9 @@
 // of the CPU backend. Y[t, r] = Σ_c W[r, c] · X[t, c] (+ bias[r]).
 //
 // The activation rows are converted once per input into the 8-bit block form the weight
-// type's integer dot product consumes (ActCache), then every output row is one row-dot per
-// token, spread over the thread pool. Several matrices that read the same input (Q/K/V,
+// type's integer dot product consumes (ActCache), then the output rows go in tiles of eight
+// over the thread pool: one row-dot per row and token, or one packed-tile kernel for the
+// eight rows when the weight has a PackedWeight. Several matrices that read the same input (Q/K/V,
 // gate/up) run in one parallel region over their concatenated rows.
 //
 // Two kernel tables, AVX2 and AVX-512 (cpu_isa.h): the caller passes the KernelIsa its
@@ -17,6 +18,7 @@
 #include "backend/cpu/act_quant.h"
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/dot.h"
+#include "backend/cpu/packed_q4.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "model/weights.h"
@@ -24,6 +26,8 @@
 namespace llamaserve::cpu {
 
 // The dispatch table entry of one weight type.
+// Types in the file's row layout have dot and dot_rows (and maybe dot_rows4); the types
+// PackedWeight::packs have packed_tile only.
 struct MatmulKernel {
   TensorType type;
   ActFormat act_format;
@@ -31,6 +35,7 @@ struct MatmulKernel {
   RowDotFn dot;
   RowsDotFn dot_rows;
   Rows4DotFn dot_rows4 = nullptr;  // optional: four tokens per weight pass
+  PackedTileFn packed_tile = nullptr;
 };
 
 // The kernel of `type` in the table of `isa`, or nullptr when the CPU backend cannot multiply
@@ -71,11 +76,15 @@ struct MatmulOutput {
   float* y;               // y[t * y_stride + r]
   int64_t y_stride;
   const float* bias = nullptr;  // (rows) or nullptr
+  // The weight's rows interleaved, read instead of weight->data: required for the types
+  // PackedWeight::packs, and only for them.
+  const PackedWeight* packed = nullptr;
 };
 
 // Computes every output over the input held by `act` with the kernels of `isa`.
 // PRECONDITIONS: each weight's cols == act.cols(); each weight passed check_matmul_supported;
-// isa is kAvx2, or cpu_has_avx512_vnni().
+// each output of a type PackedWeight::packs has its `packed`; isa is kAvx2, or
+// cpu_has_avx512_vnni().
 void matmul(std::span<const MatmulOutput> outputs, ActCache& act, ThreadPool& pool, KernelIsa isa);
 
 // Plain reference: each output element through quant's dot_row on float activations.

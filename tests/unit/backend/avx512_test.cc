@@ -155,17 +155,22 @@ TEST(CpuIsa, TablesAgreeOnTypesAndFormats) {
     ASSERT_NE(avx512, nullptr);
     EXPECT_EQ(avx2->act_format, avx512->act_format) << type_name(type);
     EXPECT_EQ(avx2->block_elems, avx512->block_elems) << type_name(type);
-    EXPECT_NE(avx512->dot_rows4, nullptr) << type_name(type);
+    if (PackedWeight::packs(type)) {
+      EXPECT_NE(avx512->packed_tile, nullptr) << type_name(type);
+    } else {
+      EXPECT_NE(avx512->dot_rows4, nullptr) << type_name(type);
+    }
   }
   EXPECT_EQ(find_matmul_kernel(TensorType::Q2_K, KernelIsa::kAvx512Vnni), nullptr);
 }
 
 class Avx512KernelTest : public ::testing::TestWithParam<TensorType> {};
+class Avx512RowKernelTest : public ::testing::TestWithParam<TensorType> {};
 
-// Each kernel entry (one row, rows of one token, rows of four tokens) against the AVX2 one-row
-// kernel, bit for bit, and against the reference dot product of the activations the kernels
-// were given.
-TEST_P(Avx512KernelTest, RowKernelsEqualAvx2) {
+// Each kernel entry (one row, rows of one token, rows of four tokens) of the types in the
+// file's row layout against the AVX2 one-row kernel, bit for bit, and against the reference
+// dot product of the activations the kernels were given. (The packed types: MatmulEqualsAvx2.)
+TEST_P(Avx512RowKernelTest, RowKernelsEqualAvx2) {
   SKIP_WITHOUT_AVX512();
   const TensorType type = GetParam();
   const MatmulKernel* avx2 = find_matmul_kernel(type, KernelIsa::kAvx2);
@@ -225,7 +230,8 @@ TEST_P(Avx512KernelTest, RowKernelsEqualAvx2) {
 }
 
 // matmul over 1..5 tokens (four-token passes and the rest), two outputs sharing the input,
-// odd row counts, a bias and three threads: the same bits with either table.
+// odd row counts, a bias and three threads: the same bits with either table, the Q4 types
+// packed.
 TEST_P(Avx512KernelTest, MatmulEqualsAvx2) {
   SKIP_WITHOUT_AVX512();
   const TensorType type = GetParam();
@@ -246,6 +252,12 @@ TEST_P(Avx512KernelTest, MatmulEqualsAvx2) {
   const std::vector<float> bias = random_floats(11, rng, 1.0f);
   const std::vector<float> x = make_activations(cols, 10);
   ThreadPool pool(3);
+  std::vector<PackedWeight> packed;  // the types multiplied packed (packed_q4.h)
+  if (PackedWeight::packs(type)) {
+    packed.push_back(PackedWeight::pack(a, pool).value());
+    packed.push_back(PackedWeight::pack(b, pool).value());
+  }
+  const bool use_packed = !packed.empty();
   for (int64_t n_tokens = 1; n_tokens <= 5; ++n_tokens) {
     std::vector<float> y[2][2];  // [isa][output]
     for (int i = 0; i < 2; ++i) {
@@ -253,21 +265,28 @@ TEST_P(Avx512KernelTest, MatmulEqualsAvx2) {
       act.reset(x.data(), n_tokens, cols);
       y[i][0].assign(static_cast<size_t>(n_tokens * 37), 0.0f);
       y[i][1].assign(static_cast<size_t>(n_tokens * 11), 0.0f);
-      const MatmulOutput outputs[] = {{&a, y[i][0].data(), 37, nullptr},
-                                      {&b, y[i][1].data(), 11, bias.data()}};
+      const MatmulOutput outputs[] = {
+          {&a, y[i][0].data(), 37, nullptr, use_packed ? &packed[0] : nullptr},
+          {&b, y[i][1].data(), 11, bias.data(), use_packed ? &packed[1] : nullptr}};
       matmul(outputs, act, pool, i == 0 ? KernelIsa::kAvx2 : KernelIsa::kAvx512Vnni);
     }
     for (int o = 0; o < 2; ++o) {
       for (size_t k = 0; k < y[0][o].size(); ++k) {
         ASSERT_TRUE(same_bits(y[1][o][k], y[0][o][k]))
-            << type_name(type) << ", " << n_tokens << " tokens, output " << o << " element " << k
-            << ": " << y[1][o][k] << " vs " << y[0][o][k];
+            << type_name(type) << (use_packed ? " packed" : "") << ", " << n_tokens
+            << " tokens, output " << o << " element " << k << ": " << y[1][o][k] << " vs "
+            << y[0][o][k];
       }
     }
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, Avx512KernelTest, ::testing::ValuesIn(kWeightTypes),
+                         [](const auto& info) { return std::string(type_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(RowTypes, Avx512RowKernelTest,
+                         ::testing::ValuesIn(std::vector<TensorType>{
+                             TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0,
+                             TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}),
                          [](const auto& info) { return std::string(type_name(info.param)); });
 
 // --- Whole forward passes -----------------------------------------------------------------

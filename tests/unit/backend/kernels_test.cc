@@ -2,6 +2,7 @@
 // test the AVX2 kernels on every machine; avx512_test.cc compares the AVX-512 ones with them.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "backend/cpu/dot.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
+#include "backend/cpu/packed_q4.h"
 #include "backend/cpu/ref_kernels.h"
 #include "quant/quant.h"
 
@@ -59,6 +61,10 @@ double abs_dot(TensorType type, const void* w, const std::vector<float>& x) {
 const TensorType kWeightTypes[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16,
                                    TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1,
                                    TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+// The types with row kernels (the others are multiplied packed: PackedTest).
+const TensorType kRowTypes[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16,
+                                TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K,
+                                TensorType::Q6_K};
 
 // An awkward row length for the type: not a power of two, several blocks, a tail for the
 // float types.
@@ -125,7 +131,7 @@ TEST_P(DotTest, MatchesReferenceOnQuantizedActivations) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllTypes, DotTest, ::testing::ValuesIn(kWeightTypes),
+INSTANTIATE_TEST_SUITE_P(RowTypes, DotTest, ::testing::ValuesIn(kRowTypes),
                          [](const auto& info) { return std::string(type_name(info.param)); });
 
 class MatmulTest : public ::testing::TestWithParam<TensorType> {};
@@ -143,8 +149,14 @@ TEST_P(MatmulTest, MatchesReferenceMatmul) {
   ActCache act(8, cols);
   act.reset(x.data(), n_tokens, cols);
   std::vector<float> ya(n_tokens * 37), yb(n_tokens * 11);
-  const MatmulOutput outputs[] = {{&a.tensor, ya.data(), 37, nullptr},
-                                  {&b.tensor, yb.data(), 11, bias.data()}};
+  std::vector<PackedWeight> packed;
+  if (PackedWeight::packs(type)) {
+    packed.push_back(PackedWeight::pack(a.tensor, pool).value());
+    packed.push_back(PackedWeight::pack(b.tensor, pool).value());
+  }
+  const MatmulOutput outputs[] = {
+      {&a.tensor, ya.data(), 37, nullptr, packed.empty() ? nullptr : &packed[0]},
+      {&b.tensor, yb.data(), 11, bias.data(), packed.empty() ? nullptr : &packed[1]}};
   matmul(outputs, act, pool, KernelIsa::kAvx2);
 
   std::vector<float> ra(n_tokens * 37), rb(n_tokens * 11);
@@ -167,6 +179,68 @@ TEST_P(MatmulTest, MatchesReferenceMatmul) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest, ::testing::ValuesIn(kWeightTypes),
+                         [](const auto& info) { return std::string(type_name(info.param)); });
+
+class PackedTest : public ::testing::TestWithParam<TensorType> {};
+
+// Packed Q4 tiles (packed_q4.h): every row count's last tile (1, 8, 13 and 37 rows), odd block
+// counts, 1..9 tokens (four-token passes and the rest), two outputs sharing the input with a
+// bias, three threads. Each result is the exact dot product with the activations the kernel
+// saw up to float rounding, and a token's result does not depend on the tokens beside it.
+TEST_P(PackedTest, MatchesExactDotsAndIsTheSameForEveryBatch) {
+  const TensorType type = GetParam();
+  ThreadPool pool(3);
+  for (int64_t cols : {32, 96, 160, 32 * 23}) {
+    for (int64_t rows : {1, 8, 13, 37}) {
+      TestMatrix a = make_matrix(type, rows, cols, static_cast<uint32_t>(rows + cols));
+      TestMatrix b = make_matrix(type, 11, cols, 8);
+      const PackedWeight pa = PackedWeight::pack(a.tensor, pool).value();
+      const PackedWeight pb = PackedWeight::pack(b.tensor, pool).value();
+      ASSERT_EQ(pa.n_tiles(), (rows + 7) / 8);
+      const std::vector<float> bias = random_floats(11, 9);
+      const std::vector<float> x = random_floats(static_cast<size_t>(9 * cols), 10, 2.0f);
+      ActCache act(9, cols);
+      // Token t alone, for the comparison across batch sizes.
+      std::vector<float> alone_a(static_cast<size_t>(9 * rows)), alone_b(9 * 11);
+      for (int64_t t = 0; t < 9; ++t) {
+        act.reset(x.data() + t * cols, 1, cols);
+        const MatmulOutput outputs[] = {{&a.tensor, alone_a.data() + t * rows, rows, nullptr, &pa},
+                                        {&b.tensor, alone_b.data() + t * 11, 11, bias.data(), &pb}};
+        matmul(outputs, act, pool, KernelIsa::kAvx2);
+      }
+      for (int64_t n_tokens = 1; n_tokens <= 9; ++n_tokens) {
+        act.reset(x.data(), n_tokens, cols);
+        std::vector<float> ya(static_cast<size_t>(n_tokens * rows)), yb(n_tokens * 11);
+        const MatmulOutput outputs[] = {{&a.tensor, ya.data(), rows, nullptr, &pa},
+                                        {&b.tensor, yb.data(), 11, bias.data(), &pb}};
+        matmul(outputs, act, pool, KernelIsa::kAvx2);
+        const uint8_t* act_rows = act.rows(ActFormat::kQ8_32x2, pool);
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          const std::vector<float> seen = dequantize_act(
+              ActFormat::kQ8_32x2, act_rows + t * act_row_bytes(ActFormat::kQ8_32x2, cols), cols);
+          for (int64_t r = 0; r < rows; ++r) {
+            const float exact = dot_row(type, a.tensor.row(r), seen.data(), cols);
+            const double magnitude = abs_dot(type, a.tensor.row(r), seen);
+            const float got = ya[t * rows + r];
+            ASSERT_NEAR(got, exact, 2e-5 * magnitude + 1e-6)
+                << type_name(type) << " cols " << cols << " rows " << rows << " token " << t;
+            ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(alone_a[t * rows + r]))
+                << "token " << t << " of " << n_tokens << ", row " << r;
+          }
+          for (int64_t r = 0; r < 11; ++r) {
+            const float exact = dot_row(type, b.tensor.row(r), seen.data(), cols) + bias[r];
+            const double magnitude = abs_dot(type, b.tensor.row(r), seen);
+            ASSERT_NEAR(yb[t * 11 + r], exact, 2e-5 * magnitude + 1e-5) << t << " " << r;
+            ASSERT_EQ(std::bit_cast<uint32_t>(yb[t * 11 + r]),
+                      std::bit_cast<uint32_t>(alone_b[t * 11 + r]));
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Q4, PackedTest, ::testing::Values(TensorType::Q4_0, TensorType::Q4_1),
                          [](const auto& info) { return std::string(type_name(info.param)); });
 
 TEST(Matmul, UnsupportedTypeFailsLoudly) {

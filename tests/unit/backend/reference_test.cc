@@ -211,10 +211,13 @@ TEST_P(ReferenceTest, LogitsAndGreedyMatchTransformers) {
 // float activations and match as closely as the reference kernels).
 // Measured (max over prompts, relative logit error / absolute margin error): reference
 // kernels < 6e-4 / 0.015; fast F16 5e-4 / 0.009; fast Q8_0 1e-2 / 0.87 (logits near 100);
-// fast Q4_K + Q6_K 2.4e-2 / 0.39; fast qwen2 Q8_0 1.7e-2 / 0.2; SmolLM2 Q4_1 5.6e-2 / 0.64.
+// fast Q4_K + Q6_K 2.4e-2 / 0.39; fast qwen2 Q8_0 1.7e-2 / 0.2; SmolLM2 Q4_1 7.4e-2 / 0.45.
 // The SmolLM2 figure is what 8-bit activations do to that model, not a kernel error: llama.cpp
 // differs from float32 by 7.0e-2 on it (docs/cpu.md), and the fast kernels match the reference
-// kernels on the same 8-bit blocks to 2e-5 (kernels_test.cc, DotTest).
+// kernels on the same 8-bit blocks to 2e-5 (kernels_test.cc, DotTest and PackedTest). It moves
+// with the order of the float sums: the row-layout Q4_1 kernels gave 5.6e-2, the packed tiles
+// (packed_q4.h) 7.4e-2 on one prompt and 3.1e-2 on another, their logits 3% of the range
+// apart, as a last-bit difference flips the rounding of some 8-bit activation in a later layer.
 INSTANTIATE_TEST_SUITE_P(Fixtures, ReferenceTest,
                          ::testing::Values(Case{"tiny-llama-f16", true, 1e-3, 0.03},
                                            Case{"tiny-llama-f16", false, 1e-3, 0.03},
@@ -224,7 +227,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ReferenceTest,
                                            Case{"tiny-gqa-q4_k", false, 3e-2, 0.8},
                                            Case{"tiny-qwen2-q8_0", true, 1e-3, 0.03},
                                            Case{"tiny-qwen2-q8_0", false, 3e-2, 0.4},
-                                           Case{"smollm2-135m-q4_1", false, 7e-2, 1.0}),
+                                           Case{"smollm2-135m-q4_1", false, 8e-2, 1.0}),
                          case_name);
 
 }  // namespace

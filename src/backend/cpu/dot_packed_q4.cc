@@ -1,0 +1,113 @@
+// The AVX2 kernels of packed Q4_0 / Q4_1 tiles (packed_q4.h). Per block of 32 elements and
+// eight rows: four 32-byte loads, each split into its low and high nibbles, each nibble vector
+// multiplied (maddubs) with four activation bytes broadcast to every row's lane; the eight
+// int16 vectors are summed (|Σ| <= 8 * 2 * 15 * 127 < 2^15, no saturation) and widened once
+// (madd). Then per token: acc += (d * dx) * Σ and off += o * sx, o = m (Q4_1) or d (Q4_0,
+// whose -8 offset is applied once at the end: y = acc - 8 * off).
+#include <cstring>
+
+#include "backend/cpu/packed_q4.h"
+#include "backend/cpu/simd.h"
+
+namespace llamaserve::cpu {
+namespace {
+
+inline __m256i broadcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return _mm256_set1_epi32(v);
+}
+
+template <typename Block, int NT>
+inline void packed_tokens(const Block* w, int64_t n_blocks, const ActBlockQ8_32x2* const* x,
+                          __m256* out) {
+  const __m256i mask = _mm256_set1_epi8(0x0f);
+  __m256 acc[NT];
+  __m256 off[NT];
+  for (int t = 0; t < NT; ++t) {
+    acc[t] = _mm256_setzero_ps();
+    off[t] = _mm256_setzero_ps();
+  }
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const Block& blk = w[b];
+    const int64_t pair = b >> 1;
+    const int half = static_cast<int>(b & 1) * 16;
+    __m256i sums[NT];
+    for (int t = 0; t < NT; ++t) sums[t] = _mm256_setzero_si256();
+    for (int g = 0; g < 4; ++g) {
+      const __m256i q = load32(blk.qs + 32 * g);
+      const __m256i low = _mm256_and_si256(q, mask);
+      const __m256i high = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+      for (int t = 0; t < NT; ++t) {
+        const ActBlockQ8_32x2& p = x[t][pair];
+        sums[t] = _mm256_add_epi16(
+            sums[t], _mm256_maddubs_epi16(low, broadcast4(p.low + half + 4 * g)));
+        sums[t] = _mm256_add_epi16(
+            sums[t], _mm256_maddubs_epi16(high, broadcast4(p.high + half + 4 * g)));
+      }
+    }
+    const __m256 d = load_f16x8(&blk.d[0].bits);
+    __m256 o = d;
+    if constexpr (requires { blk.m; }) o = load_f16x8(&blk.m[0].bits);
+    for (int t = 0; t < NT; ++t) {
+      const ActBlockQ8_32x2& p = x[t][pair];
+      const __m256i s = _mm256_madd_epi16(sums[t], _mm256_set1_epi16(1));
+      const __m256 dx = _mm256_set1_ps(p.scale_sum[half / 8]);
+      acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(s), acc[t]);
+      off[t] = _mm256_fmadd_ps(o, _mm256_set1_ps(p.scale_sum[half / 8 + 1]), off[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) {
+    if constexpr (requires { w->m; }) {
+      out[t] = _mm256_add_ps(acc[t], off[t]);
+    } else {
+      out[t] = _mm256_fmadd_ps(_mm256_set1_ps(-8.0f), off[t], acc[t]);
+    }
+  }
+}
+
+inline void store_rows(__m256 v, float* y, int64_t n_rows) {
+  if (n_rows == kPackedRows) {
+    _mm256_storeu_ps(y, v);
+    return;
+  }
+  float all[kPackedRows];
+  _mm256_storeu_ps(all, v);
+  std::memcpy(y, all, static_cast<size_t>(n_rows) * sizeof(float));
+}
+
+template <typename Block>
+void packed_tile(const uint8_t* tile, int64_t n_blocks, const uint8_t* act, size_t act_stride,
+                 int64_t n_tokens, float* y, int64_t y_stride, int64_t n_rows) {
+  const auto* w = reinterpret_cast<const Block*>(tile);
+  auto row = [&](int64_t t) { return reinterpret_cast<const ActBlockQ8_32x2*>(act + t * act_stride); };
+  int64_t t = 0;
+  for (; t + 4 <= n_tokens; t += 4) {
+    const ActBlockQ8_32x2* x[4] = {row(t), row(t + 1), row(t + 2), row(t + 3)};
+    __m256 out[4];
+    packed_tokens<Block, 4>(w, n_blocks, x, out);
+    for (int i = 0; i < 4; ++i) store_rows(out[i], y + (t + i) * y_stride, n_rows);
+  }
+  for (; t < n_tokens; ++t) {
+    const ActBlockQ8_32x2* x = row(t);
+    __m256 out;
+    packed_tokens<Block, 1>(w, n_blocks, &x, &out);
+    store_rows(out, y + t * y_stride, n_rows);
+  }
+}
+
+}  // namespace
+
+void packed_tile_q4_0(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
+                      size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
+                      int64_t n_rows) {
+  packed_tile<PackedQ4_0Block>(tile, n_blocks, act, act_stride, n_tokens, y, y_stride, n_rows);
+}
+
+void packed_tile_q4_1(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
+                      size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
+                      int64_t n_rows) {
+  packed_tile<PackedQ4_1Block>(tile, n_blocks, act, act_stride, n_tokens, y, y_stride, n_rows);
+}
+
+}  // namespace llamaserve::cpu

@@ -1,0 +1,65 @@
+#include "backend/cpu/packed_q4.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cstdlib>
+#include <cstring>
+
+namespace llamaserve::cpu {
+namespace {
+
+constexpr size_t kAlign = 64;
+
+// Block b of the tile's rows r0.. (rows past `rows` stay zero: scale 0, quants 0).
+template <typename Src, typename Dst>
+void pack_block(const QTensor& w, int64_t r0, int64_t b, Dst& out) {
+  for (int64_t r = 0; r < kPackedRows && r0 + r < w.rows(); ++r) {
+    const Src& src = reinterpret_cast<const Src*>(w.row(r0 + r))[b];
+    out.d[r] = src.d;
+    if constexpr (requires { src.m; }) out.m[r] = src.m;
+    for (int g = 0; g < 4; ++g) std::memcpy(out.qs + 32 * g + 4 * r, src.qs + 4 * g, 4);
+  }
+}
+
+template <typename Src, typename Dst>
+void pack_tiles(const QTensor& w, int64_t n_blocks, uint8_t* data, ThreadPool& pool) {
+  const auto n_tiles = static_cast<size_t>((w.rows() + kPackedRows - 1) / kPackedRows);
+  pool.parallel_for(n_tiles, 4, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      auto* tile = reinterpret_cast<Dst*>(data) + i * static_cast<size_t>(n_blocks);
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        pack_block<Src>(w, static_cast<int64_t>(i) * kPackedRows, b, tile[b]);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void PackedWeight::Free::operator()(uint8_t* p) const { std::free(p); }
+
+Result<PackedWeight> PackedWeight::pack(const QTensor& w, ThreadPool& pool) {
+  assert(packs(w.type) && w.cols() % 32 == 0);
+  PackedWeight p;
+  p.type_ = w.type;
+  p.rows_ = w.rows();
+  p.n_blocks_ = w.cols() / 32;
+  const size_t block_bytes =
+      w.type == TensorType::Q4_0 ? sizeof(PackedQ4_0Block) : sizeof(PackedQ4_1Block);
+  p.tile_bytes_ = static_cast<size_t>(p.n_blocks_) * block_bytes;
+  const size_t bytes = (p.bytes() + kAlign - 1) / kAlign * kAlign;
+  p.data_.reset(static_cast<uint8_t*>(std::aligned_alloc(kAlign, bytes)));
+  if (!p.data_) {
+    return make_error(StatusCode::kResourceExhausted,
+                      "cannot allocate {} bytes for the packed rows of '{}'", bytes, w.name);
+  }
+  std::memset(p.data_.get(), 0, bytes);
+  if (w.type == TensorType::Q4_0) {
+    pack_tiles<BlockQ4_0, PackedQ4_0Block>(w, p.n_blocks_, p.data_.get(), pool);
+  } else {
+    pack_tiles<BlockQ4_1, PackedQ4_1Block>(w, p.n_blocks_, p.data_.get(), pool);
+  }
+  return p;
+}
+
+}  // namespace llamaserve::cpu
