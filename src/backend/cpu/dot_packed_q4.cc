@@ -40,10 +40,10 @@ inline void packed_tokens(const Block* w, int64_t n_blocks, const ActBlockQ8_32x
       const __m256i high = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
       for (int t = 0; t < NT; ++t) {
         const ActBlockQ8_32x2& p = x[t][pair];
-        sums[t] = _mm256_add_epi16(
-            sums[t], _mm256_maddubs_epi16(low, broadcast4(p.low + half + 4 * g)));
-        sums[t] = _mm256_add_epi16(
-            sums[t], _mm256_maddubs_epi16(high, broadcast4(p.high + half + 4 * g)));
+        sums[t] =
+            _mm256_add_epi16(sums[t], _mm256_maddubs_epi16(low, broadcast4(p.low + half + 4 * g)));
+        sums[t] = _mm256_add_epi16(sums[t],
+                                   _mm256_maddubs_epi16(high, broadcast4(p.high + half + 4 * g)));
       }
     }
     const __m256 d = load_f16x8(&blk.d[0].bits);
@@ -80,7 +80,9 @@ template <typename Block>
 void packed_tile(const uint8_t* tile, int64_t n_blocks, const uint8_t* act, size_t act_stride,
                  int64_t n_tokens, float* y, int64_t y_stride, int64_t n_rows) {
   const auto* w = reinterpret_cast<const Block*>(tile);
-  auto row = [&](int64_t t) { return reinterpret_cast<const ActBlockQ8_32x2*>(act + t * act_stride); };
+  auto row = [&](int64_t t) {
+    return reinterpret_cast<const ActBlockQ8_32x2*>(act + t * act_stride);
+  };
   int64_t t = 0;
   for (; t + 4 <= n_tokens; t += 4) {
     const ActBlockQ8_32x2* x[4] = {row(t), row(t + 1), row(t + 2), row(t + 3)};
@@ -98,15 +100,13 @@ void packed_tile(const uint8_t* tile, int64_t n_blocks, const uint8_t* act, size
 
 }  // namespace
 
-void packed_tile_q4_0(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
-                      size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
-                      int64_t n_rows) {
+void packed_tile_q4_0(const uint8_t* tile, int64_t n_blocks, const uint8_t* act, size_t act_stride,
+                      int64_t n_tokens, float* y, int64_t y_stride, int64_t n_rows) {
   packed_tile<PackedQ4_0Block>(tile, n_blocks, act, act_stride, n_tokens, y, y_stride, n_rows);
 }
 
-void packed_tile_q4_1(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
-                      size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
-                      int64_t n_rows) {
+void packed_tile_q4_1(const uint8_t* tile, int64_t n_blocks, const uint8_t* act, size_t act_stride,
+                      int64_t n_tokens, float* y, int64_t y_stride, int64_t n_rows) {
   packed_tile<PackedQ4_1Block>(tile, n_blocks, act, act_stride, n_tokens, y, y_stride, n_rows);
 }
 

@@ -19,8 +19,8 @@ LS_AVX512 inline __m256i broadcast4(const int8_t* p) {
 }
 
 template <typename Block, int NT>
-LS_AVX512 inline void packed_tokens(const Block* w, int64_t n_blocks, const ActBlockQ8_32x2* const* x,
-                          __m256* out) {
+LS_AVX512 inline void packed_tokens(const Block* w, int64_t n_blocks,
+                                    const ActBlockQ8_32x2* const* x, __m256* out) {
   const __m256i mask = _mm256_set1_epi8(0x0f);
   __m256 acc[NT];
   __m256 off[NT];
@@ -75,10 +75,13 @@ LS_AVX512 inline void store_rows(__m256 v, float* y, int64_t n_rows) {
 }
 
 template <typename Block>
-LS_AVX512 void packed_tile(const uint8_t* tile, int64_t n_blocks, const uint8_t* act, size_t act_stride,
-                 int64_t n_tokens, float* y, int64_t y_stride, int64_t n_rows) {
+LS_AVX512 void packed_tile(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
+                           size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
+                           int64_t n_rows) {
   const auto* w = reinterpret_cast<const Block*>(tile);
-  auto row = [&](int64_t t) { return reinterpret_cast<const ActBlockQ8_32x2*>(act + t * act_stride); };
+  auto row = [&](int64_t t) {
+    return reinterpret_cast<const ActBlockQ8_32x2*>(act + t * act_stride);
+  };
   int64_t t = 0;
   for (; t + 4 <= n_tokens; t += 4) {
     const ActBlockQ8_32x2* x[4] = {row(t), row(t + 1), row(t + 2), row(t + 3)};

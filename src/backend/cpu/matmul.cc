@@ -44,17 +44,14 @@ constexpr MatmulKernel kAvx512Kernels[] = {
 };
 
 // One ActCache serves both tables, check_matmul_supported does not ask which one runs, and
-// a PackedWeight serves both. A type has either row kernels or a packed-tile kernel.
+// a PackedWeight serves both. (That a type has either row kernels or a packed-tile kernel is
+// tested: function addresses are no constant expressions in every build.)
 constexpr bool same_types_and_formats() {
   if (std::size(kAvx2Kernels) != std::size(kAvx512Kernels)) return false;
   for (size_t i = 0; i < std::size(kAvx2Kernels); ++i) {
     const MatmulKernel& a = kAvx2Kernels[i];
     const MatmulKernel& b = kAvx512Kernels[i];
-    if (a.type != b.type || a.act_format != b.act_format || a.block_elems != b.block_elems ||
-        (a.packed_tile != nullptr) != PackedWeight::packs(a.type) ||
-        (b.packed_tile != nullptr) != PackedWeight::packs(b.type) ||
-        (a.dot_rows != nullptr) == PackedWeight::packs(a.type) ||
-        (b.dot_rows != nullptr) == PackedWeight::packs(b.type)) {
+    if (a.type != b.type || a.act_format != b.act_format || a.block_elems != b.block_elems) {
       return false;
     }
   }

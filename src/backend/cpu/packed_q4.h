@@ -51,7 +51,9 @@ class PackedWeight {
   int64_t rows() const { return rows_; }
   int64_t n_blocks() const { return n_blocks_; }  // per row
   int64_t n_tiles() const { return (rows_ + kPackedRows - 1) / kPackedRows; }
-  const uint8_t* tile(int64_t i) const { return data_.get() + static_cast<size_t>(i) * tile_bytes_; }
+  const uint8_t* tile(int64_t i) const {
+    return data_.get() + static_cast<size_t>(i) * tile_bytes_;
+  }
   size_t bytes() const { return static_cast<size_t>(n_tiles()) * tile_bytes_; }
 
  private:
@@ -73,12 +75,10 @@ using PackedTileFn = void (*)(const uint8_t* tile, int64_t n_blocks, const uint8
                               size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
                               int64_t n_rows);
 
-void packed_tile_q4_0(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
-                      size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
-                      int64_t n_rows);
-void packed_tile_q4_1(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
-                      size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
-                      int64_t n_rows);
+void packed_tile_q4_0(const uint8_t* tile, int64_t n_blocks, const uint8_t* act, size_t act_stride,
+                      int64_t n_tokens, float* y, int64_t y_stride, int64_t n_rows);
+void packed_tile_q4_1(const uint8_t* tile, int64_t n_blocks, const uint8_t* act, size_t act_stride,
+                      int64_t n_tokens, float* y, int64_t y_stride, int64_t n_rows);
 // The AVX-512 VNNI versions (vpdpbusd in place of maddubs + add + madd): the same int32 sums
 // and the same float operations, so the same bits. Only where cpu_has_avx512_vnni().
 void packed_tile_q4_0_avx512(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,

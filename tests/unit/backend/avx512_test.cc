@@ -155,9 +155,14 @@ TEST(CpuIsa, TablesAgreeOnTypesAndFormats) {
     ASSERT_NE(avx512, nullptr);
     EXPECT_EQ(avx2->act_format, avx512->act_format) << type_name(type);
     EXPECT_EQ(avx2->block_elems, avx512->block_elems) << type_name(type);
-    if (PackedWeight::packs(type)) {
-      EXPECT_NE(avx512->packed_tile, nullptr) << type_name(type);
-    } else {
+    for (const MatmulKernel* kernel : {avx2, avx512}) {
+      // Row kernels or a packed-tile kernel, as PackedWeight::packs says.
+      const bool packed = PackedWeight::packs(type);
+      EXPECT_EQ(kernel->packed_tile != nullptr, packed) << type_name(type);
+      EXPECT_EQ(kernel->dot != nullptr, !packed) << type_name(type);
+      EXPECT_EQ(kernel->dot_rows != nullptr, !packed) << type_name(type);
+    }
+    if (!PackedWeight::packs(type)) {
       EXPECT_NE(avx512->dot_rows4, nullptr) << type_name(type);
     }
   }
