@@ -11,7 +11,7 @@
 //
 // Matvec: y = W x for W of 2048 × 2048 elements, rotating through enough matrices (> 64 MiB)
 // that the weights come from memory, not cache, as in a decode step. Threads: 1 and all cores.
-// Q4_0/Q4_1 matrices are packed as the CPU backend packs them (packed_q4.h).
+// Q4_0/Q4_1 matrices are packed as the CPU backend packs them (packed_weight.h).
 // Prompt: Y = W X for one such matrix and 64 tokens (the four-token kernels), one thread; each
 // tile of weight rows is read once for all 64 tokens, so the kernels' arithmetic sets the pace
 // rather than the memory.
@@ -56,7 +56,7 @@ struct MatrixSet {
   }
 };
 
-// The types the CPU backend packs (packed_q4.h) are packed as it does.
+// The types the CPU backend packs (packed_weight.h) are packed as it does.
 MatrixSet make_matrices(TensorType type, ThreadPool& pool) {
   std::mt19937 rng(1);
   std::normal_distribution<float> dist(0.0f, 0.05f);

@@ -14,7 +14,7 @@
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/kv_cache.h"
 #include "backend/cpu/matmul.h"
-#include "backend/cpu/packed_q4.h"
+#include "backend/cpu/packed_weight.h"
 #include "backend/layer_range.h"
 #include "core/status.h"
 #include "core/thread_pool.h"

@@ -1,8 +1,8 @@
 // SIMD row dot products, one per weight type in the file's row layout: sum_i w[i] * x[i] over
 // one weight row and one activation row in the representation the type consumes
 // (act_quant.h). n is the row length in elements. Selected through the dispatch table in
-// matmul.cc, never called by name there. Q4_0 and Q4_1 are multiplied packed instead
-// (packed_q4.h).
+// matmul.cc, never called by name there. Q8_0, Q4_0 and Q4_1 are multiplied packed instead
+// (packed_weight.h).
 #pragma once
 
 #include <cstddef>
@@ -39,13 +39,6 @@ void dot_rows_f16(const uint8_t* w, size_t w_stride, int64_t n_rows, const void*
                   float* y);
 float dot_bf16(const void* w_row, const void* act_row, int64_t n);
 void dot_rows_bf16(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row,
-                   int64_t n, float* y);
-
-// Activation row: ActBlockQ8_32. PRECONDITION: n % 32 == 0.
-float dot_q8_0(const void* w_row, const void* act_row, int64_t n);
-void dot_rows4_q8_0(const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
-                    size_t act_stride, int64_t n, float* y, int64_t y_stride);
-void dot_rows_q8_0(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row,
                    int64_t n, float* y);
 
 // Activation row: ActBlockQ8_256. PRECONDITION: n % 256 == 0.

@@ -35,13 +35,6 @@ void dot_rows4_f16_avx512(const uint8_t* w, size_t w_stride, int64_t n_rows, con
 void dot_rows4_bf16_avx512(const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
                            size_t act_stride, int64_t n, float* y, int64_t y_stride);
 
-// Activation row: ActBlockQ8_32 (Q8_0). PRECONDITION: n % 32 == 0.
-float dot_q8_0_avx512(const void* w_row, const void* act_row, int64_t n);
-void dot_rows_q8_0_avx512(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row,
-                          int64_t n, float* y);
-void dot_rows4_q8_0_avx512(const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
-                           size_t act_stride, int64_t n, float* y, int64_t y_stride);
-
 // Activation row: ActBlockQ8_256. PRECONDITION: n % 256 == 0.
 float dot_q4_k_avx512(const void* w_row, const void* act_row, int64_t n);
 float dot_q5_k_avx512(const void* w_row, const void* act_row, int64_t n);

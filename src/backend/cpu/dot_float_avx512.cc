@@ -112,7 +112,7 @@ LS_AVX512 void rows_four(const uint8_t* w, size_t w_stride, int64_t n_rows, cons
 
 }  // namespace
 
-// Plain entry points (see dot_q8_0_avx512.cc), each passing on to its AVX-512 body.
+// Plain entry points (see dot_packed_avx512.cc), each passing on to its AVX-512 body.
 float dot_f32_avx512(const void* w_row, const void* act_row, int64_t n) {
   return dot_one<float, load_f32x16, load_f32x8, scalar_f32>(w_row, act_row, n);
 }

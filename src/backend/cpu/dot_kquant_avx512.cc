@@ -215,7 +215,7 @@ LS_AVX512 void rows4(const uint8_t* w, size_t w_stride, int64_t n_rows, const ui
 
 }  // namespace
 
-// Plain entry points (see dot_q8_0_avx512.cc), each passing on to its AVX-512 body.
+// Plain entry points (see dot_packed_avx512.cc), each passing on to its AVX-512 body.
 float dot_q4_k_avx512(const void* w_row, const void* act_row, int64_t n) {
   return dot1<BlockQ4_K, q4_k_row<1>>(w_row, act_row, n);
 }

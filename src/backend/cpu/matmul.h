@@ -18,7 +18,7 @@
 #include "backend/cpu/act_quant.h"
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/dot.h"
-#include "backend/cpu/packed_q4.h"
+#include "backend/cpu/packed_weight.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "model/weights.h"

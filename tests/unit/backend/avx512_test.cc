@@ -235,7 +235,7 @@ TEST_P(Avx512RowKernelTest, RowKernelsEqualAvx2) {
 }
 
 // matmul over 1..5 tokens (four-token passes and the rest), two outputs sharing the input,
-// odd row counts, a bias and three threads: the same bits with either table, the Q4 types
+// odd row counts, a bias and three threads: the same bits with either table, the packed types
 // packed.
 TEST_P(Avx512KernelTest, MatmulEqualsAvx2) {
   SKIP_WITHOUT_AVX512();
@@ -257,7 +257,7 @@ TEST_P(Avx512KernelTest, MatmulEqualsAvx2) {
   const std::vector<float> bias = random_floats(11, rng, 1.0f);
   const std::vector<float> x = make_activations(cols, 10);
   ThreadPool pool(3);
-  std::vector<PackedWeight> packed;  // the types multiplied packed (packed_q4.h)
+  std::vector<PackedWeight> packed;  // the types multiplied packed (packed_weight.h)
   if (PackedWeight::packs(type)) {
     packed.push_back(PackedWeight::pack(a, pool).value());
     packed.push_back(PackedWeight::pack(b, pool).value());
@@ -290,8 +290,8 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, Avx512KernelTest, ::testing::ValuesIn(kWeight
                          [](const auto& info) { return std::string(type_name(info.param)); });
 INSTANTIATE_TEST_SUITE_P(RowTypes, Avx512RowKernelTest,
                          ::testing::ValuesIn(std::vector<TensorType>{
-                             TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0,
-                             TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}),
+                             TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q4_K,
+                             TensorType::Q5_K, TensorType::Q6_K}),
                          [](const auto& info) { return std::string(type_name(info.param)); });
 
 // --- Whole forward passes -----------------------------------------------------------------

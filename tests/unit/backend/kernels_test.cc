@@ -12,7 +12,7 @@
 #include "backend/cpu/dot.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
-#include "backend/cpu/packed_q4.h"
+#include "backend/cpu/packed_weight.h"
 #include "backend/cpu/ref_kernels.h"
 #include "quant/quant.h"
 
@@ -63,8 +63,7 @@ const TensorType kWeightTypes[] = {TensorType::F32,  TensorType::F16,  TensorTyp
                                    TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
 // The types with row kernels (the others are multiplied packed: PackedTest).
 const TensorType kRowTypes[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16,
-                                TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K,
-                                TensorType::Q6_K};
+                                TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
 
 // An awkward row length for the type: not a power of two, several blocks, a tail for the
 // float types.
@@ -183,7 +182,7 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest, ::testing::ValuesIn(kWeightTypes)
 
 class PackedTest : public ::testing::TestWithParam<TensorType> {};
 
-// Packed Q4 tiles (packed_q4.h): every row count's last tile (1, 8, 13 and 37 rows), odd block
+// Packed tiles (packed_weight.h): every row count's last tile (1, 8, 13 and 37 rows), odd block
 // counts, 1..9 tokens (four-token passes and the rest), two outputs sharing the input with a
 // bias, three threads. Each result is the exact dot product with the activations the kernel
 // saw up to float rounding, and a token's result does not depend on the tokens beside it.
@@ -214,10 +213,11 @@ TEST_P(PackedTest, MatchesExactDotsAndIsTheSameForEveryBatch) {
         const MatmulOutput outputs[] = {{&a.tensor, ya.data(), rows, nullptr, &pa},
                                         {&b.tensor, yb.data(), 11, bias.data(), &pb}};
         matmul(outputs, act, pool, KernelIsa::kAvx2);
-        const uint8_t* act_rows = act.rows(ActFormat::kQ8_32x2, pool);
+        const ActFormat format = find_matmul_kernel(type, KernelIsa::kAvx2)->act_format;
+        const uint8_t* act_rows = act.rows(format, pool);
         for (int64_t t = 0; t < n_tokens; ++t) {
-          const std::vector<float> seen = dequantize_act(
-              ActFormat::kQ8_32x2, act_rows + t * act_row_bytes(ActFormat::kQ8_32x2, cols), cols);
+          const std::vector<float> seen =
+              dequantize_act(format, act_rows + t * act_row_bytes(format, cols), cols);
           for (int64_t r = 0; r < rows; ++r) {
             const float exact = dot_row(type, a.tensor.row(r), seen.data(), cols);
             const double magnitude = abs_dot(type, a.tensor.row(r), seen);
@@ -240,7 +240,8 @@ TEST_P(PackedTest, MatchesExactDotsAndIsTheSameForEveryBatch) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Q4, PackedTest, ::testing::Values(TensorType::Q4_0, TensorType::Q4_1),
+INSTANTIATE_TEST_SUITE_P(Packed, PackedTest,
+                         ::testing::Values(TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0),
                          [](const auto& info) { return std::string(type_name(info.param)); });
 
 TEST(Matmul, UnsupportedTypeFailsLoudly) {

@@ -216,7 +216,7 @@ TEST_P(ReferenceTest, LogitsAndGreedyMatchTransformers) {
 // differs from float32 by 7.0e-2 on it (docs/cpu.md), and the fast kernels match the reference
 // kernels on the same 8-bit blocks to 2e-5 (kernels_test.cc, DotTest and PackedTest). It moves
 // with the order of the float sums: the row-layout Q4_1 kernels gave 5.6e-2, the packed tiles
-// (packed_q4.h) 7.4e-2 on one prompt and 3.1e-2 on another, their logits 3% of the range
+// (packed_weight.h) 7.4e-2 on one prompt and 3.1e-2 on another, their logits 3% of the range
 // apart, as a last-bit difference flips the rounding of some 8-bit activation in a later layer.
 INSTANTIATE_TEST_SUITE_P(Fixtures, ReferenceTest,
                          ::testing::Values(Case{"tiny-llama-f16", true, 1e-3, 0.03},

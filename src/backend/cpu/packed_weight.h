@@ -1,5 +1,5 @@
-// Q4_0 and Q4_1 weights with their rows interleaved in tiles of eight, built once when a CPU
-// backend is created. In a tile's block b the eight rows' scales lie side by side and their
+// Q8_0, Q4_0 and Q4_1 weights with their rows interleaved in tiles of eight, built once when a
+// CPU backend is created. In a tile's block b the eight rows' scales lie side by side and their
 // quant bytes are interleaved four at a time, so that one 32-byte load holds four elements of
 // each of the eight rows: one integer multiply-add against four broadcast activation bytes
 // then advances all eight dot products, each in its own int32 lane. No horizontal sums, and one
@@ -23,17 +23,27 @@ constexpr int64_t kPackedRows = 8;
 
 // Block b of rows 8i..8i+7. qs: byte 32 * g + 4 * r + c holds row r's qs[4 * g + c], i.e.
 // element 4g + c in its low nibble and 16 + 4g + c in its high one (Q4 nibble order).
+// Act: the activation block the kernels read with it (act_quant.h).
 struct PackedQ4_0Block {
+  using Act = ActBlockQ8_32x2;
   Half d[kPackedRows];
   uint8_t qs[16 * kPackedRows];
 };
 struct PackedQ4_1Block {
+  using Act = ActBlockQ8_32x2;
   Half d[kPackedRows];
   Half m[kPackedRows];
   uint8_t qs[16 * kPackedRows];
 };
+// Q8_0: byte 32 * g + 4 * r + c holds row r's qs[4 * g + c], g < 8.
+struct PackedQ8_0Block {
+  using Act = ActBlockQ8_32;
+  Half d[kPackedRows];
+  int8_t qs[32 * kPackedRows];
+};
 static_assert(sizeof(PackedQ4_0Block) == kPackedRows * sizeof(BlockQ4_0));
 static_assert(sizeof(PackedQ4_1Block) == kPackedRows * sizeof(BlockQ4_1));
+static_assert(sizeof(PackedQ8_0Block) == kPackedRows * sizeof(BlockQ8_0));
 
 // The packed copy of one weight matrix: tiles of kPackedRows rows, the last one padded with
 // zero rows (scale 0), each tile its row's blocks in order.
@@ -41,7 +51,7 @@ class PackedWeight {
  public:
   // Whether `type` has a packed form.
   static constexpr bool packs(TensorType type) {
-    return type == TensorType::Q4_0 || type == TensorType::Q4_1;
+    return type == TensorType::Q4_0 || type == TensorType::Q4_1 || type == TensorType::Q8_0;
   }
 
   // PRECONDITION: packs(w.type), w.cols() % 32 == 0.
@@ -68,9 +78,9 @@ class PackedWeight {
 };
 
 // y[t * y_stride + r] = dot(row r of the tile, activation row t) for r < n_rows (<= 8) and
-// t < n_tokens; activation row t at act + t * act_stride in ActFormat::kQ8_32x2. Tokens go four
-// at a time through the weight bytes, then one at a time; each token's result is the same
-// either way.
+// t < n_tokens; activation row t at act + t * act_stride in ActFormat::kQ8_32x2 (Q4_0, Q4_1) or
+// kQ8_32 (Q8_0). Tokens go four at a time through the weight bytes, then one at a time; each
+// token's result is the same either way.
 using PackedTileFn = void (*)(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
                               size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
                               int64_t n_rows);
@@ -79,12 +89,17 @@ void packed_tile_q4_0(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
                       int64_t n_tokens, float* y, int64_t y_stride, int64_t n_rows);
 void packed_tile_q4_1(const uint8_t* tile, int64_t n_blocks, const uint8_t* act, size_t act_stride,
                       int64_t n_tokens, float* y, int64_t y_stride, int64_t n_rows);
+void packed_tile_q8_0(const uint8_t* tile, int64_t n_blocks, const uint8_t* act, size_t act_stride,
+                      int64_t n_tokens, float* y, int64_t y_stride, int64_t n_rows);
 // The AVX-512 VNNI versions (vpdpbusd in place of maddubs + add + madd): the same int32 sums
 // and the same float operations, so the same bits. Only where cpu_has_avx512_vnni().
 void packed_tile_q4_0_avx512(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
                              size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
                              int64_t n_rows);
 void packed_tile_q4_1_avx512(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
+                             size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
+                             int64_t n_rows);
+void packed_tile_q8_0_avx512(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
                              size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
                              int64_t n_rows);
 

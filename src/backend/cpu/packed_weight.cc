@@ -1,4 +1,4 @@
-#include "backend/cpu/packed_q4.h"
+#include "backend/cpu/packed_weight.h"
 
 #include <algorithm>
 #include <cassert>
@@ -17,7 +17,8 @@ void pack_block(const QTensor& w, int64_t r0, int64_t b, Dst& out) {
     const Src& src = reinterpret_cast<const Src*>(w.row(r0 + r))[b];
     out.d[r] = src.d;
     if constexpr (requires { src.m; }) out.m[r] = src.m;
-    for (int g = 0; g < 4; ++g) std::memcpy(out.qs + 32 * g + 4 * r, src.qs + 4 * g, 4);
+    constexpr int kGroups = sizeof(src.qs) / 4;  // 4 (Q4: 16 bytes a row) or 8 (Q8_0)
+    for (int g = 0; g < kGroups; ++g) std::memcpy(out.qs + 32 * g + 4 * r, src.qs + 4 * g, 4);
   }
 }
 
@@ -44,8 +45,9 @@ Result<PackedWeight> PackedWeight::pack(const QTensor& w, ThreadPool& pool) {
   p.type_ = w.type;
   p.rows_ = w.rows();
   p.n_blocks_ = w.cols() / 32;
-  const size_t block_bytes =
-      w.type == TensorType::Q4_0 ? sizeof(PackedQ4_0Block) : sizeof(PackedQ4_1Block);
+  const size_t block_bytes = w.type == TensorType::Q4_0   ? sizeof(PackedQ4_0Block)
+                             : w.type == TensorType::Q4_1 ? sizeof(PackedQ4_1Block)
+                                                          : sizeof(PackedQ8_0Block);
   p.tile_bytes_ = static_cast<size_t>(p.n_blocks_) * block_bytes;
   const size_t bytes = (p.bytes() + kAlign - 1) / kAlign * kAlign;
   p.data_.reset(static_cast<uint8_t*>(std::aligned_alloc(kAlign, bytes)));
@@ -56,8 +58,10 @@ Result<PackedWeight> PackedWeight::pack(const QTensor& w, ThreadPool& pool) {
   std::memset(p.data_.get(), 0, bytes);
   if (w.type == TensorType::Q4_0) {
     pack_tiles<BlockQ4_0, PackedQ4_0Block>(w, p.n_blocks_, p.data_.get(), pool);
-  } else {
+  } else if (w.type == TensorType::Q4_1) {
     pack_tiles<BlockQ4_1, PackedQ4_1Block>(w, p.n_blocks_, p.data_.get(), pool);
+  } else {
+    pack_tiles<BlockQ8_0, PackedQ8_0Block>(w, p.n_blocks_, p.data_.get(), pool);
   }
   return p;
 }

@@ -1,12 +1,13 @@
-// The AVX-512 VNNI kernels of packed Q4_0 / Q4_1 tiles: dot_packed_q4.cc's loop with each
-// nibble vector's multiply-add into int32 lanes done by one vpdpbusd. The int32 sums equal the
-// AVX2 kernel's (no saturation there), and the float operations are the same in the same order.
+// The AVX-512 VNNI kernels of packed tiles: dot_packed.cc's loops with each multiply-add into
+// int32 lanes done by one vpdpbusd (Q4: the nibble vectors; Q8_0: |q| against the activation
+// with q's sign). The int32 sums equal the AVX2 kernels' (no saturation there), and the float
+// operations are the same in the same order.
 // First: it includes immintrin.h in its own way (see there).
 #include "backend/cpu/simd_avx512.h"
 
 #include <cstring>
 
-#include "backend/cpu/packed_q4.h"
+#include "backend/cpu/packed_weight.h"
 #include "backend/cpu/simd.h"
 
 namespace llamaserve::cpu {
@@ -18,7 +19,7 @@ LS_AVX512 inline __m256i broadcast4(const int8_t* p) {
   return _mm256_set1_epi32(v);
 }
 
-template <typename Block, int NT>
+template <int NT, typename Block>
 LS_AVX512 inline void packed_tokens(const Block* w, int64_t n_blocks,
                                     const ActBlockQ8_32x2* const* x, __m256* out) {
   const __m256i mask = _mm256_set1_epi8(0x0f);
@@ -64,6 +65,35 @@ LS_AVX512 inline void packed_tokens(const Block* w, int64_t n_blocks,
   }
 }
 
+// Q8_0: signed weights, so each 32-byte group meets the activation bytes through |q| and the
+// activation with q's sign (|q| <= 128, |x| <= 127: a maddubs pair stays below 2^15, and the
+// pairs are widened at once). acc += (d * dx) * Σ.
+template <int NT>
+LS_AVX512 inline void packed_tokens(const PackedQ8_0Block* w, int64_t n_blocks,
+                                    const ActBlockQ8_32* const* x, __m256* out) {
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const PackedQ8_0Block& blk = w[b];
+    __m256i sums[NT];
+    for (int t = 0; t < NT; ++t) sums[t] = _mm256_setzero_si256();
+    for (int g = 0; g < 8; ++g) {
+      const __m256i q = load32(blk.qs + 32 * g);
+      const __m256i magnitude = _mm256_abs_epi8(q);
+      for (int t = 0; t < NT; ++t) {
+        sums[t] = _mm256_dpbusd_epi32(sums[t], magnitude,
+                                      _mm256_sign_epi8(broadcast4(x[t][b].qs + 4 * g), q));
+      }
+    }
+    const __m256 d = load_f16x8(&blk.d[0].bits);
+    for (int t = 0; t < NT; ++t) {
+      acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(x[t][b].d)),
+                               _mm256_cvtepi32_ps(sums[t]), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) out[t] = acc[t];
+}
+
 LS_AVX512 inline void store_rows(__m256 v, float* y, int64_t n_rows) {
   if (n_rows == kPackedRows) {
     _mm256_storeu_ps(y, v);
@@ -79,26 +109,27 @@ LS_AVX512 void packed_tile(const uint8_t* tile, int64_t n_blocks, const uint8_t*
                            size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
                            int64_t n_rows) {
   const auto* w = reinterpret_cast<const Block*>(tile);
-  auto row = [&](int64_t t) {
-    return reinterpret_cast<const ActBlockQ8_32x2*>(act + t * act_stride);
-  };
+  using Act = typename Block::Act;
+  auto row = [&](int64_t t) { return reinterpret_cast<const Act*>(act + t * act_stride); };
   int64_t t = 0;
   for (; t + 4 <= n_tokens; t += 4) {
-    const ActBlockQ8_32x2* x[4] = {row(t), row(t + 1), row(t + 2), row(t + 3)};
+    const Act* x[4] = {row(t), row(t + 1), row(t + 2), row(t + 3)};
     __m256 out[4];
-    packed_tokens<Block, 4>(w, n_blocks, x, out);
+    packed_tokens<4>(w, n_blocks, x, out);
     for (int i = 0; i < 4; ++i) store_rows(out[i], y + (t + i) * y_stride, n_rows);
   }
   for (; t < n_tokens; ++t) {
-    const ActBlockQ8_32x2* x = row(t);
+    const Act* x = row(t);
     __m256 out;
-    packed_tokens<Block, 1>(w, n_blocks, &x, &out);
+    packed_tokens<1>(w, n_blocks, &x, &out);
     store_rows(out, y + t * y_stride, n_rows);
   }
 }
 
 }  // namespace
 
+// The entry points are plain functions (no target attribute, so that their declarations in
+// packed_weight.h are ordinary ones); each passes straight on to its AVX-512 body.
 void packed_tile_q4_0_avx512(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
                              size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
                              int64_t n_rows) {
@@ -109,6 +140,12 @@ void packed_tile_q4_1_avx512(const uint8_t* tile, int64_t n_blocks, const uint8_
                              size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
                              int64_t n_rows) {
   packed_tile<PackedQ4_1Block>(tile, n_blocks, act, act_stride, n_tokens, y, y_stride, n_rows);
+}
+
+void packed_tile_q8_0_avx512(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
+                             size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
+                             int64_t n_rows) {
+  packed_tile<PackedQ8_0Block>(tile, n_blocks, act, act_stride, n_tokens, y, y_stride, n_rows);
 }
 
 }  // namespace llamaserve::cpu
