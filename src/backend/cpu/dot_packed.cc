@@ -12,6 +12,14 @@
 namespace llamaserve::cpu {
 namespace {
 
+// The tile bytes kPrefetchAhead past the block being multiplied, a block's worth of lines.
+// Prefetches do not fault, so running past the end of the packed matrix is harmless.
+template <typename B>
+inline void prefetch_ahead(const B& blk) {
+  const char* p = reinterpret_cast<const char*>(&blk) + kPrefetchAhead;
+  for (size_t o = 0; o < sizeof(B); o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+}
+
 inline __m256i broadcast4(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, sizeof v);
@@ -30,6 +38,7 @@ inline void packed_tokens(const Block* w, int64_t n_blocks, const ActBlockQ8_32x
   }
   for (int64_t b = 0; b < n_blocks; ++b) {
     const Block& blk = w[b];
+    prefetch_ahead(blk);
     const int64_t pair = b >> 1;
     const int half = static_cast<int>(b & 1) * 16;
     __m256i sums[NT];
@@ -76,6 +85,7 @@ inline void packed_tokens(const PackedQ8_0Block* w, int64_t n_blocks, const ActB
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < n_blocks; ++b) {
     const PackedQ8_0Block& blk = w[b];
+    prefetch_ahead(blk);
     __m256i sums[NT];
     for (int t = 0; t < NT; ++t) sums[t] = _mm256_setzero_si256();
     for (int g = 0; g < 8; ++g) {
