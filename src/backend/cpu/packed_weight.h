@@ -24,9 +24,10 @@ constexpr int64_t kPackedRows = 8;
 // How far ahead of the block being multiplied the kernels prefetch the tile bytes. A thread
 // streams its tiles front to back, and one core pulls memory faster with these requests in
 // flight than with the hardware prefetchers alone: SmolLM2 Q4_1 decode at one thread went from
-// 85-130 to 165-194 tok/s on a Xeon and +10-20% on an EPYC, with 1-16 KiB alike on the EPYC and
-// 4 KiB ahead of 1 KiB on the Xeon (docs/dev/cpu-experiments.md). Farther would mostly reach
-// into the next thread's tiles of the small matrices.
+// 85-130 to 165-194 tok/s on a Xeon, and on an EPYC the one-thread Q4_1 matrix-vector product
+// from 15 to 20 GB/s (decode 0-15%); 4 KiB ahead beat 1 KiB on the Xeon, 1-16 KiB were alike on
+// the EPYC (docs/dev/cpu-experiments.md). Farther would mostly reach into the next thread's
+// tiles of the small matrices.
 constexpr size_t kPrefetchAhead = 4096;
 
 // Block b of rows 8i..8i+7. qs: byte 32 * g + 4 * r + c holds row r's qs[4 * g + c], i.e.
