@@ -1,0 +1,199 @@
+// The kernels of packed tiles (packed_weight.h), written once for both instruction sets: the
+// two files that include this header, dot_packed.cc (AVX2) and dot_packed_avx512.cc (AVX-512
+// VNNI), define LS_PACKED_TARGET (the functions' target attribute, empty for AVX2),
+// LS_PACKED_VNNI (0 or 1: maddubs + madd, or vpdpbusd) and LS_PACKED_NAME(type) (the entry
+// points' names) before including it. Nothing else may include it. Every function here lives
+// in an anonymous namespace, so the two files' copies never meet at link time (simd_avx512.h
+// says why that matters).
+//
+// Q4_0 / Q4_1, per block of 32 elements and eight rows: four 32-byte loads, each split into
+// its low and high nibbles, each nibble vector multiplied with four activation bytes broadcast
+// to every row's lane. Then per token: acc += (d * dx) * Σ and off += o * sx, o = m (Q4_1) or d
+// (Q4_0, whose -8 offset is applied once at the end: y = acc - 8 * off). The int32 sums are the
+// same on both paths, and so are the float operations and their order: the same bits.
+#pragma once
+
+#include <cstring>
+
+#include "backend/cpu/packed_weight.h"
+#include "backend/cpu/simd.h"
+
+#if !defined(LS_PACKED_TARGET) || !defined(LS_PACKED_VNNI) || !defined(LS_PACKED_NAME)
+#error "define LS_PACKED_TARGET, LS_PACKED_VNNI and LS_PACKED_NAME before including this file"
+#endif
+
+namespace llamaserve::cpu {
+namespace {
+
+// The tile bytes kPrefetchAhead past the block being multiplied, a block's worth of lines.
+// Prefetches do not fault, so running past the end of the packed matrix is harmless.
+template <typename B>
+LS_PACKED_TARGET inline void prefetch_ahead(const B& blk) {
+  const char* p = reinterpret_cast<const char*>(&blk) + kPrefetchAhead;
+  for (size_t o = 0; o < sizeof(B); o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+}
+
+LS_PACKED_TARGET inline __m256i broadcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return _mm256_set1_epi32(v);
+}
+
+// Products of unsigned bytes u and signed bytes s summed over each four-byte group into the
+// running sums: int16 sums of maddubs pairs (AVX2; the Q4 tiles' eight steps of nibbles <= 15
+// against |s| <= 127 stay below 2^15) or int32 sums (VNNI).
+LS_PACKED_TARGET inline __m256i add_products(__m256i acc, __m256i u, __m256i s) {
+#if LS_PACKED_VNNI
+  return _mm256_dpbusd_epi32(acc, u, s);
+#else
+  return _mm256_add_epi16(acc, _mm256_maddubs_epi16(u, s));
+#endif
+}
+
+// add_products' sums as int32 per four-byte group (per row lane pair of int16 on AVX2).
+LS_PACKED_TARGET inline __m256i widen_sums(__m256i acc) {
+#if LS_PACKED_VNNI
+  return acc;
+#else
+  return _mm256_madd_epi16(acc, _mm256_set1_epi16(1));
+#endif
+}
+
+// The same into int32 sums at every step, for bytes whose pair sums reach 2^15 (Q8_0:
+// |q| <= 128 against |s| <= 127).
+LS_PACKED_TARGET inline __m256i add_products_i32(__m256i acc, __m256i u, __m256i s) {
+#if LS_PACKED_VNNI
+  return _mm256_dpbusd_epi32(acc, u, s);
+#else
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+#endif
+}
+
+template <int NT, typename Block>
+LS_PACKED_TARGET inline void packed_tokens(const Block* w, int64_t n_blocks, const ActBlockQ8_32x2* const* x,
+                          __m256* out) {
+  const __m256i mask = _mm256_set1_epi8(0x0f);
+  __m256 acc[NT];
+  __m256 off[NT];
+  for (int t = 0; t < NT; ++t) {
+    acc[t] = _mm256_setzero_ps();
+    off[t] = _mm256_setzero_ps();
+  }
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const Block& blk = w[b];
+    prefetch_ahead(blk);
+    const int64_t pair = b >> 1;
+    const int half = static_cast<int>(b & 1) * 16;
+    __m256i sums[NT];
+    for (int t = 0; t < NT; ++t) sums[t] = _mm256_setzero_si256();
+    for (int g = 0; g < 4; ++g) {
+      const __m256i q = load32(blk.qs + 32 * g);
+      const __m256i low = _mm256_and_si256(q, mask);
+      const __m256i high = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+      for (int t = 0; t < NT; ++t) {
+        const ActBlockQ8_32x2& p = x[t][pair];
+        sums[t] = add_products(sums[t], low, broadcast4(p.low + half + 4 * g));
+        sums[t] = add_products(sums[t], high, broadcast4(p.high + half + 4 * g));
+      }
+    }
+    const __m256 d = load_f16x8(&blk.d[0].bits);
+    __m256 o = d;
+    if constexpr (requires { blk.m; }) o = load_f16x8(&blk.m[0].bits);
+    for (int t = 0; t < NT; ++t) {
+      const ActBlockQ8_32x2& p = x[t][pair];
+      const __m256i s = widen_sums(sums[t]);
+      const __m256 dx = _mm256_set1_ps(p.scale_sum[half / 8]);
+      acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(s), acc[t]);
+      off[t] = _mm256_fmadd_ps(o, _mm256_set1_ps(p.scale_sum[half / 8 + 1]), off[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) {
+    if constexpr (requires { w->m; }) {
+      out[t] = _mm256_add_ps(acc[t], off[t]);
+    } else {
+      out[t] = _mm256_fmadd_ps(_mm256_set1_ps(-8.0f), off[t], acc[t]);
+    }
+  }
+}
+
+// Q8_0: signed weights, so each 32-byte group meets the activation bytes through |q| and the
+// activation with q's sign. acc += (d * dx) * Σ.
+template <int NT>
+LS_PACKED_TARGET inline void packed_tokens(const PackedQ8_0Block* w, int64_t n_blocks, const ActBlockQ8_32* const* x,
+                          __m256* out) {
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const PackedQ8_0Block& blk = w[b];
+    prefetch_ahead(blk);
+    __m256i sums[NT];
+    for (int t = 0; t < NT; ++t) sums[t] = _mm256_setzero_si256();
+    for (int g = 0; g < 8; ++g) {
+      const __m256i q = load32(blk.qs + 32 * g);
+      const __m256i magnitude = _mm256_abs_epi8(q);
+      for (int t = 0; t < NT; ++t) {
+        sums[t] = add_products_i32(sums[t], magnitude,
+                                   _mm256_sign_epi8(broadcast4(x[t][b].qs + 4 * g), q));
+      }
+    }
+    const __m256 d = load_f16x8(&blk.d[0].bits);
+    for (int t = 0; t < NT; ++t) {
+      acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(x[t][b].d)),
+                               _mm256_cvtepi32_ps(sums[t]), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) out[t] = acc[t];
+}
+
+LS_PACKED_TARGET inline void store_rows(__m256 v, float* y, int64_t n_rows) {
+  if (n_rows == kPackedRows) {
+    _mm256_storeu_ps(y, v);
+    return;
+  }
+  float all[kPackedRows];
+  _mm256_storeu_ps(all, v);
+  std::memcpy(y, all, static_cast<size_t>(n_rows) * sizeof(float));
+}
+
+template <typename Block>
+LS_PACKED_TARGET void packed_tile(const uint8_t* tile, int64_t n_blocks, const uint8_t* act, size_t act_stride,
+                 int64_t n_tokens, float* y, int64_t y_stride, int64_t n_rows) {
+  const auto* w = reinterpret_cast<const Block*>(tile);
+  using Act = typename Block::Act;
+  auto row = [&](int64_t t) { return reinterpret_cast<const Act*>(act + t * act_stride); };
+  int64_t t = 0;
+  for (; t + 4 <= n_tokens; t += 4) {
+    const Act* x[4] = {row(t), row(t + 1), row(t + 2), row(t + 3)};
+    __m256 out[4];
+    packed_tokens<4>(w, n_blocks, x, out);
+    for (int i = 0; i < 4; ++i) store_rows(out[i], y + (t + i) * y_stride, n_rows);
+  }
+  for (; t < n_tokens; ++t) {
+    const Act* x = row(t);
+    __m256 out;
+    packed_tokens<1>(w, n_blocks, &x, &out);
+    store_rows(out, y + t * y_stride, n_rows);
+  }
+}
+
+}  // namespace
+
+void LS_PACKED_NAME(q4_0)(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
+                          size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
+                          int64_t n_rows) {
+  packed_tile<PackedQ4_0Block>(tile, n_blocks, act, act_stride, n_tokens, y, y_stride, n_rows);
+}
+
+void LS_PACKED_NAME(q4_1)(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
+                          size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
+                          int64_t n_rows) {
+  packed_tile<PackedQ4_1Block>(tile, n_blocks, act, act_stride, n_tokens, y, y_stride, n_rows);
+}
+
+void LS_PACKED_NAME(q8_0)(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
+                          size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
+                          int64_t n_rows) {
+  packed_tile<PackedQ8_0Block>(tile, n_blocks, act, act_stride, n_tokens, y, y_stride, n_rows);
+}
+
+}  // namespace llamaserve::cpu
