@@ -1,4 +1,5 @@
-// Dot products of K-quant weights (Q4_K, Q5_K, Q6_K) with ActBlockQ8_256 rows. Per
+// Dot products of K-quant weights (Q5_K, Q6_K; Q4_K goes packed: dot_packed_body.h) with
+// ActBlockQ8_256 rows. Per
 // super-block: integer products scaled by the 6/8-bit sub-block scales in int32, then one
 // float multiply by d * dx; the mins/offsets use the activation's 16-element group sums.
 #include <cmath>
@@ -20,35 +21,6 @@ inline __m256i scaled_dot(__m256i q, const int8_t* x, uint8_t scale) {
 // The K-quant row kernels take NT activation rows (NT tokens): the weight bits of each block
 // are unpacked and its scales broadcast once, then multiplied with every token's bytes.
 // out[t] = Σ_i w[i] x_t[i].
-template <int NT>
-void q4_k_row(const BlockQ4_K* w, const ActBlockQ8_256* const* x, int64_t n_blocks, float* out) {
-  __m256 acc[NT];
-  float mins[NT] = {};
-  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    const ScalesMins sm = unpack_scales(w[b].scales);
-    __m256i sum[NT];
-    for (int t = 0; t < NT; ++t) sum[t] = _mm256_setzero_si256();
-    for (int c = 0; c < 4; ++c) {
-      const __m256i bytes = load32(w[b].qs + 32 * c);
-      const __m256i q0 = low_nibbles(bytes), q1 = high_nibbles(bytes);
-      for (int t = 0; t < NT; ++t) {
-        const int8_t* xq = x[t][b].qs + 64 * c;
-        sum[t] = _mm256_add_epi32(sum[t], scaled_dot(q0, xq, sm.scale[2 * c]));
-        sum[t] = _mm256_add_epi32(sum[t], scaled_dot(q1, xq + 32, sm.scale[2 * c + 1]));
-      }
-    }
-    const float d = to_f32(w[b].d), dmin = to_f32(w[b].dmin);
-    for (int t = 0; t < NT; ++t) {
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[t][b].d), _mm256_cvtepi32_ps(sum[t]), acc[t]);
-      // fma spelled out, so that every path rounds alike (see dot_float.cc).
-      mins[t] =
-          std::fma(dmin * x[t][b].d, static_cast<float>(min_correction(sm, x[t][b])), mins[t]);
-    }
-  }
-  for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]) - mins[t];
-}
-
 template <int NT>
 void q5_k_row(const BlockQ5_K* w, const ActBlockQ8_256* const* x, int64_t n_blocks, float* out) {
   const __m256i one = _mm256_set1_epi8(1);
@@ -144,13 +116,6 @@ void rows4(const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act
 
 }  // namespace
 
-float dot_q4_k(const void* w_row, const void* act_row, int64_t n) {
-  const auto* x = static_cast<const ActBlockQ8_256*>(act_row);
-  float out;
-  q4_k_row<1>(static_cast<const BlockQ4_K*>(w_row), &x, n / kQK_K, &out);
-  return out;
-}
-
 float dot_q5_k(const void* w_row, const void* act_row, int64_t n) {
   const auto* x = static_cast<const ActBlockQ8_256*>(act_row);
   float out;
@@ -165,11 +130,6 @@ float dot_q6_k(const void* w_row, const void* act_row, int64_t n) {
   return out;
 }
 
-void dot_rows4_q4_k(const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
-                    size_t act_stride, int64_t n, float* y, int64_t y_stride) {
-  rows4<BlockQ4_K, q4_k_row<4>>(w, w_stride, n_rows, act, act_stride, n, y, y_stride);
-}
-
 void dot_rows4_q5_k(const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
                     size_t act_stride, int64_t n, float* y, int64_t y_stride) {
   rows4<BlockQ5_K, q5_k_row<4>>(w, w_stride, n_rows, act, act_stride, n, y, y_stride);
@@ -178,11 +138,6 @@ void dot_rows4_q5_k(const uint8_t* w, size_t w_stride, int64_t n_rows, const uin
 void dot_rows4_q6_k(const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
                     size_t act_stride, int64_t n, float* y, int64_t y_stride) {
   rows4<BlockQ6_K, q6_k_row<4>>(w, w_stride, n_rows, act, act_stride, n, y, y_stride);
-}
-
-void dot_rows_q4_k(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row,
-                   int64_t n, float* y) {
-  dot_rows<dot_q4_k>(w, w_stride, n_rows, act_row, n, y);
 }
 
 void dot_rows_q5_k(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row,

@@ -1,4 +1,4 @@
-// AVX-512 dot products of K-quant weights (Q4_K, Q5_K, Q6_K) with ActBlockQ8_256 rows:
+// AVX-512 dot products of K-quant weights (Q5_K, Q6_K; Q4_K goes packed) with ActBlockQ8_256 rows:
 // dot_kquant.cc's kernels with 512-bit integer work. Each step covers 64 elements: the two
 // 32-element halves (sub-blocks, or Q6_K quarters) sit in lanes 0..7 and 8..15; vpdpbusd sums
 // their byte products per int32 lane and vpdpwssd multiplies each lane by its scale and adds
@@ -58,34 +58,6 @@ LS_AVX512 inline __m512i sub_block_scales(const ScalesMins& sm) {
 }
 
 // The K-quant row kernels take NT activation rows (NT tokens); out[t] = Σ_i w[i] x_t[i].
-template <int NT>
-LS_AVX512 void q4_k_row(const BlockQ4_K* w, const ActBlockQ8_256* const* x, int64_t n_blocks,
-                        float* out) {
-  __m256 acc[NT];
-  float mins[NT] = {};
-  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    const ScalesMins sm = unpack_scales(w[b].scales);
-    const __m512i scales8 = sub_block_scales(sm);
-    __m512i sum[NT];
-    for (int t = 0; t < NT; ++t) sum[t] = _mm512_setzero_si512();
-    for (int c = 0; c < 4; ++c) {
-      const __m512i q = split_nibbles(load32(w[b].qs + 32 * c));
-      const __m512i scales = chunk_scales(scales8, c);
-      for (int t = 0; t < NT; ++t) sum[t] = scaled_dot(sum[t], q, x[t][b].qs + 64 * c, scales);
-    }
-    const float d = to_f32(w[b].d), dmin = to_f32(w[b].dmin);
-    for (int t = 0; t < NT; ++t) {
-      acc[t] =
-          _mm256_fmadd_ps(_mm256_set1_ps(d * x[t][b].d), _mm256_cvtepi32_ps(fold(sum[t])), acc[t]);
-      // fma spelled out, so that every path rounds alike (see dot_float.cc).
-      mins[t] =
-          std::fma(dmin * x[t][b].d, static_cast<float>(min_correction(sm, x[t][b])), mins[t]);
-    }
-  }
-  for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]) - mins[t];
-}
-
 template <int NT>
 LS_AVX512 void q5_k_row(const BlockQ5_K* w, const ActBlockQ8_256* const* x, int64_t n_blocks,
                         float* out) {
@@ -216,21 +188,12 @@ LS_AVX512 void rows4(const uint8_t* w, size_t w_stride, int64_t n_rows, const ui
 }  // namespace
 
 // Plain entry points (see dot_packed_avx512.cc), each passing on to its AVX-512 body.
-float dot_q4_k_avx512(const void* w_row, const void* act_row, int64_t n) {
-  return dot1<BlockQ4_K, q4_k_row<1>>(w_row, act_row, n);
-}
-
 float dot_q5_k_avx512(const void* w_row, const void* act_row, int64_t n) {
   return dot1<BlockQ5_K, q5_k_row<1>>(w_row, act_row, n);
 }
 
 float dot_q6_k_avx512(const void* w_row, const void* act_row, int64_t n) {
   return dot1<BlockQ6_K, q6_k_row<1>>(w_row, act_row, n);
-}
-
-void dot_rows_q4_k_avx512(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row,
-                          int64_t n, float* y) {
-  rows1<BlockQ4_K, q4_k_row<1>>(w, w_stride, n_rows, act_row, n, y);
 }
 
 void dot_rows_q5_k_avx512(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row,
@@ -241,11 +204,6 @@ void dot_rows_q5_k_avx512(const uint8_t* w, size_t w_stride, int64_t n_rows, con
 void dot_rows_q6_k_avx512(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row,
                           int64_t n, float* y) {
   rows1<BlockQ6_K, q6_k_row<1>>(w, w_stride, n_rows, act_row, n, y);
-}
-
-void dot_rows4_q4_k_avx512(const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
-                           size_t act_stride, int64_t n, float* y, int64_t y_stride) {
-  rows4<BlockQ4_K, q4_k_row<4>>(w, w_stride, n_rows, act, act_stride, n, y, y_stride);
 }
 
 void dot_rows4_q5_k_avx512(const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,

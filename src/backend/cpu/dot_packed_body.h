@@ -70,8 +70,8 @@ LS_PACKED_TARGET inline __m256i add_products_i32(__m256i acc, __m256i u, __m256i
 }
 
 template <int NT, typename Block>
-LS_PACKED_TARGET inline void packed_tokens(const Block* w, int64_t n_blocks, const ActBlockQ8_32x2* const* x,
-                          __m256* out) {
+LS_PACKED_TARGET inline void packed_tokens(const Block* w, int64_t n_blocks,
+                                           const ActBlockQ8_32x2* const* x, __m256* out) {
   const __m256i mask = _mm256_set1_epi8(0x0f);
   __m256 acc[NT];
   __m256 off[NT];
@@ -119,8 +119,8 @@ LS_PACKED_TARGET inline void packed_tokens(const Block* w, int64_t n_blocks, con
 // Q8_0: signed weights, so each 32-byte group meets the activation bytes through |q| and the
 // activation with q's sign. acc += (d * dx) * Σ.
 template <int NT>
-LS_PACKED_TARGET inline void packed_tokens(const PackedQ8_0Block* w, int64_t n_blocks, const ActBlockQ8_32* const* x,
-                          __m256* out) {
+LS_PACKED_TARGET inline void packed_tokens(const PackedQ8_0Block* w, int64_t n_blocks,
+                                           const ActBlockQ8_32* const* x, __m256* out) {
   __m256 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < n_blocks; ++b) {
@@ -145,6 +145,88 @@ LS_PACKED_TARGET inline void packed_tokens(const PackedQ8_0Block* w, int64_t n_b
   for (int t = 0; t < NT; ++t) out[t] = acc[t];
 }
 
+// Eight rows' unsigned bytes as sixteen int16, row r's value in lanes 2r and 2r + 1.
+LS_PACKED_TARGET inline __m256i row_pairs(const uint8_t* v) {
+  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(v));
+  return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(bytes, bytes));
+}
+
+// Σ_j min_j(row) * subs[j] per row lane: subs holds the activation's eight sub-block sums as
+// int16 (|Σ| <= 32 * 127), the mins pairs of sub-blocks (2p, 2p + 1) for one 16-bit multiply-add.
+LS_PACKED_TARGET inline __m256i q4_k_min_sums(const PackedQ4_KBlock& blk, __m128i subs) {
+  __m256i sum = _mm256_setzero_si256();
+  const __m256i pairs[4] = {_mm256_broadcastd_epi32(subs),
+                            _mm256_broadcastd_epi32(_mm_srli_si128(subs, 4)),
+                            _mm256_broadcastd_epi32(_mm_srli_si128(subs, 8)),
+                            _mm256_broadcastd_epi32(_mm_srli_si128(subs, 12))};
+  for (int p = 0; p < 4; ++p) {
+    const __m256i mins =
+        _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.mins[p])));
+    sum = _mm256_add_epi32(sum, _mm256_madd_epi16(mins, pairs[p]));
+  }
+  return sum;
+}
+
+// Q4_K, per super-block: each chunk c of eight groups gives two sub-blocks (2c in the low
+// nibbles, 2c + 1 in the high ones); a sub-block's int16 sums (eight steps, below 2^15 as in Q4)
+// meet the eight rows' scales in one 16-bit multiply-add (scale r in both int16 lanes of row
+// r), and the mins meet the activation's sub-block sums two sub-blocks at a time. Both
+// instruction sets run the same maddubs here: the sums are multiplied by the scales in int16
+// pairs, which vpdpbusd's int32 sums would not allow without a 32-bit multiply.
+// acc += (d * dx) * Σ_j scale_j Σ q x, mins += (dmin * dx) * Σ_j min_j Σ_j x; y = acc - mins.
+template <int NT>
+LS_PACKED_TARGET inline void packed_tokens(const PackedQ4_KBlock* w, int64_t n_blocks,
+                                           const ActBlockQ8_256* const* x, __m256* out) {
+  const __m256i mask = _mm256_set1_epi8(0x0f);
+  __m256 acc[NT];
+  __m256 mins[NT];
+  for (int t = 0; t < NT; ++t) {
+    acc[t] = _mm256_setzero_ps();
+    mins[t] = _mm256_setzero_ps();
+  }
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const PackedQ4_KBlock& blk = w[b];
+    prefetch_ahead(blk);
+    __m256i sums[NT];
+    for (int t = 0; t < NT; ++t) sums[t] = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      __m256i low_sums[NT], high_sums[NT];
+      for (int t = 0; t < NT; ++t) low_sums[t] = high_sums[t] = _mm256_setzero_si256();
+      for (int g = 0; g < 8; ++g) {
+        const __m256i q = load32(blk.qs + 32 * (8 * c + g));
+        const __m256i low = _mm256_and_si256(q, mask);
+        const __m256i high = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+        for (int t = 0; t < NT; ++t) {
+          const int8_t* xq = x[t][b].qs + 64 * c + 4 * g;
+          low_sums[t] = _mm256_add_epi16(low_sums[t], _mm256_maddubs_epi16(low, broadcast4(xq)));
+          high_sums[t] =
+              _mm256_add_epi16(high_sums[t], _mm256_maddubs_epi16(high, broadcast4(xq + 32)));
+        }
+      }
+      const __m256i low_scales = row_pairs(blk.scales[2 * c]);
+      const __m256i high_scales = row_pairs(blk.scales[2 * c + 1]);
+      for (int t = 0; t < NT; ++t) {
+        sums[t] = _mm256_add_epi32(sums[t], _mm256_madd_epi16(low_sums[t], low_scales));
+        sums[t] = _mm256_add_epi32(sums[t], _mm256_madd_epi16(high_sums[t], high_scales));
+      }
+    }
+    const __m256 d = load_f16x8(&blk.d[0].bits);
+    const __m256 dmin = load_f16x8(&blk.dmin[0].bits);
+    for (int t = 0; t < NT; ++t) {
+      const ActBlockQ8_256& xb = x[t][b];
+      // Sub-block sums of the activation: groups 2j and 2j + 1.
+      const __m256i groups = load32(xb.group_sums);
+      const __m128i subs =
+          _mm_hadd_epi16(_mm256_castsi256_si128(groups), _mm256_extracti128_si256(groups, 1));
+      const __m256i min_sum = q4_k_min_sums(blk, subs);
+      const __m256 dx = _mm256_set1_ps(xb.d);
+      acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(sums[t]), acc[t]);
+      mins[t] = _mm256_fmadd_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(min_sum), mins[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) out[t] = _mm256_sub_ps(acc[t], mins[t]);
+}
+
 LS_PACKED_TARGET inline void store_rows(__m256 v, float* y, int64_t n_rows) {
   if (n_rows == kPackedRows) {
     _mm256_storeu_ps(y, v);
@@ -156,8 +238,9 @@ LS_PACKED_TARGET inline void store_rows(__m256 v, float* y, int64_t n_rows) {
 }
 
 template <typename Block>
-LS_PACKED_TARGET void packed_tile(const uint8_t* tile, int64_t n_blocks, const uint8_t* act, size_t act_stride,
-                 int64_t n_tokens, float* y, int64_t y_stride, int64_t n_rows) {
+LS_PACKED_TARGET void packed_tile(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
+                                  size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
+                                  int64_t n_rows) {
   const auto* w = reinterpret_cast<const Block*>(tile);
   using Act = typename Block::Act;
   auto row = [&](int64_t t) { return reinterpret_cast<const Act*>(act + t * act_stride); };
@@ -194,6 +277,12 @@ void LS_PACKED_NAME(q8_0)(const uint8_t* tile, int64_t n_blocks, const uint8_t* 
                           size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
                           int64_t n_rows) {
   packed_tile<PackedQ8_0Block>(tile, n_blocks, act, act_stride, n_tokens, y, y_stride, n_rows);
+}
+
+void LS_PACKED_NAME(q4_k)(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
+                          size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
+                          int64_t n_rows) {
+  packed_tile<PackedQ4_KBlock>(tile, n_blocks, act, act_stride, n_tokens, y, y_stride, n_rows);
 }
 
 }  // namespace llamaserve::cpu

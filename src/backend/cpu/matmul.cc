@@ -17,7 +17,7 @@ constexpr MatmulKernel kAvx2Kernels[] = {
     {TensorType::Q8_0, ActFormat::kQ8_32, 32, nullptr, nullptr, nullptr, packed_tile_q8_0},
     {TensorType::Q4_0, ActFormat::kQ8_32x2, 32, nullptr, nullptr, nullptr, packed_tile_q4_0},
     {TensorType::Q4_1, ActFormat::kQ8_32x2, 32, nullptr, nullptr, nullptr, packed_tile_q4_1},
-    {TensorType::Q4_K, ActFormat::kQ8_256, 256, dot_q4_k, dot_rows_q4_k, dot_rows4_q4_k},
+    {TensorType::Q4_K, ActFormat::kQ8_256, 256, nullptr, nullptr, nullptr, packed_tile_q4_k},
     {TensorType::Q5_K, ActFormat::kQ8_256, 256, dot_q5_k, dot_rows_q5_k, dot_rows4_q5_k},
     {TensorType::Q6_K, ActFormat::kQ8_256, 256, dot_q6_k, dot_rows_q6_k, dot_rows4_q6_k},
 };
@@ -34,8 +34,7 @@ constexpr MatmulKernel kAvx512Kernels[] = {
     {TensorType::Q8_0, ActFormat::kQ8_32, 32, nullptr, nullptr, nullptr, packed_tile_q8_0_avx512},
     {TensorType::Q4_0, ActFormat::kQ8_32x2, 32, nullptr, nullptr, nullptr, packed_tile_q4_0_avx512},
     {TensorType::Q4_1, ActFormat::kQ8_32x2, 32, nullptr, nullptr, nullptr, packed_tile_q4_1_avx512},
-    {TensorType::Q4_K, ActFormat::kQ8_256, 256, dot_q4_k_avx512, dot_rows_q4_k_avx512,
-     dot_rows4_q4_k_avx512},
+    {TensorType::Q4_K, ActFormat::kQ8_256, 256, nullptr, nullptr, nullptr, packed_tile_q4_k_avx512},
     {TensorType::Q5_K, ActFormat::kQ8_256, 256, dot_q5_k_avx512, dot_rows_q5_k_avx512,
      dot_rows4_q5_k_avx512},
     {TensorType::Q6_K, ActFormat::kQ8_256, 256, dot_q6_k_avx512, dot_rows_q6_k_avx512,

@@ -22,6 +22,24 @@ void pack_block(const QTensor& w, int64_t r0, int64_t b, Dst& out) {
   }
 }
 
+// Q4_K: the 6-bit scales and mins unpacked into their per-row places.
+template <>
+void pack_block<BlockQ4_K, PackedQ4_KBlock>(const QTensor& w, int64_t r0, int64_t b,
+                                            PackedQ4_KBlock& out) {
+  for (int64_t r = 0; r < kPackedRows && r0 + r < w.rows(); ++r) {
+    const BlockQ4_K& src = reinterpret_cast<const BlockQ4_K*>(w.row(r0 + r))[b];
+    out.d[r] = src.d;
+    out.dmin[r] = src.dmin;
+    for (int j = 0; j < 8; ++j) {
+      uint8_t scale, min;
+      q4_k_scale_min(j, src.scales, &scale, &min);
+      out.scales[j][r] = scale;
+      out.mins[j / 2][2 * r + j % 2] = min;
+    }
+    for (int g = 0; g < 32; ++g) std::memcpy(out.qs + 32 * g + 4 * r, src.qs + 4 * g, 4);
+  }
+}
+
 template <typename Src, typename Dst>
 void pack_tiles(const QTensor& w, int64_t n_blocks, uint8_t* data, ThreadPool& pool) {
   const auto n_tiles = static_cast<size_t>((w.rows() + kPackedRows - 1) / kPackedRows);
@@ -40,13 +58,15 @@ void pack_tiles(const QTensor& w, int64_t n_blocks, uint8_t* data, ThreadPool& p
 void PackedWeight::Free::operator()(uint8_t* p) const { std::free(p); }
 
 Result<PackedWeight> PackedWeight::pack(const QTensor& w, ThreadPool& pool) {
-  assert(packs(w.type) && w.cols() % 32 == 0);
+  const int64_t block = w.type == TensorType::Q4_K ? 256 : 32;
+  assert(packs(w.type) && w.cols() % block == 0);
   PackedWeight p;
   p.type_ = w.type;
   p.rows_ = w.rows();
-  p.n_blocks_ = w.cols() / 32;
+  p.n_blocks_ = w.cols() / block;
   const size_t block_bytes = w.type == TensorType::Q4_0   ? sizeof(PackedQ4_0Block)
                              : w.type == TensorType::Q4_1 ? sizeof(PackedQ4_1Block)
+                             : w.type == TensorType::Q4_K ? sizeof(PackedQ4_KBlock)
                                                           : sizeof(PackedQ8_0Block);
   p.tile_bytes_ = static_cast<size_t>(p.n_blocks_) * block_bytes;
   const size_t bytes = (p.bytes() + kAlign - 1) / kAlign * kAlign;
@@ -60,6 +80,8 @@ Result<PackedWeight> PackedWeight::pack(const QTensor& w, ThreadPool& pool) {
     pack_tiles<BlockQ4_0, PackedQ4_0Block>(w, p.n_blocks_, p.data_.get(), pool);
   } else if (w.type == TensorType::Q4_1) {
     pack_tiles<BlockQ4_1, PackedQ4_1Block>(w, p.n_blocks_, p.data_.get(), pool);
+  } else if (w.type == TensorType::Q4_K) {
+    pack_tiles<BlockQ4_K, PackedQ4_KBlock>(w, p.n_blocks_, p.data_.get(), pool);
   } else {
     pack_tiles<BlockQ8_0, PackedQ8_0Block>(w, p.n_blocks_, p.data_.get(), pool);
   }

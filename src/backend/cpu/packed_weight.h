@@ -1,6 +1,6 @@
-// Q8_0, Q4_0 and Q4_1 weights with their rows interleaved in tiles of eight, built once when a
-// CPU backend is created. In a tile's block b the eight rows' scales lie side by side and their
-// quant bytes are interleaved four at a time, so that one 32-byte load holds four elements of
+// Q8_0, Q4_0, Q4_1 and Q4_K weights with their rows interleaved in tiles of eight, built once
+// when a CPU backend is created. In a tile's block b the eight rows' scales lie side by side and
+// their quant bytes are interleaved four at a time, so that one 32-byte load holds four elements of
 // each of the eight rows: one integer multiply-add against four broadcast activation bytes
 // then advances all eight dot products, each in its own int32 lane. No horizontal sums, and one
 // conversion serves eight block scales: kernels that take one row at a time spend most of
@@ -50,9 +50,22 @@ struct PackedQ8_0Block {
   Half d[kPackedRows];
   int8_t qs[32 * kPackedRows];
 };
+// Q4_K, one super-block of 256 elements: the sub-block scales and mins unpacked from their
+// 6-bit form; scales[j][r] = row r's scale of sub-block j; mins[p][2 * r + k] = row r's min of
+// sub-block 2p + k (pairs, for one 16-bit multiply-add against two activation sub-block sums);
+// qs as in Q4 (g < 32; chunk c = g / 8 holds sub-block 2c in the low nibbles, 2c + 1 in the high).
+struct PackedQ4_KBlock {
+  using Act = ActBlockQ8_256;
+  Half d[kPackedRows];
+  Half dmin[kPackedRows];
+  uint8_t scales[8][kPackedRows];
+  uint8_t mins[4][2 * kPackedRows];
+  uint8_t qs[128 * kPackedRows];
+};
 static_assert(sizeof(PackedQ4_0Block) == kPackedRows * sizeof(BlockQ4_0));
 static_assert(sizeof(PackedQ4_1Block) == kPackedRows * sizeof(BlockQ4_1));
 static_assert(sizeof(PackedQ8_0Block) == kPackedRows * sizeof(BlockQ8_0));
+static_assert(sizeof(PackedQ4_KBlock) == kPackedRows * (sizeof(BlockQ4_K) + 4));
 
 // The packed copy of one weight matrix: tiles of kPackedRows rows, the last one padded with
 // zero rows (scale 0), each tile its row's blocks in order.
@@ -60,10 +73,11 @@ class PackedWeight {
  public:
   // Whether `type` has a packed form.
   static constexpr bool packs(TensorType type) {
-    return type == TensorType::Q4_0 || type == TensorType::Q4_1 || type == TensorType::Q8_0;
+    return type == TensorType::Q4_0 || type == TensorType::Q4_1 || type == TensorType::Q8_0 ||
+           type == TensorType::Q4_K;
   }
 
-  // PRECONDITION: packs(w.type), w.cols() % 32 == 0.
+  // PRECONDITION: packs(w.type), w.cols() a multiple of the type's block.
   static Result<PackedWeight> pack(const QTensor& w, ThreadPool& pool);
 
   TensorType type() const { return type_; }
@@ -88,8 +102,8 @@ class PackedWeight {
 
 // y[t * y_stride + r] = dot(row r of the tile, activation row t) for r < n_rows (<= 8) and
 // t < n_tokens; activation row t at act + t * act_stride in ActFormat::kQ8_32x2 (Q4_0, Q4_1) or
-// kQ8_32 (Q8_0). Tokens go four at a time through the weight bytes, then one at a time; each
-// token's result is the same either way.
+// kQ8_32 (Q8_0) or kQ8_256 (Q4_K). Tokens go four at a time through the weight bytes, then one at a
+// time; each token's result is the same either way.
 using PackedTileFn = void (*)(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
                               size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
                               int64_t n_rows);
@@ -100,6 +114,8 @@ void packed_tile_q4_1(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
                       int64_t n_tokens, float* y, int64_t y_stride, int64_t n_rows);
 void packed_tile_q8_0(const uint8_t* tile, int64_t n_blocks, const uint8_t* act, size_t act_stride,
                       int64_t n_tokens, float* y, int64_t y_stride, int64_t n_rows);
+void packed_tile_q4_k(const uint8_t* tile, int64_t n_blocks, const uint8_t* act, size_t act_stride,
+                      int64_t n_tokens, float* y, int64_t y_stride, int64_t n_rows);
 // The AVX-512 VNNI versions (vpdpbusd in place of maddubs + add + madd): the same int32 sums
 // and the same float operations, so the same bits. Only where cpu_has_avx512_vnni().
 void packed_tile_q4_0_avx512(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
@@ -109,6 +125,9 @@ void packed_tile_q4_1_avx512(const uint8_t* tile, int64_t n_blocks, const uint8_
                              size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
                              int64_t n_rows);
 void packed_tile_q8_0_avx512(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
+                             size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
+                             int64_t n_rows);
+void packed_tile_q4_k_avx512(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
                              size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
                              int64_t n_rows);
 

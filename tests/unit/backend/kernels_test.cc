@@ -62,8 +62,8 @@ const TensorType kWeightTypes[] = {TensorType::F32,  TensorType::F16,  TensorTyp
                                    TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1,
                                    TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
 // The types with row kernels (the others are multiplied packed: PackedTest).
-const TensorType kRowTypes[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16,
-                                TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+const TensorType kRowTypes[] = {TensorType::F32, TensorType::F16, TensorType::BF16,
+                                TensorType::Q5_K, TensorType::Q6_K};
 
 // An awkward row length for the type: not a power of two, several blocks, a tail for the
 // float types.
@@ -189,7 +189,10 @@ class PackedTest : public ::testing::TestWithParam<TensorType> {};
 TEST_P(PackedTest, MatchesExactDotsAndIsTheSameForEveryBatch) {
   const TensorType type = GetParam();
   ThreadPool pool(3);
-  for (int64_t cols : {32, 96, 160, 32 * 23}) {
+  const std::vector<int64_t> lengths = traits(type).block_elems == 256
+                                           ? std::vector<int64_t>{256, 512, 768}
+                                           : std::vector<int64_t>{32, 96, 160, 32 * 23};
+  for (int64_t cols : lengths) {
     for (int64_t rows : {1, 8, 13, 37}) {
       TestMatrix a = make_matrix(type, rows, cols, static_cast<uint32_t>(rows + cols));
       TestMatrix b = make_matrix(type, 11, cols, 8);
@@ -241,7 +244,8 @@ TEST_P(PackedTest, MatchesExactDotsAndIsTheSameForEveryBatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Packed, PackedTest,
-                         ::testing::Values(TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0),
+                         ::testing::Values(TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0,
+                                           TensorType::Q4_K),
                          [](const auto& info) { return std::string(type_name(info.param)); });
 
 TEST(Matmul, UnsupportedTypeFailsLoudly) {
