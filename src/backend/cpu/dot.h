@@ -45,12 +45,7 @@ void dot_rows_bf16(const uint8_t* w, size_t w_stride, int64_t n_rows, const void
 float dot_q5_k(const void* w_row, const void* act_row, int64_t n);
 void dot_rows_q5_k(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row,
                    int64_t n, float* y);
-float dot_q6_k(const void* w_row, const void* act_row, int64_t n);
 void dot_rows4_q5_k(const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
                     size_t act_stride, int64_t n, float* y, int64_t y_stride);
-void dot_rows4_q6_k(const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
-                    size_t act_stride, int64_t n, float* y, int64_t y_stride);
-void dot_rows_q6_k(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row,
-                   int64_t n, float* y);
 
 }  // namespace llamaserve::cpu

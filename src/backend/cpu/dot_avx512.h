@@ -37,14 +37,9 @@ void dot_rows4_bf16_avx512(const uint8_t* w, size_t w_stride, int64_t n_rows, co
 
 // Activation row: ActBlockQ8_256. PRECONDITION: n % 256 == 0.
 float dot_q5_k_avx512(const void* w_row, const void* act_row, int64_t n);
-float dot_q6_k_avx512(const void* w_row, const void* act_row, int64_t n);
 void dot_rows_q5_k_avx512(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row,
                           int64_t n, float* y);
-void dot_rows_q6_k_avx512(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row,
-                          int64_t n, float* y);
 void dot_rows4_q5_k_avx512(const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
-                           size_t act_stride, int64_t n, float* y, int64_t y_stride);
-void dot_rows4_q6_k_avx512(const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
                            size_t act_stride, int64_t n, float* y, int64_t y_stride);
 
 }  // namespace llamaserve::cpu

@@ -1,5 +1,5 @@
-// Dot products of K-quant weights (Q5_K, Q6_K; Q4_K goes packed: dot_packed_body.h) with
-// ActBlockQ8_256 rows. Per
+// Dot products of Q5_K weights with ActBlockQ8_256 rows (Q4_K and Q6_K go packed:
+// dot_packed_body.h). Per
 // super-block: integer products scaled by the 6/8-bit sub-block scales in int32, then one
 // float multiply by d * dx; the mins/offsets use the activation's 16-element group sums.
 #include <cmath>
@@ -59,48 +59,6 @@ void q5_k_row(const BlockQ5_K* w, const ActBlockQ8_256* const* x, int64_t n_bloc
   for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]) - mins[t];
 }
 
-// w = d * scale[g] * (q - 32), q in [0, 63]: the -32 is folded in through the group sums.
-template <int NT>
-void q6_k_row(const BlockQ6_K* w, const ActBlockQ8_256* const* x, int64_t n_blocks, float* out) {
-  const __m256i mask2 = _mm256_set1_epi8(3);
-  __m256 acc[NT];
-  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    const BlockQ6_K& blk = w[b];
-    __m256i sum[NT];
-    for (int t = 0; t < NT; ++t) {
-      int32_t offset = 0;
-      for (int g = 0; g < 16; ++g) offset += blk.scales[g] * x[t][b].group_sums[g];
-      sum[t] = _mm256_setr_epi32(-32 * offset, 0, 0, 0, 0, 0, 0, 0);
-    }
-    for (int half = 0; half < 2; ++half) {
-      const __m256i low_a = load32(blk.ql + 64 * half);
-      const __m256i low_b = load32(blk.ql + 64 * half + 32);
-      const __m256i high = load32(blk.qh + 32 * half);
-      for (int quarter = 0; quarter < 4; ++quarter) {
-        const __m256i low_src = (quarter & 1) ? low_b : low_a;
-        const __m256i low = quarter < 2 ? low_nibbles(low_src) : high_nibbles(low_src);
-        const __m256i high2 = _mm256_and_si256(_mm256_srli_epi16(high, 2 * quarter), mask2);
-        const __m256i q = _mm256_or_si256(low, _mm256_slli_epi16(high2, 4));
-        // Elements 0..15 of this quarter use scale g, 16..31 use g + 1.
-        const int g = 8 * half + 2 * quarter;
-        const __m256i scales =
-            _mm256_set_m128i(_mm_set1_epi16(blk.scales[g + 1]), _mm_set1_epi16(blk.scales[g]));
-        for (int t = 0; t < NT; ++t) {
-          const __m256i prod =
-              _mm256_maddubs_epi16(q, load32(x[t][b].qs + 128 * half + 32 * quarter));
-          sum[t] = _mm256_add_epi32(sum[t], _mm256_madd_epi16(prod, scales));
-        }
-      }
-    }
-    const float d = to_f32(blk.d);
-    for (int t = 0; t < NT; ++t) {
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[t][b].d), _mm256_cvtepi32_ps(sum[t]), acc[t]);
-    }
-  }
-  for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
-}
-
 // Row r of w against four activation rows, written to y[t * y_stride + r].
 template <typename Block, void (*Row)(const Block*, const ActBlockQ8_256* const*, int64_t, float*)>
 void rows4(const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act, size_t act_stride,
@@ -123,31 +81,14 @@ float dot_q5_k(const void* w_row, const void* act_row, int64_t n) {
   return out;
 }
 
-float dot_q6_k(const void* w_row, const void* act_row, int64_t n) {
-  const auto* x = static_cast<const ActBlockQ8_256*>(act_row);
-  float out;
-  q6_k_row<1>(static_cast<const BlockQ6_K*>(w_row), &x, n / kQK_K, &out);
-  return out;
-}
-
 void dot_rows4_q5_k(const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
                     size_t act_stride, int64_t n, float* y, int64_t y_stride) {
   rows4<BlockQ5_K, q5_k_row<4>>(w, w_stride, n_rows, act, act_stride, n, y, y_stride);
 }
 
-void dot_rows4_q6_k(const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
-                    size_t act_stride, int64_t n, float* y, int64_t y_stride) {
-  rows4<BlockQ6_K, q6_k_row<4>>(w, w_stride, n_rows, act, act_stride, n, y, y_stride);
-}
-
 void dot_rows_q5_k(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row,
                    int64_t n, float* y) {
   dot_rows<dot_q5_k>(w, w_stride, n_rows, act_row, n, y);
-}
-
-void dot_rows_q6_k(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row,
-                   int64_t n, float* y) {
-  dot_rows<dot_q6_k>(w, w_stride, n_rows, act_row, n, y);
 }
 
 }  // namespace llamaserve::cpu

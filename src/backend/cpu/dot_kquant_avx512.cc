@@ -1,4 +1,4 @@
-// AVX-512 dot products of K-quant weights (Q5_K, Q6_K; Q4_K goes packed) with ActBlockQ8_256 rows:
+// AVX-512 dot products of Q5_K weights (Q4_K and Q6_K go packed) with ActBlockQ8_256 rows:
 // dot_kquant.cc's kernels with 512-bit integer work. Each step covers 64 elements: the two
 // 32-element halves (sub-blocks, or Q6_K quarters) sit in lanes 0..7 and 8..15; vpdpbusd sums
 // their byte products per int32 lane and vpdpwssd multiplies each lane by its scale and adds
@@ -95,65 +95,6 @@ LS_AVX512 void q5_k_row(const BlockQ5_K* w, const ActBlockQ8_256* const* x, int6
   for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]) - mins[t];
 }
 
-// Q6_K: w = d * scale[g] * (q - 32), q in [0, 63], the -32 folded in through the group sums.
-// Half h of a super-block: ql[64h..64h+63] holds the low 4 bits of quarters 0 and 1 (low
-// nibbles of its two 32-byte rows) and 2 and 3 (high nibbles); qh[32h..32h+31] holds the top
-// 2 bits of quarter k at bits 2k, 2k+1. Quarter k covers activation bytes 128h + 32k..+31,
-// with scale 8h + 2k for its first 16 elements and 8h + 2k + 1 for the rest.
-template <int NT>
-LS_AVX512 void q6_k_row(const BlockQ6_K* w, const ActBlockQ8_256* const* x, int64_t n_blocks,
-                        float* out) {
-  const __m512i low4 = _mm512_set1_epi8(0x0f);
-  const __m512i low2 = _mm512_set1_epi8(3);
-  // Per 16-bit lane, the right shift that brings quarter k's two bits down: quarters 0 | 1
-  // and 2 | 3 in the two halves.
-  const __m512i shift[2] = {_mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1),
-                            _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1)};
-  // Four lanes per scale: scales g, g + 1, g + 2, g + 3 of two quarters.
-  const __m512i scale_spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-  __m256 acc[NT];
-  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    const BlockQ6_K& blk = w[b];
-    // The 16 signed scales as int16, zero-extended into int32 lanes (the high int16 must be
-    // zero for vpdpwssd, see the top of the file).
-    const __m512i scales16 = _mm512_cvtepu16_epi32(
-        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales))));
-    __m512i sum[NT];
-    int32_t offset[NT];
-    for (int t = 0; t < NT; ++t) {
-      offset[t] = 0;
-      for (int g = 0; g < 16; ++g) offset[t] += blk.scales[g] * x[t][b].group_sums[g];
-      sum[t] = _mm512_setzero_si512();
-    }
-    for (int half = 0; half < 2; ++half) {
-      const __m512i low_bytes = _mm512_loadu_si512(blk.ql + 64 * half);
-      const __m512i high_bytes = v::broadcast32(load32(blk.qh + 32 * half));
-      for (int pair = 0; pair < 2; ++pair) {
-        const __m512i low = pair == 0 ? _mm512_and_si512(low_bytes, low4)
-                                      : _mm512_and_si512(_mm512_srli_epi16(low_bytes, 4), low4);
-        // The 16-bit shift moves bits of the neighbouring byte into the top, which the mask
-        // drops.
-        const __m512i high2 = _mm512_and_si512(_mm512_srlv_epi16(high_bytes, shift[pair]), low2);
-        const __m512i q = _mm512_or_si512(low, _mm512_slli_epi16(high2, 4));
-        const int g = 8 * half + 4 * pair;
-        const __m512i scales = _mm512_permutexvar_epi32(
-            _mm512_add_epi32(scale_spread, _mm512_set1_epi32(g)), scales16);
-        for (int t = 0; t < NT; ++t) {
-          sum[t] = scaled_dot(sum[t], q, x[t][b].qs + 128 * half + 64 * pair, scales);
-        }
-      }
-    }
-    const float d = to_f32(blk.d);
-    for (int t = 0; t < NT; ++t) {
-      const __m256i total =
-          _mm256_add_epi32(fold(sum[t]), _mm256_setr_epi32(-32 * offset[t], 0, 0, 0, 0, 0, 0, 0));
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[t][b].d), _mm256_cvtepi32_ps(total), acc[t]);
-    }
-  }
-  for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
-}
-
 template <typename Block, void (*Row)(const Block*, const ActBlockQ8_256* const*, int64_t, float*)>
 LS_AVX512 float dot1(const void* w_row, const void* act_row, int64_t n) {
   const auto* x = static_cast<const ActBlockQ8_256*>(act_row);
@@ -192,28 +133,14 @@ float dot_q5_k_avx512(const void* w_row, const void* act_row, int64_t n) {
   return dot1<BlockQ5_K, q5_k_row<1>>(w_row, act_row, n);
 }
 
-float dot_q6_k_avx512(const void* w_row, const void* act_row, int64_t n) {
-  return dot1<BlockQ6_K, q6_k_row<1>>(w_row, act_row, n);
-}
-
 void dot_rows_q5_k_avx512(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row,
                           int64_t n, float* y) {
   rows1<BlockQ5_K, q5_k_row<1>>(w, w_stride, n_rows, act_row, n, y);
 }
 
-void dot_rows_q6_k_avx512(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row,
-                          int64_t n, float* y) {
-  rows1<BlockQ6_K, q6_k_row<1>>(w, w_stride, n_rows, act_row, n, y);
-}
-
 void dot_rows4_q5_k_avx512(const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
                            size_t act_stride, int64_t n, float* y, int64_t y_stride) {
   rows4<BlockQ5_K, q5_k_row<4>>(w, w_stride, n_rows, act, act_stride, n, y, y_stride);
-}
-
-void dot_rows4_q6_k_avx512(const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
-                           size_t act_stride, int64_t n, float* y, int64_t y_stride) {
-  rows4<BlockQ6_K, q6_k_row<4>>(w, w_stride, n_rows, act, act_stride, n, y, y_stride);
 }
 
 }  // namespace llamaserve::cpu

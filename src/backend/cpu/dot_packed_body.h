@@ -227,6 +227,81 @@ LS_PACKED_TARGET inline void packed_tokens(const PackedQ4_KBlock* w, int64_t n_b
   for (int t = 0; t < NT; ++t) out[t] = _mm256_sub_ps(acc[t], mins[t]);
 }
 
+// Eight rows' signed bytes as sixteen int16, row r's value in lanes 2r and 2r + 1.
+LS_PACKED_TARGET inline __m256i signed_row_pairs(const int8_t* v) {
+  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(v));
+  return _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(bytes, bytes));
+}
+
+// Q6_K: Σ_j scale_j(row) * group_sums[j] per row lane, two 16-element groups per multiply-add.
+LS_PACKED_TARGET inline __m256i q6_k_offsets(const PackedQ6_KBlock& blk, const ActBlockQ8_256& x) {
+  __m256i sum = _mm256_setzero_si256();
+  for (int p = 0; p < 8; ++p) {
+    const __m128i a = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk.scales[2 * p]));
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk.scales[2 * p + 1]));
+    const __m256i scales = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a, b));
+    int32_t pair;
+    std::memcpy(&pair, &x.group_sums[2 * p], sizeof pair);
+    sum = _mm256_add_epi32(sum, _mm256_madd_epi16(scales, _mm256_set1_epi32(pair)));
+  }
+  return sum;
+}
+
+// Q6_K, per super-block: the 6-bit values of two groups come from their nibble bytes and one
+// shared load of high bits; two maddubs steps (|Σ| <= 2 * 2 * 63 * 127 < 2^15) then meet the
+// rows' scale of their 16 elements in one 16-bit multiply-add. The -32 offset is taken off in
+// int32 through the activation's group sums: y = (d * dx) * (Σ - 32 * Σ_j scale_j gs_j).
+template <int NT>
+LS_PACKED_TARGET inline void packed_tokens(const PackedQ6_KBlock* w, int64_t n_blocks,
+                                           const ActBlockQ8_256* const* x, __m256* out) {
+  const __m256i mask = _mm256_set1_epi8(0x0f);
+  const __m256i bits45 = _mm256_set1_epi8(0x30);
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const PackedQ6_KBlock& blk = w[b];
+    prefetch_ahead(blk);
+    __m256i sums[NT];
+    for (int t = 0; t < NT; ++t) sums[t] = _mm256_setzero_si256();
+    for (int g = 0; g < 32; g += 2) {
+      // Groups g and g + 1: elements 64k + 4i + c (low nibbles) and 64k + 32 + 4i + c (high).
+      const int k = g / 8, i = g % 8;
+      const __m256i high_bits = load32(blk.qh[g / 2]);
+      const __m256i na = load32(blk.nibbles + 32 * g);
+      const __m256i nb = load32(blk.nibbles + 32 * (g + 1));
+      const __m256i low_a = _mm256_or_si256(
+          _mm256_and_si256(na, mask), _mm256_and_si256(_mm256_slli_epi16(high_bits, 4), bits45));
+      const __m256i high_a =
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(na, 4), mask),
+                          _mm256_and_si256(_mm256_slli_epi16(high_bits, 2), bits45));
+      const __m256i low_b =
+          _mm256_or_si256(_mm256_and_si256(nb, mask), _mm256_and_si256(high_bits, bits45));
+      const __m256i high_b =
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(nb, 4), mask),
+                          _mm256_and_si256(_mm256_srli_epi16(high_bits, 2), bits45));
+      // Elements 64k + 4i.. use scale 4k + i / 4, those 32 further 4k + 2 + i / 4.
+      const __m256i low_scales = signed_row_pairs(blk.scales[4 * k + i / 4]);
+      const __m256i high_scales = signed_row_pairs(blk.scales[4 * k + 2 + i / 4]);
+      for (int t = 0; t < NT; ++t) {
+        const int8_t* xq = x[t][b].qs + 64 * k + 4 * i;
+        const __m256i low = _mm256_add_epi16(_mm256_maddubs_epi16(low_a, broadcast4(xq)),
+                                             _mm256_maddubs_epi16(low_b, broadcast4(xq + 4)));
+        const __m256i high = _mm256_add_epi16(_mm256_maddubs_epi16(high_a, broadcast4(xq + 32)),
+                                              _mm256_maddubs_epi16(high_b, broadcast4(xq + 36)));
+        sums[t] = _mm256_add_epi32(sums[t], _mm256_madd_epi16(low, low_scales));
+        sums[t] = _mm256_add_epi32(sums[t], _mm256_madd_epi16(high, high_scales));
+      }
+    }
+    const __m256 d = load_f16x8(&blk.d[0].bits);
+    for (int t = 0; t < NT; ++t) {
+      const __m256i offsets = _mm256_slli_epi32(q6_k_offsets(blk, x[t][b]), 5);
+      acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(x[t][b].d)),
+                               _mm256_cvtepi32_ps(_mm256_sub_epi32(sums[t], offsets)), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) out[t] = acc[t];
+}
+
 LS_PACKED_TARGET inline void store_rows(__m256 v, float* y, int64_t n_rows) {
   if (n_rows == kPackedRows) {
     _mm256_storeu_ps(y, v);
@@ -283,6 +358,12 @@ void LS_PACKED_NAME(q4_k)(const uint8_t* tile, int64_t n_blocks, const uint8_t* 
                           size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
                           int64_t n_rows) {
   packed_tile<PackedQ4_KBlock>(tile, n_blocks, act, act_stride, n_tokens, y, y_stride, n_rows);
+}
+
+void LS_PACKED_NAME(q6_k)(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
+                          size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
+                          int64_t n_rows) {
+  packed_tile<PackedQ6_KBlock>(tile, n_blocks, act, act_stride, n_tokens, y, y_stride, n_rows);
 }
 
 }  // namespace llamaserve::cpu

@@ -19,7 +19,7 @@ constexpr MatmulKernel kAvx2Kernels[] = {
     {TensorType::Q4_1, ActFormat::kQ8_32x2, 32, nullptr, nullptr, nullptr, packed_tile_q4_1},
     {TensorType::Q4_K, ActFormat::kQ8_256, 256, nullptr, nullptr, nullptr, packed_tile_q4_k},
     {TensorType::Q5_K, ActFormat::kQ8_256, 256, dot_q5_k, dot_rows_q5_k, dot_rows4_q5_k},
-    {TensorType::Q6_K, ActFormat::kQ8_256, 256, dot_q6_k, dot_rows_q6_k, dot_rows4_q6_k},
+    {TensorType::Q6_K, ActFormat::kQ8_256, 256, nullptr, nullptr, nullptr, packed_tile_q6_k},
 };
 
 // The float types gain a four-token kernel here (the AVX2 table has none); per token it
@@ -37,8 +37,7 @@ constexpr MatmulKernel kAvx512Kernels[] = {
     {TensorType::Q4_K, ActFormat::kQ8_256, 256, nullptr, nullptr, nullptr, packed_tile_q4_k_avx512},
     {TensorType::Q5_K, ActFormat::kQ8_256, 256, dot_q5_k_avx512, dot_rows_q5_k_avx512,
      dot_rows4_q5_k_avx512},
-    {TensorType::Q6_K, ActFormat::kQ8_256, 256, dot_q6_k_avx512, dot_rows_q6_k_avx512,
-     dot_rows4_q6_k_avx512},
+    {TensorType::Q6_K, ActFormat::kQ8_256, 256, nullptr, nullptr, nullptr, packed_tile_q6_k_avx512},
 };
 
 // One ActCache serves both tables, check_matmul_supported does not ask which one runs, and

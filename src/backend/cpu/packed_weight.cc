@@ -40,6 +40,35 @@ void pack_block<BlockQ4_K, PackedQ4_KBlock>(const QTensor& w, int64_t r0, int64_
   }
 }
 
+// Q6_K element e (0..255) of a block: 4 low bits in ql, 2 high bits in qh.
+uint8_t q6_k_value(const BlockQ6_K& b, int e) {
+  const int half = e / 128, quarter = (e % 128) / 32, l = e % 32;
+  const uint8_t low_byte = b.ql[64 * half + 32 * (quarter & 1) + l];
+  const uint8_t low = quarter < 2 ? (low_byte & 0x0f) : (low_byte >> 4);
+  const uint8_t high = (b.qh[32 * half + l] >> (2 * quarter)) & 3;
+  return static_cast<uint8_t>(low | (high << 4));
+}
+
+template <>
+void pack_block<BlockQ6_K, PackedQ6_KBlock>(const QTensor& w, int64_t r0, int64_t b,
+                                            PackedQ6_KBlock& out) {
+  for (int64_t r = 0; r < kPackedRows && r0 + r < w.rows(); ++r) {
+    const BlockQ6_K& src = reinterpret_cast<const BlockQ6_K*>(w.row(r0 + r))[b];
+    out.d[r] = src.d;
+    for (int j = 0; j < 16; ++j) out.scales[j][r] = src.scales[j];
+    for (int g = 0; g < 32; ++g) {
+      const int k = g / 8, first = 64 * k + 4 * (g % 8);  // the group's low-nibble elements
+      for (int c = 0; c < 4; ++c) {
+        const uint8_t low = q6_k_value(src, first + c), high = q6_k_value(src, first + 32 + c);
+        out.nibbles[32 * g + 4 * r + c] = static_cast<uint8_t>((low & 0x0f) | (high << 4));
+        const int shift = 4 * (g % 2);
+        out.qh[g / 2][4 * r + c] |=
+            static_cast<uint8_t>(((low >> 4) | ((high >> 4) << 2)) << shift);
+      }
+    }
+  }
+}
+
 template <typename Src, typename Dst>
 void pack_tiles(const QTensor& w, int64_t n_blocks, uint8_t* data, ThreadPool& pool) {
   const auto n_tiles = static_cast<size_t>((w.rows() + kPackedRows - 1) / kPackedRows);
@@ -58,7 +87,7 @@ void pack_tiles(const QTensor& w, int64_t n_blocks, uint8_t* data, ThreadPool& p
 void PackedWeight::Free::operator()(uint8_t* p) const { std::free(p); }
 
 Result<PackedWeight> PackedWeight::pack(const QTensor& w, ThreadPool& pool) {
-  const int64_t block = w.type == TensorType::Q4_K ? 256 : 32;
+  const int64_t block = traits(w.type).block_elems;
   assert(packs(w.type) && w.cols() % block == 0);
   PackedWeight p;
   p.type_ = w.type;
@@ -67,6 +96,7 @@ Result<PackedWeight> PackedWeight::pack(const QTensor& w, ThreadPool& pool) {
   const size_t block_bytes = w.type == TensorType::Q4_0   ? sizeof(PackedQ4_0Block)
                              : w.type == TensorType::Q4_1 ? sizeof(PackedQ4_1Block)
                              : w.type == TensorType::Q4_K ? sizeof(PackedQ4_KBlock)
+                             : w.type == TensorType::Q6_K ? sizeof(PackedQ6_KBlock)
                                                           : sizeof(PackedQ8_0Block);
   p.tile_bytes_ = static_cast<size_t>(p.n_blocks_) * block_bytes;
   const size_t bytes = (p.bytes() + kAlign - 1) / kAlign * kAlign;
@@ -82,6 +112,8 @@ Result<PackedWeight> PackedWeight::pack(const QTensor& w, ThreadPool& pool) {
     pack_tiles<BlockQ4_1, PackedQ4_1Block>(w, p.n_blocks_, p.data_.get(), pool);
   } else if (w.type == TensorType::Q4_K) {
     pack_tiles<BlockQ4_K, PackedQ4_KBlock>(w, p.n_blocks_, p.data_.get(), pool);
+  } else if (w.type == TensorType::Q6_K) {
+    pack_tiles<BlockQ6_K, PackedQ6_KBlock>(w, p.n_blocks_, p.data_.get(), pool);
   } else {
     pack_tiles<BlockQ8_0, PackedQ8_0Block>(w, p.n_blocks_, p.data_.get(), pool);
   }

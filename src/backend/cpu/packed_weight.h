@@ -1,10 +1,10 @@
-// Q8_0, Q4_0, Q4_1 and Q4_K weights with their rows interleaved in tiles of eight, built once
-// when a CPU backend is created. In a tile's block b the eight rows' scales lie side by side and
-// their quant bytes are interleaved four at a time, so that one 32-byte load holds four elements of
-// each of the eight rows: one integer multiply-add against four broadcast activation bytes
-// then advances all eight dot products, each in its own int32 lane. No horizontal sums, and one
-// conversion serves eight block scales: kernels that take one row at a time spend most of
-// their instructions on those at one token (docs/dev/cpu-experiments.md has the measurements).
+// Q8_0, Q4_0, Q4_1, Q4_K and Q6_K weights with their rows interleaved in tiles of eight, built
+// once when a CPU backend is created. In a tile's block b the eight rows' scales lie side by side
+// and their quant bytes are interleaved four at a time, so that one 32-byte load holds four
+// elements of each of the eight rows: one integer multiply-add against four broadcast activation
+// bytes then advances all eight dot products, each in its own int32 lane. No horizontal sums, and
+// one conversion serves eight block scales: kernels that take one row at a time spend most of their
+// instructions on those at one token (docs/dev/cpu-experiments.md has the measurements).
 #pragma once
 
 #include <cstddef>
@@ -62,10 +62,23 @@ struct PackedQ4_KBlock {
   uint8_t mins[4][2 * kPackedRows];
   uint8_t qs[128 * kPackedRows];
 };
+// Q6_K, one super-block: element e of a row is q = low | high << 4 (0..63), w = d * scale[e / 16]
+// * (q - 32). nibbles as Q4_K's qs (chunk k = g / 8 holds elements 64k + l in the low nibbles and
+// 64k + 32 + l in the high ones); qh[p] holds the two high bits of groups 2p and 2p + 1, byte
+// 4 * r + c: bits 0-1 and 2-3 for group 2p's low and high element, 4-5 and 6-7 for group
+// 2p + 1's; scales[j][r] = row r's scale of elements 16j..16j + 15.
+struct PackedQ6_KBlock {
+  using Act = ActBlockQ8_256;
+  Half d[kPackedRows];
+  int8_t scales[16][kPackedRows];
+  uint8_t nibbles[128 * kPackedRows];
+  uint8_t qh[16][32];
+};
 static_assert(sizeof(PackedQ4_0Block) == kPackedRows * sizeof(BlockQ4_0));
 static_assert(sizeof(PackedQ4_1Block) == kPackedRows * sizeof(BlockQ4_1));
 static_assert(sizeof(PackedQ8_0Block) == kPackedRows * sizeof(BlockQ8_0));
 static_assert(sizeof(PackedQ4_KBlock) == kPackedRows * (sizeof(BlockQ4_K) + 4));
+static_assert(sizeof(PackedQ6_KBlock) == kPackedRows * sizeof(BlockQ6_K));
 
 // The packed copy of one weight matrix: tiles of kPackedRows rows, the last one padded with
 // zero rows (scale 0), each tile its row's blocks in order.
@@ -74,7 +87,7 @@ class PackedWeight {
   // Whether `type` has a packed form.
   static constexpr bool packs(TensorType type) {
     return type == TensorType::Q4_0 || type == TensorType::Q4_1 || type == TensorType::Q8_0 ||
-           type == TensorType::Q4_K;
+           type == TensorType::Q4_K || type == TensorType::Q6_K;
   }
 
   // PRECONDITION: packs(w.type), w.cols() a multiple of the type's block.
@@ -102,8 +115,8 @@ class PackedWeight {
 
 // y[t * y_stride + r] = dot(row r of the tile, activation row t) for r < n_rows (<= 8) and
 // t < n_tokens; activation row t at act + t * act_stride in ActFormat::kQ8_32x2 (Q4_0, Q4_1) or
-// kQ8_32 (Q8_0) or kQ8_256 (Q4_K). Tokens go four at a time through the weight bytes, then one at a
-// time; each token's result is the same either way.
+// kQ8_32 (Q8_0) or kQ8_256 (Q4_K, Q6_K). Tokens go four at a time through the weight bytes, then
+// one at a time; each token's result is the same either way.
 using PackedTileFn = void (*)(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
                               size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
                               int64_t n_rows);
@@ -115,6 +128,8 @@ void packed_tile_q4_1(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
 void packed_tile_q8_0(const uint8_t* tile, int64_t n_blocks, const uint8_t* act, size_t act_stride,
                       int64_t n_tokens, float* y, int64_t y_stride, int64_t n_rows);
 void packed_tile_q4_k(const uint8_t* tile, int64_t n_blocks, const uint8_t* act, size_t act_stride,
+                      int64_t n_tokens, float* y, int64_t y_stride, int64_t n_rows);
+void packed_tile_q6_k(const uint8_t* tile, int64_t n_blocks, const uint8_t* act, size_t act_stride,
                       int64_t n_tokens, float* y, int64_t y_stride, int64_t n_rows);
 // The AVX-512 VNNI versions (vpdpbusd in place of maddubs + add + madd): the same int32 sums
 // and the same float operations, so the same bits. Only where cpu_has_avx512_vnni().
@@ -128,6 +143,9 @@ void packed_tile_q8_0_avx512(const uint8_t* tile, int64_t n_blocks, const uint8_
                              size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
                              int64_t n_rows);
 void packed_tile_q4_k_avx512(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
+                             size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
+                             int64_t n_rows);
+void packed_tile_q6_k_avx512(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
                              size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
                              int64_t n_rows);
 
