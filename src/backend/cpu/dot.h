@@ -1,8 +1,7 @@
-// SIMD row dot products, one per weight type in the file's row layout: sum_i w[i] * x[i] over
-// one weight row and one activation row in the representation the type consumes
-// (act_quant.h). n is the row length in elements. Selected through the dispatch table in
-// matmul.cc, never called by name there. Q8_0, Q4_0 and Q4_1 are multiplied packed instead
-// (packed_weight.h).
+// SIMD row dot products of the float weight types (F32, F16, BF16) in the file's row layout:
+// sum_i w[i] * x[i] over one weight row and one float activation row. n is the row length in
+// elements. Selected through the dispatch table in matmul.cc, never called by name there. The
+// quantized types are multiplied packed instead (packed_weight.h).
 #pragma once
 
 #include <cstddef>
@@ -40,12 +39,5 @@ void dot_rows_f16(const uint8_t* w, size_t w_stride, int64_t n_rows, const void*
 float dot_bf16(const void* w_row, const void* act_row, int64_t n);
 void dot_rows_bf16(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row,
                    int64_t n, float* y);
-
-// Activation row: ActBlockQ8_256. PRECONDITION: n % 256 == 0.
-float dot_q5_k(const void* w_row, const void* act_row, int64_t n);
-void dot_rows_q5_k(const uint8_t* w, size_t w_stride, int64_t n_rows, const void* act_row,
-                   int64_t n, float* y);
-void dot_rows4_q5_k(const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
-                    size_t act_stride, int64_t n, float* y, int64_t y_stride);
 
 }  // namespace llamaserve::cpu

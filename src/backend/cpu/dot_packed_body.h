@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstring>
+#include <type_traits>
 
 #include "backend/cpu/packed_weight.h"
 #include "backend/cpu/simd.h"
@@ -153,7 +154,8 @@ LS_PACKED_TARGET inline __m256i row_pairs(const uint8_t* v) {
 
 // Σ_j min_j(row) * subs[j] per row lane: subs holds the activation's eight sub-block sums as
 // int16 (|Σ| <= 32 * 127), the mins pairs of sub-blocks (2p, 2p + 1) for one 16-bit multiply-add.
-LS_PACKED_TARGET inline __m256i q4_k_min_sums(const PackedQ4_KBlock& blk, __m128i subs) {
+LS_PACKED_TARGET inline __m256i k_min_sums(const uint8_t (&packed_mins)[4][2 * kPackedRows],
+                                           __m128i subs) {
   __m256i sum = _mm256_setzero_si256();
   const __m256i pairs[4] = {_mm256_broadcastd_epi32(subs),
                             _mm256_broadcastd_epi32(_mm_srli_si128(subs, 4)),
@@ -161,23 +163,27 @@ LS_PACKED_TARGET inline __m256i q4_k_min_sums(const PackedQ4_KBlock& blk, __m128
                             _mm256_broadcastd_epi32(_mm_srli_si128(subs, 12))};
   for (int p = 0; p < 4; ++p) {
     const __m256i mins =
-        _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.mins[p])));
+        _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(packed_mins[p])));
     sum = _mm256_add_epi32(sum, _mm256_madd_epi16(mins, pairs[p]));
   }
   return sum;
 }
 
-// Q4_K, per super-block: each chunk c of eight groups gives two sub-blocks (2c in the low
-// nibbles, 2c + 1 in the high ones); a sub-block's int16 sums (eight steps, below 2^15 as in Q4)
-// meet the eight rows' scales in one 16-bit multiply-add (scale r in both int16 lanes of row
-// r), and the mins meet the activation's sub-block sums two sub-blocks at a time. Both
-// instruction sets run the same maddubs here: the sums are multiplied by the scales in int16
-// pairs, which vpdpbusd's int32 sums would not allow without a 32-bit multiply.
+// Q4_K and Q5_K, per super-block: each chunk c of eight groups gives two sub-blocks (2c in the
+// low nibbles, 2c + 1 in the high ones; Q5_K adds each element's fifth bit as bit 4). Four
+// maddubs steps at a time (|Σ| <= 4 * 2 * 31 * 127 < 2^15) meet the eight rows' scales of their
+// sub-block in one 16-bit multiply-add (scale r in both int16 lanes of row r), and the mins
+// meet the activation's sub-block sums two sub-blocks at a time. Both instruction sets run the
+// same maddubs here: the sums are multiplied by the scales in int16 pairs, which vpdpbusd's
+// int32 sums would not allow without a 32-bit multiply.
 // acc += (d * dx) * Σ_j scale_j Σ q x, mins += (dmin * dx) * Σ_j min_j Σ_j x; y = acc - mins.
-template <int NT>
-LS_PACKED_TARGET inline void packed_tokens(const PackedQ4_KBlock* w, int64_t n_blocks,
-                                           const ActBlockQ8_256* const* x, __m256* out) {
+template <int NT, typename Block>
+requires std::is_same_v<Block, PackedQ4_KBlock> || std::is_same_v<Block, PackedQ5_KBlock>
+    LS_PACKED_TARGET inline void packed_tokens(const Block* w, int64_t n_blocks,
+                                               const ActBlockQ8_256* const* x, __m256* out) {
+  constexpr bool kFifthBit = std::is_same_v<Block, PackedQ5_KBlock>;
   const __m256i mask = _mm256_set1_epi8(0x0f);
+  const __m256i bit4 = _mm256_set1_epi8(0x10);
   __m256 acc[NT];
   __m256 mins[NT];
   for (int t = 0; t < NT; ++t) {
@@ -185,29 +191,40 @@ LS_PACKED_TARGET inline void packed_tokens(const PackedQ4_KBlock* w, int64_t n_b
     mins[t] = _mm256_setzero_ps();
   }
   for (int64_t b = 0; b < n_blocks; ++b) {
-    const PackedQ4_KBlock& blk = w[b];
+    const Block& blk = w[b];
     prefetch_ahead(blk);
     __m256i sums[NT];
     for (int t = 0; t < NT; ++t) sums[t] = _mm256_setzero_si256();
     for (int c = 0; c < 4; ++c) {
-      __m256i low_sums[NT], high_sums[NT];
-      for (int t = 0; t < NT; ++t) low_sums[t] = high_sums[t] = _mm256_setzero_si256();
-      for (int g = 0; g < 8; ++g) {
-        const __m256i q = load32(blk.qs + 32 * (8 * c + g));
-        const __m256i low = _mm256_and_si256(q, mask);
-        const __m256i high = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
-        for (int t = 0; t < NT; ++t) {
-          const int8_t* xq = x[t][b].qs + 64 * c + 4 * g;
-          low_sums[t] = _mm256_add_epi16(low_sums[t], _mm256_maddubs_epi16(low, broadcast4(xq)));
-          high_sums[t] =
-              _mm256_add_epi16(high_sums[t], _mm256_maddubs_epi16(high, broadcast4(xq + 32)));
-        }
-      }
       const __m256i low_scales = row_pairs(blk.scales[2 * c]);
       const __m256i high_scales = row_pairs(blk.scales[2 * c + 1]);
-      for (int t = 0; t < NT; ++t) {
-        sums[t] = _mm256_add_epi32(sums[t], _mm256_madd_epi16(low_sums[t], low_scales));
-        sums[t] = _mm256_add_epi32(sums[t], _mm256_madd_epi16(high_sums[t], high_scales));
+      for (int h = 0; h < 2; ++h) {
+        __m256i fifth = _mm256_setzero_si256();
+        if constexpr (kFifthBit) fifth = load32(blk.qh[2 * c + h]);
+        __m256i low_sums[NT], high_sums[NT];
+        for (int t = 0; t < NT; ++t) low_sums[t] = high_sums[t] = _mm256_setzero_si256();
+        for (int i = 0; i < 4; ++i) {
+          const int g = 8 * c + 4 * h + i;
+          const __m256i q = load32(blk.qs + 32 * g);
+          __m256i low = _mm256_and_si256(q, mask);
+          __m256i high = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+          if constexpr (kFifthBit) {
+            // Bits 2i and 2i + 1 of each byte to bit 4.
+            const __m256i bits = _mm256_srl_epi16(fifth, _mm_cvtsi32_si128(2 * i));
+            low = _mm256_or_si256(low, _mm256_and_si256(_mm256_slli_epi16(bits, 4), bit4));
+            high = _mm256_or_si256(high, _mm256_and_si256(_mm256_slli_epi16(bits, 3), bit4));
+          }
+          for (int t = 0; t < NT; ++t) {
+            const int8_t* xq = x[t][b].qs + 64 * c + 4 * (4 * h + i);
+            low_sums[t] = _mm256_add_epi16(low_sums[t], _mm256_maddubs_epi16(low, broadcast4(xq)));
+            high_sums[t] =
+                _mm256_add_epi16(high_sums[t], _mm256_maddubs_epi16(high, broadcast4(xq + 32)));
+          }
+        }
+        for (int t = 0; t < NT; ++t) {
+          sums[t] = _mm256_add_epi32(sums[t], _mm256_madd_epi16(low_sums[t], low_scales));
+          sums[t] = _mm256_add_epi32(sums[t], _mm256_madd_epi16(high_sums[t], high_scales));
+        }
       }
     }
     const __m256 d = load_f16x8(&blk.d[0].bits);
@@ -218,7 +235,7 @@ LS_PACKED_TARGET inline void packed_tokens(const PackedQ4_KBlock* w, int64_t n_b
       const __m256i groups = load32(xb.group_sums);
       const __m128i subs =
           _mm_hadd_epi16(_mm256_castsi256_si128(groups), _mm256_extracti128_si256(groups, 1));
-      const __m256i min_sum = q4_k_min_sums(blk, subs);
+      const __m256i min_sum = k_min_sums(blk.mins, subs);
       const __m256 dx = _mm256_set1_ps(xb.d);
       acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(sums[t]), acc[t]);
       mins[t] = _mm256_fmadd_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(min_sum), mins[t]);
@@ -364,6 +381,12 @@ void LS_PACKED_NAME(q6_k)(const uint8_t* tile, int64_t n_blocks, const uint8_t* 
                           size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
                           int64_t n_rows) {
   packed_tile<PackedQ6_KBlock>(tile, n_blocks, act, act_stride, n_tokens, y, y_stride, n_rows);
+}
+
+void LS_PACKED_NAME(q5_k)(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
+                          size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
+                          int64_t n_rows) {
+  packed_tile<PackedQ5_KBlock>(tile, n_blocks, act, act_stride, n_tokens, y, y_stride, n_rows);
 }
 
 }  // namespace llamaserve::cpu

@@ -18,7 +18,7 @@ constexpr MatmulKernel kAvx2Kernels[] = {
     {TensorType::Q4_0, ActFormat::kQ8_32x2, 32, nullptr, nullptr, nullptr, packed_tile_q4_0},
     {TensorType::Q4_1, ActFormat::kQ8_32x2, 32, nullptr, nullptr, nullptr, packed_tile_q4_1},
     {TensorType::Q4_K, ActFormat::kQ8_256, 256, nullptr, nullptr, nullptr, packed_tile_q4_k},
-    {TensorType::Q5_K, ActFormat::kQ8_256, 256, dot_q5_k, dot_rows_q5_k, dot_rows4_q5_k},
+    {TensorType::Q5_K, ActFormat::kQ8_256, 256, nullptr, nullptr, nullptr, packed_tile_q5_k},
     {TensorType::Q6_K, ActFormat::kQ8_256, 256, nullptr, nullptr, nullptr, packed_tile_q6_k},
 };
 
@@ -35,8 +35,7 @@ constexpr MatmulKernel kAvx512Kernels[] = {
     {TensorType::Q4_0, ActFormat::kQ8_32x2, 32, nullptr, nullptr, nullptr, packed_tile_q4_0_avx512},
     {TensorType::Q4_1, ActFormat::kQ8_32x2, 32, nullptr, nullptr, nullptr, packed_tile_q4_1_avx512},
     {TensorType::Q4_K, ActFormat::kQ8_256, 256, nullptr, nullptr, nullptr, packed_tile_q4_k_avx512},
-    {TensorType::Q5_K, ActFormat::kQ8_256, 256, dot_q5_k_avx512, dot_rows_q5_k_avx512,
-     dot_rows4_q5_k_avx512},
+    {TensorType::Q5_K, ActFormat::kQ8_256, 256, nullptr, nullptr, nullptr, packed_tile_q5_k_avx512},
     {TensorType::Q6_K, ActFormat::kQ8_256, 256, nullptr, nullptr, nullptr, packed_tile_q6_k_avx512},
 };
 

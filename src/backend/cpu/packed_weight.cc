@@ -4,6 +4,7 @@
 #include <cassert>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 namespace llamaserve::cpu {
 namespace {
@@ -22,12 +23,12 @@ void pack_block(const QTensor& w, int64_t r0, int64_t b, Dst& out) {
   }
 }
 
-// Q4_K: the 6-bit scales and mins unpacked into their per-row places.
-template <>
-void pack_block<BlockQ4_K, PackedQ4_KBlock>(const QTensor& w, int64_t r0, int64_t b,
-                                            PackedQ4_KBlock& out) {
+// Q4_K and Q5_K: the 6-bit scales and mins unpacked into their per-row places; Q5_K's fifth
+// bits regrouped by packed group.
+template <typename Src, typename Dst>
+void pack_k_block(const QTensor& w, int64_t r0, int64_t b, Dst& out) {
   for (int64_t r = 0; r < kPackedRows && r0 + r < w.rows(); ++r) {
-    const BlockQ4_K& src = reinterpret_cast<const BlockQ4_K*>(w.row(r0 + r))[b];
+    const Src& src = reinterpret_cast<const Src*>(w.row(r0 + r))[b];
     out.d[r] = src.d;
     out.dmin[r] = src.dmin;
     for (int j = 0; j < 8; ++j) {
@@ -37,7 +38,29 @@ void pack_block<BlockQ4_K, PackedQ4_KBlock>(const QTensor& w, int64_t r0, int64_
       out.mins[j / 2][2 * r + j % 2] = min;
     }
     for (int g = 0; g < 32; ++g) std::memcpy(out.qs + 32 * g + 4 * r, src.qs + 4 * g, 4);
+    if constexpr (std::is_same_v<Src, BlockQ5_K>) {
+      for (int g = 0; g < 32; ++g) {
+        const int k = g / 8;  // chunk: sub-blocks 2k (low nibbles) and 2k + 1 (high)
+        for (int c = 0; c < 4; ++c) {
+          const int l = 4 * (g % 8) + c;  // the byte of the chunk
+          const int low = (src.qh[l] >> (2 * k)) & 1, high = (src.qh[l] >> (2 * k + 1)) & 1;
+          out.qh[g / 4][4 * r + c] |= static_cast<uint8_t>((low | (high << 1)) << (2 * (g % 4)));
+        }
+      }
+    }
   }
+}
+
+template <>
+void pack_block<BlockQ4_K, PackedQ4_KBlock>(const QTensor& w, int64_t r0, int64_t b,
+                                            PackedQ4_KBlock& out) {
+  pack_k_block<BlockQ4_K>(w, r0, b, out);
+}
+
+template <>
+void pack_block<BlockQ5_K, PackedQ5_KBlock>(const QTensor& w, int64_t r0, int64_t b,
+                                            PackedQ5_KBlock& out) {
+  pack_k_block<BlockQ5_K>(w, r0, b, out);
 }
 
 // Q6_K element e (0..255) of a block: 4 low bits in ql, 2 high bits in qh.
@@ -96,6 +119,7 @@ Result<PackedWeight> PackedWeight::pack(const QTensor& w, ThreadPool& pool) {
   const size_t block_bytes = w.type == TensorType::Q4_0   ? sizeof(PackedQ4_0Block)
                              : w.type == TensorType::Q4_1 ? sizeof(PackedQ4_1Block)
                              : w.type == TensorType::Q4_K ? sizeof(PackedQ4_KBlock)
+                             : w.type == TensorType::Q5_K ? sizeof(PackedQ5_KBlock)
                              : w.type == TensorType::Q6_K ? sizeof(PackedQ6_KBlock)
                                                           : sizeof(PackedQ8_0Block);
   p.tile_bytes_ = static_cast<size_t>(p.n_blocks_) * block_bytes;
@@ -112,6 +136,8 @@ Result<PackedWeight> PackedWeight::pack(const QTensor& w, ThreadPool& pool) {
     pack_tiles<BlockQ4_1, PackedQ4_1Block>(w, p.n_blocks_, p.data_.get(), pool);
   } else if (w.type == TensorType::Q4_K) {
     pack_tiles<BlockQ4_K, PackedQ4_KBlock>(w, p.n_blocks_, p.data_.get(), pool);
+  } else if (w.type == TensorType::Q5_K) {
+    pack_tiles<BlockQ5_K, PackedQ5_KBlock>(w, p.n_blocks_, p.data_.get(), pool);
   } else if (w.type == TensorType::Q6_K) {
     pack_tiles<BlockQ6_K, PackedQ6_KBlock>(w, p.n_blocks_, p.data_.get(), pool);
   } else {

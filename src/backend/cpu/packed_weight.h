@@ -1,10 +1,11 @@
-// Q8_0, Q4_0, Q4_1, Q4_K and Q6_K weights with their rows interleaved in tiles of eight, built
-// once when a CPU backend is created. In a tile's block b the eight rows' scales lie side by side
-// and their quant bytes are interleaved four at a time, so that one 32-byte load holds four
-// elements of each of the eight rows: one integer multiply-add against four broadcast activation
-// bytes then advances all eight dot products, each in its own int32 lane. No horizontal sums, and
-// one conversion serves eight block scales: kernels that take one row at a time spend most of their
-// instructions on those at one token (docs/dev/cpu-experiments.md has the measurements).
+// Quantized weights (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K) with their rows interleaved in tiles
+// of eight, built once when a CPU backend is created. In a tile's block b the eight rows' scales
+// lie side by side and their quant bytes are interleaved four at a time, so that one 32-byte load
+// holds four elements of each of the eight rows: one integer multiply-add against four broadcast
+// activation bytes then advances all eight dot products, each in its own int32 lane. No horizontal
+// sums, and one conversion serves eight block scales: kernels that take one row at a time spend
+// most of their instructions on those at one token (docs/dev/cpu-experiments.md has the
+// measurements).
 #pragma once
 
 #include <cstddef>
@@ -62,6 +63,17 @@ struct PackedQ4_KBlock {
   uint8_t mins[4][2 * kPackedRows];
   uint8_t qs[128 * kPackedRows];
 };
+// Q5_K: as Q4_K, and qh[p] holds the fifth bits of groups 4p..4p + 3, byte 4 * r + c: bit 2i
+// of group 4p + i's low element, bit 2i + 1 of its high one.
+struct PackedQ5_KBlock {
+  using Act = ActBlockQ8_256;
+  Half d[kPackedRows];
+  Half dmin[kPackedRows];
+  uint8_t scales[8][kPackedRows];
+  uint8_t mins[4][2 * kPackedRows];
+  uint8_t qs[128 * kPackedRows];
+  uint8_t qh[8][32];
+};
 // Q6_K, one super-block: element e of a row is q = low | high << 4 (0..63), w = d * scale[e / 16]
 // * (q - 32). nibbles as Q4_K's qs (chunk k = g / 8 holds elements 64k + l in the low nibbles and
 // 64k + 32 + l in the high ones); qh[p] holds the two high bits of groups 2p and 2p + 1, byte
@@ -78,6 +90,7 @@ static_assert(sizeof(PackedQ4_0Block) == kPackedRows * sizeof(BlockQ4_0));
 static_assert(sizeof(PackedQ4_1Block) == kPackedRows * sizeof(BlockQ4_1));
 static_assert(sizeof(PackedQ8_0Block) == kPackedRows * sizeof(BlockQ8_0));
 static_assert(sizeof(PackedQ4_KBlock) == kPackedRows * (sizeof(BlockQ4_K) + 4));
+static_assert(sizeof(PackedQ5_KBlock) == kPackedRows * (sizeof(BlockQ5_K) + 4));
 static_assert(sizeof(PackedQ6_KBlock) == kPackedRows * sizeof(BlockQ6_K));
 
 // The packed copy of one weight matrix: tiles of kPackedRows rows, the last one padded with
@@ -87,7 +100,7 @@ class PackedWeight {
   // Whether `type` has a packed form.
   static constexpr bool packs(TensorType type) {
     return type == TensorType::Q4_0 || type == TensorType::Q4_1 || type == TensorType::Q8_0 ||
-           type == TensorType::Q4_K || type == TensorType::Q6_K;
+           type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K;
   }
 
   // PRECONDITION: packs(w.type), w.cols() a multiple of the type's block.
@@ -115,7 +128,7 @@ class PackedWeight {
 
 // y[t * y_stride + r] = dot(row r of the tile, activation row t) for r < n_rows (<= 8) and
 // t < n_tokens; activation row t at act + t * act_stride in ActFormat::kQ8_32x2 (Q4_0, Q4_1) or
-// kQ8_32 (Q8_0) or kQ8_256 (Q4_K, Q6_K). Tokens go four at a time through the weight bytes, then
+// kQ8_32 (Q8_0) or kQ8_256 (the K-quants). Tokens go four at a time through the weight bytes, then
 // one at a time; each token's result is the same either way.
 using PackedTileFn = void (*)(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
                               size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
@@ -130,6 +143,8 @@ void packed_tile_q8_0(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
 void packed_tile_q4_k(const uint8_t* tile, int64_t n_blocks, const uint8_t* act, size_t act_stride,
                       int64_t n_tokens, float* y, int64_t y_stride, int64_t n_rows);
 void packed_tile_q6_k(const uint8_t* tile, int64_t n_blocks, const uint8_t* act, size_t act_stride,
+                      int64_t n_tokens, float* y, int64_t y_stride, int64_t n_rows);
+void packed_tile_q5_k(const uint8_t* tile, int64_t n_blocks, const uint8_t* act, size_t act_stride,
                       int64_t n_tokens, float* y, int64_t y_stride, int64_t n_rows);
 // The AVX-512 VNNI versions (vpdpbusd in place of maddubs + add + madd): the same int32 sums
 // and the same float operations, so the same bits. Only where cpu_has_avx512_vnni().
@@ -146,6 +161,9 @@ void packed_tile_q4_k_avx512(const uint8_t* tile, int64_t n_blocks, const uint8_
                              size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
                              int64_t n_rows);
 void packed_tile_q6_k_avx512(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
+                             size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
+                             int64_t n_rows);
+void packed_tile_q5_k_avx512(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
                              size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
                              int64_t n_rows);
 

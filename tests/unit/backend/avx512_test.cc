@@ -290,7 +290,7 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, Avx512KernelTest, ::testing::ValuesIn(kWeight
                          [](const auto& info) { return std::string(type_name(info.param)); });
 INSTANTIATE_TEST_SUITE_P(RowTypes, Avx512RowKernelTest,
                          ::testing::ValuesIn(std::vector<TensorType>{
-                             TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q5_K}),
+                             TensorType::F32, TensorType::F16, TensorType::BF16}),
                          [](const auto& info) { return std::string(type_name(info.param)); });
 
 // --- Whole forward passes -----------------------------------------------------------------

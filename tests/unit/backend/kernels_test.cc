@@ -62,8 +62,7 @@ const TensorType kWeightTypes[] = {TensorType::F32,  TensorType::F16,  TensorTyp
                                    TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1,
                                    TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
 // The types with row kernels (the others are multiplied packed: PackedTest).
-const TensorType kRowTypes[] = {TensorType::F32, TensorType::F16, TensorType::BF16,
-                                TensorType::Q5_K};
+const TensorType kRowTypes[] = {TensorType::F32, TensorType::F16, TensorType::BF16};
 
 // An awkward row length for the type: not a power of two, several blocks, a tail for the
 // float types.
@@ -245,7 +244,7 @@ TEST_P(PackedTest, MatchesExactDotsAndIsTheSameForEveryBatch) {
 
 INSTANTIATE_TEST_SUITE_P(Packed, PackedTest,
                          ::testing::Values(TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0,
-                                           TensorType::Q4_K, TensorType::Q6_K),
+                                           TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K),
                          [](const auto& info) { return std::string(type_name(info.param)); });
 
 TEST(Matmul, UnsupportedTypeFailsLoudly) {
