@@ -377,16 +377,16 @@ void LS_PACKED_NAME(q4_k)(const uint8_t* tile, int64_t n_blocks, const uint8_t* 
   packed_tile<PackedQ4_KBlock>(tile, n_blocks, act, act_stride, n_tokens, y, y_stride, n_rows);
 }
 
-void LS_PACKED_NAME(q6_k)(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
-                          size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
-                          int64_t n_rows) {
-  packed_tile<PackedQ6_KBlock>(tile, n_blocks, act, act_stride, n_tokens, y, y_stride, n_rows);
-}
-
 void LS_PACKED_NAME(q5_k)(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
                           size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
                           int64_t n_rows) {
   packed_tile<PackedQ5_KBlock>(tile, n_blocks, act, act_stride, n_tokens, y, y_stride, n_rows);
+}
+
+void LS_PACKED_NAME(q6_k)(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
+                          size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
+                          int64_t n_rows) {
+  packed_tile<PackedQ6_KBlock>(tile, n_blocks, act, act_stride, n_tokens, y, y_stride, n_rows);
 }
 
 }  // namespace llamaserve::cpu

@@ -1,11 +1,12 @@
 // Matrix products of weights (any supported TensorType) with activation rows: the hot path
 // of the CPU backend. Y[t, r] = Σ_c W[r, c] · X[t, c] (+ bias[r]).
 //
-// The activation rows are converted once per input into the 8-bit block form the weight
-// type's integer dot product consumes (ActCache), then the output rows go in tiles of eight
-// over the thread pool: one row-dot per row and token, or one packed-tile kernel for the
-// eight rows when the weight has a PackedWeight. Several matrices that read the same input (Q/K/V,
-// gate/up) run in one parallel region over their concatenated rows.
+// The activation rows are converted once per input into the form the weight type's kernel
+// consumes (ActCache: floats, or 8-bit blocks for the integer dot products of the quantized
+// types), then the output rows go in tiles of eight over the thread pool: one packed-tile
+// kernel for the eight rows of a quantized weight (its PackedWeight), one row-dot per row and
+// token for the float types. Several matrices that read the same input (Q/K/V, gate/up) run in
+// one parallel region over their concatenated rows.
 //
 // Two kernel tables, AVX2 and AVX-512 (cpu_isa.h): the caller passes the KernelIsa its
 // backend resolved once; both tables have the same types, activation formats and results.
@@ -25,9 +26,9 @@
 
 namespace llamaserve::cpu {
 
-// The dispatch table entry of one weight type.
-// Types in the file's row layout have dot and dot_rows (and maybe dot_rows4); the types
-// PackedWeight::packs have packed_tile only.
+// The dispatch table entry of one weight type. The float types, read in the file's row layout,
+// have dot and dot_rows (and maybe dot_rows4); the types PackedWeight::packs have packed_tile
+// only.
 struct MatmulKernel {
   TensorType type;
   ActFormat act_format;

@@ -142,12 +142,13 @@ void packed_tile_q8_0(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
                       int64_t n_tokens, float* y, int64_t y_stride, int64_t n_rows);
 void packed_tile_q4_k(const uint8_t* tile, int64_t n_blocks, const uint8_t* act, size_t act_stride,
                       int64_t n_tokens, float* y, int64_t y_stride, int64_t n_rows);
-void packed_tile_q6_k(const uint8_t* tile, int64_t n_blocks, const uint8_t* act, size_t act_stride,
-                      int64_t n_tokens, float* y, int64_t y_stride, int64_t n_rows);
 void packed_tile_q5_k(const uint8_t* tile, int64_t n_blocks, const uint8_t* act, size_t act_stride,
                       int64_t n_tokens, float* y, int64_t y_stride, int64_t n_rows);
-// The AVX-512 VNNI versions (vpdpbusd in place of maddubs + add + madd): the same int32 sums
-// and the same float operations, so the same bits. Only where cpu_has_avx512_vnni().
+void packed_tile_q6_k(const uint8_t* tile, int64_t n_blocks, const uint8_t* act, size_t act_stride,
+                      int64_t n_tokens, float* y, int64_t y_stride, int64_t n_rows);
+// The AVX-512 versions, compiled for AVX-512 VNNI (Q8_0, Q4_0, Q4_1: vpdpbusd in place of
+// maddubs + add + madd; the K-quants: the same 16-bit code as AVX2): the same int32 sums and
+// the same float operations, so the same bits. Only where cpu_has_avx512_vnni().
 void packed_tile_q4_0_avx512(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
                              size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
                              int64_t n_rows);
@@ -160,10 +161,10 @@ void packed_tile_q8_0_avx512(const uint8_t* tile, int64_t n_blocks, const uint8_
 void packed_tile_q4_k_avx512(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
                              size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
                              int64_t n_rows);
-void packed_tile_q6_k_avx512(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
+void packed_tile_q5_k_avx512(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
                              size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
                              int64_t n_rows);
-void packed_tile_q5_k_avx512(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
+void packed_tile_q6_k_avx512(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
                              size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
                              int64_t n_rows);
 
