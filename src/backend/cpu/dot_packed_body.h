@@ -353,40 +353,19 @@ LS_PACKED_TARGET void packed_tile(const uint8_t* tile, int64_t n_blocks, const u
 
 }  // namespace
 
-void LS_PACKED_NAME(q4_0)(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
-                          size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
-                          int64_t n_rows) {
-  packed_tile<PackedQ4_0Block>(tile, n_blocks, act, act_stride, n_tokens, y, y_stride, n_rows);
-}
-
-void LS_PACKED_NAME(q4_1)(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
-                          size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
-                          int64_t n_rows) {
-  packed_tile<PackedQ4_1Block>(tile, n_blocks, act, act_stride, n_tokens, y, y_stride, n_rows);
-}
-
-void LS_PACKED_NAME(q8_0)(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
-                          size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
-                          int64_t n_rows) {
-  packed_tile<PackedQ8_0Block>(tile, n_blocks, act, act_stride, n_tokens, y, y_stride, n_rows);
-}
-
-void LS_PACKED_NAME(q4_k)(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
-                          size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
-                          int64_t n_rows) {
-  packed_tile<PackedQ4_KBlock>(tile, n_blocks, act, act_stride, n_tokens, y, y_stride, n_rows);
-}
-
-void LS_PACKED_NAME(q5_k)(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
-                          size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
-                          int64_t n_rows) {
-  packed_tile<PackedQ5_KBlock>(tile, n_blocks, act, act_stride, n_tokens, y, y_stride, n_rows);
-}
-
-void LS_PACKED_NAME(q6_k)(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
-                          size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
-                          int64_t n_rows) {
-  packed_tile<PackedQ6_KBlock>(tile, n_blocks, act, act_stride, n_tokens, y, y_stride, n_rows);
-}
+// The entry points packed_weight.h declares, one per type.
+#define LS_PACKED_ENTRY(type, Block)                                                         \
+  void LS_PACKED_NAME(type)(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,       \
+                            size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride, \
+                            int64_t n_rows) {                                                \
+    packed_tile<Block>(tile, n_blocks, act, act_stride, n_tokens, y, y_stride, n_rows);      \
+  }
+LS_PACKED_ENTRY(q4_0, PackedQ4_0Block)
+LS_PACKED_ENTRY(q4_1, PackedQ4_1Block)
+LS_PACKED_ENTRY(q8_0, PackedQ8_0Block)
+LS_PACKED_ENTRY(q4_k, PackedQ4_KBlock)
+LS_PACKED_ENTRY(q5_k, PackedQ5_KBlock)
+LS_PACKED_ENTRY(q6_k, PackedQ6_KBlock)
+#undef LS_PACKED_ENTRY
 
 }  // namespace llamaserve::cpu

@@ -63,15 +63,9 @@ struct PackedQ4_KBlock {
   uint8_t mins[4][2 * kPackedRows];
   uint8_t qs[128 * kPackedRows];
 };
-// Q5_K: as Q4_K, and qh[p] holds the fifth bits of groups 4p..4p + 3, byte 4 * r + c: bit 2i
-// of group 4p + i's low element, bit 2i + 1 of its high one.
-struct PackedQ5_KBlock {
-  using Act = ActBlockQ8_256;
-  Half d[kPackedRows];
-  Half dmin[kPackedRows];
-  uint8_t scales[8][kPackedRows];
-  uint8_t mins[4][2 * kPackedRows];
-  uint8_t qs[128 * kPackedRows];
+// Q5_K: Q4_K's block, and qh[p] holds the fifth bits of groups 4p..4p + 3, byte 4 * r + c: bit
+// 2i of group 4p + i's low element, bit 2i + 1 of its high one.
+struct PackedQ5_KBlock : PackedQ4_KBlock {
   uint8_t qh[8][32];
 };
 // Q6_K, one super-block: element e of a row is q = low | high << 4 (0..63), w = d * scale[e / 16]
@@ -130,42 +124,19 @@ class PackedWeight {
 // t < n_tokens; activation row t at act + t * act_stride in ActFormat::kQ8_32x2 (Q4_0, Q4_1) or
 // kQ8_32 (Q8_0) or kQ8_256 (the K-quants). Tokens go four at a time through the weight bytes, then
 // one at a time; each token's result is the same either way.
-using PackedTileFn = void (*)(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
-                              size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
-                              int64_t n_rows);
+using PackedTile = void(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
+                        size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
+                        int64_t n_rows);
+using PackedTileFn = PackedTile*;
 
-void packed_tile_q4_0(const uint8_t* tile, int64_t n_blocks, const uint8_t* act, size_t act_stride,
-                      int64_t n_tokens, float* y, int64_t y_stride, int64_t n_rows);
-void packed_tile_q4_1(const uint8_t* tile, int64_t n_blocks, const uint8_t* act, size_t act_stride,
-                      int64_t n_tokens, float* y, int64_t y_stride, int64_t n_rows);
-void packed_tile_q8_0(const uint8_t* tile, int64_t n_blocks, const uint8_t* act, size_t act_stride,
-                      int64_t n_tokens, float* y, int64_t y_stride, int64_t n_rows);
-void packed_tile_q4_k(const uint8_t* tile, int64_t n_blocks, const uint8_t* act, size_t act_stride,
-                      int64_t n_tokens, float* y, int64_t y_stride, int64_t n_rows);
-void packed_tile_q5_k(const uint8_t* tile, int64_t n_blocks, const uint8_t* act, size_t act_stride,
-                      int64_t n_tokens, float* y, int64_t y_stride, int64_t n_rows);
-void packed_tile_q6_k(const uint8_t* tile, int64_t n_blocks, const uint8_t* act, size_t act_stride,
-                      int64_t n_tokens, float* y, int64_t y_stride, int64_t n_rows);
-// The AVX-512 versions, compiled for AVX-512 VNNI (Q8_0, Q4_0, Q4_1: vpdpbusd in place of
-// maddubs + add + madd; the K-quants: the same 16-bit code as AVX2): the same int32 sums and
-// the same float operations, so the same bits. Only where cpu_has_avx512_vnni().
-void packed_tile_q4_0_avx512(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
-                             size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
-                             int64_t n_rows);
-void packed_tile_q4_1_avx512(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
-                             size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
-                             int64_t n_rows);
-void packed_tile_q8_0_avx512(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
-                             size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
-                             int64_t n_rows);
-void packed_tile_q4_k_avx512(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
-                             size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
-                             int64_t n_rows);
-void packed_tile_q5_k_avx512(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
-                             size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
-                             int64_t n_rows);
-void packed_tile_q6_k_avx512(const uint8_t* tile, int64_t n_blocks, const uint8_t* act,
-                             size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride,
-                             int64_t n_rows);
+// The AVX2 kernels (dot_packed.cc).
+PackedTile packed_tile_q4_0, packed_tile_q4_1, packed_tile_q8_0, packed_tile_q4_k, packed_tile_q5_k,
+    packed_tile_q6_k;
+// The AVX-512 versions (dot_packed_avx512.cc), compiled for AVX-512 VNNI (Q8_0, Q4_0, Q4_1:
+// vpdpbusd in place of maddubs + add + madd; the K-quants: the same 16-bit code as AVX2): the
+// same int32 sums and the same float operations, so the same bits. Only where
+// cpu_has_avx512_vnni().
+PackedTile packed_tile_q4_0_avx512, packed_tile_q4_1_avx512, packed_tile_q8_0_avx512,
+    packed_tile_q4_k_avx512, packed_tile_q5_k_avx512, packed_tile_q6_k_avx512;
 
 }  // namespace llamaserve::cpu
