@@ -45,7 +45,7 @@ done
   echo
   echo "- date: $(date -u +%Y-%m-%dT%H:%MZ)"
   echo "- commit: $(git -C "$root" rev-parse --short HEAD)"
-  echo "- device: $(lscpu | sed -n 's/^Model name: *//p'), $threads cores, $(lscpu | sed -n 's/^Flags:.*\(avx512f\).*/AVX-512 capable/p') (llamaserve is built for x86-64-v3)"
+  echo "- device: $(lscpu | sed -n 's/^Model name: *//p'), $threads cores, $(lscpu | sed -n 's/^Flags:.*\(avx512f\).*/AVX-512 capable/p') (llamaserve: an x86-64-v3 build whose kernels take AVX-512 VNNI where the CPU has it)"
   echo "- llama.cpp: $("$LLAMA_BENCH" --version 2>&1 | head -1 || true) ($LLAMA_BENCH)"
   echo "- command: LLAMA_BENCH=... bench/cpu_kernels/compare_llama_cpp.sh"
   echo "- decode: llamaserve 'DecodeSmolLM2/context:64' (one sequence, context 64..192), llama.cpp 'tg64'"
