@@ -1,6 +1,6 @@
 // Matrix-vector throughput per weight type (GB/s of weights read), the matrix products of a
 // prompt pass (FLOP/s) and end-to-end decode tokens/s of the default model, one sequence, for
-// each kernel instruction set (docs/cpu.md).
+// each kernel instruction set (docs/cpu.md), and the cost of one parallel region.
 //
 //   build/<dir>/bench/cpu_kernels/cpu_kernels_bench [--cpu-isa=both|avx2|auto]
 //       [--benchmark_filter=Matvec]
@@ -175,6 +175,19 @@ void BM_AttentionDecode(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * context * g.kv_dim() * 2 * 2);
 }
 
+// One parallel region with no work: the wake-up of the workers and the join, which a decode
+// step pays about five times a layer (ThreadPool).
+void BM_PoolRun(benchmark::State& state) {
+  const auto threads = static_cast<int>(state.range(0));
+  ThreadPool pool(threads);
+  std::vector<int> calls(static_cast<size_t>(threads) * 16);
+  for (auto _ : state) {
+    pool.run([&](int thread_index, int) { ++calls[static_cast<size_t>(thread_index) * 16]; });
+  }
+  benchmark::DoNotOptimize(calls.data());
+  state.counters["threads"] = threads;
+}
+
 // Decode tokens/s of one sequence, as a user sees it, at a given context length (arg 1):
 // the prompt fills the cache up to `context`, then each iteration decodes one token; the
 // continuation restarts at `context` every 128 tokens so the length stays put.
@@ -299,6 +312,14 @@ void register_benchmarks(const std::vector<cpu::KernelIsa>& isas) {
           ->Unit(benchmark::kMillisecond);
     }
   }
+  // 1, 2, 4, 8 threads where the machine has them, and all of its cores.
+  std::vector<int64_t> thread_counts;
+  for (int64_t t = 1; t < ThreadPool::default_threads() && t <= 8; t *= 2)
+    thread_counts.push_back(t);
+  thread_counts.push_back(ThreadPool::default_threads());
+  auto* pool_run = benchmark::RegisterBenchmark("PoolRun", BM_PoolRun);
+  for (int64_t t : thread_counts) pool_run->Arg(t);
+  pool_run->ArgName("threads")->UseRealTime();
   benchmark::RegisterBenchmark("AttentionDecode", BM_AttentionDecode)
       ->Arg(512)
       ->Arg(4096)
@@ -306,7 +327,7 @@ void register_benchmarks(const std::vector<cpu::KernelIsa>& isas) {
   for (cpu::KernelIsa isa : isas) {
     const std::string suffix = std::string("/") + cpu::kernel_isa_name(isa);
     benchmark::RegisterBenchmark(("DecodeSmolLM2_Q4_1" + suffix).c_str(), BM_DecodeSmolLM2, isa)
-        ->ArgsProduct({{1, ThreadPool::default_threads()}, {64, 1024}})
+        ->ArgsProduct({thread_counts, {64, 1024}})
         ->ArgNames({"threads", "context"})
         ->UseRealTime()
         ->MinTime(3.0)

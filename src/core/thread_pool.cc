@@ -28,7 +28,8 @@ constexpr int kCallerSpinIterations = 2000;
 
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
+ThreadPool::ThreadPool(int n_threads)
+    : n_threads_(std::max(1, n_threads)), finished_(new Finished[n_threads_]) {
   workers_.reserve(n_threads_ - 1);
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
@@ -54,25 +55,35 @@ void ThreadPool::wake_workers() {
   }
 }
 
+// Counts rather than stops at the first unfinished worker: the loads are independent, so the
+// core has all the workers' lines in flight at once.
+bool ThreadPool::all_finished(uint32_t generation) const {
+  int finished = 0;
+  for (int i = 1; i < n_threads_; ++i) {
+    finished += finished_[i].generation.load() == generation;
+  }
+  return finished == n_threads_ - 1;
+}
+
 void ThreadPool::run(const std::function<void(int, int)>& fn) {
   if (n_threads_ == 1) {
     fn(0, 1);
     return;
   }
   task_ = &fn;
-  pending_.store(n_threads_ - 1, std::memory_order_release);
+  const uint32_t generation = generation_.load(std::memory_order_relaxed) + 1;
   wake_workers();
   fn(0, n_threads_);
-  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+  for (int spin = 0; !all_finished(generation); ++spin) {
     if (spin < kCallerSpinIterations) {
       cpu_relax();
       continue;
     }
-    // Sequentially consistent with the worker's decrement: either the last worker sees the
-    // flag and notifies under the mutex, or this sees pending_ == 0 before waiting.
+    // Sequentially consistent with the workers' stores: either a worker that finishes later
+    // sees the flag and notifies under the mutex, or this sees it finished before waiting.
     std::unique_lock<std::mutex> lock(done_mutex_);
     caller_sleeping_.store(true);
-    done_.wait(lock, [&] { return pending_.load() == 0; });
+    done_.wait(lock, [&] { return all_finished(generation); });
     caller_sleeping_.store(false);
     break;
   }
@@ -117,7 +128,8 @@ void ThreadPool::worker_loop(int thread_index) {
     seen = now;
     if (stop_.load(std::memory_order_acquire)) return;
     (*task_)(thread_index, n_threads_);
-    if (pending_.fetch_sub(1) == 1 && caller_sleeping_.load()) {
+    finished_[thread_index].generation.store(now);
+    if (caller_sleeping_.load()) {
       std::lock_guard<std::mutex> lock(done_mutex_);
       done_.notify_one();
     }

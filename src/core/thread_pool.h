@@ -1,13 +1,16 @@
 // A fixed pool of worker threads for data-parallel loops (matmul rows, attention heads).
 // Tuned for many short parallel regions per second: workers spin briefly on an atomic
 // generation counter before sleeping, so a forward pass of hundreds of small ops does not
-// pay a futex wake-up per op.
+// pay a futex wake-up per op, and each worker reports the end of its part in a cache line
+// of its own, so that a join reads the workers' lines side by side instead of the workers
+// taking turns on one shared counter.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -37,17 +40,23 @@ class ThreadPool {
   static int default_threads();
 
  private:
+  // The last generation a worker has finished, alone in its cache line.
+  struct alignas(64) Finished {
+    std::atomic<uint32_t> generation{0};
+  };
+
   void worker_loop(int thread_index);
   void wake_workers();
+  bool all_finished(uint32_t generation) const;
 
   int n_threads_;
   std::vector<std::thread> workers_;
+  std::unique_ptr<Finished[]> finished_;  // indexed by thread; [0] (the caller) unused
   const std::function<void(int, int)>* task_ = nullptr;
-  std::atomic<uint32_t> generation_{0};
+  alignas(64) std::atomic<uint32_t> generation_{0};
   std::atomic<int> sleepers_{0};  // workers blocked on wake_ (not spinning)
   std::mutex wake_mutex_;
   std::condition_variable wake_;
-  std::atomic<int> pending_{0};
   // The caller of run() spins briefly for the workers, then sleeps here so that a worker
   // waiting for a core (more runnable threads than cores) can have the caller's.
   std::atomic<bool> caller_sleeping_{false};
