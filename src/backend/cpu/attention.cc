@@ -128,32 +128,37 @@ size_t state_floats(int64_t group, int64_t head_dim) {
   return static_cast<size_t>(group * head_dim + 2 * group);
 }
 
-// One token row, one KV head, cache blocks [block_begin, block_end) of its sequence: the
-// `group` query heads sharing the KV head, with an online softmax over the blocks. Each
-// block's K and V rows of this head are converted to floats once for the whole group.
-// Writes the unnormalised state: acc (Σ p v), max and sum (Σ p) per head.
+// One unit: a token row, one KV head, cache blocks [block_begin, block_end) of its sequence
+// and query heads [head_begin, head_end) of the `group` sharing the KV head, with an online
+// softmax over the blocks. Each block's K and V rows of this head are converted to floats
+// once for the unit's heads. Writes those heads' unnormalised state: acc (Σ p v), max and
+// sum (Σ p). A head's arithmetic is the same whichever unit runs it.
 // Scratch: scores[group][bs] | k[bs][hd] | v[bs][hd].
 template <typename T>
 void attend_range(const Batch& batch, const AttentionShape& shape, const float* q,
-                  const CpuKvCache& cache, int32_t layer, int32_t t, int64_t kv_head,
-                  int32_t block_begin, int32_t block_end, float* state, float* scratch) {
+                  const CpuKvCache& cache, int32_t layer, const AttentionScratch::Unit& unit,
+                  float* state, float* scratch) {
   const int64_t hd = shape.head_dim;
   const int64_t group = shape.n_head / shape.n_head_kv;
   const int32_t bs = cache.geometry().block_size;
+  const int32_t t = unit.row;
+  const int64_t kv_head = unit.kv_head;
+  const int32_t block_end = unit.block_end;
   float* acc = state;
   float* row_max = acc + group * hd;
   float* row_sum = row_max + group;
   float* scores = scratch;
   float* keys = scores + group * bs;
   float* values = keys + bs * hd;
-  std::fill(acc, acc + group * hd, 0.0f);
-  std::fill(row_max, row_max + group, -std::numeric_limits<float>::infinity());
-  std::fill(row_sum, row_sum + group, 0.0f);
+  std::fill(acc + unit.head_begin * hd, acc + unit.head_end * hd, 0.0f);
+  std::fill(row_max + unit.head_begin, row_max + unit.head_end,
+            -std::numeric_limits<float>::infinity());
+  std::fill(row_sum + unit.head_begin, row_sum + unit.head_end, 0.0f);
 
   const float* q_group = q + t * shape.n_head * hd + kv_head * group * hd;
   const int32_t* table = batch.block_table(batch.seq_index[t]);
   const int32_t n_keys = batch.positions[t] + 1;
-  for (int32_t blk = block_begin; blk < block_end; ++blk) {
+  for (int32_t blk = unit.block_begin; blk < block_end; ++blk) {
     const int32_t n_valid = std::min(bs, n_keys - blk * bs);
     const int32_t physical = table[blk];
     if (blk + kPrefetchBlocks < block_end) {
@@ -163,7 +168,7 @@ void attend_range(const Batch& batch, const AttentionShape& shape, const float* 
     }
     load_values(static_cast<const T*>(cache.k(layer, physical, kv_head)), n_valid * hd, keys);
     load_values(static_cast<const T*>(cache.v(layer, physical, kv_head)), n_valid * hd, values);
-    for (int64_t h = 0; h < group; ++h) {
+    for (int64_t h = unit.head_begin; h < unit.head_end; ++h) {
       float* s = scores + h * bs;
       block_scores(q_group + h * hd, keys, n_valid, hd, shape.scale, s);
       float block_max = s[0];
@@ -188,11 +193,12 @@ void attend_range(const Batch& batch, const AttentionShape& shape, const float* 
   }
 }
 
-// out (the group's heads) = the softmax-weighted values of one or more partial states over
-// consecutive key ranges, merged in order.
-void finish(const float* states, int32_t n_states, int64_t group, int64_t hd, float* out) {
+// out (heads [head_begin, head_end) of the group) = the softmax-weighted values of one or more
+// partial states over consecutive key ranges, merged in order.
+void finish(const float* states, int32_t n_states, int64_t group, int64_t hd, int32_t head_begin,
+            int32_t head_end, float* out) {
   const size_t stride = state_floats(group, hd);
-  for (int64_t h = 0; h < group; ++h) {
+  for (int64_t h = head_begin; h < head_end; ++h) {
     float max = -std::numeric_limits<float>::infinity();
     for (int32_t c = 0; c < n_states; ++c) max = std::max(max, states[c * stride + group * hd + h]);
     float sum = 0.0f;
@@ -207,6 +213,24 @@ void finish(const float* states, int32_t n_states, int64_t group, int64_t hd, fl
     const float inv = 1.0f / sum;
     for (int64_t i = 0; i < hd; ++i) o[i] *= inv;
   }
+}
+
+// Query heads per unit when the (row, KV head, chunk) units are split by heads: the size with
+// the shortest slowest thread, counting a unit's K/V conversion as one more head of work.
+// Units are dealt round-robin, so a thread runs ceil(units / threads) of them. Ties keep the
+// larger size (fewer conversions).
+int32_t heads_per_unit(int64_t n_units, int64_t group, int n_threads) {
+  int32_t best = static_cast<int32_t>(group);
+  int64_t best_cost = std::numeric_limits<int64_t>::max();
+  for (int64_t h = group; h >= 1; --h) {
+    const int64_t pieces = (group + h - 1) / h;
+    const int64_t cost = (n_units * pieces + n_threads - 1) / n_threads * (h + 1);
+    if (cost < best_cost) {
+      best = static_cast<int32_t>(h);
+      best_cost = cost;
+    }
+  }
+  return best;
 }
 
 float load_value(TensorType type, const void* base, int64_t i) {
@@ -232,18 +256,31 @@ void attention(const Batch& batch, const AttentionShape& shape, const float* q,
   const size_t state_size = state_floats(group, hd);
   // Work units: (row, KV head, chunk of kChunkBlocks blocks). A row's chunks depend on its own
   // length only, so its result is the same whatever else the batch holds; rows of several
-  // chunks get one partial state per chunk, merged after the parallel region.
+  // chunks get one partial state per chunk, merged after the parallel region. Too few units
+  // for the threads (a decode step's few rows) are split by query heads as well, which
+  // changes no head's arithmetic.
+  int64_t n_units = 0;
+  for (int32_t t = 0; t < batch.n_tokens(); ++t) {
+    const int32_t n_blocks = (batch.positions[t] + bs) / bs;
+    n_units += shape.n_head_kv * ((n_blocks + kChunkBlocks - 1) / kChunkBlocks);
+  }
+  const int32_t heads = heads_per_unit(n_units, group, pool.size());
   auto& units = scratch.units_;
+  auto& merges = scratch.merges_;
   units.clear();
+  merges.clear();
   int32_t n_partials = 0;
   for (int32_t t = 0; t < batch.n_tokens(); ++t) {
     const int32_t n_blocks = (batch.positions[t] + bs) / bs;
     const int32_t n_chunks = (n_blocks + kChunkBlocks - 1) / kChunkBlocks;
-    for (int64_t kv_head = 0; kv_head < shape.n_head_kv; ++kv_head) {
+    for (int32_t kv_head = 0; kv_head < shape.n_head_kv; ++kv_head) {
+      if (n_chunks > 1) merges.push_back({t, kv_head, n_partials, n_chunks});
       for (int32_t c = 0; c < n_chunks; ++c) {
         const int32_t partial = n_chunks == 1 ? -1 : n_partials++;
-        units.push_back({t, static_cast<int32_t>(kv_head), c * kChunkBlocks,
-                         std::min(n_blocks, (c + 1) * kChunkBlocks), partial});
+        for (int32_t h = 0; h < group; h += heads) {
+          units.push_back({t, kv_head, c * kChunkBlocks, std::min(n_blocks, (c + 1) * kChunkBlocks),
+                           partial, h, std::min(static_cast<int32_t>(group), h + heads)});
+        }
       }
     }
   }
@@ -260,30 +297,20 @@ void attention(const Batch& batch, const AttentionShape& shape, const float* q,
       float* state =
           unit.partial < 0 ? own_state : scratch.partials_.data() + unit.partial * state_size;
       if (f16) {
-        attend_range<uint16_t>(batch, shape, q, cache, layer, unit.row, unit.kv_head,
-                               unit.block_begin, unit.block_end, state, buffer);
+        attend_range<uint16_t>(batch, shape, q, cache, layer, unit, state, buffer);
       } else {
-        attend_range<float>(batch, shape, q, cache, layer, unit.row, unit.kv_head, unit.block_begin,
-                            unit.block_end, state, buffer);
+        attend_range<float>(batch, shape, q, cache, layer, unit, state, buffer);
       }
       if (unit.partial < 0) {
-        finish(state, 1, group, hd, out + (unit.row * shape.n_head + unit.kv_head * group) * hd);
+        finish(state, 1, group, hd, unit.head_begin, unit.head_end,
+               out + (unit.row * shape.n_head + unit.kv_head * group) * hd);
       }
     }
   });
-  // Merge the chunked rows: a row's chunks of one KV head are consecutive units.
-  for (size_t u = 0; u < units.size();) {
-    const AttentionScratch::Unit& first = units[u];
-    if (first.partial < 0) {
-      ++u;
-      continue;
-    }
-    size_t end = u;
-    while (end < units.size() && units[end].row == first.row && units[end].kv_head == first.kv_head)
-      ++end;
-    finish(scratch.partials_.data() + first.partial * state_size, static_cast<int32_t>(end - u),
-           group, hd, out + (first.row * shape.n_head + first.kv_head * group) * hd);
-    u = end;
+  // Merge the chunked rows' partial states, every head of the group at once.
+  for (const AttentionScratch::Merge& m : merges) {
+    finish(scratch.partials_.data() + m.first_partial * state_size, m.n_states, group, hd, 0,
+           static_cast<int32_t>(group), out + (m.row * shape.n_head + m.kv_head * group) * hd);
   }
 }
 

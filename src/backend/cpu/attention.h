@@ -27,16 +27,27 @@ class AttentionScratch {
     return buffer_.data() + static_cast<size_t>(thread_index) * per_thread_;
   }
 
-  // One work unit of attention(): a row, a KV head and a range of its cache blocks.
+  // One work unit of attention(): a row, a KV head, a range of its cache blocks and a range
+  // of the query heads that share the KV head (0 .. n_head / n_head_kv).
   struct Unit {
     int32_t row;
     int32_t kv_head;
     int32_t block_begin;
     int32_t block_end;
     int32_t partial;  // index of its partial state, or -1 when the unit covers the whole row
+    int32_t head_begin;
+    int32_t head_end;
+  };
+  // The consecutive partial states of one row and KV head, merged after the parallel region.
+  struct Merge {
+    int32_t row;
+    int32_t kv_head;
+    int32_t first_partial;
+    int32_t n_states;
   };
   // Grown to the largest batch seen, then reused.
   std::vector<Unit> units_;
+  std::vector<Merge> merges_;
   std::vector<float> partials_;
 
  private:
@@ -47,7 +58,8 @@ class AttentionScratch {
 // q and out: [n_tokens, n_head * head_dim]. Work is split over (token, KV head, chunk of up to
 // 256 keys) units; each unit runs the heads of its group together so that K/V are read once,
 // with an online softmax per cache block, and chunks of a long row are merged at the end.
-// A row's result depends only on the row, never on the rest of the batch.
+// When those units are too few for the threads, they are split by query heads too. A row's
+// result depends only on the row, never on the rest of the batch or the thread count.
 void attention(const Batch& batch, const AttentionShape& shape, const float* q,
                const CpuKvCache& cache, int32_t layer, float* out, ThreadPool& pool,
                AttentionScratch& scratch);

@@ -133,8 +133,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PagedAttentionTest,
                                            AttentionCase{TensorType::F32, 6, 1, 40, 7}));
 
 // Rows longer than one work unit (256 keys) are split into chunks and merged: the result
-// matches the reference, and a row gives the same bits alone as inside a larger batch.
-TEST(PagedAttention, LongRowsAreChunkedConsistently) {
+// matches the reference, and a row gives the same bits alone as inside a larger batch and with
+// any number of threads (a row alone on many threads is split by query heads as well).
+TEST(PagedAttention, RowsAreSplitConsistently) {
   KvCacheGeometry g;
   g.n_layers = 1;
   g.block_size = 16;
@@ -156,12 +157,13 @@ TEST(PagedAttention, LongRowsAreChunkedConsistently) {
   const std::vector<float> k = random_floats(700 * kv_dim, 21), v = random_floats(700 * kv_dim, 22);
   (*cache)->write(history, 0, k.data(), v.data());
 
-  // Rows at positions 200, 255, 256, 511, 699: one, one, two, two and three chunks.
+  // Rows at positions 0, 40, 200, 255, 256, 511, 699: one chunk for the first four, then two,
+  // two and three.
   Batch batch = history;
   batch.tokens.clear();
   batch.positions.clear();
   batch.seq_index.clear();
-  const std::vector<int32_t> positions = {200, 255, 256, 511, 699};
+  const std::vector<int32_t> positions = {0, 40, 200, 255, 256, 511, 699};
   for (int32_t pos : positions) {
     batch.tokens.push_back(0);
     batch.positions.push_back(pos);
@@ -176,14 +178,23 @@ TEST(PagedAttention, LongRowsAreChunkedConsistently) {
   attention_ref(batch, shape, q.data(), **cache, 0, ref.data());
   for (size_t i = 0; i < fast.size(); ++i) ASSERT_NEAR(fast[i], ref[i], 1e-5f) << i;
 
-  // The last row alone.
-  Batch alone = batch;
-  alone.tokens = {0};
-  alone.positions = {699};
-  alone.seq_index = {0};
-  std::vector<float> single(q_dim);
-  attention(alone, shape, q.data() + 4 * q_dim, **cache, 0, single.data(), pool, scratch);
-  for (int64_t i = 0; i < q_dim; ++i) ASSERT_EQ(single[i], fast[4 * q_dim + i]) << i;
+  // Each row alone, on one, five and sixteen threads.
+  for (int threads : {1, 5, 16}) {
+    ThreadPool row_pool(threads);
+    AttentionScratch row_scratch(shape, 16, row_pool.size());
+    for (size_t r = 0; r < positions.size(); ++r) {
+      Batch alone = batch;
+      alone.tokens = {0};
+      alone.positions = {positions[r]};
+      alone.seq_index = {0};
+      std::vector<float> single(q_dim);
+      attention(alone, shape, q.data() + r * q_dim, **cache, 0, single.data(), row_pool,
+                row_scratch);
+      for (int64_t i = 0; i < q_dim; ++i) {
+        ASSERT_EQ(single[i], fast[r * q_dim + i]) << "row " << r << ", threads " << threads;
+      }
+    }
+  }
 }
 
 TEST(KvCache, RejectsBadGeometry) {
