@@ -46,7 +46,8 @@ asan_tests() {
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest_preset asan
 }
 tsan_tests() {
-  TSAN_OPTIONS=halt_on_error=1 ctest_preset tsan -R '^Engine|^Scheduler|^BlockManager|^Sampler|^TransportTest'
+  TSAN_OPTIONS=halt_on_error=1 ctest_preset tsan \
+    -R '^Engine|^Scheduler|^BlockManager|^Sampler|^TransportTest|^ThreadPool|^PagedAttention'
 }
 
 stage format scripts/check_format.sh
@@ -74,8 +75,8 @@ fi
 if [[ "${SKIP_SANITIZERS:-0}" != 1 ]]; then
   stage "asan build" bash -c "cmake --preset asan >/dev/null && cmake --build --preset asan -j $jobs"
   stage "unit tests (asan+ubsan)" asan_tests
-  stage "tsan build (engine, transport)" bash -c "cmake --preset tsan >/dev/null && cmake --build --preset tsan -j $jobs --target engine_test http_test"
-  stage "engine and transport tests (tsan)" tsan_tests
+  stage "tsan build (engine, transport, thread pool)" bash -c "cmake --preset tsan >/dev/null && cmake --build --preset tsan -j $jobs --target engine_test http_test core_test backend_cpu_kernels_test"
+  stage "engine, transport and thread pool tests (tsan)" tsan_tests
   stage "fuzz build" bash -c "cmake --preset fuzz >/dev/null && cmake --build --preset fuzz -j $jobs --target fuzz_targets"
   stage "fuzz (${FUZZ_SECONDS:-30} s per target)" scripts/run_fuzz.sh "${FUZZ_SECONDS:-30}"
 fi

@@ -12,9 +12,9 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build/cpu}
 bench=$build/bench/cpu_kernels/cpu_kernels_bench
-model=$root/models/SmolLM2-135M-Instruct.Q4_1.gguf
+model=${MODEL:-$root/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 : "${LLAMA_BENCH:?set LLAMA_BENCH to a llama-bench binary}"
-rounds=${ROUNDS:-2}
+rounds=${ROUNDS:-3}
 threads=$(nproc)
 [[ -x $bench ]] || { echo "missing $bench (build target cpu_kernels_bench)" >&2; exit 1; }
 [[ -f $model ]] || { echo "missing $model (scripts/fetch_model.sh)" >&2; exit 1; }
@@ -23,20 +23,43 @@ mkdir -p "$root/bench/results"
 out=$root/bench/results/$(date -u +%Y-%m-%d)-cpu-smollm2-q4_1-vs-llama.cpp.md
 raw=$(mktemp)
 trap 'rm -f "$raw"' EXIT
+
+# The tok/s of the first csv row whose columns match, or "failed" (a case that did not run).
+pick() {
+  python3 -c '
+import csv, sys
+rows = csv.DictReader(l for l in sys.stdin if l.startswith(("name,", "build_commit,", "\"")))
+want = dict(a.split("=", 1) for a in sys.argv[2:])
+for row in rows:
+    if all(row.get(k) == v or (k == "name" and row.get("name", "").startswith(v)) for k, v in want.items()):
+        print(f"{float(row[sys.argv[1]]):.1f}")
+        break
+else:
+    print("failed")
+' "$@"
+}
+
 declare -A ours_tg ours_pp ref_tg ref_pp
 for ((r = 1; r <= rounds; ++r)); do
   load=$(cut -d' ' -f1 /proc/loadavg)
   echo "## round $r (load average $load)" >>"$raw"
-  lb=$("$LLAMA_BENCH" -m "$model" -t "1,$threads" -p 256 -n 64 -r 3 -o csv 2>/dev/null)
-  echo "$lb" >>"$raw"
-  ob=$("$bench" --benchmark_filter='DecodeSmolLM2.*context:64|PrefillSmolLM2' --benchmark_format=csv 2>/dev/null)
+  # Decode and prompt in separate calls: a prompt case that dies (an instruction the machine
+  # lacks) must not take the decode figures with it.
+  lb_tg=$("$LLAMA_BENCH" -m "$model" -t "1,$threads" -p 0 -n 64 -r 3 -o csv 2>&1) || true
+  lb_pp=$("$LLAMA_BENCH" -m "$model" -t "1,$threads" -p 256 -n 0 -r 3 -o csv 2>&1) || true
+  echo "$lb_tg" >>"$raw"
+  echo "$lb_pp" >>"$raw"
+  ob=$("$bench" --cpu-isa=auto \
+    --benchmark_filter="DecodeSmolLM2.*/threads:(1|$threads)/context:64|PrefillSmolLM2" \
+    --benchmark_format=csv 2>/dev/null)
   echo "$ob" >>"$raw"
   for t in 1 "$threads"; do
-    # llama-bench csv: n_threads, n_prompt, n_gen, avg_ts are named columns.
-    ref_pp[$r,$t]=$(echo "$lb" | python3 -c "import csv,sys; print(next(f'{float(x[\"avg_ts\"]):.1f}' for x in csv.DictReader(sys.stdin) if x['n_threads']=='$t' and x['n_prompt']=='256'))")
-    ref_tg[$r,$t]=$(echo "$lb" | python3 -c "import csv,sys; print(next(f'{float(x[\"avg_ts\"]):.1f}' for x in csv.DictReader(sys.stdin) if x['n_threads']=='$t' and x['n_gen']=='64'))")
-    ours_tg[$r,$t]=$(echo "$ob" | python3 -c "import csv,sys; print(next(f'{float(x[\"tok/s\"]):.1f}' for x in csv.DictReader(l for l in sys.stdin if l.startswith(('name','\"'))) if x['name'].startswith('DecodeSmolLM2_Q4_1/threads:$t/')))")
-    ours_pp[$r,$t]=$(echo "$ob" | python3 -c "import csv,sys; print(next(f'{float(x[\"tok/s\"]):.1f}' for x in csv.DictReader(l for l in sys.stdin if l.startswith(('name','\"'))) if x['name'].startswith('PrefillSmolLM2_Q4_1/threads:$t/')))")
+    ref_tg[$r,$t]=$(echo "$lb_tg" | pick avg_ts n_threads="$t" n_gen=64)
+    ref_pp[$r,$t]=$(echo "$lb_pp" | pick avg_ts n_threads="$t" n_prompt=256)
+    ours_tg[$r,$t]=$(echo "$ob" | sed 's|^"DecodeSmolLM2_Q4_1/[a-z0-9-]*/|"DecodeSmolLM2_Q4_1/|' |
+      pick tok/s name="DecodeSmolLM2_Q4_1/threads:$t/")
+    ours_pp[$r,$t]=$(echo "$ob" | sed 's|^"PrefillSmolLM2_Q4_1/[a-z0-9-]*/|"PrefillSmolLM2_Q4_1/|' |
+      pick tok/s name="PrefillSmolLM2_Q4_1/threads:$t/")
   done
 done
 
@@ -47,7 +70,8 @@ done
   echo "- commit: $(git -C "$root" rev-parse --short HEAD)"
   echo "- device: $(lscpu | sed -n 's/^Model name: *//p'), $threads cores, $(lscpu | sed -n 's/^Flags:.*\(avx512f\).*/AVX-512 capable/p') (llamaserve: an x86-64-v3 build whose kernels take AVX-512 VNNI where the CPU has it)"
   echo "- llama.cpp: $("$LLAMA_BENCH" --version 2>&1 | head -1 || true) ($LLAMA_BENCH)"
-  echo "- command: LLAMA_BENCH=... bench/cpu_kernels/compare_llama_cpp.sh"
+  echo "- model: $model"
+  echo "- command: LLAMA_BENCH=... bench/cpu_kernels/compare_llama_cpp.sh ($rounds rounds)"
   echo "- decode: llamaserve 'DecodeSmolLM2/context:64' (one sequence, context 64..192), llama.cpp 'tg64'"
   echo "- prompt: 256 tokens in one pass, llama.cpp 'pp256'"
   echo
