@@ -17,18 +17,18 @@ inline __m256 load8(const uint16_t* p) { return load_f16x8(p); }
 inline float load1(const float* p) { return *p; }
 inline float load1(const uint16_t* p) { return f16_to_f32(*p); }
 
-// Σ q[i] k[i] over n floats.
-float dot(const float* q, const float* k, int64_t n) {
+// Σ q[i] k[i] over n values.
+template <typename T>
+float dot(const float* q, const T* k, int64_t n) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), _mm256_loadu_ps(k + i + 8), acc1);
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8(k + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), load8(k + i + 8), acc1);
   }
-  for (; i + 8 <= n; i += 8)
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), acc0);
+  for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8(k + i), acc0);
   float sum = hsum(_mm256_add_ps(acc0, acc1));
-  for (; i < n; ++i) sum += q[i] * k[i];
+  for (; i < n; ++i) sum += q[i] * load1(k + i);
   return sum;
 }
 
@@ -40,39 +40,32 @@ inline __m256 hsum8(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4, __m25
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
-// s[j] = scale * q · keys[j] for j < n_keys. PRECONDITION for the 8-key path: n % 8 == 0.
-void block_scores(const float* q, const float* keys, int32_t n_keys, int64_t n, float scale,
-                  float* s) {
+// s[j] = scale * q · keys[j] for j < n_keys, keys read where the cache holds them.
+// PRECONDITION for the 8-key path: n % 8 == 0.
+template <typename T>
+void block_scores(const float* q, const T* keys, int32_t n_keys, int64_t n, float scale, float* s) {
   int32_t j = 0;
   if (n % 8 == 0) {
     for (; j + 8 <= n_keys; j += 8) {
-      const float* k = keys + j * n;
+      const T* k = keys + j * n;
       __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
              a7 = a0;
       for (int64_t c = 0; c < n; c += 8) {
         const __m256 qc = _mm256_loadu_ps(q + c);
-        a0 = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k + c), a0);
-        a1 = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k + n + c), a1);
-        a2 = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k + 2 * n + c), a2);
-        a3 = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k + 3 * n + c), a3);
-        a4 = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k + 4 * n + c), a4);
-        a5 = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k + 5 * n + c), a5);
-        a6 = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k + 6 * n + c), a6);
-        a7 = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k + 7 * n + c), a7);
+        a0 = _mm256_fmadd_ps(qc, load8(k + c), a0);
+        a1 = _mm256_fmadd_ps(qc, load8(k + n + c), a1);
+        a2 = _mm256_fmadd_ps(qc, load8(k + 2 * n + c), a2);
+        a3 = _mm256_fmadd_ps(qc, load8(k + 3 * n + c), a3);
+        a4 = _mm256_fmadd_ps(qc, load8(k + 4 * n + c), a4);
+        a5 = _mm256_fmadd_ps(qc, load8(k + 5 * n + c), a5);
+        a6 = _mm256_fmadd_ps(qc, load8(k + 6 * n + c), a6);
+        a7 = _mm256_fmadd_ps(qc, load8(k + 7 * n + c), a7);
       }
       _mm256_storeu_ps(s + j,
                        _mm256_mul_ps(hsum8(a0, a1, a2, a3, a4, a5, a6, a7), _mm256_set1_ps(scale)));
     }
   }
   for (; j < n_keys; ++j) s[j] = dot(q, keys + j * n, n) * scale;
-}
-
-// n contiguous cache values to floats.
-template <typename T>
-void load_values(const T* src, int64_t n, float* dst) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load8(src + i));
-  for (; i < n; ++i) dst[i] = load1(src + i);
 }
 
 // Keys of one work unit, in blocks: rows longer than this are split so that a long decode
@@ -89,38 +82,38 @@ inline void prefetch(const void* p, size_t n_bytes) {
   for (size_t i = 0; i < n_bytes; i += 64) _mm_prefetch(c + i, _MM_HINT_T0);
 }
 
-// acc[0..8 kChunks) = acc * keep + Σ_j p[j] * v[j], v rows `n` floats apart: kChunks
+// acc[0..8 kChunks) = acc * keep + Σ_j p[j] * v[j], v rows `n` values apart: kChunks
 // independent accumulators held in registers across the rows.
-template <int kChunks>
-void accumulate_slice(float* acc, float keep, const float* p, const float* v, int32_t n_rows,
+template <int kChunks, typename T>
+void accumulate_slice(float* acc, float keep, const float* p, const T* v, int32_t n_rows,
                       int64_t n) {
   __m256 a[kChunks];
   for (int c = 0; c < kChunks; ++c)
     a[c] = _mm256_mul_ps(_mm256_loadu_ps(acc + 8 * c), _mm256_set1_ps(keep));
   for (int32_t j = 0; j < n_rows; ++j) {
     const __m256 pj = _mm256_set1_ps(p[j]);
-    for (int c = 0; c < kChunks; ++c)
-      a[c] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + j * n + 8 * c), a[c]);
+    for (int c = 0; c < kChunks; ++c) a[c] = _mm256_fmadd_ps(pj, load8(v + j * n + 8 * c), a[c]);
   }
   for (int c = 0; c < kChunks; ++c) _mm256_storeu_ps(acc + 8 * c, a[c]);
 }
 
-// acc = acc * keep + Σ_j p[j] * v[j] over n_rows value rows of n floats.
-void accumulate_values(float* acc, float keep, const float* p, const float* v, int32_t n_rows,
+// acc = acc * keep + Σ_j p[j] * v[j] over n_rows value rows of n values.
+template <typename T>
+void accumulate_values(float* acc, float keep, const float* p, const T* v, int32_t n_rows,
                        int64_t n) {
   int64_t i = 0;
   for (; i + 64 <= n; i += 64) accumulate_slice<8>(acc + i, keep, p, v + i, n_rows, n);
   for (; i + 8 <= n; i += 8) accumulate_slice<1>(acc + i, keep, p, v + i, n_rows, n);
   for (; i < n; ++i) {
     float a = acc[i] * keep;
-    for (int32_t j = 0; j < n_rows; ++j) a += p[j] * v[j * n + i];
+    for (int32_t j = 0; j < n_rows; ++j) a += p[j] * load1(v + j * n + i);
     acc[i] = a;
   }
 }
 
 // Floats of per-thread scratch (see attend_range).
-size_t scratch_floats(int64_t group, int64_t head_dim, int32_t block_size) {
-  return static_cast<size_t>(group * block_size + 2 * block_size * head_dim);
+size_t scratch_floats(int64_t group, int32_t block_size) {
+  return static_cast<size_t>(group * block_size);
 }
 
 // Floats of one partial result: acc[group][hd] | max[group] | sum[group].
@@ -130,10 +123,10 @@ size_t state_floats(int64_t group, int64_t head_dim) {
 
 // One unit: a token row, one KV head, cache blocks [block_begin, block_end) of its sequence
 // and query heads [head_begin, head_end) of the `group` sharing the KV head, with an online
-// softmax over the blocks. Each block's K and V rows of this head are converted to floats
-// once for the unit's heads. Writes those heads' unnormalised state: acc (Σ p v), max and
-// sum (Σ p). A head's arithmetic is the same whichever unit runs it.
-// Scratch: scores[group][bs] | k[bs][hd] | v[bs][hd].
+// softmax over the blocks; K and V are read as the cache holds them (f16 converted in
+// registers). Writes those heads' unnormalised state: acc (Σ p v), max and sum (Σ p). A head's
+// arithmetic is the same whichever unit runs it.
+// Scratch: scores[group][bs].
 template <typename T>
 void attend_range(const Batch& batch, const AttentionShape& shape, const float* q,
                   const CpuKvCache& cache, int32_t layer, const AttentionScratch::Unit& unit,
@@ -148,8 +141,6 @@ void attend_range(const Batch& batch, const AttentionShape& shape, const float* 
   float* row_max = acc + group * hd;
   float* row_sum = row_max + group;
   float* scores = scratch;
-  float* keys = scores + group * bs;
-  float* values = keys + bs * hd;
   std::fill(acc + unit.head_begin * hd, acc + unit.head_end * hd, 0.0f);
   std::fill(row_max + unit.head_begin, row_max + unit.head_end,
             -std::numeric_limits<float>::infinity());
@@ -166,8 +157,8 @@ void attend_range(const Batch& batch, const AttentionShape& shape, const float* 
       prefetch(cache.k(layer, table[blk + kPrefetchBlocks], kv_head), head_bytes);
       prefetch(cache.v(layer, table[blk + kPrefetchBlocks], kv_head), head_bytes);
     }
-    load_values(static_cast<const T*>(cache.k(layer, physical, kv_head)), n_valid * hd, keys);
-    load_values(static_cast<const T*>(cache.v(layer, physical, kv_head)), n_valid * hd, values);
+    const T* keys = static_cast<const T*>(cache.k(layer, physical, kv_head));
+    const T* values = static_cast<const T*>(cache.v(layer, physical, kv_head));
     for (int64_t h = unit.head_begin; h < unit.head_end; ++h) {
       float* s = scores + h * bs;
       block_scores(q_group + h * hd, keys, n_valid, hd, shape.scale, s);
@@ -242,8 +233,7 @@ float load_value(TensorType type, const void* base, int64_t i) {
 
 AttentionScratch::AttentionScratch(const AttentionShape& shape, int32_t block_size, int n_threads) {
   const int64_t group = shape.n_head / std::max<int64_t>(1, shape.n_head_kv);
-  per_thread_ =
-      scratch_floats(group, shape.head_dim, block_size) + state_floats(group, shape.head_dim);
+  per_thread_ = scratch_floats(group, block_size) + state_floats(group, shape.head_dim);
   buffer_.resize(per_thread_ * static_cast<size_t>(std::max(1, n_threads)));
 }
 
@@ -290,7 +280,7 @@ void attention(const Batch& batch, const AttentionShape& shape, const float* q,
   const bool f16 = cache.geometry().type == TensorType::F16;
   pool.run([&](int thread_index, int n_threads) {
     float* buffer = scratch.thread_buffer(thread_index);
-    float* own_state = buffer + scratch_floats(group, hd, bs);
+    float* own_state = buffer + scratch_floats(group, bs);
     for (size_t u = static_cast<size_t>(thread_index); u < units.size();
          u += static_cast<size_t>(n_threads)) {
       const AttentionScratch::Unit& unit = units[u];
