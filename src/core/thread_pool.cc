@@ -129,7 +129,10 @@ void ThreadPool::worker_loop(int thread_index) {
     if (stop_.load(std::memory_order_acquire)) return;
     (*task_)(thread_index, n_threads_);
     finished_[thread_index].generation.store(now);
-    if (caller_sleeping_.load()) {
+    // Only a worker that sees every part finished wakes a sleeping caller: the last one to
+    // finish always does (its loads follow every other worker's store), and a caller woken
+    // early would only go back to sleep.
+    if (caller_sleeping_.load() && all_finished(now)) {
       std::lock_guard<std::mutex> lock(done_mutex_);
       done_.notify_one();
     }
