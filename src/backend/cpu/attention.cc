@@ -207,9 +207,9 @@ void finish(const float* states, int32_t n_states, int64_t group, int64_t hd, in
 }
 
 // Query heads per unit when the (row, KV head, chunk) units are split by heads: the size with
-// the shortest slowest thread, counting a unit's K/V conversion as one more head of work.
-// Units are dealt round-robin, so a thread runs ceil(units / threads) of them. Ties keep the
-// larger size (fewer conversions).
+// the shortest slowest thread, counting a unit's per-block work outside the heads (block
+// tables, prefetches, the softmax bookkeeping) as one more head. Units are dealt round-robin,
+// so a thread runs ceil(units / threads) of them. Ties keep the larger size (fewer units).
 int32_t heads_per_unit(int64_t n_units, int64_t group, int n_threads) {
   int32_t best = static_cast<int32_t>(group);
   int64_t best_cost = std::numeric_limits<int64_t>::max();
