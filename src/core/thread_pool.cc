@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/cpu_count.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -46,10 +48,7 @@ ThreadPool::~ThreadPool() {
   for (auto& worker : workers_) worker.join();
 }
 
-int ThreadPool::default_threads() {
-  unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : static_cast<int>(n);
-}
+int ThreadPool::default_threads() { return usable_cpus(); }
 
 // Sequentially consistent on both sides: either the worker sees the new generation before
 // it sleeps, or this sees the worker counted as a sleeper and wakes it under the mutex.

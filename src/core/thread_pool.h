@@ -36,7 +36,8 @@ class ThreadPool {
   void parallel_for(size_t n, size_t grain,
                     const std::function<void(size_t begin, size_t end)>& fn);
 
-  // Threads to use when the user asks for "all": the number of online cores.
+  // Threads to use when the user asks for "all": the CPUs this process may use (its affinity
+  // mask, capped by a cgroup CPU quota; cpu_count.h).
   static int default_threads();
 
  private:

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "core/thread_pool.h"
 #include "parallel/distributed/rendezvous.h"
 #if LLAMASERVE_HAS_CUDA
 #include "executor/cuda_executor.h"
@@ -33,8 +33,7 @@ Result<std::vector<ExecutorOptions>> replica_options(const ExecutorOptions& base
       ExecutorOptions replica = base;
       if (base.threads > 0) replica.threads = std::max(1, base.threads / replicas);
       if (base.threads == 0 && replicas > 1) {
-        const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-        replica.threads = std::max(1, static_cast<int>(cores) / replicas);
+        replica.threads = std::max(1, ThreadPool::default_threads() / replicas);
       }
       out.push_back(std::move(replica));
     }

@@ -8,6 +8,7 @@ deterministic, so they can be compared between runs.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -102,3 +103,22 @@ def test_bad_model_path_fails_with_a_clear_message(tmp_path):
     result = llamaserve("run", "-m", str(not_gguf), "-p", "hi")
     assert result.returncode == 1
     assert "llamaserve run:" in result.stderr
+
+
+@needs_model
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs two CPUs and sched_setaffinity")
+def test_default_threads_follow_the_cpu_affinity():
+    """`--threads 0` (the default) counts the CPUs the process may use, not the machine's:
+    started on one CPU, the executor runs one thread."""
+    one_cpu = min(os.sched_getaffinity(0))
+    result = subprocess.run([str(BIN), "run", "-m", str(MODEL), "-p", "Hello", "-n", "2", "--temp", "0"],
+                            capture_output=True, text=True, timeout=300, check=False,
+                            preexec_fn=lambda: os.sched_setaffinity(0, {one_cpu}))
+    assert result.returncode == 0, result.stderr
+    assert "cpu, 1 threads," in result.stderr, result.stderr
+    # Unrestricted: every CPU of the affinity mask, fewer only under a cgroup CPU quota.
+    everywhere = llamaserve("run", "-m", str(MODEL), "-p", "Hello", "-n", "2", "--temp", "0")
+    threads = re.search(r"cpu, (\d+) threads,", everywhere.stderr)
+    assert threads, everywhere.stderr
+    assert 1 <= int(threads.group(1)) <= len(os.sched_getaffinity(0))
