@@ -313,10 +313,10 @@ void register_benchmarks(const std::vector<cpu::KernelIsa>& isas) {
     }
   }
   // 1, 2, 4, 8 threads where the machine has them, and all of its cores.
+  const int64_t all_threads = ThreadPool::default_threads();
   std::vector<int64_t> thread_counts;
-  for (int64_t t = 1; t < ThreadPool::default_threads() && t <= 8; t *= 2)
-    thread_counts.push_back(t);
-  thread_counts.push_back(ThreadPool::default_threads());
+  for (int64_t t = 1; t < all_threads && t <= 8; t *= 2) thread_counts.push_back(t);
+  thread_counts.push_back(all_threads);
   auto* pool_run = benchmark::RegisterBenchmark("PoolRun", BM_PoolRun);
   for (int64_t t : thread_counts) pool_run->Arg(t);
   pool_run->ArgName("threads")->UseRealTime();

@@ -15,13 +15,9 @@ namespace llamaserve {
 namespace {
 
 std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\n')) {
-    s.remove_prefix(1);
-  }
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\n')) {
-    s.remove_suffix(1);
-  }
-  return s;
+  const size_t begin = s.find_first_not_of(" \t\n");
+  if (begin == std::string_view::npos) return {};
+  return s.substr(begin, s.find_last_not_of(" \t\n") - begin + 1);
 }
 
 // A whole decimal integer, nothing else.
@@ -104,7 +100,8 @@ std::optional<double> cgroup_cpu_limit(std::string_view proc_self_cgroup,
     const size_t first = line.find(':');
     const size_t second = first == std::string::npos ? first : line.find(':', first + 1);
     if (second == std::string::npos) continue;
-    const std::string_view controllers = std::string_view(line).substr(first + 1, second - first - 1);
+    const std::string_view controllers =
+        std::string_view(line).substr(first + 1, second - first - 1);
     const std::string_view path = std::string_view(line).substr(second + 1);
     if (line.starts_with("0::")) {
       for (const auto& dir : cgroup_dirs(root, path)) {
@@ -121,7 +118,11 @@ std::optional<double> cgroup_cpu_limit(std::string_view proc_self_cgroup,
       begin = end + 1;
     }
     if (!has_cpu) continue;
-    for (const std::string_view mount_name : {controllers, std::string_view("cpu")}) {
+    // The controller's mount is named after its controllers ("cpu,cpuacct"), often with a
+    // "cpu" link beside it; read the second only when it is another name.
+    std::vector<std::string_view> mounts = {controllers};
+    if (controllers != "cpu") mounts.push_back("cpu");
+    for (const std::string_view mount_name : mounts) {
       for (const auto& dir : cgroup_dirs(root / std::string(mount_name), path)) {
         const auto quota = read_small_file(dir / "cpu.cfs_quota_us");
         const auto period = read_small_file(dir / "cpu.cfs_period_us");

@@ -58,8 +58,9 @@ class ThreadPool {
   std::atomic<int> sleepers_{0};  // workers blocked on wake_ (not spinning)
   std::mutex wake_mutex_;
   std::condition_variable wake_;
-  // The caller of run() spins briefly for the workers, then sleeps here so that a worker
-  // waiting for a core (more runnable threads than cores) can have the caller's.
+  // The caller of run() spins briefly for the workers, then yields its core a while, then
+  // sleeps here, so that a worker waiting for a core (more runnable threads than cores) can
+  // have the caller's.
   std::atomic<bool> caller_sleeping_{false};
   std::mutex done_mutex_;
   std::condition_variable done_;

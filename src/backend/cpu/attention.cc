@@ -249,11 +249,11 @@ void attention(const Batch& batch, const AttentionShape& shape, const float* q,
   // chunks get one partial state per chunk, merged after the parallel region. Too few units
   // for the threads (a decode step's few rows) are split by query heads as well, which
   // changes no head's arithmetic.
+  auto row_blocks = [&](int32_t t) { return (batch.positions[t] + bs) / bs; };
+  auto row_chunks = [](int32_t n_blocks) { return (n_blocks + kChunkBlocks - 1) / kChunkBlocks; };
   int64_t n_units = 0;
-  for (int32_t t = 0; t < batch.n_tokens(); ++t) {
-    const int32_t n_blocks = (batch.positions[t] + bs) / bs;
-    n_units += shape.n_head_kv * ((n_blocks + kChunkBlocks - 1) / kChunkBlocks);
-  }
+  for (int32_t t = 0; t < batch.n_tokens(); ++t)
+    n_units += shape.n_head_kv * row_chunks(row_blocks(t));
   const int32_t heads = heads_per_unit(n_units, group, pool.size());
   auto& units = scratch.units_;
   auto& merges = scratch.merges_;
@@ -261,8 +261,8 @@ void attention(const Batch& batch, const AttentionShape& shape, const float* q,
   merges.clear();
   int32_t n_partials = 0;
   for (int32_t t = 0; t < batch.n_tokens(); ++t) {
-    const int32_t n_blocks = (batch.positions[t] + bs) / bs;
-    const int32_t n_chunks = (n_blocks + kChunkBlocks - 1) / kChunkBlocks;
+    const int32_t n_blocks = row_blocks(t);
+    const int32_t n_chunks = row_chunks(n_blocks);
     for (int32_t kv_head = 0; kv_head < shape.n_head_kv; ++kv_head) {
       if (n_chunks > 1) merges.push_back({t, kv_head, n_partials, n_chunks});
       for (int32_t c = 0; c < n_chunks; ++c) {

@@ -15,8 +15,8 @@ TEST(CpuCount, ParsesCgroupV2CpuMax) {
   EXPECT_EQ(parse_cpu_max("max 100000\n"), std::nullopt);
   EXPECT_EQ(parse_cpu_max("400000 100000\n"), 4.0);
   EXPECT_EQ(parse_cpu_max("150000 100000"), 1.5);
-  for (const char* bad : {"", "max", "100000", "-1 100000", "0 100000", "100000 0",
-                          "1e5 100000", "100000 100000 7", "abc def", " 5 "}) {
+  for (const char* bad : {"", "max", "100000", "-1 100000", "0 100000", "100000 0", "1e5 100000",
+                          "100000 100000 7", "abc def", " 5 "}) {
     EXPECT_EQ(parse_cpu_max(bad), std::nullopt) << bad;
   }
 }
@@ -31,8 +31,8 @@ TEST(CpuCount, ParsesCgroupV1Quota) {
 class CgroupTreeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = std::filesystem::temp_directory_path() /
-            ("cpu_count_test_" + std::to_string(::getpid()));
+    root_ =
+        std::filesystem::temp_directory_path() / ("cpu_count_test_" + std::to_string(::getpid()));
     std::filesystem::remove_all(root_);
   }
   void TearDown() override { std::filesystem::remove_all(root_); }
