@@ -3,11 +3,13 @@
 // each kernel instruction set (docs/cpu.md), and the cost of one parallel region.
 //
 //   build/<dir>/bench/cpu_kernels/cpu_kernels_bench [--cpu-isa=both|avx2|auto]
-//       [--benchmark_filter=Matvec]
+//       [--threads=1,2,16] [--benchmark_filter=Matvec]
 //
 // --cpu-isa: both (default) runs every case with the AVX2 kernels and, where the CPU has
 // AVX-512 VNNI, again with the AVX-512 ones, side by side (the ISA is part of each name);
 // avx2 or auto runs them once with what the executor's setting of that name picks.
+// --threads: the thread counts of PoolRun and the decode cases (default 1, 2, 4, 8 where the
+// process has that many CPUs, and all of them), also more threads than CPUs.
 //
 // Matvec: y = W x for W of 2048 × 2048 elements, rotating through enough matrices (> 64 MiB)
 // that the weights come from memory, not cache, as in a decode step. Threads: 1 and all cores.
@@ -17,10 +19,12 @@
 // rather than the memory.
 #include <benchmark/benchmark.h>
 
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <string>
 #include <string_view>
@@ -182,7 +186,7 @@ void BM_PoolRun(benchmark::State& state) {
   ThreadPool pool(threads);
   std::vector<int> calls(static_cast<size_t>(threads) * 16);
   for (auto _ : state) {
-    pool.run([&](int thread_index, int) { ++calls[static_cast<size_t>(thread_index) * 16]; });
+    pool.run([&](int part, int) { ++calls[static_cast<size_t>(part) * 16]; });
   }
   benchmark::DoNotOptimize(calls.data());
   state.counters["threads"] = threads;
@@ -289,7 +293,8 @@ void BM_PrefillSmolLM2(benchmark::State& state, cpu::KernelIsa isa) {
                                                benchmark::Counter::kIsRate);
 }
 
-void register_benchmarks(const std::vector<cpu::KernelIsa>& isas) {
+void register_benchmarks(const std::vector<cpu::KernelIsa>& isas,
+                         std::vector<int64_t> thread_counts) {
   const TensorType types[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16,
                               TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1,
                               TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
@@ -312,11 +317,12 @@ void register_benchmarks(const std::vector<cpu::KernelIsa>& isas) {
           ->Unit(benchmark::kMillisecond);
     }
   }
-  // 1, 2, 4, 8 threads where the machine has them, and all of its cores.
-  const int64_t all_threads = ThreadPool::default_threads();
-  std::vector<int64_t> thread_counts;
-  for (int64_t t = 1; t < all_threads && t <= 8; t *= 2) thread_counts.push_back(t);
-  thread_counts.push_back(all_threads);
+  if (thread_counts.empty()) {
+    // 1, 2, 4, 8 threads where the machine has them, and all of its cores.
+    const int64_t all_threads = ThreadPool::default_threads();
+    for (int64_t t = 1; t < all_threads && t <= 8; t *= 2) thread_counts.push_back(t);
+    thread_counts.push_back(all_threads);
+  }
   auto* pool_run = benchmark::RegisterBenchmark("PoolRun", BM_PoolRun);
   for (int64_t t : thread_counts) pool_run->Arg(t);
   pool_run->ArgName("threads")->UseRealTime();
@@ -342,22 +348,26 @@ void register_benchmarks(const std::vector<cpu::KernelIsa>& isas) {
   }
 }
 
-// The kernel sets --cpu-isa asks for (removed from argv): both = AVX2 and, where the CPU has
-// it, AVX-512; avx2 or auto = what the executor setting of that name resolves to. Empty on a
-// bad value.
-std::vector<cpu::KernelIsa> take_isa_flag(int* argc, char** argv) {
-  std::string value = "both";
+// The value of --<name>=value, removed from argv; empty when absent.
+std::string take_flag(int* argc, char** argv, std::string_view name) {
+  const std::string prefix = "--" + std::string(name) + "=";
+  std::string value;
   int kept = 1;
   for (int i = 1; i < *argc; ++i) {
-    constexpr std::string_view kFlag = "--cpu-isa=";
-    if (std::strncmp(argv[i], kFlag.data(), kFlag.size()) == 0) {
-      value = argv[i] + kFlag.size();
+    if (std::strncmp(argv[i], prefix.data(), prefix.size()) == 0) {
+      value = argv[i] + prefix.size();
     } else {
       argv[kept++] = argv[i];
     }
   }
   *argc = kept;
-  if (value == "both") {
+  return value;
+}
+
+// The kernel sets --cpu-isa asks for: both = AVX2 and, where the CPU has it, AVX-512; avx2 or
+// auto = what the executor setting of that name resolves to. Empty on a bad value.
+std::vector<cpu::KernelIsa> parse_isas(std::string value) {
+  if (value.empty() || value == "both") {
     std::vector<cpu::KernelIsa> isas = {cpu::KernelIsa::kAvx2};
     if (cpu::cpu_has_avx512_vnni()) isas.push_back(cpu::KernelIsa::kAvx512Vnni);
     return isas;
@@ -370,14 +380,37 @@ std::vector<cpu::KernelIsa> take_isa_flag(int* argc, char** argv) {
   return {cpu::resolve_kernel_isa(*setting)};
 }
 
+// --threads=1,2,16: positive counts separated by commas. Empty when absent; nullopt when bad.
+std::optional<std::vector<int64_t>> parse_thread_counts(const std::string& value) {
+  std::vector<int64_t> counts;
+  size_t begin = 0;
+  while (begin < value.size()) {
+    size_t end = value.find(',', begin);
+    if (end == std::string::npos) end = value.size();
+    int64_t count = 0;
+    const char* first = value.data() + begin;
+    const char* last = value.data() + end;
+    auto [ptr, ec] = std::from_chars(first, last, count);
+    if (ec != std::errc() || ptr != last || count < 1) {
+      std::fprintf(stderr, "--threads=%s: expected positive counts, as 1,2,16\n", value.c_str());
+      return std::nullopt;
+    }
+    counts.push_back(count);
+    begin = end + 1;
+  }
+  return counts;
+}
+
 }  // namespace
 }  // namespace llamaserve
 
 int main(int argc, char** argv) {
-  const std::vector<llamaserve::cpu::KernelIsa> isas = llamaserve::take_isa_flag(&argc, argv);
-  if (isas.empty()) return 2;
+  const auto isas = llamaserve::parse_isas(llamaserve::take_flag(&argc, argv, "cpu-isa"));
+  const auto threads =
+      llamaserve::parse_thread_counts(llamaserve::take_flag(&argc, argv, "threads"));
+  if (isas.empty() || !threads) return 2;
   benchmark::Initialize(&argc, argv);
-  llamaserve::register_benchmarks(isas);
+  llamaserve::register_benchmarks(isas, *threads);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

@@ -37,7 +37,7 @@ constexpr int kSpinsPerYield = 1024;
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads)
-    : n_threads_(std::max(1, n_threads)), finished_(new Finished[n_threads_]) {
+    : n_threads_(std::max(1, n_threads)), parts_(new Part[n_threads_]) {
   workers_.reserve(n_threads_ - 1);
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
@@ -60,14 +60,49 @@ void ThreadPool::wake_workers() {
   }
 }
 
-// Counts rather than stops at the first unfinished worker: the loads are independent, so the
-// core has all the workers' lines in flight at once.
+// A thread holding a generation whose region has closed (it lost its core between reading
+// the generation and getting here) finds every claim newer than it expects and runs nothing.
+bool ThreadPool::claim(int part, uint32_t generation) {
+  std::atomic<uint32_t>& claimed = parts_[part].claimed;
+  uint32_t expected = generation - 1;
+  return claimed.load(std::memory_order_relaxed) == expected &&
+         claimed.compare_exchange_strong(expected, generation);
+}
+
+// The task is read after the claim: the region cannot close, and the caller cannot set the
+// next region's task, before this part is finished.
+void ThreadPool::run_part(int part, uint32_t generation) {
+  (*task_.load())(part, n_threads_);
+  parts_[part].finished.store(generation);
+  // Only a thread that sees every part finished wakes a sleeping caller: the last one to
+  // finish always does (its loads follow every other part's store), and a caller woken early
+  // would only go back to sleep.
+  if (caller_sleeping_.load() && all_finished(generation)) {
+    std::lock_guard<std::mutex> lock(done_mutex_);
+    done_.notify_one();
+  }
+}
+
+bool ThreadPool::run_free_parts(int first, uint32_t generation) {
+  bool ran = false;
+  for (int k = 0; k < n_threads_; ++k) {
+    const int part = (first + k) % n_threads_;
+    if (claim(part, generation)) {
+      run_part(part, generation);
+      ran = true;
+    }
+  }
+  return ran;
+}
+
+// Counts rather than stops at the first unfinished part: the loads are independent, so the
+// core has all the parts' lines in flight at once.
 bool ThreadPool::all_finished(uint32_t generation) const {
   int finished = 0;
-  for (int i = 1; i < n_threads_; ++i) {
-    finished += finished_[i].generation.load() == generation;
+  for (int i = 0; i < n_threads_; ++i) {
+    finished += parts_[i].finished.load() == generation;
   }
-  return finished == n_threads_ - 1;
+  return finished == n_threads_;
 }
 
 void ThreadPool::run(const std::function<void(int, int)>& fn) {
@@ -75,11 +110,13 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
     fn(0, 1);
     return;
   }
-  task_ = &fn;
+  task_.store(&fn);
   const uint32_t generation = generation_.load(std::memory_order_relaxed) + 1;
   wake_workers();
-  fn(0, n_threads_);
+  if (claim(0, generation)) run_part(0, generation);
   for (int spin = 0; !all_finished(generation); ++spin) {
+    // A part still unclaimed belongs to a worker that has not started: run it here.
+    if (run_free_parts(1, generation)) continue;
     if (spin < kCallerSpinIterations) {
       cpu_relax();
       continue;
@@ -88,15 +125,17 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
       std::this_thread::yield();
       continue;
     }
-    // Sequentially consistent with the workers' stores: either a worker that finishes later
-    // sees the flag and notifies under the mutex, or this sees it finished before waiting.
+    // Every part is claimed (the scan above found none free) and its thread will finish it.
+    // Sequentially consistent with the parts' stores: either the thread that finishes the
+    // last part sees the flag and notifies under the mutex, or this sees them finished
+    // before waiting.
     std::unique_lock<std::mutex> lock(done_mutex_);
     caller_sleeping_.store(true);
     done_.wait(lock, [&] { return all_finished(generation); });
     caller_sleeping_.store(false);
     break;
   }
-  task_ = nullptr;
+  task_.store(nullptr);
 }
 
 void ThreadPool::parallel_for(size_t n, size_t grain,
@@ -109,8 +148,8 @@ void ThreadPool::parallel_for(size_t n, size_t grain,
     fn(0, n);
     return;
   }
-  run([&](int thread_index, int) {
-    const size_t t = static_cast<size_t>(thread_index);
+  run([&](int part, int) {
+    const size_t t = static_cast<size_t>(part);
     if (t >= n_chunks) return;
     const size_t begin = n * t / n_chunks;
     const size_t end = n * (t + 1) / n_chunks;
@@ -140,14 +179,14 @@ void ThreadPool::worker_loop(int thread_index) {
     }
     seen = now;
     if (stop_.load(std::memory_order_acquire)) return;
-    (*task_)(thread_index, n_threads_);
-    finished_[thread_index].generation.store(now);
-    // Only a worker that sees every part finished wakes a sleeping caller: the last one to
-    // finish always does (its loads follow every other worker's store), and a caller woken
-    // early would only go back to sleep.
-    if (caller_sleeping_.load() && all_finished(now)) {
-      std::lock_guard<std::mutex> lock(done_mutex_);
-      done_.notify_one();
+    if (claim(thread_index, now)) run_part(thread_index, now);
+    // Then the parts of the next threads round the ring, as long as they have not started:
+    // one line read in a healthy region, and a run of late threads is taken part by part (the
+    // caller's scans cover the rest).
+    for (int k = 1; k < n_threads_; ++k) {
+      const int part = (thread_index + k) % n_threads_;
+      if (!claim(part, now)) break;
+      run_part(part, now);
     }
   }
 }

@@ -1,9 +1,14 @@
 // A fixed pool of worker threads for data-parallel loops (matmul rows, attention heads).
 // Tuned for many short parallel regions per second: workers spin briefly on an atomic
 // generation counter before sleeping, so a forward pass of hundreds of small ops does not
-// pay a futex wake-up per op, and each worker reports the end of its part in a cache line
-// of its own, so that a join reads the workers' lines side by side instead of the workers
-// taking turns on one shared counter.
+// pay a futex wake-up per op, and each part of a region is claimed and reported finished in
+// a cache line of its own, so that a join reads the parts' lines side by side instead of the
+// threads taking turns on one shared counter.
+//
+// A region has one part per thread, and thread i normally runs part i. A thread that has
+// finished its part takes any part no thread has started: a worker that has lost its core
+// (more runnable threads than cores, a busy neighbour) or is still waking up no longer holds
+// the region up, and the join waits only for parts that have started.
 #pragma once
 
 #include <atomic>
@@ -27,9 +32,11 @@ class ThreadPool {
 
   int size() const { return n_threads_; }
 
-  // Calls fn(thread_index, n_threads) once on every thread of the pool (the caller is
-  // thread 0) and returns when all calls have returned. Not re-entrant: one caller at a time.
-  void run(const std::function<void(int thread_index, int n_threads)>& fn);
+  // Calls fn(part, n_parts) once for every part in [0, size()), in parallel across the pool,
+  // and returns when all calls have returned. Each part runs on one thread, usually the
+  // thread of the same index (the caller is 0), so per-part scratch indexed by `part` is
+  // never shared. Not re-entrant: one caller at a time.
+  void run(const std::function<void(int part, int n_parts)>& fn);
 
   // Splits [0, n) into contiguous chunks, at least `grain` long, and calls fn(begin, end)
   // for each across the pool.
@@ -41,19 +48,26 @@ class ThreadPool {
   static int default_threads();
 
  private:
-  // The last generation a worker has finished, alone in its cache line.
-  struct alignas(64) Finished {
-    std::atomic<uint32_t> generation{0};
+  // The last generation in which a part was claimed by a thread and in which it finished,
+  // alone in their cache line. Every region claims every part, so a part is free in
+  // generation g exactly when its claim still reads g - 1.
+  struct alignas(64) Part {
+    std::atomic<uint32_t> claimed{0};
+    std::atomic<uint32_t> finished{0};
   };
 
   void worker_loop(int thread_index);
   void wake_workers();
+  bool claim(int part, uint32_t generation);
+  void run_part(int part, uint32_t generation);
+  // Runs the parts of the region no thread has claimed yet; true when it ran any.
+  bool run_free_parts(int first, uint32_t generation);
   bool all_finished(uint32_t generation) const;
 
   int n_threads_;
   std::vector<std::thread> workers_;
-  std::unique_ptr<Finished[]> finished_;  // indexed by thread; [0] (the caller) unused
-  const std::function<void(int, int)>* task_ = nullptr;
+  std::unique_ptr<Part[]> parts_;
+  std::atomic<const std::function<void(int, int)>*> task_{nullptr};
   alignas(64) std::atomic<uint32_t> generation_{0};
   std::atomic<int> sleepers_{0};  // workers blocked on wake_ (not spinning)
   std::mutex wake_mutex_;

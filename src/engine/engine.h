@@ -194,7 +194,7 @@ class Engine {
   std::vector<int32_t> device_tokens_;
   std::vector<uint8_t> host_sampled_;
   ThreadPool sampler_pool_;
-  std::vector<SamplerScratch> sampler_scratch_;  // one per sampler thread
+  std::vector<SamplerScratch> sampler_scratch_;  // one per part of the sampler pool
   std::vector<std::pair<ActiveRequest*, SampledToken>> sampled_;
   EngineStats counters_;  // the cumulative fields of stats()
   EmbeddingBatcher embeddings_;

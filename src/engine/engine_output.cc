@@ -18,10 +18,10 @@ void Engine::sample_and_emit(const StepPlan& plan) {
     if (chunk.wants_logits) sampled_.emplace_back(active_.at(chunk.seq->id).get(), SampledToken{});
   }
   const auto n_vocab = static_cast<size_t>(n_vocab_);
-  auto sample_rows = [&](int thread_index, int n_threads) {
-    SamplerScratch& scratch = sampler_scratch_[static_cast<size_t>(thread_index)];
-    for (size_t i = static_cast<size_t>(thread_index); i < sampled_.size();
-         i += static_cast<size_t>(n_threads)) {
+  auto sample_rows = [&](int part, int n_parts) {
+    SamplerScratch& scratch = sampler_scratch_[static_cast<size_t>(part)];
+    for (size_t i = static_cast<size_t>(part); i < sampled_.size();
+         i += static_cast<size_t>(n_parts)) {
       if (host_sampled_[i] == 0) {
         sampled_[i].second.token = device_tokens_[i];
         continue;

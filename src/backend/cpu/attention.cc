@@ -233,8 +233,8 @@ float load_value(TensorType type, const void* base, int64_t i) {
 
 AttentionScratch::AttentionScratch(const AttentionShape& shape, int32_t block_size, int n_threads) {
   const int64_t group = shape.n_head / std::max<int64_t>(1, shape.n_head_kv);
-  per_thread_ = scratch_floats(group, block_size) + state_floats(group, shape.head_dim);
-  buffer_.resize(per_thread_ * static_cast<size_t>(std::max(1, n_threads)));
+  per_part_ = scratch_floats(group, block_size) + state_floats(group, shape.head_dim);
+  buffer_.resize(per_part_ * static_cast<size_t>(std::max(1, n_threads)));
 }
 
 void attention(const Batch& batch, const AttentionShape& shape, const float* q,
@@ -278,11 +278,11 @@ void attention(const Batch& batch, const AttentionShape& shape, const float* q,
     scratch.partials_.resize(static_cast<size_t>(n_partials) * state_size);
   }
   const bool f16 = cache.geometry().type == TensorType::F16;
-  pool.run([&](int thread_index, int n_threads) {
-    float* buffer = scratch.thread_buffer(thread_index);
+  pool.run([&](int part, int n_parts) {
+    float* buffer = scratch.part_buffer(part);
     float* own_state = buffer + scratch_floats(group, bs);
-    for (size_t u = static_cast<size_t>(thread_index); u < units.size();
-         u += static_cast<size_t>(n_threads)) {
+    for (size_t u = static_cast<size_t>(part); u < units.size();
+         u += static_cast<size_t>(n_parts)) {
       const AttentionScratch::Unit& unit = units[u];
       float* state =
           unit.partial < 0 ? own_state : scratch.partials_.data() + unit.partial * state_size;

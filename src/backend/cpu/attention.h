@@ -19,13 +19,12 @@ struct AttentionShape {
   float scale = 0.0f;  // usually 1 / sqrt(head_dim)
 };
 
-// Per-thread working memory of the optimized kernel, allocated once.
+// Working memory of the optimized kernel for each part of the pool's regions (one part
+// per thread), allocated once.
 class AttentionScratch {
  public:
   AttentionScratch(const AttentionShape& shape, int32_t block_size, int n_threads);
-  float* thread_buffer(int thread_index) {
-    return buffer_.data() + static_cast<size_t>(thread_index) * per_thread_;
-  }
+  float* part_buffer(int part) { return buffer_.data() + static_cast<size_t>(part) * per_part_; }
 
   // One work unit of attention(): a row, a KV head, a range of its cache blocks and a range
   // of the query heads that share the KV head (0 .. n_head / n_head_kv).
@@ -51,7 +50,7 @@ class AttentionScratch {
   std::vector<float> partials_;
 
  private:
-  size_t per_thread_;
+  size_t per_part_;
   std::vector<float> buffer_;
 };
 

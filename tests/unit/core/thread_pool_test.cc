@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sched.h>
+
 #include <atomic>
 #include <numeric>
 #include <vector>
@@ -22,16 +24,52 @@ TEST(ThreadPoolTest, ParallelForCoversEveryIndexOnce) {
   }
 }
 
-TEST(ThreadPoolTest, RunCallsEveryThreadAndManyRegionsInARow) {
+TEST(ThreadPoolTest, RunCallsEveryPartAndManyRegionsInARow) {
   ThreadPool pool(3);
   std::atomic<long> total{0};
   for (int region = 0; region < 2000; ++region) {
-    pool.run([&](int thread_index, int n_threads) {
-      EXPECT_EQ(n_threads, 3);
-      total.fetch_add(thread_index + 1);
+    pool.run([&](int part, int n_parts) {
+      EXPECT_EQ(n_parts, 3);
+      total.fetch_add(part + 1);
     });
   }
   EXPECT_EQ(total.load(), 2000L * (1 + 2 + 3));
+}
+
+// Four threads on one CPU: most regions start while some worker waits for the core, and
+// the threads that run take its part. Every part still runs exactly once per region, on one
+// thread at a time, and run() returns only when all of them have.
+TEST(ThreadPoolTest, PartsRunOnceWhenThreadsOutnumberCores) {
+  cpu_set_t saved;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(saved), &saved), 0);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &saved)) {
+      CPU_SET(cpu, &one);
+      break;
+    }
+  }
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  {
+    constexpr int kThreads = 4;
+    constexpr int kRegions = 3000;
+    ThreadPool pool(kThreads);  // the workers inherit the one CPU
+    std::vector<std::atomic<int>> runs(kThreads);
+    std::vector<std::atomic<int>> inside(kThreads);
+    for (int region = 0; region < kRegions; ++region) {
+      pool.run([&](int part, int n_parts) {
+        ASSERT_EQ(n_parts, kThreads);
+        EXPECT_EQ(inside[part].fetch_add(1), 0) << "part " << part << " run twice at once";
+        runs[part].fetch_add(1);
+        inside[part].fetch_sub(1);
+      });
+      for (int part = 0; part < kThreads; ++part) {
+        ASSERT_EQ(runs[part].load(), region + 1) << "part " << part << " region " << region;
+      }
+    }
+  }
+  ASSERT_EQ(sched_setaffinity(0, sizeof(saved), &saved), 0);
 }
 
 }  // namespace
