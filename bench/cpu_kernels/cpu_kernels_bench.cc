@@ -143,8 +143,10 @@ void BM_Prompt(benchmark::State& state, TensorType type, cpu::KernelIsa isa) {
 }
 
 // Decode attention of one token over `context` cached positions, SmolLM2's shape (9 query
-// heads, 3 KV heads, head_dim 64, f16 cache).
-void BM_AttentionDecode(benchmark::State& state) {
+// heads, 3 KV heads, head_dim 64), one thread, with an F16 or a Q8_0 cache (bytes/s: the
+// cache's K and V bytes read). At 32768 positions the cache (24 or 13 MiB) is past most
+// last-level caches.
+void BM_AttentionDecode(benchmark::State& state, TensorType kv_type) {
   const int32_t context = static_cast<int32_t>(state.range(0));
   const cpu::AttentionShape shape{9, 3, 64, 0.125f};
   cpu::KvCacheGeometry g;
@@ -153,6 +155,7 @@ void BM_AttentionDecode(benchmark::State& state) {
   g.n_blocks = (context + 15) / 16;
   g.n_head_kv = 3;
   g.head_dim = 64;
+  g.type = kv_type;
   auto cache = cpu::CpuKvCache::create(g);
   Batch history;
   history.blocks_per_seq = g.n_blocks;
@@ -176,7 +179,8 @@ void BM_AttentionDecode(benchmark::State& state) {
     cpu::attention(batch, shape, q.data(), **cache, 0, out.data(), pool, scratch);
     benchmark::DoNotOptimize(out.data());
   }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * context * g.kv_dim() * 2 * 2);
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * context *
+                          static_cast<int64_t>(g.slot_bytes()) * 2);
 }
 
 // One parallel region with no work: the wake-up of the workers and the join, which a decode
@@ -326,10 +330,14 @@ void register_benchmarks(const std::vector<cpu::KernelIsa>& isas,
   auto* pool_run = benchmark::RegisterBenchmark("PoolRun", BM_PoolRun);
   for (int64_t t : thread_counts) pool_run->Arg(t);
   pool_run->ArgName("threads")->UseRealTime();
-  benchmark::RegisterBenchmark("AttentionDecode", BM_AttentionDecode)
-      ->Arg(512)
-      ->Arg(4096)
-      ->ArgName("context");
+  for (TensorType kv_type : {TensorType::F16, TensorType::Q8_0}) {
+    benchmark::RegisterBenchmark((std::string("AttentionDecode/") + type_name(kv_type)).c_str(),
+                                 BM_AttentionDecode, kv_type)
+        ->Arg(512)
+        ->Arg(4096)
+        ->Arg(32768)
+        ->ArgName("context");
+  }
   for (cpu::KernelIsa isa : isas) {
     const std::string suffix = std::string("/") + cpu::kernel_isa_name(isa);
     benchmark::RegisterBenchmark(("DecodeSmolLM2_Q4_1" + suffix).c_str(), BM_DecodeSmolLM2, isa)

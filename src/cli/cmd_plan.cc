@@ -68,12 +68,6 @@ Result<PlanInput> load_input(const PlanCliOptions& o) {
   return in;
 }
 
-Result<TensorType> parse_kv_type(const std::string& name) {
-  if (name == "f16" || name == "F16") return TensorType::F16;
-  if (name == "q8_0" || name == "Q8_0") return TensorType::Q8_0;
-  return make_error(StatusCode::kInvalidArgument, "--kv-type '{}': use f16 or q8_0", name);
-}
-
 json layout_json(const LayoutPlan& l) {
   json j = {{"tp", l.tp}, {"pp", l.pp}, {"replicas", l.replicas}};
   if (!l.impossible_reason.empty()) {
@@ -194,7 +188,7 @@ Status run_plan(const PlanCliOptions& o) {
   req.gpus = o.gpus;
   LS_ASSIGN_OR_RETURN(req.gpu_memory_bytes, parse_byte_size(o.gpu_mem));
   req.gpu_memory_utilization = o.gpu_util;
-  LS_ASSIGN_OR_RETURN(req.kv_type, parse_kv_type(o.kv_type));
+  LS_ASSIGN_OR_RETURN(req.kv_type, parse_kv_cache_type(o.kv_type));
   req.max_batch_tokens = o.batch_tokens;
   LS_ASSIGN_OR_RETURN(PlanReport report, make_plan(req));
   if (o.json_output) {

@@ -107,9 +107,10 @@ Result<std::unique_ptr<Executor>> create_cpu_executor(std::shared_ptr<const Load
     return make_error(StatusCode::kInvalidArgument, "threads = {} must be in [0, 1024]",
                       options.threads);
   }
-  if (options.kv_type != TensorType::F16 && options.kv_type != TensorType::F32) {
+  if (options.kv_type != TensorType::F16 && options.kv_type != TensorType::F32 &&
+      options.kv_type != TensorType::Q8_0) {
     return make_error(StatusCode::kUnsupported,
-                      "KV cache type {} is not supported on the CPU (F16 or F32)",
+                      "KV cache type {} is not supported on the CPU (F16, F32 or Q8_0)",
                       type_name(options.kv_type));
   }
   const ModelConfig& c = model->config;

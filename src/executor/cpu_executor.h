@@ -21,7 +21,7 @@ struct CpuExecutorOptions {
   int64_t kv_capacity_tokens = 0;
   uint64_t kv_capacity_bytes = 0;
   int32_t max_batch_tokens = 512;        // rows per forward pass; larger batches run in pieces
-  TensorType kv_type = TensorType::F16;  // F16 or F32
+  TensorType kv_type = TensorType::F16;  // F16, F32 or Q8_0
   bool reference_kernels = false;        // plain kernels for validation (slow)
   // AVX-512 kernels where the CPU has them (kAuto), or AVX2 only; describe() names the one
   // in use.

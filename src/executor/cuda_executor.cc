@@ -597,6 +597,12 @@ Result<std::unique_ptr<CudaPart>> CudaPart::create(std::shared_ptr<const LoadedM
     return make_error(StatusCode::kInvalidArgument, "kv_block_size = {} must be in [1, 4096]",
                       options.kv_block_size);
   }
+  if (options.kv_type != TensorType::F16) {
+    return make_error(StatusCode::kUnsupported,
+                      "KV cache type {} is not supported on CUDA devices (f16; q8_0 runs on the "
+                      "CPU)",
+                      type_name(options.kv_type));
+  }
   if (options.max_batch_tokens <= 0 || options.max_batch_tokens > 1 << 16) {
     return make_error(StatusCode::kInvalidArgument, "max_batch_tokens = {} must be in [1, 65536]",
                       options.max_batch_tokens);

@@ -27,13 +27,14 @@ struct CudaExecutorOptions {
   // Fraction of the device's memory this instance may use, counting what other processes
   // already use against it.
   double gpu_memory_utilization = 0.90;
-  int64_t kv_capacity_tokens = 0;   // 0: all the memory the budget leaves
-  int32_t kv_block_size = 16;       // tokens per KV block
-  int32_t max_batch_tokens = 2048;  // rows per forward pass; larger batches run in pieces
-  int32_t max_seqs = 256;           // sequences per forward pass
-  int64_t max_context_tokens = 0;   // longest sequence; 0: the model's n_ctx_train
-  int32_t gemm_min_rows = 5;        // products with this many rows or more are GEMMs (gemm.h)
-  int32_t float_gemm_min_rows = 5;  // the same for F16/BF16/F32 weights
+  int64_t kv_capacity_tokens = 0;        // 0: all the memory the budget leaves
+  int32_t kv_block_size = 16;            // tokens per KV block
+  TensorType kv_type = TensorType::F16;  // the kernels read F16 K/V only
+  int32_t max_batch_tokens = 2048;       // rows per forward pass; larger batches run in pieces
+  int32_t max_seqs = 256;                // sequences per forward pass
+  int64_t max_context_tokens = 0;        // longest sequence; 0: the model's n_ctx_train
+  int32_t gemm_min_rows = 5;             // products with this many rows or more are GEMMs (gemm.h)
+  int32_t float_gemm_min_rows = 5;       // the same for F16/BF16/F32 weights
   bool cuda_graphs = true;
   // The kernels' settings (programmatic dependent launch; per-operation timing, which turns
   // CUDA graphs off).

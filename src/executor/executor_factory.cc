@@ -39,6 +39,7 @@ CudaExecutorOptions cuda_executor_options(const ExecutorOptions& options, int de
   cuda.gpu_memory_utilization = options.gpu_memory_utilization;
   cuda.kv_capacity_tokens = options.kv_capacity_tokens;
   cuda.kv_block_size = options.kv_block_size;
+  cuda.kv_type = options.kv_type;
   if (options.max_batch_tokens > 0) cuda.max_batch_tokens = options.max_batch_tokens;
   if (options.max_seqs > 0) cuda.max_seqs = options.max_seqs;
   cuda.max_context_tokens = options.max_context_tokens;
@@ -107,6 +108,7 @@ Result<std::unique_ptr<Executor>> create_device_executor(std::shared_ptr<const L
     cpu.cpu_isa = options.cpu_isa;
     cpu.kv_capacity_tokens = options.kv_capacity_tokens;
     cpu.kv_block_size = options.kv_block_size;
+    cpu.kv_type = options.kv_type;
     if (options.max_batch_tokens > 0) cpu.max_batch_tokens = options.max_batch_tokens;
     return create_cpu_executor(std::move(model), cpu);
   }

@@ -248,6 +248,12 @@ Result<ModelConfig> model_config_from_gguf(const GgufFile& file) {
   return c;
 }
 
+Result<TensorType> parse_kv_cache_type(std::string_view name) {
+  if (name == "f16" || name == "F16") return TensorType::F16;
+  if (name == "q8_0" || name == "Q8_0") return TensorType::Q8_0;
+  return make_error(StatusCode::kInvalidArgument, "KV cache type '{}': use f16 or q8_0", name);
+}
+
 uint64_t kv_bytes_per_token(const ModelConfig& config, TensorType kv_type) {
   const uint64_t per_layer = row_bytes(kv_type, static_cast<size_t>(config.kv_dim()));
   return 2ull * static_cast<uint64_t>(config.n_layer) * per_layer;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "core/status.h"
 #include "quant/types.h"
@@ -71,6 +72,9 @@ Status validate_config(const ModelConfig& config);
 // K and V of one token over all layers, stored as `kv_type` (F32 or F16; a block type
 // needs kv_dim to be a multiple of its block).
 uint64_t kv_bytes_per_token(const ModelConfig& config, TensorType kv_type);
+
+// A KV cache element type as settings name it: "f16" or "q8_0" (either case).
+Result<TensorType> parse_kv_cache_type(std::string_view name);
 
 const char* rope_ordering_name(RopeOrdering ordering);
 const char* rope_scaling_name(RopeScalingType type);

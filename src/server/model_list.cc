@@ -2,6 +2,7 @@
 
 #include <charconv>
 
+#include "model/config.h"
 #include "server/config_layer.h"
 
 namespace llamaserve::server {
@@ -80,6 +81,10 @@ Status apply_key(ModelSpec& spec, std::string_view key, std::string_view value) 
     return set_int(spec.engine.max_batch_tokens, 0, 1 << 20);
   } else if (key == "kv-cache-tokens") {
     return set_int(spec.kv_cache_tokens, 0, int64_t{1} << 30);
+  } else if (key == "kv-cache-type") {
+    auto type = parse_kv_cache_type(value);
+    if (!type) return type.status();
+    spec.kv_cache_type = *type;
   } else if (key == "warmup-tokens") {
     return set_int(spec.warmup_tokens, 0, 64);
   } else if (key == "chat-template") {
@@ -114,7 +119,7 @@ Status apply_key(ModelSpec& spec, std::string_view key, std::string_view value) 
                       "unknown model key '{}' (keys: path name alias device tp pp replicas threads "
                       "cpu-isa ctx-size max-running max-batch-tokens prefill-chunk-tokens "
                       "no-prefix-cache "
-                      "kv-cache-tokens chat-template "
+                      "kv-cache-tokens kv-cache-type chat-template "
                       "warmup-tokens embedding-pooling keep-alive required load)",
                       key);
   }

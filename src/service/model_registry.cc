@@ -12,9 +12,9 @@ using Clock = std::chrono::steady_clock;
 // Fields whose change needs a new version of a model (SIGHUP, reconfigure).
 std::string spec_key(const ModelSpec& spec) {
   const LayoutSpec& l = spec.layout;
-  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", spec.path, spec.chat_template,
-                     spec.context_tokens, spec.kv_cache_tokens, l.device, l.replicas,
-                     l.tensor_parallel, l.pipeline_parallel, l.threads,
+  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", spec.path, spec.chat_template,
+                     spec.context_tokens, spec.kv_cache_tokens, type_name(spec.kv_cache_type),
+                     l.device, l.replicas, l.tensor_parallel, l.pipeline_parallel, l.threads,
                      cpu::cpu_isa_name(l.cpu_isa), spec.engine.max_running,
                      spec.engine.max_batch_tokens, spec.warmup_tokens,
                      embedding_pooling_name(spec.embedding_pooling));

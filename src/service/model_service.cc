@@ -54,6 +54,7 @@ ExecutorOptions executor_options(const ModelSpec& spec, int64_t context_tokens) 
   // Each replica has its own KV cache and runs up to max_running sequences.
   options.kv_capacity_tokens =
       spec.kv_cache_tokens > 0 ? spec.kv_cache_tokens : context_tokens * spec.engine.max_running;
+  options.kv_type = spec.kv_cache_type;
   options.max_context_tokens = context_tokens;
   options.max_seqs = max_pass_seqs(spec);
   return options;

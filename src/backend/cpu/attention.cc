@@ -12,23 +12,41 @@
 namespace llamaserve::cpu {
 namespace {
 
-inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 load8(const uint16_t* p) { return load_f16x8(p); }
-inline float load1(const float* p) { return *p; }
-inline float load1(const uint16_t* p) { return f16_to_f32(*p); }
+// Rows of one KV head's block as the cache stores them (kv_cache.h): row j of n values, and
+// values [c, c + 8) or i of a row read as floats. A Q8_0 row is n / 32 blocks; c is a multiple
+// of 8, so eight values never straddle two blocks.
+inline const float* row_at(const float* rows, int32_t j, int64_t n) { return rows + j * n; }
+inline const uint16_t* row_at(const uint16_t* rows, int32_t j, int64_t n) { return rows + j * n; }
+inline const BlockQ8_0* row_at(const BlockQ8_0* rows, int32_t j, int64_t n) {
+  return rows + j * (n / kQK8_0);
+}
+inline __m256 load8(const float* row, int64_t c) { return _mm256_loadu_ps(row + c); }
+inline __m256 load8(const uint16_t* row, int64_t c) { return load_f16x8(row + c); }
+inline __m256 load8(const BlockQ8_0* row, int64_t c) {
+  const BlockQ8_0& block = row[c / kQK8_0];
+  const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(block.qs + c % kQK8_0));
+  return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)),
+                       _mm256_set1_ps(f16_to_f32(block.d.bits)));
+}
+inline float load1(const float* row, int64_t i) { return row[i]; }
+inline float load1(const uint16_t* row, int64_t i) { return f16_to_f32(row[i]); }
+inline float load1(const BlockQ8_0* row, int64_t i) {
+  const BlockQ8_0& block = row[i / kQK8_0];
+  return f16_to_f32(block.d.bits) * static_cast<float>(block.qs[i % kQK8_0]);
+}
 
-// Σ q[i] k[i] over n values.
+// Σ q[i] k[i] over the n values of row k.
 template <typename T>
 float dot(const float* q, const T* k, int64_t n) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8(k + i), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), load8(k + i + 8), acc1);
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8(k, i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), load8(k, i + 8), acc1);
   }
-  for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8(k + i), acc0);
+  for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8(k, i), acc0);
   float sum = hsum(_mm256_add_ps(acc0, acc1));
-  for (; i < n; ++i) sum += q[i] * load1(k + i);
+  for (; i < n; ++i) sum += q[i] * load1(k, i);
   return sum;
 }
 
@@ -47,25 +65,72 @@ void block_scores(const float* q, const T* keys, int32_t n_keys, int64_t n, floa
   int32_t j = 0;
   if (n % 8 == 0) {
     for (; j + 8 <= n_keys; j += 8) {
-      const T* k = keys + j * n;
+      const T* k[8];
+      for (int r = 0; r < 8; ++r) k[r] = row_at(keys, j + r, n);
       __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
              a7 = a0;
       for (int64_t c = 0; c < n; c += 8) {
         const __m256 qc = _mm256_loadu_ps(q + c);
-        a0 = _mm256_fmadd_ps(qc, load8(k + c), a0);
-        a1 = _mm256_fmadd_ps(qc, load8(k + n + c), a1);
-        a2 = _mm256_fmadd_ps(qc, load8(k + 2 * n + c), a2);
-        a3 = _mm256_fmadd_ps(qc, load8(k + 3 * n + c), a3);
-        a4 = _mm256_fmadd_ps(qc, load8(k + 4 * n + c), a4);
-        a5 = _mm256_fmadd_ps(qc, load8(k + 5 * n + c), a5);
-        a6 = _mm256_fmadd_ps(qc, load8(k + 6 * n + c), a6);
-        a7 = _mm256_fmadd_ps(qc, load8(k + 7 * n + c), a7);
+        a0 = _mm256_fmadd_ps(qc, load8(k[0], c), a0);
+        a1 = _mm256_fmadd_ps(qc, load8(k[1], c), a1);
+        a2 = _mm256_fmadd_ps(qc, load8(k[2], c), a2);
+        a3 = _mm256_fmadd_ps(qc, load8(k[3], c), a3);
+        a4 = _mm256_fmadd_ps(qc, load8(k[4], c), a4);
+        a5 = _mm256_fmadd_ps(qc, load8(k[5], c), a5);
+        a6 = _mm256_fmadd_ps(qc, load8(k[6], c), a6);
+        a7 = _mm256_fmadd_ps(qc, load8(k[7], c), a7);
       }
       _mm256_storeu_ps(s + j,
                        _mm256_mul_ps(hsum8(a0, a1, a2, a3, a4, a5, a6, a7), _mm256_set1_ps(scale)));
     }
   }
-  for (; j < n_keys; ++j) s[j] = dot(q, keys + j * n, n) * scale;
+  for (; j < n_keys; ++j) s[j] = dot(q, row_at(keys, j, n), n) * scale;
+}
+
+// Eight signed bytes as floats.
+inline __m256 q8x8(const int8_t* qs) {
+  return _mm256_cvtepi32_ps(
+      _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs))));
+}
+
+// The scales of block b of eight rows, as floats.
+inline __m256 q8_scales(const BlockQ8_0* const* rows, int64_t b) {
+  return _mm256_cvtph_ps(_mm_setr_epi16(
+      static_cast<int16_t>(rows[0][b].d.bits), static_cast<int16_t>(rows[1][b].d.bits),
+      static_cast<int16_t>(rows[2][b].d.bits), static_cast<int16_t>(rows[3][b].d.bits),
+      static_cast<int16_t>(rows[4][b].d.bits), static_cast<int16_t>(rows[5][b].d.bits),
+      static_cast<int16_t>(rows[6][b].d.bits), static_cast<int16_t>(rows[7][b].d.bits)));
+}
+
+// block_scores on Q8_0 keys (n % 32 == 0): eight keys at a time, each 32-value block's sums
+// taken unscaled and then multiplied by the eight keys' scales at once.
+void block_scores(const float* q, const BlockQ8_0* keys, int32_t n_keys, int64_t n, float scale,
+                  float* s) {
+  const int64_t n_blocks = n / kQK8_0;
+  int32_t j = 0;
+  for (; j + 8 <= n_keys; j += 8) {
+    const BlockQ8_0* k[8];
+    for (int r = 0; r < 8; ++r) k[r] = row_at(keys, j + r, n);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
+             a7 = a0;
+      for (int c = 0; c < kQK8_0; c += 8) {
+        const __m256 qc = _mm256_loadu_ps(q + b * kQK8_0 + c);
+        a0 = _mm256_fmadd_ps(qc, q8x8(k[0][b].qs + c), a0);
+        a1 = _mm256_fmadd_ps(qc, q8x8(k[1][b].qs + c), a1);
+        a2 = _mm256_fmadd_ps(qc, q8x8(k[2][b].qs + c), a2);
+        a3 = _mm256_fmadd_ps(qc, q8x8(k[3][b].qs + c), a3);
+        a4 = _mm256_fmadd_ps(qc, q8x8(k[4][b].qs + c), a4);
+        a5 = _mm256_fmadd_ps(qc, q8x8(k[5][b].qs + c), a5);
+        a6 = _mm256_fmadd_ps(qc, q8x8(k[6][b].qs + c), a6);
+        a7 = _mm256_fmadd_ps(qc, q8x8(k[7][b].qs + c), a7);
+      }
+      acc = _mm256_fmadd_ps(hsum8(a0, a1, a2, a3, a4, a5, a6, a7), q8_scales(k, b), acc);
+    }
+    _mm256_storeu_ps(s + j, _mm256_mul_ps(acc, _mm256_set1_ps(scale)));
+  }
+  for (; j < n_keys; ++j) s[j] = dot(q, row_at(keys, j, n), n) * scale;
 }
 
 // Keys of one work unit, in blocks: rows longer than this are split so that a long decode
@@ -82,17 +147,18 @@ inline void prefetch(const void* p, size_t n_bytes) {
   for (size_t i = 0; i < n_bytes; i += 64) _mm_prefetch(c + i, _MM_HINT_T0);
 }
 
-// acc[0..8 kChunks) = acc * keep + Σ_j p[j] * v[j], v rows `n` values apart: kChunks
-// independent accumulators held in registers across the rows.
+// acc[0..8 kChunks) = acc * keep + Σ_j p[j] * v[j][first, first + 8 kChunks), over the n-value
+// rows v[j]: kChunks independent accumulators held in registers across the rows.
 template <int kChunks, typename T>
-void accumulate_slice(float* acc, float keep, const float* p, const T* v, int32_t n_rows,
-                      int64_t n) {
+void accumulate_slice(float* acc, float keep, const float* p, const T* v, int64_t first,
+                      int32_t n_rows, int64_t n) {
   __m256 a[kChunks];
   for (int c = 0; c < kChunks; ++c)
     a[c] = _mm256_mul_ps(_mm256_loadu_ps(acc + 8 * c), _mm256_set1_ps(keep));
   for (int32_t j = 0; j < n_rows; ++j) {
     const __m256 pj = _mm256_set1_ps(p[j]);
-    for (int c = 0; c < kChunks; ++c) a[c] = _mm256_fmadd_ps(pj, load8(v + j * n + 8 * c), a[c]);
+    const T* row = row_at(v, j, n);
+    for (int c = 0; c < kChunks; ++c) a[c] = _mm256_fmadd_ps(pj, load8(row, first + 8 * c), a[c]);
   }
   for (int c = 0; c < kChunks; ++c) _mm256_storeu_ps(acc + 8 * c, a[c]);
 }
@@ -102,13 +168,44 @@ template <typename T>
 void accumulate_values(float* acc, float keep, const float* p, const T* v, int32_t n_rows,
                        int64_t n) {
   int64_t i = 0;
-  for (; i + 64 <= n; i += 64) accumulate_slice<8>(acc + i, keep, p, v + i, n_rows, n);
-  for (; i + 8 <= n; i += 8) accumulate_slice<1>(acc + i, keep, p, v + i, n_rows, n);
+  for (; i + 64 <= n; i += 64) accumulate_slice<8>(acc + i, keep, p, v, i, n_rows, n);
+  for (; i + 8 <= n; i += 8) accumulate_slice<1>(acc + i, keep, p, v, i, n_rows, n);
   for (; i < n; ++i) {
     float a = acc[i] * keep;
-    for (int32_t j = 0; j < n_rows; ++j) a += p[j] * load1(v + j * n + i);
+    for (int32_t j = 0; j < n_rows; ++j) a += p[j] * load1(row_at(v, j, n), i);
     acc[i] = a;
   }
+}
+
+// accumulate_values on Q8_0 values (n % 32 == 0): kBlocks blocks of 32 from block `first`,
+// each row's weight p[j] multiplied by the block's scale once.
+template <int kBlocks>
+void accumulate_q8_slice(float* acc, float keep, const float* p, const BlockQ8_0* v, int64_t first,
+                         int32_t n_rows, int64_t n) {
+  constexpr int kChunks = kBlocks * kQK8_0 / 8;
+  __m256 a[kChunks];
+  for (int c = 0; c < kChunks; ++c)
+    a[c] = _mm256_mul_ps(_mm256_loadu_ps(acc + 8 * c), _mm256_set1_ps(keep));
+  for (int32_t j = 0; j < n_rows; ++j) {
+    const BlockQ8_0* row = row_at(v, j, n) + first;
+    for (int b = 0; b < kBlocks; ++b) {
+      const __m256 pd = _mm256_set1_ps(p[j] * f16_to_f32(row[b].d.bits));
+      for (int c = 0; c < kQK8_0 / 8; ++c) {
+        a[b * 4 + c] = _mm256_fmadd_ps(pd, q8x8(row[b].qs + 8 * c), a[b * 4 + c]);
+      }
+    }
+  }
+  for (int c = 0; c < kChunks; ++c) _mm256_storeu_ps(acc + 8 * c, a[c]);
+}
+
+void accumulate_values(float* acc, float keep, const float* p, const BlockQ8_0* v, int32_t n_rows,
+                       int64_t n) {
+  const int64_t n_blocks = n / kQK8_0;
+  int64_t b = 0;
+  for (; b + 2 <= n_blocks; b += 2) {
+    accumulate_q8_slice<2>(acc + b * kQK8_0, keep, p, v, b, n_rows, n);
+  }
+  if (b < n_blocks) accumulate_q8_slice<1>(acc + b * kQK8_0, keep, p, v, b, n_rows, n);
 }
 
 // Floats of per-thread scratch (see attend_range).
@@ -124,9 +221,9 @@ size_t state_floats(int64_t group, int64_t head_dim) {
 // One unit: a token row, one KV head, cache blocks [block_begin, block_end) of its sequence
 // and query heads [head_begin, head_end) of the `group` sharing the KV head, with an online
 // softmax over the blocks; K and V are read as the cache holds them (f16 converted in
-// registers). Writes those heads' unnormalised state: acc (Σ p v), max and sum (Σ p). A head's
-// arithmetic is the same whichever unit runs it.
-// Scratch: scores[group][bs].
+// registers, Q8_0 scaled in registers). Writes those heads' unnormalised state: acc (Σ p v), max
+// and sum (Σ p). A head's arithmetic is the same whichever unit runs it. Scratch:
+// scores[group][bs].
 template <typename T>
 void attend_range(const Batch& batch, const AttentionShape& shape, const float* q,
                   const CpuKvCache& cache, int32_t layer, const AttentionScratch::Unit& unit,
@@ -153,7 +250,7 @@ void attend_range(const Batch& batch, const AttentionShape& shape, const float* 
     const int32_t n_valid = std::min(bs, n_keys - blk * bs);
     const int32_t physical = table[blk];
     if (blk + kPrefetchBlocks < block_end) {
-      const size_t head_bytes = static_cast<size_t>(bs * hd) * sizeof(T);
+      const size_t head_bytes = static_cast<size_t>(bs) * cache.geometry().row_bytes();
       prefetch(cache.k(layer, table[blk + kPrefetchBlocks], kv_head), head_bytes);
       prefetch(cache.v(layer, table[blk + kPrefetchBlocks], kv_head), head_bytes);
     }
@@ -224,9 +321,16 @@ int32_t heads_per_unit(int64_t n_units, int64_t group, int n_threads) {
   return best;
 }
 
+// Value i of a head's rows laid end to end (row j's value c at j * head_dim + c).
 float load_value(TensorType type, const void* base, int64_t i) {
-  return type == TensorType::F32 ? static_cast<const float*>(base)[i]
-                                 : half_to_float(Half{static_cast<const uint16_t*>(base)[i]});
+  switch (type) {
+    case TensorType::F32: return static_cast<const float*>(base)[i];
+    case TensorType::Q8_0: {
+      const BlockQ8_0& block = static_cast<const BlockQ8_0*>(base)[i / kQK8_0];
+      return half_to_float(block.d) * static_cast<float>(block.qs[i % kQK8_0]);
+    }
+    default: return half_to_float(Half{static_cast<const uint16_t*>(base)[i]});
+  }
 }
 
 }  // namespace
@@ -277,7 +381,7 @@ void attention(const Batch& batch, const AttentionShape& shape, const float* q,
   if (scratch.partials_.size() < static_cast<size_t>(n_partials) * state_size) {
     scratch.partials_.resize(static_cast<size_t>(n_partials) * state_size);
   }
-  const bool f16 = cache.geometry().type == TensorType::F16;
+  const TensorType type = cache.geometry().type;
   pool.run([&](int part, int n_parts) {
     float* buffer = scratch.part_buffer(part);
     float* own_state = buffer + scratch_floats(group, bs);
@@ -286,10 +390,14 @@ void attention(const Batch& batch, const AttentionShape& shape, const float* q,
       const AttentionScratch::Unit& unit = units[u];
       float* state =
           unit.partial < 0 ? own_state : scratch.partials_.data() + unit.partial * state_size;
-      if (f16) {
-        attend_range<uint16_t>(batch, shape, q, cache, layer, unit, state, buffer);
-      } else {
-        attend_range<float>(batch, shape, q, cache, layer, unit, state, buffer);
+      switch (type) {
+        case TensorType::F32:
+          attend_range<float>(batch, shape, q, cache, layer, unit, state, buffer);
+          break;
+        case TensorType::Q8_0:
+          attend_range<BlockQ8_0>(batch, shape, q, cache, layer, unit, state, buffer);
+          break;
+        default: attend_range<uint16_t>(batch, shape, q, cache, layer, unit, state, buffer);
       }
       if (unit.partial < 0) {
         finish(state, 1, group, hd, unit.head_begin, unit.head_end,

@@ -4,6 +4,8 @@
 #include <new>
 
 #include "backend/cpu/simd.h"
+#include "quant/blocks.h"
+#include "quant/quant.h"
 
 namespace llamaserve::cpu {
 namespace {
@@ -11,6 +13,10 @@ namespace {
 void store_row(TensorType type, const float* src, void* dst, int64_t n) {
   if (type == TensorType::F32) {
     std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  if (type == TensorType::Q8_0) {
+    (void)quantize_row(type, src, dst, n);  // n % 32 == 0: checked by create()
     return;
   }
   auto* out = static_cast<uint16_t*>(dst);
@@ -22,10 +28,15 @@ void store_row(TensorType type, const float* src, void* dst, int64_t n) {
 }  // namespace
 
 Result<std::unique_ptr<CpuKvCache>> CpuKvCache::create(const KvCacheGeometry& g) {
-  if (g.type != TensorType::F16 && g.type != TensorType::F32) {
+  if (g.type != TensorType::F16 && g.type != TensorType::F32 && g.type != TensorType::Q8_0) {
     return make_error(StatusCode::kUnsupported,
-                      "KV cache type {} is not supported on the CPU (use F16 or F32)",
+                      "KV cache type {} is not supported on the CPU (use F16, F32 or Q8_0)",
                       type_name(g.type));
+  }
+  if (g.type == TensorType::Q8_0 && g.head_dim % kQK8_0 != 0) {
+    return make_error(StatusCode::kUnsupported,
+                      "a Q8_0 KV cache needs a head dimension that is a multiple of {}, not {}",
+                      kQK8_0, g.head_dim);
   }
   if (g.n_layers <= 0 || g.first_layer < 0 || g.block_size <= 0 || g.n_blocks <= 0 ||
       g.kv_dim() <= 0) {
@@ -64,7 +75,7 @@ void CpuKvCache::write(const Batch& batch, int32_t layer, const float* k_rows,
                        const float* v_rows) {
   const int64_t kv_dim = geometry_.kv_dim();
   const int64_t hd = geometry_.head_dim;
-  const size_t slot_offset = static_cast<size_t>(hd) * geometry_.elem_bytes();
+  const size_t slot_offset = geometry_.row_bytes();
   for (int32_t t = 0; t < batch.n_tokens(); ++t) {
     const int32_t pos = batch.positions[t];
     const int32_t block = batch.block_table(batch.seq_index[t])[pos / geometry_.block_size];

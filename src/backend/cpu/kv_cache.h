@@ -1,8 +1,9 @@
 // Paged KV cache in host memory. For each layer of the range it holds, K and V are arrays of
 // n_blocks blocks of block_size tokens × n_head_kv heads × head_dim values, stored as F16
-// (default: half the bytes for attention to read) or F32. Inside a block the values are
-// head-major, [n_head_kv][block_size][head_dim], so that attention streams one head's keys
-// of a block as one contiguous run.
+// (default: half the bytes of F32 for attention to read), F32, or Q8_0 (a head's row of
+// head_dim values as GGUF Q8_0 blocks of 32: a scale and 32 signed bytes, about half the bytes
+// of F16). Inside a block the rows are head-major, [n_head_kv][block_size] rows of head_dim
+// values, so that attention streams one head's keys of a block as one contiguous run.
 // Block ids come from the engine's BlockManager; every layer uses the same ids.
 #pragma once
 
@@ -23,11 +24,12 @@ struct KvCacheGeometry {
   int32_t n_blocks = 0;
   int64_t n_head_kv = 0;
   int64_t head_dim = 0;
-  TensorType type = TensorType::F16;  // F16 or F32
+  TensorType type = TensorType::F16;  // F16, F32 or Q8_0 (head_dim a multiple of 32)
 
   int64_t kv_dim() const { return n_head_kv * head_dim; }
-  size_t elem_bytes() const { return type == TensorType::F32 ? 4 : 2; }
-  size_t slot_bytes() const { return static_cast<size_t>(kv_dim()) * elem_bytes(); }
+  // One head's head_dim values of one token.
+  size_t row_bytes() const { return llamaserve::row_bytes(type, static_cast<size_t>(head_dim)); }
+  size_t slot_bytes() const { return static_cast<size_t>(n_head_kv) * row_bytes(); }
   // K and V of one block across the held layers.
   uint64_t bytes_per_block() const { return 2ull * n_layers * block_size * slot_bytes(); }
 };
@@ -41,7 +43,7 @@ class CpuKvCache {
   const KvCacheGeometry& geometry() const { return geometry_; }
   KvCacheInfo info() const;
 
-  // The block_size × head_dim values of one KV head in one block (slot s at s * head_dim).
+  // The block_size rows of one KV head in one block (slot s's row at s * row_bytes()).
   // PRECONDITION: layer within the held range, 0 <= block < n_blocks, 0 <= kv_head < n_head_kv.
   const void* k(int32_t layer, int32_t block, int64_t kv_head) const {
     return head_ptr(k_, layer, block, kv_head);
@@ -61,7 +63,7 @@ class CpuKvCache {
                     int64_t kv_head) const {
     const size_t block_index =
         static_cast<size_t>(layer - geometry_.first_layer) * geometry_.n_blocks + block;
-    const size_t head_bytes = geometry_.block_size * geometry_.head_dim * geometry_.elem_bytes();
+    const size_t head_bytes = geometry_.block_size * geometry_.row_bytes();
     return base.get() + (block_index * geometry_.n_head_kv + kv_head) * head_bytes;
   }
 

@@ -11,6 +11,7 @@
 #include "backend/cpu/kv_cache.h"
 #include "backend/cpu/rope.h"
 #include "quant/blocks.h"
+#include "quant/quant.h"
 
 namespace llamaserve::cpu {
 namespace {
@@ -93,9 +94,18 @@ TEST_P(PagedAttentionTest, MatchesReferenceAndDenseComputation) {
   attention_ref(batch, shape, q.data(), **cache, 4, ref.data());
   for (int64_t i = 0; i < n * q_dim; ++i) ASSERT_NEAR(fast[i], ref[i], 1e-5f) << i;
 
-  // Dense check of sequence 1's decode row with the K/V values as stored (f16-rounded).
-  auto stored = [&](const std::vector<float>& src, int64_t i) {
-    return p.kv_type == TensorType::F16 ? half_to_float(float_to_half(src[i])) : src[i];
+  // Dense check of sequence 1's decode row with the K/V values as stored (f16-rounded, or
+  // the head's row quantized to Q8_0 blocks and back).
+  auto stored = [&](const std::vector<float>& src, int64_t i) -> float {
+    if (p.kv_type == TensorType::F16) return half_to_float(float_to_half(src[i]));
+    if (p.kv_type != TensorType::Q8_0) return src[i];
+    const int64_t row_start = i - i % p.head_dim;
+    std::vector<uint8_t> blocks(row_bytes(TensorType::Q8_0, static_cast<size_t>(p.head_dim)));
+    std::vector<float> row(static_cast<size_t>(p.head_dim));
+    EXPECT_TRUE(
+        quantize_row(TensorType::Q8_0, src.data() + row_start, blocks.data(), p.head_dim).is_ok());
+    EXPECT_TRUE(dequantize_row(TensorType::Q8_0, blocks.data(), row.data(), p.head_dim).is_ok());
+    return row[static_cast<size_t>(i - row_start)];
   };
   const int64_t group = p.n_head / p.n_head_kv;
   for (int64_t h = 0; h < p.n_head; ++h) {
@@ -130,7 +140,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PagedAttentionTest,
                                            AttentionCase{TensorType::F32, 4, 4, 64, 16},
                                            AttentionCase{TensorType::F16, 9, 3, 64, 16},
                                            AttentionCase{TensorType::F16, 8, 2, 128, 32},
-                                           AttentionCase{TensorType::F32, 6, 1, 40, 7}));
+                                           AttentionCase{TensorType::F32, 6, 1, 40, 7},
+                                           AttentionCase{TensorType::Q8_0, 4, 4, 64, 16},
+                                           AttentionCase{TensorType::Q8_0, 9, 3, 64, 16},
+                                           AttentionCase{TensorType::Q8_0, 8, 2, 128, 32},
+                                           AttentionCase{TensorType::Q8_0, 6, 2, 96, 7}));
 
 // Rows longer than one work unit (256 keys) are split into chunks and merged: the result
 // matches the reference, and a row gives the same bits alone as inside a larger batch and with
@@ -211,6 +225,13 @@ TEST(KvCache, RejectsBadGeometry) {
   g.block_size = 16;
   EXPECT_TRUE(CpuKvCache::create(g).is_ok());
   EXPECT_EQ((*CpuKvCache::create(g))->info().bytes_per_block, 2u * 16 * 8 * 2);
+  // Q8_0 rows are whole blocks of 32: 34 bytes for every 32 values of a head.
+  g.type = TensorType::Q8_0;
+  EXPECT_EQ(CpuKvCache::create(g).status().code(), StatusCode::kUnsupported);
+  g.head_dim = 64;
+  g.n_head_kv = 3;
+  ASSERT_TRUE(CpuKvCache::create(g).is_ok());
+  EXPECT_EQ((*CpuKvCache::create(g))->info().bytes_per_block, 2u * 16 * 3 * 68);
 }
 
 ModelConfig rope_config(int64_t head_dim, RopeScaling scaling) {

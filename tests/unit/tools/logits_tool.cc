@@ -2,8 +2,10 @@
 // another implementation (tests/py/test_convert.py compares against transformers and a
 // numpy llama2.c forward pass), and exact greedy continuations (tests/py/test_quantize.py).
 //
-//   logits_tool [--reference] [--device D] [--generate N] MODEL.gguf OUT.f32 TOKEN...
-// Runs one prefill of the tokens on the CPU executor (F32 KV cache) and writes float32
+//   logits_tool [--reference] [--device D] [--kv-type T] [--generate N] MODEL.gguf OUT.f32
+//               TOKEN...
+// Runs one prefill of the tokens on the CPU executor (F32 KV cache, or --kv-type f16 | q8_0:
+// tests/py/test_kv_cache_type.py) and writes float32
 // little-endian logits of every position, [n_tokens][n_vocab]. --reference uses the plain
 // reference kernels. --device cuda:N runs the executor of that device instead (CUDA builds;
 // F16 KV cache, scripts/gpu_transformers_7b.py). --generate N then decodes N greedy tokens one
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "executor/cpu_executor.h"
+#include "model/config.h"
 #include "service/layout_factory.h"
 
 namespace {
@@ -52,12 +55,19 @@ int main(int argc, char** argv) {
   bool reference = false;
   std::string device = "cpu";
   int32_t n_generate = 0;
+  // An F32 cache by default: comparisons with other implementations should see the weights'
+  // precision, not the cache's.
+  TensorType kv_type = TensorType::F32;
   while (arg < argc && std::string(argv[arg]).starts_with("--")) {
     const std::string flag = argv[arg++];
     if (flag == "--reference") {
       reference = true;
     } else if (flag == "--device" && arg < argc) {
       device = argv[arg++];
+    } else if (flag == "--kv-type" && arg < argc) {
+      auto type = parse_kv_cache_type(argv[arg++]);
+      if (!type.is_ok()) return fail(type.status().to_string());
+      kv_type = *type;
     } else if (flag == "--generate" && arg < argc) {
       n_generate = static_cast<int32_t>(std::strtol(argv[arg++], nullptr, 10));
     } else {
@@ -66,8 +76,8 @@ int main(int argc, char** argv) {
   }
   if (argc - arg < 3 || n_generate < 0) {
     return fail(
-        "usage: logits_tool [--reference] [--device D] [--generate N] MODEL.gguf OUT.f32 "
-        "TOKEN...");
+        "usage: logits_tool [--reference] [--device D] [--kv-type T] [--generate N] MODEL.gguf "
+        "OUT.f32 TOKEN...");
   }
   const std::string model_path = argv[arg++];
   const std::string out_path = argv[arg++];
@@ -88,14 +98,13 @@ int main(int argc, char** argv) {
   options.kv_block_size = kBlockSize;
   options.kv_capacity_tokens = (n + n_generate + 2 * kBlockSize) / kBlockSize * kBlockSize;
   options.reference_kernels = reference;
-  // An F32 cache: comparisons with other implementations should see the weights' precision,
-  // not the cache's.
-  options.kv_type = TensorType::F32;
+  options.kv_type = kv_type;
   auto executor = [&]() -> Result<std::unique_ptr<Executor>> {
     if (device == "cpu") return create_cpu_executor(*model, options);
     ExecutorOptions gpu;
     gpu.device = device;
     gpu.kv_block_size = kBlockSize;
+    gpu.kv_type = kv_type == TensorType::F32 ? TensorType::F16 : kv_type;
     gpu.kv_capacity_tokens = options.kv_capacity_tokens;
     gpu.max_context_tokens = options.kv_capacity_tokens;
     gpu.max_batch_tokens = std::max<int32_t>(n, 16);
