@@ -545,6 +545,7 @@ std::function<int()> setup_bench(CLI::App& sub) {
   sub.add_option("-t,--threads", layout.threads, "CPU threads (0 = all cores)")
       ->capture_default_str();
   server::add_cpu_isa_option(sub, layout);
+  server::add_kv_cache_type_option(sub, o->model);
   sub.add_option("--reps", o->reps, "timed repetitions per case (the median is reported)")
       ->capture_default_str();
   sub.add_flag("--json", o->json, "print the results as JSON");

@@ -12,7 +12,6 @@
 
 #include "engine/generate.h"
 #include "engine/request.h"
-#include "model/config.h"
 #include "server/options.h"
 #include "service/config.h"
 
@@ -71,14 +70,7 @@ inline void add_generation_options(CLI::App& sub, GenerationOptions& o) {
   sub.add_option("-c,--ctx-size", o.model.context_tokens,
                  "context length in tokens (0 = the model's, at most 8192)")
       ->capture_default_str();
-  sub.add_option_function<std::string>(
-         "--kv-cache-type",
-         [&o](const std::string& type) {
-           o.model.kv_cache_type = parse_kv_cache_type(type).value();
-         },
-         "KV cache elements: f16, or q8_0 (about half the memory; the CPU only)")
-      ->check(CLI::IsMember({"f16", "q8_0"}))
-      ->default_str("f16");
+  server::add_kv_cache_type_option(sub, o.model);
   sub.add_flag("--ignore-eos", o.ignore_eos, "keep generating past end-of-generation tokens");
   sub.add_flag("--verbose", o.verbose, "print prompt and generation speed to stderr");
 }

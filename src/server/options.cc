@@ -20,6 +20,16 @@ void add_cpu_isa_option(CLI::App& app, LayoutSpec& layout) {
       ->default_str("auto");
 }
 
+void add_kv_cache_type_option(CLI::App& app, ModelSpec& m) {
+  app.add_option_function<std::string>(
+         "--kv-cache-type",
+         [&m](const std::string& type) { m.kv_cache_type = parse_kv_cache_type(type).value(); },
+         "KV cache elements: f16, or q8_0 (8-bit blocks of 32 with a scale each: about half "
+         "the memory per token)")
+      ->check(CLI::IsMember({"f16", "q8_0"}))
+      ->default_str("f16");
+}
+
 void add_kernel_options(CLI::App& app, ModelSpec& m) {
   LayoutSpec& layout = m.layout;
   app.add_option_function<std::string>(
@@ -127,13 +137,7 @@ void add_service_options(CLI::App& app, ServiceConfig& config) {
                  "(0 = ctx-size x max-running)")
       ->check(CLI::Range(0, 1 << 30))
       ->capture_default_str();
-  app.add_option_function<std::string>(
-         "--kv-cache-type",
-         [&m](const std::string& type) { m.kv_cache_type = parse_kv_cache_type(type).value(); },
-         "KV cache elements: f16, or q8_0 (8-bit blocks of 32 with a scale each: about half "
-         "the memory per token; the CPU only)")
-      ->check(CLI::IsMember({"f16", "q8_0"}))
-      ->default_str("f16");
+  add_kv_cache_type_option(app, m);
   app.add_option("--max-batch-tokens", m.engine.max_batch_tokens,
                  "Tokens per engine step, the chunked-prefill budget (0 = engine default)")
       ->check(CLI::Range(0, 1 << 20))

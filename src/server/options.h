@@ -19,6 +19,9 @@ void add_service_options(CLI::App& app, ServiceConfig& config);
 // --cpu-isa auto|avx2, bound to layout.cpu_isa: serve, run, chat and bench declare it here.
 void add_cpu_isa_option(CLI::App& app, LayoutSpec& layout);
 
+// --kv-cache-type f16|q8_0 into m.kv_cache_type (serve, run, chat and bench share it).
+void add_kv_cache_type_option(CLI::App& app, ModelSpec& m);
+
 // The kernel and tensor-parallel flags (--tp-sums, --tp-gemm-sums, --no-pdl, --op-times),
 // bound to `model`'s layout and tuning: serve and bench declare them here.
 void add_kernel_options(CLI::App& app, ModelSpec& model);

@@ -60,6 +60,22 @@ def test_bench_json_on_cpu():
 
 
 @needs_model
+def test_bench_with_a_q8_0_kv_cache():
+    reports = {}
+    for kv_type in ("f16", "q8_0"):
+        result = llamaserve("bench", "-m", str(MODEL), "-p", "8", "-n", "2", "-b", "1", "--reps", "1",
+                            "--batch-prompt", "4", "--threads", "2", "--kv-cache-type", kv_type,
+                            "--json")
+        assert result.returncode == 0, result.stderr
+        reports[kv_type] = json.loads(result.stdout)
+    assert "Q8_0" in reports["q8_0"]["executor"] and "F16" in reports["f16"]["executor"]
+    # 34 bytes for every 32 values against 64.
+    assert reports["q8_0"]["kv_bytes_per_token"] * 64 == reports["f16"]["kv_bytes_per_token"] * 34
+    bad = llamaserve("bench", "-m", str(MODEL), "--kv-cache-type", "q4_0")
+    assert bad.returncode != 0 and "q4_0" in bad.stderr
+
+
+@needs_model
 def test_bench_table_on_cpu():
     result = llamaserve("bench", "-m", str(MODEL), "-p", "8", "-n", "2", "-b", "2", "--reps", "1",
                         "--batch-prompt", "4", "--threads", "2")
