@@ -5,7 +5,7 @@
 //   logits_tool [--reference] [--device D] [--kv-type T] [--generate N] MODEL.gguf OUT.f32
 //               TOKEN...
 // Runs one prefill of the tokens on the CPU executor (F32 KV cache, or --kv-type f16 | q8_0:
-// tests/py/test_kv_cache_type.py) and writes float32
+// tests/py/test_kv_cache_accuracy.py) and writes float32
 // little-endian logits of every position, [n_tokens][n_vocab]. --reference uses the plain
 // reference kernels. --device cuda:N runs the executor of that device instead (CUDA builds;
 // F16 KV cache, scripts/gpu_transformers_7b.py). --generate N then decodes N greedy tokens one
