@@ -188,7 +188,11 @@ Status run_plan(const PlanCliOptions& o) {
   req.gpus = o.gpus;
   LS_ASSIGN_OR_RETURN(req.gpu_memory_bytes, parse_byte_size(o.gpu_mem));
   req.gpu_memory_utilization = o.gpu_util;
-  LS_ASSIGN_OR_RETURN(req.kv_type, parse_kv_cache_type(o.kv_type));
+  auto kv_type = parse_kv_cache_type(o.kv_type);
+  if (!kv_type.is_ok()) {
+    return make_error(StatusCode::kInvalidArgument, "--kv-type: {}", kv_type.status().message());
+  }
+  req.kv_type = *kv_type;
   req.max_batch_tokens = o.batch_tokens;
   LS_ASSIGN_OR_RETURN(PlanReport report, make_plan(req));
   if (o.json_output) {
