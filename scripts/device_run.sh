@@ -277,14 +277,15 @@ chunk7b() {
 
 # The bound on prompt rows beside decodes swept on the 7B shape (f16): for each N of
 # CHUNK_SWEEP (default "128 256 0"), 64 greedy streams of 128+128 tokens for 20 s with three
-# 8192-token prompts arriving 5 s in, served with --prefill-chunk-tokens N: $OUT/chunk-N/report.md
+# 8192-token prompts arriving 5 s in, served with --prefill-chunk-tokens N and
+# CHUNK_SWEEP_SERVE_ARGS (default none; e.g. "--kv-cache-type q8_0"): $OUT/chunk-N/report.md
 # (the long prompts' report goes to the logs, under results/).
 chunksweep7b() {
   local n
   for n in ${CHUNK_SWEEP:-128 256 0}; do
     LOADTEST7B_TYPE=f16 LOADTEST7B_NAME="chunk-$n" LOADTEST7B_CONCURRENCY=64 \
       LOADTEST7B_DURATION=20 LOADTEST7B_BESIDE_DELAY=5 \
-      LOADTEST7B_SERVE_ARGS="--ctx-size 8448 --max-running 256 --max-queue 256 --kv-cache-tokens 100000 --max-tokens-limit 256 --prefill-chunk-tokens $n" \
+      LOADTEST7B_SERVE_ARGS="--ctx-size 8448 --max-running 256 --max-queue 256 --kv-cache-tokens 100000 --max-tokens-limit 256 --prefill-chunk-tokens $n ${CHUNK_SWEEP_SERVE_ARGS:-}" \
       LOADTEST7B_ARGS="--prompt-tokens 128 --output-tokens 128 --temperature 0" \
       LOADTEST7B_BESIDE="-c 1 --requests 3 --prompt-tokens 8192 --output-tokens 16 --warmup-requests 0 --temperature 0" \
       loadtest7b

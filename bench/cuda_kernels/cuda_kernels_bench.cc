@@ -1,6 +1,7 @@
 // Times the decode matvec of every weight type at LLaMA-7B shapes, prefill attention (both
-// kernels) and the prefill GEMM path, and prints achieved bandwidth against a device-to-device
-// copy measured here (FLOP/s for attention and GEMMs).
+// kernels, f16 and Q8_0 caches), decode attention (both caches) and the prefill GEMM path, and
+// prints achieved bandwidth against a device-to-device copy measured here (FLOP/s for attention
+// and GEMMs).
 //
 // Weights rotate through enough copies to exceed the L2 cache several times, so every launch
 // streams from HBM as in a real forward pass. Each figure is the median over groups of
@@ -152,20 +153,58 @@ T* upload(const std::vector<T>& host) {
   return static_cast<T*>(p);
 }
 
+// The K and V arrays of a layer's cache for `values` values each (attention.h): f16, or Q8_0
+// codes and scales.
+struct BenchKvCache {
+  KvType type = KvType::kF16;
+  void *k = nullptr, *v = nullptr, *k_scales = nullptr, *v_scales = nullptr;
+
+  BenchKvCache(KvType t, int64_t values) : type(t) {
+    const size_t bytes = static_cast<size_t>(values) * (type == KvType::kQ8_0 ? 1 : 2);
+    BENCH_CHECK(cudaMalloc(&k, bytes));
+    BENCH_CHECK(cudaMalloc(&v, bytes));
+    if (type == KvType::kQ8_0) {
+      BENCH_CHECK(cudaMalloc(&k_scales, values / kKvQ8Block * 2));
+      BENCH_CHECK(cudaMalloc(&v_scales, values / kKvQ8Block * 2));
+    }
+  }
+  BenchKvCache(const BenchKvCache&) = delete;
+  BenchKvCache& operator=(const BenchKvCache&) = delete;
+  ~BenchKvCache() {
+    for (void* p : {k, v, k_scales, v_scales}) cudaFree(p);
+  }
+  void set(KvWriteArgs& w) const {
+    w.type = type;
+    w.k_cache = k;
+    w.v_cache = v;
+    w.k_scales = k_scales;
+    w.v_scales = v_scales;
+  }
+  void set(AttentionArgs& a) const {
+    a.kv_type = type;
+    a.k_cache = k;
+    a.v_cache = v;
+    a.k_scales = k_scales;
+    a.v_scales = v_scales;
+  }
+  const char* name() const { return type == KvType::kQ8_0 ? "q8_0" : "f16"; }
+};
+
 // Prefill attention of one 512-token prompt (positions 0..511, tiles of kMaxAttentionQueries /
 // group rows as the executor makes them), 32 query heads of head_dim 128: LLaMA-2-7B (32 KV
-// heads) and LLaMA-3-8B (8), with the CUDA-core and the tensor-core kernel. FLOPs count the
-// causal half: Q·Kᵀ and P·V are 4 · head_dim FLOPs per (query head, row, visible position).
-// Also prints the largest difference between the two kernels' outputs.
+// heads) and LLaMA-3-8B (8), with the CUDA-core and the tensor-core kernel, over an f16 and a
+// Q8_0 cache. FLOPs count the causal half: Q·Kᵀ and P·V are 4 · head_dim FLOPs per (query
+// head, row, visible position). Also prints the largest difference between the two kernels'
+// outputs.
 std::string bench_prefill_attention(int groups, FILE* csv, LaunchStream stream) {
   constexpr int kPositions = 512, kHeads = 32, kHeadDim = 128, kBlockSize = 16;
   constexpr int kBlocks = kPositions / kBlockSize;
   BENCH_OK(configure_attention_kernels());
-  std::printf("\nattention (prefill, %d positions, %d heads x %d, f16 KV cache)\n", kPositions,
-              kHeads, kHeadDim);
+  std::printf("\nattention (prefill, %d positions, %d heads x %d)\n", kPositions, kHeads, kHeadDim);
   std::string table =
-      "\n| attention prefill 512 | KV heads | kernel | us | TFLOP/s |\n| --- | ---: | --- | ---: | "
-      "---: |\n";
+      "\n| attention prefill 512 | KV heads | KV cache | kernel | us | TFLOP/s |\n| --- | ---: | "
+      "--- "
+      "| --- | ---: | ---: |\n";
   std::vector<int32_t> positions(kPositions), block_table(kBlocks);
   for (int i = 0; i < kPositions; ++i) positions[i] = i;
   for (int i = 0; i < kBlocks; ++i) block_table[i] = i;
@@ -177,21 +216,20 @@ std::string bench_prefill_attention(int groups, FILE* csv, LaunchStream stream) 
   float* out = device_floats(kPositions * q_dim);
   const double flops = 4.0 * kHeadDim * kHeads * (kPositions * (kPositions + 1) / 2.0);
 
-  for (int n_head_kv : {32, 8}) {
+  for (const auto& [n_head_kv, kv_type] :
+       {std::pair{32, KvType::kF16}, std::pair{32, KvType::kQ8_0}, std::pair{8, KvType::kF16},
+        std::pair{8, KvType::kQ8_0}}) {
     const int group = kHeads / n_head_kv;
     const int64_t kv_dim = static_cast<int64_t>(n_head_kv) * kHeadDim;
     float* k_new = upload(normal_floats(kPositions * kv_dim, 52));
     float* v_new = upload(normal_floats(kPositions * kv_dim, 53));
-    void *k_cache = nullptr, *v_cache = nullptr;
-    BENCH_CHECK(cudaMalloc(&k_cache, kPositions * kv_dim * sizeof(uint16_t)));
-    BENCH_CHECK(cudaMalloc(&v_cache, kPositions * kv_dim * sizeof(uint16_t)));
+    const BenchKvCache cache(kv_type, kPositions * kv_dim);
     KvWriteArgs w;
     w.k = k_new;
     w.k_stride = kv_dim;
     w.v = v_new;
     w.v_stride = kv_dim;
-    w.k_cache = k_cache;
-    w.v_cache = v_cache;
+    cache.set(w);
     w.positions = positions_dev;
     w.seq_index = seq_index_dev;
     w.block_tables = block_table_dev;
@@ -210,8 +248,7 @@ std::string bench_prefill_attention(int groups, FILE* csv, LaunchStream stream) 
     AttentionArgs a;
     a.q = q;
     a.q_stride = q_dim;
-    a.k_cache = k_cache;
-    a.v_cache = v_cache;
+    cache.set(a);
     a.positions = positions_dev;
     a.seq_index = seq_index_dev;
     a.block_tables = block_table_dev;
@@ -239,24 +276,25 @@ std::string bench_prefill_attention(int groups, FILE* csv, LaunchStream stream) 
       outputs[k].resize(static_cast<size_t>(kPositions * q_dim));
       BENCH_CHECK(cudaMemcpy(outputs[k].data(), out, outputs[k].size() * sizeof(float),
                              cudaMemcpyDeviceToHost));
-      const std::string line = fmt::format("| | {} | {} | {:.2f} | {:.1f} |", n_head_kv, names[k],
-                                           seconds[k] * 1e6, flops / seconds[k] / 1e12);
+      const std::string line =
+          fmt::format("| | {} | {} | {} | {:.2f} | {:.1f} |", n_head_kv, cache.name(), names[k],
+                      seconds[k] * 1e6, flops / seconds[k] / 1e12);
       std::printf("%s\n", line.c_str());
       table += line + "\n";
       if (csv != nullptr) {
-        std::fprintf(csv, "attention_prefill,%s,%d,%d,%d,%.3f,,,%.2f\n", names[k], kHeads, kHeadDim,
-                     kPositions, seconds[k] * 1e6, flops / seconds[k] / 1e12);
+        std::fprintf(csv, "attention_prefill_%s,%s,%d,%d,%d,%.3f,,,%.2f\n", cache.name(), names[k],
+                     kHeads, kHeadDim, kPositions, seconds[k] * 1e6, flops / seconds[k] / 1e12);
       }
     }
     double max_diff = 0.0;
     for (size_t i = 0; i < outputs[0].size(); ++i) {
       max_diff = std::max(max_diff, static_cast<double>(std::fabs(outputs[0][i] - outputs[1][i])));
     }
-    std::printf("KV heads %d: tensor cores %.2fx the CUDA cores; largest output difference %.2e\n",
-                n_head_kv, seconds[0] / seconds[1], max_diff);
+    std::printf(
+        "KV heads %d, %s cache: tensor cores %.2fx the CUDA cores; largest output difference "
+        "%.2e\n",
+        n_head_kv, cache.name(), seconds[0] / seconds[1], max_diff);
     BENCH_CHECK(cudaFree(tiles_dev));
-    BENCH_CHECK(cudaFree(k_cache));
-    BENCH_CHECK(cudaFree(v_cache));
     BENCH_CHECK(cudaFree(k_new));
     BENCH_CHECK(cudaFree(v_new));
   }
@@ -265,6 +303,111 @@ std::string bench_prefill_attention(int groups, FILE* csv, LaunchStream stream) 
   BENCH_CHECK(cudaFree(block_table_dev));
   BENCH_CHECK(cudaFree(q));
   BENCH_CHECK(cudaFree(out));
+  return table;
+}
+
+// Decode attention of 256 sequences of 640 positions each (one row each, the decode kernel):
+// 32 query heads of head_dim 128 over 32 KV heads (LLaMA-2-7B) and 8 (LLaMA-3-8B), an f16 and
+// a Q8_0 cache. GB/s counts the K and V bytes read (codes and scales for Q8_0) against the
+// copy bandwidth.
+std::string bench_decode_attention(int groups, double copy, FILE* csv, LaunchStream stream) {
+  constexpr int kSeqs = 256, kContext = 640, kHeads = 32, kHeadDim = 128, kBlockSize = 16;
+  constexpr int kBlocksPerSeq = kContext / kBlockSize;
+  BENCH_OK(configure_attention_kernels());
+  std::printf("\nattention (decode, %d sequences of %d positions, %d heads x %d)\n", kSeqs,
+              kContext, kHeads, kHeadDim);
+  std::string table =
+      "\n| attention decode 256 x 640 | KV heads | KV cache | us | GB/s | % of copy |\n| --- | "
+      "---: "
+      "| --- | ---: | ---: | ---: |\n";
+  // Every position of every sequence is written once (rows of the whole context), then the
+  // decode rows (the last position of each sequence) read them all.
+  std::vector<int32_t> positions, seq_index, tables(kSeqs * kBlocksPerSeq);
+  for (int s = 0; s < kSeqs; ++s) {
+    for (int t = 0; t < kContext; ++t) {
+      positions.push_back(t);
+      seq_index.push_back(s);
+    }
+  }
+  for (int i = 0; i < kSeqs * kBlocksPerSeq; ++i) tables[i] = i;
+  std::vector<int32_t> last_positions(kSeqs, kContext - 1), last_seq(kSeqs);
+  std::vector<AttentionTile> tiles;
+  for (int s = 0; s < kSeqs; ++s) {
+    last_seq[s] = s;
+    tiles.push_back({s, 1});
+  }
+  int32_t* positions_dev = upload(positions);
+  int32_t* seq_dev = upload(seq_index);
+  int32_t* table_dev = upload(tables);
+  int32_t* last_positions_dev = upload(last_positions);
+  int32_t* last_seq_dev = upload(last_seq);
+  AttentionTile* tiles_dev = upload(tiles);
+  const int64_t q_dim = static_cast<int64_t>(kHeads) * kHeadDim;
+  float* q = upload(normal_floats(kSeqs * q_dim, 61));
+  float* out = device_floats(kSeqs * q_dim);
+  const int64_t rows = static_cast<int64_t>(kSeqs) * kContext;
+  for (const auto& [n_head_kv, kv_type] :
+       {std::pair{32, KvType::kF16}, std::pair{32, KvType::kQ8_0}, std::pair{8, KvType::kF16},
+        std::pair{8, KvType::kQ8_0}}) {
+    const int64_t kv_dim = static_cast<int64_t>(n_head_kv) * kHeadDim;
+    const BenchKvCache cache(kv_type, rows * kv_dim);
+    float* kv_new = device_floats(rows * kv_dim);
+    BENCH_CHECK(cudaMemset(kv_new, 0, rows * kv_dim * sizeof(float)));
+    KvWriteArgs w;
+    w.k = kv_new;
+    w.k_stride = kv_dim;
+    w.v = kv_new;
+    w.v_stride = kv_dim;
+    cache.set(w);
+    w.positions = positions_dev;
+    w.seq_index = seq_dev;
+    w.block_tables = table_dev;
+    w.blocks_per_seq = kBlocksPerSeq;
+    w.block_size = kBlockSize;
+    w.n_rows = rows;
+    w.kv_dim = kv_dim;
+    BENCH_OK(write_kv(w, stream));
+    BENCH_CHECK(cudaFree(kv_new));
+
+    AttentionArgs a;
+    a.q = q;
+    a.q_stride = q_dim;
+    cache.set(a);
+    a.positions = last_positions_dev;
+    a.seq_index = last_seq_dev;
+    a.block_tables = table_dev;
+    a.blocks_per_seq = kBlocksPerSeq;
+    a.block_size = kBlockSize;
+    a.tiles = tiles_dev;
+    a.n_tiles = kSeqs;
+    a.max_tile_rows = 1;
+    a.single_row_tiles = kSeqs;
+    a.n_head = kHeads;
+    a.n_head_kv = n_head_kv;
+    a.head_dim = kHeadDim;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+    a.out = out;
+    a.out_stride = q_dim;
+    a.n_batch_rows = kSeqs;
+    a.kernel = AttentionKernel::kDecode;
+    const double seconds =
+        time_launches([&](int) { BENCH_OK(attention(a, stream)); }, groups, 20, stream);
+    const double bytes = 2.0 * rows * kv_dim * (kv_type == KvType::kQ8_0 ? 34.0 / 32.0 : 2.0);
+    const std::string line =
+        fmt::format("| | {} | {} | {:.1f} | {:.0f} | {:.0f}% |", n_head_kv, cache.name(),
+                    seconds * 1e6, bytes / seconds / 1e9, 100.0 * bytes / seconds / copy);
+    std::printf("%s\n", line.c_str());
+    table += line + "\n";
+    if (csv != nullptr) {
+      std::fprintf(csv, "attention_decode_%s,decode,%d,%d,%d,%.3f,%.1f,%.1f,\n", cache.name(),
+                   n_head_kv, kHeadDim, kContext, seconds * 1e6, bytes / seconds / 1e9,
+                   100.0 * bytes / seconds / copy);
+    }
+  }
+  for (void* p : std::initializer_list<void*>{positions_dev, seq_dev, table_dev, last_positions_dev,
+                                              last_seq_dev, tiles_dev, q, out}) {
+    BENCH_CHECK(cudaFree(p));
+  }
   return table;
 }
 
@@ -415,6 +558,7 @@ int run(const Options& options) {
   BENCH_CHECK(cudaFree(q8_storage));
 
   table += bench_prefill_attention(groups, csv, stream);
+  table += bench_decode_attention(groups, copy, csv, stream);
 
   std::printf("\ngemm (prefill, cuBLAS; quantized weights dequantized to f16 per call)\n");
   table += "\n| gemm | rows x cols | N | us | TFLOP/s |\n| --- | --- | ---: | ---: | ---: |\n";

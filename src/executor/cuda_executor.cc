@@ -219,6 +219,7 @@ Result<int32_t> CudaExecutor::plan_kv_blocks() {
   request_.gpu_memory_utilization = options_.gpu_memory_utilization;
   request_.kv_capacity_tokens = options_.kv_capacity_tokens;
   request_.kv_block_size = options_.kv_block_size;
+  request_.kv_type = *cuda::cuda_kv_type(options_.kv_type);  // checked by CudaPart::create
   request_.workspace_bytes = kCublasWorkspaceBytes;
   request_.device_free = free_bytes;
   request_.device_total = total_bytes;
@@ -240,14 +241,14 @@ Status CudaExecutor::init(int32_t kv_blocks) {
   // The KV cache is allocated first and serves as the staging buffer of the weight upload
   // (it is zeroed afterwards).
   LS_ASSIGN_OR_RETURN(
-      kv_, CudaKvCache::allocate(*pool_, c, range_.begin, range_.n_layers(), plan_.kv_blocks + 1,
-                                 options_.kv_block_size, stream_));
+      kv_, CudaKvCache::allocate(*pool_, c, request_.kv_type, range_.begin, range_.n_layers(),
+                                 plan_.kv_blocks + 1, options_.kv_block_size, stream_));
   const size_t staging_bytes =
-      static_cast<size_t>(std::min<uint64_t>(kv_.layer_bytes() * kv_.n_layers, 256ull << 20));
+      static_cast<size_t>(std::min<uint64_t>(kv_.array_bytes(), 256ull << 20));
   LS_ASSIGN_OR_RETURN(cuda::CudaWeights weights,
                       cuda::upload_weights(*model_, range_, *pool_, kv_.k, staging_bytes, stream_,
                                            options_.on_upload_progress));
-  LS_CUDA_CHECK(cudaMemsetAsync(kv_.k, 0, kv_.layer_bytes() * kv_.n_layers, stream_));
+  LS_CUDA_CHECK(cudaMemsetAsync(kv_.k, 0, kv_.array_bytes(), stream_));
   LS_ASSIGN_OR_RETURN(act_, CudaActivations::allocate(*pool_, c, limits_));
   LS_ASSIGN_OR_RETURN(staging_, cuda::BatchStaging::create(*pool_, limits_));
   LS_ASSIGN_OR_RETURN(void* cublas_workspace,
@@ -597,12 +598,7 @@ Result<std::unique_ptr<CudaPart>> CudaPart::create(std::shared_ptr<const LoadedM
     return make_error(StatusCode::kInvalidArgument, "kv_block_size = {} must be in [1, 4096]",
                       options.kv_block_size);
   }
-  if (options.kv_type != TensorType::F16) {
-    return make_error(StatusCode::kUnsupported,
-                      "KV cache type {} is not supported on CUDA devices (f16; q8_0 runs on the "
-                      "CPU)",
-                      type_name(options.kv_type));
-  }
+  LS_RETURN_IF_ERROR(cuda::cuda_kv_type(options.kv_type).status());
   if (options.max_batch_tokens <= 0 || options.max_batch_tokens > 1 << 16) {
     return make_error(StatusCode::kInvalidArgument, "max_batch_tokens = {} must be in [1, 65536]",
                       options.max_batch_tokens);

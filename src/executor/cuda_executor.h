@@ -29,7 +29,7 @@ struct CudaExecutorOptions {
   double gpu_memory_utilization = 0.90;
   int64_t kv_capacity_tokens = 0;        // 0: all the memory the budget leaves
   int32_t kv_block_size = 16;            // tokens per KV block
-  TensorType kv_type = TensorType::F16;  // the kernels read F16 K/V only
+  TensorType kv_type = TensorType::F16;  // F16 or Q8_0
   int32_t max_batch_tokens = 2048;       // rows per forward pass; larger batches run in pieces
   int32_t max_seqs = 256;                // sequences per forward pass
   int64_t max_context_tokens = 0;        // longest sequence; 0: the model's n_ctx_train

@@ -60,7 +60,7 @@ struct ExecutorOptions {
   // CUDA: 0 = everything the memory budget leaves.
   int64_t kv_capacity_tokens = 0;
   int32_t kv_block_size = 16;
-  // KV cache elements: F16, or Q8_0 (about half the bytes; the CPU only for now).
+  // KV cache elements: F16, or Q8_0 (about half the bytes).
   TensorType kv_type = TensorType::F16;
   int32_t max_batch_tokens = 0;    // rows per forward pass; 0 = the executor's default
   int64_t max_context_tokens = 0;  // CUDA: longest sequence (block table width); 0 = n_ctx_train

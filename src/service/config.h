@@ -70,7 +70,7 @@ struct ModelSpec {
   std::string chat_template;    // llama2 | llama3 | chatml; empty = the model's own
   int64_t context_tokens = 0;   // tokens per sequence; 0 = ModelConfig::default_context_tokens()
   int64_t kv_cache_tokens = 0;  // KV capacity of each replica; 0 = context x max_running
-  TensorType kv_cache_type = TensorType::F16;  // F16, or Q8_0 (CPU: about half the bytes)
+  TensorType kv_cache_type = TensorType::F16;  // F16, or Q8_0 (about half the bytes)
   int warmup_tokens = 2;  // tokens of the warm-up generation on each replica; 0 = none
   // How /v1/embeddings pools the final hidden states of an input (mean, or the last token's).
   EmbeddingPooling embedding_pooling = EmbeddingPooling::kMean;

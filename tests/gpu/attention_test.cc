@@ -20,6 +20,62 @@ namespace {
 // ---------------------------------------------------------------------------------------
 // KV cache and attention
 
+// One K or V array of a layer's cache on the host, as the kernels hold it (attention.h): f16
+// values, or Q8_0 codes and scales, with the bytes write_kv must produce.
+struct HostKvArray {
+  KvType type = KvType::kF16;
+  std::vector<uint16_t> halves;
+  std::vector<int8_t> codes;
+  std::vector<uint16_t> scales;
+
+  HostKvArray(KvType t, const std::vector<float>& values) : type(t) {
+    if (type == KvType::kF16) {
+      halves.resize(values.size());
+    } else {
+      codes.resize(values.size());
+      scales.resize(values.size() / kKvQ8Block);
+    }
+    store(0, values.data(), static_cast<int64_t>(values.size()));
+  }
+  // Values [at, at + n) (at and n multiples of 32 for Q8_0), encoded as the host's Q8_0
+  // encoder does.
+  void store(size_t at, const float* x, int64_t n) {
+    if (type == KvType::kF16) {
+      for (int64_t i = 0; i < n; ++i) halves[at + i] = float_to_half(x[i]).bits;
+      return;
+    }
+    std::vector<BlockQ8_0> blocks(static_cast<size_t>(n / kKvQ8Block));
+    ASSERT_OK(quantize_row(TensorType::Q8_0, x, blocks.data(), n));
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      scales[at / kKvQ8Block + b] = blocks[b].d.bits;
+      std::memcpy(&codes[at + b * kKvQ8Block], blocks[b].qs, kKvQ8Block);
+    }
+  }
+  double value(size_t i) const {
+    if (type == KvType::kF16) return half_to_float(Half{halves[i]});
+    return static_cast<double>(codes[i]) * half_to_float(Half{scales[i / kKvQ8Block]});
+  }
+};
+
+// The same on the device.
+struct DeviceKvArray {
+  DeviceArray<uint16_t> halves;
+  DeviceArray<int8_t> codes;
+  DeviceArray<uint16_t> scales;
+
+  explicit DeviceKvArray(const HostKvArray& h)
+      : halves(h.halves), codes(h.codes), scales(h.scales) {}
+  void* data() const {
+    return halves.size() > 0 ? static_cast<void*>(halves.get()) : static_cast<void*>(codes.get());
+  }
+  void* scale_data() const { return scales.size() > 0 ? scales.get() : nullptr; }
+  void expect_equal(const HostKvArray& h, const char* what) const {
+    EXPECT_EQ(halves.download(), h.halves) << what;
+    EXPECT_EQ(codes.download(), h.codes) << what;
+    EXPECT_EQ(scales.download(), h.scales) << what;
+  }
+};
+
 struct AttentionCase {
   const char* name;
   int head_dim;
@@ -37,7 +93,15 @@ struct AttentionCase {
   // > 0: each row (one per sequence) its own splits of this many positions (split tiles,
   // AttentionArgs::split_tiles), combined by the decode kernel through split counters.
   int row_split_positions = 0;
+  KvType kv_type = KvType::kF16;
 };
+
+// `c` over a Q8_0 cache, named `name`.
+AttentionCase q8_cache(const char* name, AttentionCase c) {
+  c.name = name;
+  c.kv_type = KvType::kQ8_0;
+  return c;
+}
 
 constexpr AttentionKernel kTensorCores = AttentionKernel::kTensorCores;
 constexpr AttentionKernel kCudaCores = AttentionKernel::kCudaCores;
@@ -75,15 +139,8 @@ TEST_P(AttentionTest, MatchesReference) {
 
   // Cache with random history; the batch's rows are written by write_kv.
   const size_t cache_elems = static_cast<size_t>(total_blocks) * block_size * kv_dim;
-  std::vector<uint16_t> k_cache(cache_elems), v_cache(cache_elems);
-  {
-    const std::vector<float> kr = random_floats(cache_elems, 31),
-                             vr = random_floats(cache_elems, 32);
-    for (size_t i = 0; i < cache_elems; ++i) {
-      k_cache[i] = float_to_half(kr[i]).bits;
-      v_cache[i] = float_to_half(vr[i]).bits;
-    }
-  }
+  HostKvArray k_cache(c.kv_type, random_floats(cache_elems, 31)),
+      v_cache(c.kv_type, random_floats(cache_elems, 32));
   std::vector<int32_t> positions, seq_index;
   for (size_t s = 0; s < c.seqs.size(); ++s) {
     for (int i = 0; i < c.seqs[s].second; ++i) {
@@ -120,7 +177,7 @@ TEST_P(AttentionTest, MatchesReference) {
     }
   }
 
-  DeviceArray<uint16_t> k_dev(k_cache), v_dev(v_cache);
+  const DeviceKvArray k_dev(k_cache), v_dev(v_cache);
   DeviceArray<float> q_dev(q), k_new_dev(k_new), v_new_dev(v_new), out_dev(rows * out_stride);
   DeviceArray<int32_t> pos_dev(positions), seq_dev(seq_index), table_dev(tables);
   DeviceArray<AttentionTile> tile_dev(tiles);
@@ -136,8 +193,11 @@ TEST_P(AttentionTest, MatchesReference) {
   w.k_stride = kv_dim;
   w.v = v_new_dev.get();
   w.v_stride = kv_dim;
-  w.k_cache = k_dev.get();
-  w.v_cache = v_dev.get();
+  w.type = c.kv_type;
+  w.k_cache = k_dev.data();
+  w.v_cache = v_dev.data();
+  w.k_scales = k_dev.scale_data();
+  w.v_scales = v_dev.scale_data();
   w.positions = pos_dev.get();
   w.seq_index = seq_dev.get();
   w.block_tables = table_dev.get();
@@ -157,8 +217,11 @@ TEST_P(AttentionTest, MatchesReference) {
   AttentionArgs a;
   a.q = q_dev.get();
   a.q_stride = q_stride;
-  a.k_cache = k_dev.get();
-  a.v_cache = v_dev.get();
+  a.kv_type = c.kv_type;
+  a.k_cache = k_dev.data();
+  a.v_cache = v_dev.data();
+  a.k_scales = k_dev.scale_data();
+  a.v_scales = v_dev.scale_data();
   a.positions = pos_dev.get();
   a.seq_index = seq_dev.get();
   a.block_tables = table_dev.get();
@@ -240,13 +303,11 @@ TEST_P(AttentionTest, MatchesReference) {
   };
   for (int64_t r = 0; r < rows; ++r) {
     const size_t base = slot(seq_index[r], positions[r]);
-    for (int64_t e = 0; e < kv_dim; ++e) {
-      k_cache[base + e] = float_to_half(k_new[r * kv_dim + e]).bits;
-      v_cache[base + e] = float_to_half(v_new[r * kv_dim + e]).bits;
-    }
+    k_cache.store(base, k_new.data() + r * kv_dim, kv_dim);
+    v_cache.store(base, v_new.data() + r * kv_dim, kv_dim);
   }
-  EXPECT_EQ(k_dev.download(), k_cache) << "write_kv";
-  EXPECT_EQ(v_dev.download(), v_cache) << "write_kv";
+  k_dev.expect_equal(k_cache, "write_kv: K");
+  v_dev.expect_equal(v_cache, "write_kv: V");
 
   // Tolerance. The CUDA-core kernel computes in fp32: 2e-4 absolute. The tensor-core kernel
   // rounds Q (scaled) and the probabilities P to f16 (unit roundoff u = 2^-11 = 4.9e-4), and its
@@ -279,8 +340,8 @@ TEST_P(AttentionTest, MatchesReference) {
         const size_t base = slot(seq_index[r], t) + static_cast<size_t>(kvh) * c.head_dim;
         double dot = 0.0;
         for (int d = 0; d < c.head_dim; ++d) {
-          dot += static_cast<double>(q[r * q_stride + h * c.head_dim + d]) *
-                 half_to_float(Half{k_cache[base + d]});
+          dot +=
+              static_cast<double>(q[r * q_stride + h * c.head_dim + d]) * k_cache.value(base + d);
         }
         p[t] = dot * scale;
         max_score = std::max(max_score, p[t]);
@@ -291,7 +352,7 @@ TEST_P(AttentionTest, MatchesReference) {
         double expected = 0.0, weighted_abs = 0.0;
         for (int t = 0; t < ctx; ++t) {
           const size_t base = slot(seq_index[r], t) + static_cast<size_t>(kvh) * c.head_dim;
-          const double v = half_to_float(Half{v_cache[base + d]});
+          const double v = v_cache.value(base + d);
           expected += p[t] * v;
           weighted_abs += p[t] * std::fabs(v);
         }
@@ -469,12 +530,30 @@ INSTANTIATE_TEST_SUITE_P(
                       4,
                       {{250, 1}, {700, 1}, {5, 1}, {0, 33}, {17, 20}},
                       1},
-        AttentionCase{"MixedDecodeFirstGqa4Hd64Split2",
-                      64,
-                      8,
-                      2,
-                      {{1300, 1}, {3, 1}, {40, 100}, {0, 17}},
-                      2}),
+        AttentionCase{
+            "MixedDecodeFirstGqa4Hd64Split2", 64, 8, 2, {{1300, 1}, {3, 1}, {40, 100}, {0, 17}}, 2},
+        // A Q8_0 cache on every kernel: the decode kernel (splits, split tiles, settled history,
+        // both block sizes), the CUDA-core kernel (decode rows, a prompt with 8-bit output), the
+        // tensor-core kernel (prompts, chunks after odd prefixes, splits, batches) and a step
+        // of both kinds.
+        q8_cache("Q8DecodeGqa4Hd128",
+                 {"", 128, 8, 2, {{0, 1}, {4, 1}, {129, 1}, {699, 1}, {1499, 1}}, 1}),
+        q8_cache("Q8DecodeKernelGqa3Hd64Split3",
+                 {"", 64, 9, 3, {{0, 1}, {299, 1}, {1024, 1}}, 3, kDecode, 4}),
+        q8_cache("Q8DecodeRowSplitsMhaHd64Settled",
+                 {"", 64, 4, 4, {{0, 1}, {62, 1}, {64, 1}, {1000, 1}}, 1, kDecode, 0, true, 64}),
+        q8_cache("Q8DecodeKernel16WarpsGqa4Hd128Split2",
+                 {"", 128, 8, 2, {{0, 1}, {31, 1}, {700, 1}, {1499, 1}}, 2, kDecode, 16}),
+        q8_cache("Q8CoresDecodeGqa4Hd128Split4",
+                 {"", 128, 8, 2, {{0, 1}, {4, 1}, {129, 1}, {699, 1}, {1499, 1}}, 4, kCudaCores}),
+        q8_cache("Q8PrefillGqa3Hd64", {"", 64, 9, 3, {{40, 100}, {7, 1}}, 1}),
+        q8_cache("Q8MmaPromptGqa4Hd128Rows333", {"", 128, 8, 2, {{0, 333}}, 1, kTensorCores}),
+        q8_cache("Q8MmaChunkGqa4Hd64After300", {"", 64, 8, 2, {{300, 333}}, 1, kTensorCores}),
+        q8_cache("Q8MmaSplit3Gqa4Hd64After777", {"", 64, 8, 2, {{777, 33}}, 3, kTensorCores}),
+        q8_cache("Q8MmaBatchGqa3Hd128",
+                 {"", 128, 6, 2, {{33, 333}, {0, 17}, {64, 40}}, 1, kTensorCores}),
+        q8_cache("Q8MixedDecodeFirstGqa4Hd64Split2",
+                 {"", 64, 8, 2, {{1300, 1}, {3, 1}, {40, 100}, {0, 17}}, 2})),
     [](const ::testing::TestParamInfo<AttentionCase>& info) {
       return std::string(info.param.name);
     });

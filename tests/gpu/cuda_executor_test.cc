@@ -62,9 +62,11 @@ std::unique_ptr<Executor> make_cuda(std::shared_ptr<const LoadedModel> model,
   return executor.is_ok() ? std::move(executor).value() : nullptr;
 }
 
-std::unique_ptr<Executor> make_cpu_reference(std::shared_ptr<const LoadedModel> model) {
+std::unique_ptr<Executor> make_cpu_reference(std::shared_ptr<const LoadedModel> model,
+                                             TensorType kv_type = TensorType::F16) {
   CpuExecutorOptions o;
   o.kv_capacity_tokens = 64 * 16;
+  o.kv_type = kv_type;
   o.reference_kernels = true;
   auto executor = create_cpu_executor(std::move(model), o);
   EXPECT_TRUE(executor.is_ok()) << executor.status().to_string();
@@ -277,31 +279,34 @@ bool uses_q8_matvec(const LoadedModel& model) {
   return matvec_uses_q8(model.weights.output.type);
 }
 
-TEST_P(CpuParityTest, BatchedInterleavedMixedAndOversizedBatches) {
-  auto model = load(GetParam());
-  ASSERT_NE(model, nullptr);
-  SKIP_UNLESS_LAYOUT_FITS(*model);
+// Interleaved prompts, a mixed step and decode steps on three GPU executors (matvec only, tiny
+// pieces, GEMMs only) against the CPU's reference kernels, both with a KV cache of `kv_type`
+// (whose values are the same bytes on both: write_kv quantizes as the host does).
+void expect_cpu_parity(const std::shared_ptr<const LoadedModel>& model, TensorType kv_type) {
   const int64_t n_vocab = model->config.n_vocab;
   const std::vector<std::vector<int32_t>> prompts = {
       random_tokens(5, n_vocab, 1), random_tokens(40, n_vocab, 2), random_tokens(23, n_vocab, 3)};
   // Blocks for the longest length each sequence reaches below (10, 50 and 28 tokens).
   const std::vector<std::vector<int32_t>> tables = {{9, 3}, {4, 12, 0, 17}, {7, 1, 30}};
-  auto cpu = make_cpu_reference(model);
+  auto cpu = make_cpu_reference(model, kv_type);
   // Matvec for any row count: fp32 activations for float weights, as close to the CPU's
   // reference kernels as summation order allows; 8-bit activation blocks for quantized ones
   // (see the tolerances of ReferenceTest; random prompts here, so with more room: a layout or
   // indexing mistake is O(1)).
   CudaExecutorOptions matvec_only = small_options();
+  matvec_only.kv_type = kv_type;
   matvec_only.gemm_min_rows = kMatvecOnly;
   matvec_only.float_gemm_min_rows = kMatvecOnly;
   const double matvec_tolerance = uses_q8_matvec(*model) ? 5e-2 : 1e-3;
   auto gpu = make_cuda(model, matvec_only);
   CudaExecutorOptions tiny_pieces = small_options();
+  tiny_pieces.kv_type = kv_type;
   tiny_pieces.max_batch_tokens = 7;  // every batch below runs in pieces
   tiny_pieces.float_gemm_min_rows = kMatvecOnly;
   auto gpu_pieces = make_cuda(model, tiny_pieces);
   // cuBLAS for every product: f16 activations, looser.
   CudaExecutorOptions gemm_only = small_options();
+  gemm_only.kv_type = kv_type;
   gemm_only.gemm_min_rows = 1;
   gemm_only.float_gemm_min_rows = 1;
   auto gpu_gemm = make_cuda(model, gemm_only);
@@ -359,6 +364,20 @@ TEST_P(CpuParityTest, BatchedInterleavedMixedAndOversizedBatches) {
     EXPECT_LE(max_rel_error(run(*gpu_gemm, decode), want_decode, n_vocab), kGemmTolerance)
         << "decode step " << step << " GEMM";
   }
+}
+
+TEST_P(CpuParityTest, BatchedInterleavedMixedAndOversizedBatches) {
+  auto model = load(GetParam());
+  ASSERT_NE(model, nullptr);
+  SKIP_UNLESS_LAYOUT_FITS(*model);
+  expect_cpu_parity(model, TensorType::F16);
+}
+
+TEST_P(CpuParityTest, Q8_0KvCache) {
+  auto model = load(GetParam());
+  ASSERT_NE(model, nullptr);
+  SKIP_UNLESS_LAYOUT_FITS(*model);
+  expect_cpu_parity(model, TensorType::Q8_0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CpuParityTest,
@@ -639,6 +658,17 @@ TEST(MemoryPlan, SizesThePoolAndRefusesWithNumbers) {
   EXPECT_LE(all->pool_bytes(), all->budget);
   // Every block that fits is used: one more would not.
   EXPECT_GT(all->pool_bytes() + 2 * all->kv_bytes_per_block + 2 * kDeviceAlignment, all->budget);
+
+  // A Q8_0 cache: GGUF's 34 bytes for 32 values, so more blocks in the same budget.
+  MemoryPlanRequest q8_request = r;
+  q8_request.kv_type = KvType::kQ8_0;
+  Result<MemoryPlan> q8 = plan_memory(*model, q8_request);
+  ASSERT_TRUE(q8.is_ok()) << q8.status().to_string();
+  EXPECT_EQ(q8->kv_bytes_per_block, 2ull * c.n_layer * 16 * c.kv_dim() / 32 * 34);
+  EXPECT_LE(q8->pool_bytes(), q8->budget);
+  EXPECT_GT(q8->kv_blocks, all->kv_blocks * 3 / 2);
+  EXPECT_NE(q8->describe(16).find("tokens q8_0 ("), std::string::npos) << q8->describe(16);
+  EXPECT_NE(all->describe(16).find("tokens f16 ("), std::string::npos) << all->describe(16);
 
   r.kv_capacity_tokens = 1000;  // 63 blocks of 16
   Result<MemoryPlan> sized = plan_memory(*model, r);

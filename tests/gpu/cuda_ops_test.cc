@@ -290,6 +290,39 @@ TEST_P(RopeTest, MatchesCpuRope) {
   EXPECT_EQ(k2.download(), k_two_rows);
   EXPECT_EQ(k_one.download(), k_two.download());
   EXPECT_EQ(v_one.download(), v_two.download());
+
+  // With a Q8_0 cache: codes and scales as write_kv quantizes them (attention_test checks those
+  // against the host's encoder), heads whose 32-value blocks span rotated and unrotated dims
+  // (rope_dim 32) included.
+  const size_t cache_values = 7 * block_size * k_stride;
+  DeviceArray<int8_t> k_codes_two(cache_values), v_codes_two(cache_values),
+      k_codes_one(cache_values), v_codes_one(cache_values);
+  DeviceArray<uint16_t> k_scales_two(cache_values / 32), v_scales_two(cache_values / 32),
+      k_scales_one(cache_values / 32), v_scales_one(cache_values / 32);
+  for (auto* cache : {&k_codes_two, &v_codes_two, &k_codes_one, &v_codes_one}) cache->poison();
+  for (auto* cache : {&k_scales_two, &v_scales_two, &k_scales_one, &v_scales_one}) cache->poison();
+  w.type = KvType::kQ8_0;
+  q2.upload(random_floats(rows * q_stride, 11));
+  k2.upload(random_floats(rows * k_stride, 12));
+  ASSERT_OK(rope(a, nullptr));
+  w.k_cache = k_codes_two.get();
+  w.v_cache = v_codes_two.get();
+  w.k_scales = k_scales_two.get();
+  w.v_scales = v_scales_two.get();
+  ASSERT_OK(write_kv(w, nullptr));
+  q2.upload(random_floats(rows * q_stride, 11));
+  k2.upload(random_floats(rows * k_stride, 12));
+  w.k_cache = k_codes_one.get();
+  w.v_cache = v_codes_one.get();
+  w.k_scales = k_scales_one.get();
+  w.v_scales = v_scales_one.get();
+  ASSERT_OK(rope_write_kv(a, w, nullptr));
+  EXPECT_EQ(q2.download(), q_two);
+  EXPECT_EQ(k2.download(), k_two_rows);
+  EXPECT_EQ(k_codes_one.download(), k_codes_two.download());
+  EXPECT_EQ(v_codes_one.download(), v_codes_two.download());
+  EXPECT_EQ(k_scales_one.download(), k_scales_two.download());
+  EXPECT_EQ(v_scales_one.download(), v_scales_two.download());
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -10,6 +10,7 @@
 #include "backend/cuda/attention_mma.h"
 #include "backend/cuda/attention_splits.cuh"
 #include "backend/cuda/check.h"
+#include "backend/cuda/kv_q8.cuh"
 #include "backend/cuda/launch.cuh"
 
 namespace llamaserve::cuda {
@@ -41,18 +42,58 @@ __device__ __forceinline__ void half8_to_float(const uint4& v, float (&f)[8]) {
   }
 }
 
+// One position's K row in a thread's registers, read eight dims at a time as floats: f16
+// values, or Q8_0 codes and their blocks' scales (kv_q8.cuh).
+template <int D, bool Q8>
+struct KRow;
+template <int D>
+struct KRow<D, false> {
+  uint4 h[D / 8];
+  __device__ __forceinline__ void load(const AttentionArgs& a, int64_t slot) {
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i)
+      h[i] =
+          __ldg(reinterpret_cast<const uint4*>(static_cast<const __half*>(a.k_cache) + slot) + i);
+  }
+  __device__ __forceinline__ void eight(int i, float (&k)[8]) const { half8_to_float(h[i], k); }
+};
+template <int D>
+struct KRow<D, true> {
+  uint4 codes[D / 16];
+  float scale[D / kKvQ8Block];
+  __device__ __forceinline__ void load(const AttentionArgs& a, int64_t slot) {
+#pragma unroll
+    for (int i = 0; i < D / 16; ++i)
+      codes[i] =
+          __ldg(reinterpret_cast<const uint4*>(static_cast<const int8_t*>(a.k_cache) + slot) + i);
+#pragma unroll
+    for (int b = 0; b < D / kKvQ8Block; ++b)
+      scale[b] = __half2float(static_cast<const __half*>(a.k_scales)[slot / kKvQ8Block + b]);
+  }
+  __device__ __forceinline__ void eight(int i, float (&k)[8]) const {
+    const uint4& c = codes[i / 2];
+    const uint32_t lo = i % 2 == 0 ? c.x : c.z, hi = i % 2 == 0 ? c.y : c.w;
+    const float d = scale[(8 * i) / kKvQ8Block];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      k[e] = kv_code(lo, e) * d;
+      k[4 + e] = kv_code(hi, e) * d;
+    }
+  }
+};
+
 // Phase 1 for one position: the scores of its K row (this thread's j-th position of the chunk,
 // position t) against query vectors [q0, q0 + QN), causal mask applied. QN is exact (a decode
 // row of a model without GQA has one query vector per KV head: no work for padding vectors).
-template <int D, int QN>
-__device__ __forceinline__ void score_position(const uint4 (&k_row)[D / 8], const float* q_s,
+template <int D, int QN, typename Row>
+__device__ __forceinline__ void score_position(const Row& k_row, const float* q_s,
                                                const int* qpos_s, float* s_s, int q0, int j,
                                                int t) {
   float dot[QN] = {};
 #pragma unroll
   for (int i = 0; i < D / 8; ++i) {
     float k[8];
-    half8_to_float(k_row[i], k);
+    k_row.eight(i, k);
 #pragma unroll
     for (int qq = 0; qq < QN; ++qq) {
       const float4* qv = reinterpret_cast<const float4*>(q_s + (q0 + qq) * D + 8 * i);
@@ -76,7 +117,10 @@ __device__ __forceinline__ void score_position(const uint4 (&k_row)[D / 8], cons
 //   2. one warp per query vector: chunk max, running max/sum update, probabilities;
 //   3. thread (pair p, group) accumulates dims 2p, 2p + 1 of P·V for the query vectors of its
 //      group, V read from shared memory.
-template <int D>
+// With a Q8_0 cache a K row stays in registers as codes and scales, and the chunk's V rows go to
+// shared memory as codes [kChunk][D] followed by scales [kChunk][D / 32]; both are converted to
+// floats where they are used.
+template <int D, bool Q8>
 __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs a) {
   pdl_launch_dependents();
   pdl_wait();
@@ -99,6 +143,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
   float* alpha_s = l_s + nq8;                           // this chunk's rescale of the old sums
   int* qpos_s = reinterpret_cast<int*>(alpha_s + nq8);  // the query's position
   __half* v_s = reinterpret_cast<__half*>(qpos_s + nq8);  // [kChunk][D]: the chunk's V rows
+  auto* v_codes_s = reinterpret_cast<int8_t*>(v_s);       // Q8_0: [kChunk][D] codes, then
+  auto* v_scales_s = reinterpret_cast<__half*>(v_codes_s + kChunk * D);  // [kChunk][D / 32]
 
   const int tid = threadIdx.x;
   const int seq = a.seq_index[tile.first_row];
@@ -119,8 +165,6 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
     l_s[qi] = 0.0f;
     qpos_s[qi] = qi < nq ? a.positions[tile.first_row + qi / group_size] : -1;
   }
-  const auto* k_cache = static_cast<const __half*>(a.k_cache);
-  const auto* v_cache = static_cast<const __half*>(a.v_cache);
   auto slot_of = [&](int t) {
     const int64_t block = block_table[t / a.block_size];
     return ((block * a.block_size + t % a.block_size) * a.n_head_kv + kv_head) * D;
@@ -146,21 +190,26 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
     // Phase 1: scores.
     {
       const int j = tid;
-      uint4* v_row_s = reinterpret_cast<uint4*>(v_s + j * D);
+      uint4* v_row_s =
+          Q8 ? reinterpret_cast<uint4*>(v_codes_s + j * D) : reinterpret_cast<uint4*>(v_s + j * D);
+      constexpr int kRowPieces = Q8 ? D / 16 : D / 8;  // 16-byte pieces of a V row
       if (j < n_in_chunk) {
         const int t = c0 + j;
         const int64_t slot = slot_of(t);
         // V goes straight to shared memory (cp.async: no registers held while in flight).
+        const auto* v_row = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(a.v_cache) +
+                                                           slot * (Q8 ? 1 : 2));
 #pragma unroll
-        for (int i = 0; i < D / 8; ++i) {
-          __pipeline_memcpy_async(v_row_s + i, reinterpret_cast<const uint4*>(v_cache + slot) + i,
-                                  sizeof(uint4));
+        for (int i = 0; i < kRowPieces; ++i)
+          __pipeline_memcpy_async(v_row_s + i, v_row + i, sizeof(uint4));
+        if constexpr (Q8) {
+          __pipeline_memcpy_async(v_scales_s + j * (D / kKvQ8Block),
+                                  static_cast<const __half*>(a.v_scales) + slot / kKvQ8Block,
+                                  D / kKvQ8Block * sizeof(__half));
         }
         __pipeline_commit();
-        uint4 k_row[D / 8];
-#pragma unroll
-        for (int i = 0; i < D / 8; ++i)
-          k_row[i] = __ldg(reinterpret_cast<const uint4*>(k_cache + slot) + i);
+        KRow<D, Q8> k_row;
+        k_row.load(a, slot);
         for (int q0 = 0; q0 < nq; q0 += 8) {
           switch (min(8, nq - q0)) {
             case 1: score_position<D, 1>(k_row, q_s, qpos_s, s_s, q0, j, t); break;
@@ -176,7 +225,11 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
       } else {
         // Past the split's end: masked, with zeros for phase 3 to multiply by p = 0.
 #pragma unroll
-        for (int i = 0; i < D / 8; ++i) v_row_s[i] = make_uint4(0, 0, 0, 0);
+        for (int i = 0; i < kRowPieces; ++i) v_row_s[i] = make_uint4(0, 0, 0, 0);
+        if constexpr (Q8) {
+#pragma unroll
+          for (int b = 0; b < D / kKvQ8Block; ++b) v_scales_s[j * (D / kKvQ8Block) + b] = __half{};
+        }
         for (int qi = 0; qi < nq; ++qi) s_s[qi * kChunk + j] = -INFINITY;
       }
       __pipeline_wait_prior(0);  // this thread's V copies; the barrier publishes them
@@ -235,7 +288,14 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
       float2 v[4];
 #pragma unroll
       for (int jj = 0; jj < 4; ++jj) {
-        v[jj] = __half22float2(*reinterpret_cast<const __half2*>(v_s + (j + jj) * D + 2 * pair));
+        if constexpr (Q8) {
+          const int8_t* c = v_codes_s + (j + jj) * D + 2 * pair;
+          const float d =
+              __half2float(v_scales_s[(j + jj) * (D / kKvQ8Block) + (2 * pair) / kKvQ8Block]);
+          v[jj] = make_float2(static_cast<float>(c[0]) * d, static_cast<float>(c[1]) * d);
+        } else {
+          v[jj] = __half22float2(*reinterpret_cast<const __half2*>(v_s + (j + jj) * D + 2 * pair));
+        }
       }
 #pragma unroll
       for (int i = 0; i < kMaxPerThread; ++i) {
@@ -339,6 +399,26 @@ __global__ void write_kv_kernel(const KvWriteArgs a) {
   static_cast<__half*>(a.v_cache)[dst] = __float2half_rn(a.v[row * a.v_stride + e]);
 }
 
+// Q8_0: warp w of the grid quantizes the w-th block of 32 values (kv_dim is a multiple of 32,
+// so a warp is one block of one row, and returns as a whole).
+__global__ void write_kv_q8_kernel(const KvWriteArgs a) {
+  pdl_launch_dependents();
+  pdl_wait();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= a.n_rows * a.kv_dim) return;
+  const int64_t row = i / a.kv_dim;
+  const int64_t e = i % a.kv_dim;
+  const int pos = a.positions[row];
+  const int64_t block = a.block_tables[static_cast<int64_t>(a.seq_index[row]) * a.blocks_per_seq +
+                                       pos / a.block_size];
+  const int64_t first = (block * a.block_size + pos % a.block_size) * a.kv_dim + (e & ~31);
+  const int lane = threadIdx.x & 31;
+  store_kv_q8_block(a.k[row * a.k_stride + e], lane, static_cast<int8_t*>(a.k_cache) + first,
+                    static_cast<__half*>(a.k_scales) + first / kKvQ8Block);
+  store_kv_q8_block(a.v[row * a.v_stride + e], lane, static_cast<int8_t*>(a.v_cache) + first,
+                    static_cast<__half*>(a.v_scales) + first / kKvQ8Block);
+}
+
 // The tensor-core, decode or CUDA-core kernel, then the splits' reduction where there are
 // several.
 template <int D>
@@ -353,8 +433,9 @@ Status launch_attention(const AttentionArgs& a, bool tensor_cores, bool decode,
     const int64_t smem = SmemLayout::bytes(nq8, D);
     const dim3 grid(static_cast<unsigned>(a.n_tiles), static_cast<unsigned>(a.n_head_kv),
                     static_cast<unsigned>(a.n_splits));
-    LS_CUDA_CHECK(
-        launch_kernel(attention_kernel<D>, grid, kThreads, static_cast<size_t>(smem), stream, a));
+    const auto kernel =
+        a.kv_type == KvType::kQ8_0 ? attention_kernel<D, true> : attention_kernel<D, false>;
+    LS_CUDA_CHECK(launch_kernel(kernel, grid, kThreads, static_cast<size_t>(smem), stream, a));
   }
   if (a.n_splits > 1 && !(decode && a.split_counters != nullptr)) {
     const dim3 reduce_grid(static_cast<unsigned>(a.n_batch_rows), static_cast<unsigned>(a.n_head));
@@ -368,12 +449,16 @@ Status launch_attention(const AttentionArgs& a, bool tensor_cores, bool decode,
 Status configure_attention_kernels() {
   LS_RETURN_IF_ERROR(configure_attention_mma_kernels());
   // The largest block: kMaxAttentionQueries query vectors.
-  LS_CUDA_CHECK(
-      cudaFuncSetAttribute(attention_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(SmemLayout::bytes(kMaxAttentionQueries, 64))));
-  LS_CUDA_CHECK(
-      cudaFuncSetAttribute(attention_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(SmemLayout::bytes(kMaxAttentionQueries, 128))));
+  for (const auto kernel : {attention_kernel<64, false>, attention_kernel<64, true>}) {
+    LS_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(SmemLayout::bytes(kMaxAttentionQueries, 64))));
+  }
+  for (const auto kernel : {attention_kernel<128, false>, attention_kernel<128, true>}) {
+    LS_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(SmemLayout::bytes(kMaxAttentionQueries, 128))));
+  }
   return Status::ok();
 }
 
@@ -381,12 +466,14 @@ Status write_kv(const KvWriteArgs& a, LaunchStream stream) {
   LS_CUDA_REQUIRE(a.k != nullptr && a.v != nullptr && a.k_cache != nullptr && a.v_cache != nullptr);
   LS_CUDA_REQUIRE(a.positions != nullptr && a.seq_index != nullptr && a.block_tables != nullptr);
   LS_CUDA_REQUIRE(a.block_size > 0 && a.blocks_per_seq > 0 && a.kv_dim > 0 && a.n_rows >= 0);
+  const bool q8 = a.type == KvType::kQ8_0;
+  LS_CUDA_REQUIRE(!q8 || (a.k_scales != nullptr && a.v_scales != nullptr && a.kv_dim % 32 == 0));
   if (a.n_rows == 0) return Status::ok();
   constexpr int kWriteThreads = 256;
   const int64_t blocks = (a.n_rows * a.kv_dim + kWriteThreads - 1) / kWriteThreads;
   LS_CUDA_REQUIRE(blocks <= 0x7fffffff);
-  LS_CUDA_CHECK(
-      launch_kernel(write_kv_kernel, static_cast<unsigned>(blocks), kWriteThreads, 0, stream, a));
+  LS_CUDA_CHECK(launch_kernel(q8 ? write_kv_q8_kernel : write_kv_kernel,
+                              static_cast<unsigned>(blocks), kWriteThreads, 0, stream, a));
   return Status::ok();
 }
 
@@ -399,6 +486,7 @@ int64_t attention_workspace_floats(int64_t n_batch_rows, int32_t n_head, int32_t
 Status attention(const AttentionArgs& a, LaunchStream stream) {
   LS_CUDA_REQUIRE(a.q != nullptr && a.out != nullptr && a.k_cache != nullptr &&
                   a.v_cache != nullptr);
+  LS_CUDA_REQUIRE(a.kv_type == KvType::kF16 || (a.k_scales != nullptr && a.v_scales != nullptr));
   LS_CUDA_REQUIRE(a.positions != nullptr && a.seq_index != nullptr && a.block_tables != nullptr);
   LS_CUDA_REQUIRE(a.tiles != nullptr && a.n_tiles >= 0 && a.max_tile_rows >= 1);
   LS_CUDA_REQUIRE(a.n_head_kv > 0 && a.n_head % a.n_head_kv == 0 && a.n_head_kv <= 65535);

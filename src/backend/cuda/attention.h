@@ -1,7 +1,9 @@
 // Paged KV cache writes and causal grouped-query attention on the device.
 //
 // KV cache of one layer (as the CPU backend's): K and V are each
-// [n_blocks][block_size][n_head_kv][head_dim] f16. Sequence s's logical block i (positions
+// [n_blocks][block_size][n_head_kv][head_dim] f16, or with KvType::kQ8_0 int8 codes in that
+// layout and one f16 scale per 32 of them in a scale array [n_blocks][block_size][n_head_kv]
+// [head_dim / 32] (kv_q8.cuh), about half the bytes. Sequence s's logical block i (positions
 // [i * block_size, (i + 1) * block_size)) lives in physical block block_tables[s * stride + i].
 //
 // Attention works on query tiles: up to `rows` consecutive batch rows of one sequence with
@@ -37,23 +39,33 @@ inline constexpr int kMaxAttentionQueries = 64;
 // fewer per tile (decode) most of its work would be padding.
 inline constexpr int kMinTensorCoreQueries = 16;
 
+// The KV cache's element type (see the top of the file).
+enum class KvType { kF16, kQ8_0 };
+
+// Values per Q8_0 scale.
+inline constexpr int kKvQ8Block = 32;
+
 struct KvWriteArgs {
   const float* k = nullptr;  // row r: kv_dim values at k + r * k_stride
   int64_t k_stride = 0;
   const float* v = nullptr;
   int64_t v_stride = 0;
-  void* k_cache = nullptr;  // f16, this layer
+  KvType type = KvType::kF16;
+  void* k_cache = nullptr;  // this layer's f16 values or int8 codes
   void* v_cache = nullptr;
+  void* k_scales = nullptr;  // kQ8_0: this layer's f16 scales
+  void* v_scales = nullptr;
   const int32_t* positions = nullptr;     // (n_rows), device
   const int32_t* seq_index = nullptr;     // (n_rows), device
   const int32_t* block_tables = nullptr;  // device, row stride blocks_per_seq
   int32_t blocks_per_seq = 0;
   int32_t block_size = 0;
   int64_t n_rows = 0;
-  int64_t kv_dim = 0;  // n_head_kv * head_dim
+  int64_t kv_dim = 0;  // n_head_kv * head_dim; kQ8_0: a multiple of 32
 };
 
-// Stores the K/V rows of a batch at their positions' cache slots.
+// Stores the K/V rows of a batch at their positions' cache slots (kQ8_0: quantized as the
+// host's Q8_0 encoder does, the same bytes).
 // PRECONDITION (validated on the host from the Batch): every block id is within the cache.
 Status write_kv(const KvWriteArgs& args, LaunchStream stream);
 
@@ -77,8 +89,11 @@ enum class AttentionKernel {
 struct AttentionArgs {
   const float* q = nullptr;  // row r: n_head heads of head_dim at q + r * q_stride
   int64_t q_stride = 0;
-  const void* k_cache = nullptr;  // f16, this layer
+  KvType kv_type = KvType::kF16;
+  const void* k_cache = nullptr;  // this layer's f16 values or int8 codes
   const void* v_cache = nullptr;
+  const void* k_scales = nullptr;  // kQ8_0: this layer's f16 scales
+  const void* v_scales = nullptr;
   const int32_t* positions = nullptr;  // (batch rows), device
   const int32_t* seq_index = nullptr;
   const int32_t* block_tables = nullptr;

@@ -11,6 +11,10 @@
 // positions for short contexts) is loaded before the wait for the kernel that wrote the queries
 // and the row's own K/V (programmatic dependent launch, launch.cuh): every position below the
 // row's own was written by an earlier pass, so only the query and that one position wait.
+//
+// With a Q8_0 cache a lane loads its E codes (a 64- or 128-byte row per warp) and its block's
+// scale, converts the codes to floats, and scales its part of a score and its value weights
+// once: the arithmetic of the dequantized values, on half the bytes.
 #include "backend/cuda/attention_decode.h"
 
 #include <cuda_fp16.h>
@@ -18,6 +22,7 @@
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/attention_splits.cuh"
 #include "backend/cuda/check.h"
+#include "backend/cuda/kv_q8.cuh"
 #include "backend/cuda/launch.cuh"
 
 namespace llamaserve::cuda {
@@ -30,37 +35,51 @@ constexpr int kManyWarps = 16;
 constexpr int kMaxManyWarpsGroup = 4;  // registers: 16 warps of wider groups do not fit an SM
 constexpr int kUnroll = 4;  // positions per warp per step, their loads in flight together
 
-// E halves of one K or V row per lane: 2 (head_dim 64, 4 bytes) or 4 (head_dim 128, 8 bytes).
-template <int E>
-struct HalfLanes;
+// One lane's E values of a K or V row (E = 2 for head_dim 64, 4 for 128): E halves, or with a
+// Q8_0 cache E codes and their block's scale (kv_q8.cuh), loaded in one access each.
+template <int E, bool Q8>
+struct KvLanes;
 template <>
-struct HalfLanes<2> {
-  using Type = uint32_t;
+struct KvLanes<2, false> {
+  using Raw = uint32_t;
 };
 template <>
-struct HalfLanes<4> {
-  using Type = uint2;
+struct KvLanes<4, false> {
+  using Raw = uint2;
+};
+template <>
+struct KvLanes<2, true> {
+  using Raw = uint16_t;
+};
+template <>
+struct KvLanes<4, true> {
+  using Raw = uint32_t;
 };
 
-template <int E>
-__device__ __forceinline__ void halves_to_float(const typename HalfLanes<E>::Type& v,
-                                                float (&f)[E]) {
-  const auto* h = reinterpret_cast<const __half2*>(&v);
+template <int E, bool Q8>
+__device__ __forceinline__ void lanes_to_float(const typename KvLanes<E, Q8>::Raw& v,
+                                               float (&f)[E]) {
+  if constexpr (Q8) {
 #pragma unroll
-  for (int i = 0; i < E / 2; ++i) {
-    const float2 p = __half22float2(h[i]);
-    f[2 * i] = p.x;
-    f[2 * i + 1] = p.y;
+    for (int i = 0; i < E; ++i) f[i] = kv_code(v, i);
+  } else {
+    const auto* h = reinterpret_cast<const __half2*>(&v);
+#pragma unroll
+    for (int i = 0; i < E / 2; ++i) {
+      const float2 p = __half22float2(h[i]);
+      f[2 * i] = p.x;
+      f[2 * i + 1] = p.y;
+    }
   }
 }
 
-template <int D, int G, int W>
+template <int D, int G, int W, bool Q8>
 __global__ void __launch_bounds__(32 * W) attention_decode_kernel(const AttentionArgs a) {
   constexpr int kWarps = W;
   constexpr int kThreads = 32 * W;
   pdl_launch_dependents();
   constexpr int E = D / 32;
-  using Lanes = typename HalfLanes<E>::Type;
+  using Lanes = typename KvLanes<E, Q8>::Raw;
   __shared__ float m_s[kWarps][G];
   __shared__ float l_s[kWarps][G];
   __shared__ float acc_s[kWarps][G][D];
@@ -79,12 +98,16 @@ __global__ void __launch_bounds__(32 * W) attention_decode_kernel(const Attentio
   const int start = split * per_split;
   const int end = min(ctx, start + per_split);
   const int32_t* block_table = a.block_tables + static_cast<int64_t>(seq) * a.blocks_per_seq;
-  const auto* k_cache = static_cast<const __half*>(a.k_cache);
-  const auto* v_cache = static_cast<const __half*>(a.v_cache);
+  // Element size 2 (f16) or 1 (Q8_0 codes).
+  const auto* k_cache = static_cast<const uint8_t*>(a.k_cache);
+  const auto* v_cache = static_cast<const uint8_t*>(a.v_cache);
+  const auto* k_scales = static_cast<const __half*>(a.k_scales);
+  const auto* v_scales = static_cast<const __half*>(a.v_scales);
 
   // Positions [t0, t0 + kUnroll) of the run: those in [from, to) are loaded, those at or past
   // `end` are zeros (their scores are masked), the others are left as they are.
   Lanes k_raw[kUnroll], v_raw[kUnroll];
+  __half k_scale[kUnroll], v_scale[kUnroll];  // Q8_0: this lane's block's scale
   auto load_run = [&](int t0, int from, int to) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -93,11 +116,16 @@ __global__ void __launch_bounds__(32 * W) attention_decode_kernel(const Attentio
         const int64_t block = block_table[t / a.block_size];
         const int64_t slot =
             ((block * a.block_size + t % a.block_size) * a.n_head_kv + kv_head) * D + lane * E;
-        k_raw[u] = __ldg(reinterpret_cast<const Lanes*>(k_cache + slot));
-        v_raw[u] = __ldg(reinterpret_cast<const Lanes*>(v_cache + slot));
+        k_raw[u] = __ldg(reinterpret_cast<const Lanes*>(k_cache + slot * sizeof(Lanes) / E));
+        v_raw[u] = __ldg(reinterpret_cast<const Lanes*>(v_cache + slot * sizeof(Lanes) / E));
+        if constexpr (Q8) {
+          k_scale[u] = k_scales[slot / kKvQ8Block];
+          v_scale[u] = v_scales[slot / kKvQ8Block];
+        }
       } else if (t >= end) {
         k_raw[u] = Lanes{};
         v_raw[u] = Lanes{};
+        if constexpr (Q8) k_scale[u] = v_scale[u] = __half{};
       }
     }
   };
@@ -128,11 +156,15 @@ __global__ void __launch_bounds__(32 * W) attention_decode_kernel(const Attentio
 
   for (; t0 < end; t0 += kWarps * kUnroll) {
     if (t0 >= start + kWarps * kUnroll) load_run(t0, t0, end);  // (the first run is loaded)
-    float k[kUnroll][E], v[kUnroll][E];
+    // Q8_0: the codes as floats, each lane's score and value weights scaled by its block's
+    // scale (kd, vd; 1 for f16).
+    float k[kUnroll][E], v[kUnroll][E], kd[kUnroll], vd[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      halves_to_float<E>(k_raw[u], k[u]);
-      halves_to_float<E>(v_raw[u], v[u]);
+      lanes_to_float<E, Q8>(k_raw[u], k[u]);
+      lanes_to_float<E, Q8>(v_raw[u], v[u]);
+      kd[u] = Q8 ? __half2float(k_scale[u]) : 1.0f;
+      vd[u] = Q8 ? __half2float(v_scale[u]) : 1.0f;
     }
 #pragma unroll
     for (int g = 0; g < G; ++g) {
@@ -142,7 +174,7 @@ __global__ void __launch_bounds__(32 * W) attention_decode_kernel(const Attentio
         float dot = 0.0f;
 #pragma unroll
         for (int e = 0; e < E; ++e) dot = fmaf(q[g][e], k[u][e], dot);
-        s[u] = dot;
+        s[u] = Q8 ? dot * kd[u] : dot;
       }
 #pragma unroll
       for (int offset = 16; offset > 0; offset >>= 1) {
@@ -165,11 +197,14 @@ __global__ void __launch_bounds__(32 * W) attention_decode_kernel(const Attentio
         p_sum += p[u];
       }
       l[g] = fmaf(l[g], alpha, p_sum);
+      float pv[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) pv[u] = Q8 ? p[u] * vd[u] : p[u];
 #pragma unroll
       for (int e = 0; e < E; ++e) {
         float sum = acc[g][e] * alpha;
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) sum = fmaf(p[u], v[u][e], sum);
+        for (int u = 0; u < kUnroll; ++u) sum = fmaf(pv[u], v[u][e], sum);
         acc[g][e] = sum;
       }
       m[g] = m_new;
@@ -249,7 +284,7 @@ __global__ void __launch_bounds__(32 * W) attention_decode_kernel(const Attentio
   }
 }
 
-template <int D, int G>
+template <int D, int G, bool Q8>
 Status launch_group(const AttentionArgs& a, LaunchStream stream) {
   const int z = a.split_tiles ? 1 : a.n_splits;  // split tiles: a block per tile and KV head
   const dim3 grid(static_cast<unsigned>(a.n_tiles), static_cast<unsigned>(a.n_head_kv),
@@ -263,8 +298,8 @@ Status launch_group(const AttentionArgs& a, LaunchStream stream) {
   }
   if constexpr (G <= kMaxManyWarpsGroup) {
     if (warps == kManyWarps) {
-      LS_CUDA_CHECK(launch_kernel(attention_decode_kernel<D, G, kManyWarps>, grid, 32 * kManyWarps,
-                                  0, stream, a));
+      LS_CUDA_CHECK(launch_kernel(attention_decode_kernel<D, G, kManyWarps, Q8>, grid,
+                                  32 * kManyWarps, 0, stream, a));
       return Status::ok();
     }
   }
@@ -274,30 +309,36 @@ Status launch_group(const AttentionArgs& a, LaunchStream stream) {
                       "query heads per KV head; not {} for {}",
                       kMaxManyWarpsGroup, warps, G);
   }
-  LS_CUDA_CHECK(
-      launch_kernel(attention_decode_kernel<D, G, kFewWarps>, grid, 32 * kFewWarps, 0, stream, a));
+  LS_CUDA_CHECK(launch_kernel(attention_decode_kernel<D, G, kFewWarps, Q8>, grid, 32 * kFewWarps, 0,
+                              stream, a));
   return Status::ok();
 }
 
-}  // namespace
-
-template <int D>
-Status launch_attention_decode(const AttentionArgs& a, LaunchStream stream) {
+template <int D, bool Q8>
+Status launch_cache_type(const AttentionArgs& a, LaunchStream stream) {
   switch (a.n_head / a.n_head_kv) {
-    case 1: return launch_group<D, 1>(a, stream);
-    case 2: return launch_group<D, 2>(a, stream);
-    case 3: return launch_group<D, 3>(a, stream);
-    case 4: return launch_group<D, 4>(a, stream);
-    case 5: return launch_group<D, 5>(a, stream);
-    case 6: return launch_group<D, 6>(a, stream);
-    case 7: return launch_group<D, 7>(a, stream);
-    case 8: return launch_group<D, 8>(a, stream);
+    case 1: return launch_group<D, 1, Q8>(a, stream);
+    case 2: return launch_group<D, 2, Q8>(a, stream);
+    case 3: return launch_group<D, 3, Q8>(a, stream);
+    case 4: return launch_group<D, 4, Q8>(a, stream);
+    case 5: return launch_group<D, 5, Q8>(a, stream);
+    case 6: return launch_group<D, 6, Q8>(a, stream);
+    case 7: return launch_group<D, 7, Q8>(a, stream);
+    case 8: return launch_group<D, 8, Q8>(a, stream);
     default:
       return make_error(StatusCode::kInvalidArgument,
                         "attention: the decode kernel handles up to {} query heads per KV head, "
                         "not {}",
                         kMaxDecodeGroup, a.n_head / a.n_head_kv);
   }
+}
+
+}  // namespace
+
+template <int D>
+Status launch_attention_decode(const AttentionArgs& a, LaunchStream stream) {
+  return a.kv_type == KvType::kQ8_0 ? launch_cache_type<D, true>(a, stream)
+                                    : launch_cache_type<D, false>(a, stream);
 }
 
 template Status launch_attention_decode<64>(const AttentionArgs&, LaunchStream);

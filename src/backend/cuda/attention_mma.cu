@@ -13,6 +13,9 @@
 //                  accumulator rescaled when the max grows;
 //   O += P · V     P rounded to f16 straight from the S registers (the C fragment of S is the A
 //                  fragment of P), V fragments with ldmatrix.trans; O in fp32 registers.
+// A Q8_0 cache (kv_q8.cuh) is staged in f16 all the same: each thread loads its pieces of the
+// next chunk (16 codes and their scale) into registers before the current chunk's mma's, and
+// converts and stores them after, so that the loads fly while the tensor cores work.
 // At the end O / l goes to `out` (row r, head h at out + r * out_stride + h * head_dim); with
 // several splits (a short chunk after a long cached context: few tiles, many positions) each
 // split covers its share of the chunks and O, l and the max go to the partials that the
@@ -50,6 +53,7 @@
 #include "backend/cuda/attention.h"
 #include "backend/cuda/attention_mma.h"
 #include "backend/cuda/check.h"
+#include "backend/cuda/kv_q8.cuh"
 #include "backend/cuda/launch.cuh"
 
 namespace llamaserve::cuda {
@@ -137,7 +141,7 @@ __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
 // PRECONDITIONS (checked by the launcher and attention()): n_splits == 1; tile.n_rows * group <=
 // kMaxAttentionQueries; a tile's rows have consecutive positions (the last row's is the largest);
 // q 16-byte aligned with q_stride % 4 == 0; out 8-byte aligned with out_stride % 2 == 0.
-template <int D>
+template <int D, bool Q8>
 __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const AttentionArgs a) {
   pdl_launch_dependents();
   pdl_wait();
@@ -159,8 +163,6 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const Attention
   const int seq = a.seq_index[tile.first_row];
   const int ctx = a.positions[tile.first_row + tile.n_rows - 1] + 1;
   const int32_t* block_table = a.block_tables + static_cast<int64_t>(seq) * a.blocks_per_seq;
-  const auto* k_cache = static_cast<const __half*>(a.k_cache);
-  const auto* v_cache = static_cast<const __half*>(a.v_cache);
   // Flash decoding: split blockIdx.z takes its share of the context's chunks (possibly none).
   const int split = blockIdx.z;
   const int total_chunks = (ctx + kChunk - 1) / kChunk;
@@ -189,8 +191,8 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const Attention
         const int64_t block = block_table[logical_block];
         const int64_t slot =
             ((block * a.block_size + in_block) * a.n_head_kv + kv_head) * D + piece * 8;
-        cp_async_16(k_dst + offset, k_cache + slot);
-        cp_async_16(v_dst + offset, v_cache + slot);
+        cp_async_16(k_dst + offset, static_cast<const __half*>(a.k_cache) + slot);
+        cp_async_16(v_dst + offset, static_cast<const __half*>(a.v_cache) + slot);
       } else {
         *reinterpret_cast<uint4*>(k_dst + offset) = make_uint4(0, 0, 0, 0);
         *reinterpret_cast<uint4*>(v_dst + offset) = make_uint4(0, 0, 0, 0);
@@ -204,7 +206,68 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const Attention
     }
     cp_async_commit();  // one group per chunk and thread, empty or not
   };
-  if (chunk_begin < chunk_end) load_chunk(chunk_begin, 0);
+
+  // Q8_0: thread tid converts 16-code piece tid % kQ8Pieces of rows tid / kQ8Pieces + k *
+  // kQ8RowStep; `next` holds a chunk's pieces between their loads and their stores.
+  constexpr int kQ8Pieces = D / 16;
+  constexpr int kQ8RowStep = kThreads / kQ8Pieces;
+  constexpr int kQ8Rows = kChunk / kQ8RowStep;
+  static_assert(kThreads % kQ8Pieces == 0 && kChunk % kQ8RowStep == 0);
+  const int q8_piece = tid % kQ8Pieces;
+  const int q8_first_row = tid / kQ8Pieces;
+  struct Q8Pieces {
+    uint4 k[kQ8Rows], v[kQ8Rows];
+    float k_scale[kQ8Rows], v_scale[kQ8Rows];
+  } next;
+  auto fetch_chunk_q8 = [&](int chunk) {
+    int t = chunk * kChunk + q8_first_row;
+    int logical_block = t / a.block_size;
+    int in_block = t - logical_block * a.block_size;
+#pragma unroll
+    for (int k = 0; k < kQ8Rows; ++k) {
+      if (t < ctx) {
+        const int64_t block = block_table[logical_block];
+        const int64_t first =
+            ((block * a.block_size + in_block) * a.n_head_kv + kv_head) * D + q8_piece * 16;
+        next.k[k] =
+            __ldcg(reinterpret_cast<const uint4*>(static_cast<const int8_t*>(a.k_cache) + first));
+        next.v[k] =
+            __ldcg(reinterpret_cast<const uint4*>(static_cast<const int8_t*>(a.v_cache) + first));
+        next.k_scale[k] = __half2float(static_cast<const __half*>(a.k_scales)[first / kKvQ8Block]);
+        next.v_scale[k] = __half2float(static_cast<const __half*>(a.v_scales)[first / kKvQ8Block]);
+      } else {
+        next.k[k] = next.v[k] = make_uint4(0, 0, 0, 0);
+        next.k_scale[k] = next.v_scale[k] = 0.0f;
+      }
+      t += kQ8RowStep;
+      in_block += kQ8RowStep;
+      while (in_block >= a.block_size) {
+        in_block -= a.block_size;
+        ++logical_block;
+      }
+    }
+  };
+  auto store_chunk_q8 = [&](int buffer) {
+#pragma unroll
+    for (int k = 0; k < kQ8Rows; ++k) {
+      const int offset =
+          buffer * Smem::kChunkHalves + (q8_first_row + k * kQ8RowStep) * kRow + q8_piece * 16;
+      auto* k_dst = reinterpret_cast<uint4*>(k_s + offset);
+      auto* v_dst = reinterpret_cast<uint4*>(v_s + offset);
+      k_dst[0] = kv_codes_to_half8(next.k[k].x, next.k[k].y, next.k_scale[k]);
+      k_dst[1] = kv_codes_to_half8(next.k[k].z, next.k[k].w, next.k_scale[k]);
+      v_dst[0] = kv_codes_to_half8(next.v[k].x, next.v[k].y, next.v_scale[k]);
+      v_dst[1] = kv_codes_to_half8(next.v[k].z, next.v[k].w, next.v_scale[k]);
+    }
+  };
+  if (chunk_begin < chunk_end) {
+    if constexpr (Q8) {
+      fetch_chunk_q8(chunk_begin);
+      store_chunk_q8(0);  // (visible after the barrier below that publishes Q)
+    } else {
+      load_chunk(chunk_begin, 0);
+    }
+  }
 
   // Q: f16, pre-scaled so that scores come out in base 2; rows nq.. are zeros (finite scores
   // for the padding query vectors, whose output is never written).
@@ -255,7 +318,10 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const Attention
 
   for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
     const int buffer = (chunk - chunk_begin) & 1;
-    if (chunk + 1 < chunk_end) {
+    const bool more = chunk + 1 < chunk_end;
+    if constexpr (Q8) {
+      if (more) fetch_chunk_q8(chunk + 1);  // stored in the other buffer after the mma's
+    } else if (more) {
       // The other buffer was last read in the previous iteration, before its closing barrier.
       load_chunk(chunk + 1, buffer ^ 1);
       cp_async_wait<1>();  // this chunk's group done, the next one may still fly
@@ -360,6 +426,10 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(const Attention
         }
       }
     }
+    // The other buffer was last read in the previous iteration, before this one's first barrier.
+    if constexpr (Q8) {
+      if (more) store_chunk_q8(buffer ^ 1);
+    }
     __syncthreads();  // every warp done with this buffer before the next iteration refills it
   }
 
@@ -414,10 +484,13 @@ Status launch_attention_mma(const AttentionArgs& a, LaunchStream stream) {
   LS_CUDA_REQUIRE(a.max_tile_rows * (a.n_head / a.n_head_kv) <= kMaxAttentionQueries);
   LS_CUDA_REQUIRE(a.q_stride % 4 == 0 && a.out_stride % 2 == 0 && a.block_size > 0);
   if (a.n_tiles == 0) return Status::ok();
+  LS_CUDA_REQUIRE(a.kv_type == KvType::kF16 || (a.k_scales != nullptr && a.v_scales != nullptr));
   const dim3 grid(static_cast<unsigned>(a.n_tiles), static_cast<unsigned>(a.n_head_kv),
                   static_cast<unsigned>(a.n_splits));
-  LS_CUDA_CHECK(launch_kernel(attention_mma_kernel<D>, grid, kThreads,
-                              static_cast<size_t>(MmaSmem<D>::kBytes), stream, a));
+  const auto kernel =
+      a.kv_type == KvType::kQ8_0 ? attention_mma_kernel<D, true> : attention_mma_kernel<D, false>;
+  LS_CUDA_CHECK(
+      launch_kernel(kernel, grid, kThreads, static_cast<size_t>(MmaSmem<D>::kBytes), stream, a));
   return Status::ok();
 }
 
@@ -425,11 +498,14 @@ template Status launch_attention_mma<64>(const AttentionArgs& a, LaunchStream st
 template Status launch_attention_mma<128>(const AttentionArgs& a, LaunchStream stream);
 
 Status configure_attention_mma_kernels() {
-  LS_CUDA_CHECK(cudaFuncSetAttribute(
-      attention_mma_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, MmaSmem<64>::kBytes));
-  LS_CUDA_CHECK(cudaFuncSetAttribute(attention_mma_kernel<128>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     MmaSmem<128>::kBytes));
+  for (const auto kernel : {attention_mma_kernel<64, false>, attention_mma_kernel<64, true>}) {
+    LS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       MmaSmem<64>::kBytes));
+  }
+  for (const auto kernel : {attention_mma_kernel<128, false>, attention_mma_kernel<128, true>}) {
+    LS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       MmaSmem<128>::kBytes));
+  }
   return Status::ok();
 }
 

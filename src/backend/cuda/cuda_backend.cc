@@ -253,8 +253,11 @@ Status CudaBackend::attention_block(const DeviceBatch& b, int32_t layer, const C
   write.k_stride = act.kv_stride;
   write.v = act.v;
   write.v_stride = act.kv_stride;
+  write.type = kv.type;
   write.k_cache = kv.k_layer(layer);
   write.v_cache = kv.v_layer(layer);
+  write.k_scales = kv.k_scales(layer);
+  write.v_scales = kv.v_scales(layer);
   write.positions = b.positions;
   write.seq_index = b.seq_index;
   write.block_tables = b.block_tables;
@@ -268,8 +271,11 @@ Status CudaBackend::attention_block(const DeviceBatch& b, int32_t layer, const C
   AttentionArgs at;
   at.q = act.q;
   at.q_stride = act.q_stride;
+  at.kv_type = kv.type;
   at.k_cache = kv.k_layer(layer);
   at.v_cache = kv.v_layer(layer);
+  at.k_scales = kv.k_scales(layer);
+  at.v_scales = kv.v_scales(layer);
   at.positions = b.positions;
   at.seq_index = b.seq_index;
   at.block_tables = b.block_tables;

@@ -119,26 +119,44 @@ Result<CudaActivations> CudaActivations::allocate(DevicePool& pool, const ModelC
   return a;
 }
 
-uint64_t CudaKvCache::bytes_per_block(const ModelConfig& c, int32_t n_layers, int32_t block_size) {
-  return 2ull * n_layers * block_size * static_cast<uint64_t>(c.kv_dim()) * 2;
+uint64_t CudaKvCache::bytes_per_block(const ModelConfig& c, KvType type, int32_t n_layers,
+                                      int32_t block_size) {
+  const uint64_t values = static_cast<uint64_t>(n_layers) * block_size * c.kv_dim();
+  // Q8_0: a byte per code and an f16 scale per 32 codes (GGUF's 34 bytes a block).
+  const uint64_t bytes = type == KvType::kQ8_0 ? values + values / kKvQ8Block * 2 : values * 2;
+  return 2 * bytes;
 }
 
-Result<CudaKvCache> CudaKvCache::allocate(DevicePool& pool, const ModelConfig& c,
+Result<CudaKvCache> CudaKvCache::allocate(DevicePool& pool, const ModelConfig& c, KvType type,
                                           int32_t first_layer, int32_t n_layers, int32_t n_blocks,
                                           int32_t block_size, cudaStream_t stream) {
+  if (type == KvType::kQ8_0 && c.head_dim % kKvQ8Block != 0) {
+    return make_error(StatusCode::kUnsupported,
+                      "a Q8_0 KV cache needs a head dimension that is a multiple of {}, not {}",
+                      kKvQ8Block, c.head_dim);
+  }
   CudaKvCache kv;
+  kv.type = type;
   kv.first_layer = first_layer;
   kv.n_layers = n_layers;
   kv.n_blocks = n_blocks;
   kv.block_size = block_size;
   kv.kv_dim = c.kv_dim();
-  const uint64_t bytes = kv.layer_bytes() * n_layers;
+  const uint64_t bytes = kv.array_bytes();
   LS_ASSIGN_OR_RETURN(kv.k, pool.allocate(bytes, "K cache"));
   LS_ASSIGN_OR_RETURN(kv.v, pool.allocate(bytes, "V cache"));
   // Zeros: a slot attention reads before any write (padding lanes) holds finite values.
   LS_CUDA_CHECK(cudaMemsetAsync(kv.k, 0, bytes, stream));
   LS_CUDA_CHECK(cudaMemsetAsync(kv.v, 0, bytes, stream));
   return kv;
+}
+
+Result<KvType> cuda_kv_type(TensorType type) {
+  if (type == TensorType::F16) return KvType::kF16;
+  if (type == TensorType::Q8_0) return KvType::kQ8_0;
+  return make_error(StatusCode::kUnsupported,
+                    "KV cache type {} is not supported on CUDA devices (F16 or Q8_0)",
+                    type_name(type));
 }
 
 CudaActivations CudaActivations::rows_from(int64_t first_row) const {
@@ -156,15 +174,28 @@ CudaActivations CudaActivations::rows_from(int64_t first_row) const {
   return v;
 }
 
-uint64_t CudaKvCache::layer_bytes() const {
-  return static_cast<uint64_t>(n_blocks) * block_size * static_cast<uint64_t>(kv_dim) * 2;
+uint64_t CudaKvCache::elements_per_layer() const {
+  return static_cast<uint64_t>(n_blocks) * block_size * static_cast<uint64_t>(kv_dim);
 }
-void* CudaKvCache::k_layer(int32_t layer) const {
-  return static_cast<uint8_t*>(k) + (layer - first_layer) * layer_bytes();
+uint64_t CudaKvCache::array_bytes() const {
+  const uint64_t values = elements_per_layer() * n_layers;
+  return type == KvType::kQ8_0 ? values + values / kKvQ8Block * 2 : values * 2;
 }
-void* CudaKvCache::v_layer(int32_t layer) const {
-  return static_cast<uint8_t*>(v) + (layer - first_layer) * layer_bytes();
+void* CudaKvCache::layer_part(void* array, int32_t layer) const {
+  const uint64_t element_bytes = type == KvType::kQ8_0 ? 1 : 2;
+  return static_cast<uint8_t*>(array) +
+         (layer - first_layer) * elements_per_layer() * element_bytes;
 }
+void* CudaKvCache::scale_part(void* array, int32_t layer) const {
+  if (type != KvType::kQ8_0) return nullptr;
+  const uint64_t scales = elements_per_layer() / kKvQ8Block;
+  return static_cast<uint8_t*>(array) + elements_per_layer() * n_layers +
+         (layer - first_layer) * scales * 2;
+}
+void* CudaKvCache::k_layer(int32_t layer) const { return layer_part(k, layer); }
+void* CudaKvCache::v_layer(int32_t layer) const { return layer_part(v, layer); }
+void* CudaKvCache::k_scales(int32_t layer) const { return scale_part(k, layer); }
+void* CudaKvCache::v_scales(int32_t layer) const { return scale_part(v, layer); }
 
 Result<std::unique_ptr<BatchStaging>> BatchStaging::create(DevicePool& pool, const CudaLimits& l) {
   std::unique_ptr<BatchStaging> s(new BatchStaging());

@@ -74,25 +74,40 @@ struct CudaActivations {
   CudaActivations rows_from(int64_t first_row) const;
 };
 
-// K and V of layers [first_layer, first_layer + n_layers), each
-// [n_layers][n_blocks][block_size][n_head_kv][head_dim] f16 (the CPU cache's layout).
+// K and V of layers [first_layer, first_layer + n_layers), each one array: f16 values
+// [n_layers][n_blocks][block_size][n_head_kv][head_dim] (the CPU cache's layout), or Q8_0 int8
+// codes in that layout followed by every layer's f16 scales [n_layers][n_blocks][block_size]
+// [n_head_kv][head_dim / 32] (attention.h, kv_q8.cuh).
 struct CudaKvCache {
   void* k = nullptr;
   void* v = nullptr;
+  KvType type = KvType::kF16;
   int32_t first_layer = 0;
   int32_t n_layers = 0;
   int32_t n_blocks = 0;  // including the scratch block padding rows write to
   int32_t block_size = 0;
   int64_t kv_dim = 0;
 
-  static uint64_t bytes_per_block(const ModelConfig& config, int32_t n_layers, int32_t block_size);
-  static Result<CudaKvCache> allocate(DevicePool& pool, const ModelConfig& config,
+  // K and V together, of all n_layers layers (the memory plan's unit).
+  static uint64_t bytes_per_block(const ModelConfig& config, KvType type, int32_t n_layers,
+                                  int32_t block_size);
+  static Result<CudaKvCache> allocate(DevicePool& pool, const ModelConfig& config, KvType type,
                                       int32_t first_layer, int32_t n_layers, int32_t n_blocks,
                                       int32_t block_size, cudaStream_t stream);
-  uint64_t layer_bytes() const;
-  void* k_layer(int32_t layer) const;
+  uint64_t array_bytes() const;        // of k (or v): every layer's values, or codes and scales
+  void* k_layer(int32_t layer) const;  // the layer's values or codes
   void* v_layer(int32_t layer) const;
+  void* k_scales(int32_t layer) const;  // Q8_0: the layer's scales; else nullptr
+  void* v_scales(int32_t layer) const;
+
+ private:
+  uint64_t elements_per_layer() const;
+  void* layer_part(void* array, int32_t layer) const;
+  void* scale_part(void* array, int32_t layer) const;
 };
+
+// The KV cache element types CUDA devices hold: F16 or Q8_0; an error names the others.
+Result<KvType> cuda_kv_type(TensorType type);
 
 // A Batch on the device. Values that become kernel parameters (counts, the table stride) are
 // fixed for a given padded size, so a captured CUDA graph stays valid while the arrays change.

@@ -16,9 +16,10 @@ double gib(uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.
 std::string MemoryPlan::describe(int32_t block_size) const {
   return fmt::format(
       "weights {:.2f} GiB, activations {:.2f} GiB, workspace {:.2f} GiB, KV {} blocks x {} tokens "
-      "({:.2f} GiB); pool {:.2f} GiB of a {:.2f} GiB budget ({:.2f} GiB free of {:.2f} GiB)",
-      gib(weights), gib(activations), gib(workspace), kv_blocks, block_size, gib(kv_bytes()),
-      gib(pool_bytes()), gib(budget), gib(device_free), gib(device_total));
+      "{} ({:.2f} GiB); pool {:.2f} GiB of a {:.2f} GiB budget ({:.2f} GiB free of {:.2f} GiB)",
+      gib(weights), gib(activations), gib(workspace), kv_blocks, block_size,
+      kv_type == KvType::kQ8_0 ? "q8_0" : "f16", gib(kv_bytes()), gib(pool_bytes()), gib(budget),
+      gib(device_free), gib(device_total));
 }
 
 Result<MemoryPlan> plan_memory(const LoadedModel& model, const MemoryPlanRequest& r) {
@@ -36,8 +37,9 @@ Result<MemoryPlan> plan_memory(const LoadedModel& model, const MemoryPlanRequest
   LS_ASSIGN_OR_RETURN(plan.weights, cuda_weight_bytes(model, r.range));
   plan.activations = CudaActivations::bytes(model.config, r.limits);
   plan.workspace = r.workspace_bytes;
+  plan.kv_type = r.kv_type;
   plan.kv_bytes_per_block =
-      CudaKvCache::bytes_per_block(model.config, r.range.n_layers(), r.kv_block_size);
+      CudaKvCache::bytes_per_block(model.config, r.kv_type, r.range.n_layers(), r.kv_block_size);
 
   // Two blocks of slack cover the rounding of the K and V allocations.
   const uint64_t fixed = plan.weights + plan.activations + plan.workspace + 2 * kDeviceAlignment;

@@ -21,6 +21,7 @@ struct MemoryPlanRequest {
   double gpu_memory_utilization = 0.90;
   int64_t kv_capacity_tokens = 0;  // 0: every byte the budget leaves
   int32_t kv_block_size = 16;
+  KvType kv_type = KvType::kF16;
   uint64_t workspace_bytes = 0;  // cuBLAS workspace and the like
   // Device memory as cudaMemGetInfo reports it (before this instance allocates).
   uint64_t device_free = 0;
@@ -34,6 +35,7 @@ struct MemoryPlan {
   uint64_t weights = 0;
   uint64_t activations = 0;
   uint64_t workspace = 0;
+  KvType kv_type = KvType::kF16;
   uint64_t kv_bytes_per_block = 0;
   int32_t kv_blocks = 0;  // usable blocks; the pool holds one more (padding rows write there)
 
@@ -43,7 +45,7 @@ struct MemoryPlan {
                         kDeviceAlignment);
   }
   uint64_t pool_bytes() const { return weights + activations + workspace + kv_bytes(); }
-  // "weights 3.56 GiB, activations ..., KV 20000 blocks x 16 tokens (9.77 GiB), pool ... of
+  // "weights 3.56 GiB, activations ..., KV 20000 blocks x 16 tokens f16 (9.77 GiB), pool ... of
   // budget ... (free ... of ...)".
   std::string describe(int32_t block_size) const;
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/kv_q8.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/rope.h"
 
@@ -57,11 +58,53 @@ __global__ void __launch_bounds__(kRopeThreads) rope_kernel(const RopeArgs a) {
   for (int h = 0; h < a.n_head_kv; ++h, k += a.head_dim) rotate(k, dims.partner, c, s);
 }
 
+// The K and V values of the block's (row, head) pairs, 2 * kRopeThreads each: one array for both
+// instantiations of rope_write_kv_kernel.
+__device__ __forceinline__ float* kv_values_s() {
+  __shared__ float values[4 * kRopeThreads];
+  return values;
+}
+
+// The Q8_0 half of rope_write_kv_kernel: after a barrier over the block (every thread calls
+// it), warp w quantizes blocks w, w + 4, ... of the 2 * kRopeThreads K values and of the V
+// values that the block's KV heads left in kv_values_s(), and stores them at their cache slot.
+__device__ void write_kv_q8_blocks(const RopeArgs& a, const KvWriteArgs& w, int heads) {
+  __syncthreads();
+  const int half = a.head_dim / 2;
+  const float* k_s = kv_values_s();
+  const float* v_s = k_s + 2 * kRopeThreads;
+  const int lane = threadIdx.x & 31;
+  constexpr int kBlocks = 2 * kRopeThreads / kKvQ8Block;
+  for (int b = static_cast<int>(threadIdx.x) / 32; b < kBlocks; b += kRopeThreads / 32) {
+    const int local_head = b * kKvQ8Block / a.head_dim;  // warp-uniform
+    const int64_t first = static_cast<int64_t>(blockIdx.x) * kRopeThreads + local_head * half;
+    if (first >= a.n_rows * heads * half) break;  // past the last row
+    const int h = static_cast<int>((first / half) % heads);
+    if (h >= a.n_head_kv) continue;
+    const int64_t row = first / (static_cast<int64_t>(half) * heads);
+    const int pos = w.positions[row];
+    const int64_t block = w.block_tables[static_cast<int64_t>(w.seq_index[row]) * w.blocks_per_seq +
+                                         pos / w.block_size];
+    const int64_t o = (block * w.block_size + pos % w.block_size) * w.kv_dim +
+                      static_cast<int64_t>(h) * a.head_dim + b * kKvQ8Block % a.head_dim;
+    const int value = b * kKvQ8Block + lane;
+    store_kv_q8_block(k_s[value], lane, static_cast<int8_t*>(w.k_cache) + o,
+                      static_cast<__half*>(w.k_scales) + o / kKvQ8Block);
+    store_kv_q8_block(v_s[value], lane, static_cast<int8_t*>(w.v_cache) + o,
+                      static_cast<__half*>(w.v_scales) + o / kKvQ8Block);
+  }
+}
+
 // One thread per (row, head, pair of dims of the head), heads up to max(n_head, n_head_kv), so
 // that every thread does one rotation and one cache store (a decode row has thousands of them;
 // a thread per pair looping over the heads would wait for one load after another). Pairs below
 // rope_dim / 2 rotate as rope_kernel does; the dims past rope_dim, two per thread, only travel
 // to the cache.
+//
+// With a Q8_0 cache (kv_q8.cuh) a block's threads cover 128 / (head_dim / 2) whole (row, head)
+// pairs: they leave their rotated K and their V values in shared memory, and after a barrier
+// each warp quantizes blocks of 32 of them.
+template <bool Q8>
 __global__ void __launch_bounds__(kRopeThreads)
     rope_write_kv_kernel(const RopeArgs a, const KvWriteArgs w) {
   pdl_launch_dependents();
@@ -69,7 +112,15 @@ __global__ void __launch_bounds__(kRopeThreads)
   const int n_pairs = a.rope_dim / 2;
   const int heads = max(a.n_head, a.n_head_kv);
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kRopeThreads + threadIdx.x;
-  if (i >= a.n_rows * heads * half) {
+  const int64_t n_threads = a.n_rows * heads * half;
+  if constexpr (Q8) {
+    if (i >= n_threads) {
+      pdl_wait();
+      write_kv_q8_blocks(a, w, heads);  // (the block's other threads may have values)
+      return;
+    }
+  }
+  if (i >= n_threads) {
     pdl_wait();  // (nothing to touch; kept so that every thread waits, see launch.cuh)
     return;
   }
@@ -87,7 +138,7 @@ __global__ void __launch_bounds__(kRopeThreads)
     dims = pair_dims(a, j);
   }
   int64_t o = 0;
-  if (h < a.n_head_kv) {
+  if (!Q8 && h < a.n_head_kv) {
     const int pos = w.positions[row];
     const int64_t block = w.block_tables[static_cast<int64_t>(w.seq_index[row]) * w.blocks_per_seq +
                                          pos / w.block_size];
@@ -97,6 +148,22 @@ __global__ void __launch_bounds__(kRopeThreads)
   pdl_wait();
   if (rotated && h < a.n_head) {
     rotate(a.q + row * a.q_stride + h * a.head_dim + dims.first, dims.partner, c, s);
+  }
+  if constexpr (Q8) {
+    if (h < a.n_head_kv) {
+      float* k = a.k + row * a.k_stride + static_cast<int64_t>(h) * a.head_dim + dims.first;
+      const float* v = w.v + row * w.v_stride + static_cast<int64_t>(h) * a.head_dim + dims.first;
+      if (rotated) rotate(k, dims.partner, c, s);
+      float* k_s = kv_values_s();
+      float* v_s = k_s + 2 * kRopeThreads;
+      const int local = static_cast<int>(threadIdx.x) / half * a.head_dim + dims.first;
+      k_s[local] = k[0];
+      k_s[local + dims.partner] = k[dims.partner];
+      v_s[local] = v[0];
+      v_s[local + dims.partner] = v[dims.partner];
+    }
+    write_kv_q8_blocks(a, w, heads);
+    return;
   }
   if (h >= a.n_head_kv) return;
   float* k = a.k + row * a.k_stride + static_cast<int64_t>(h) * a.head_dim + dims.first;
@@ -142,12 +209,17 @@ Status rope_write_kv(const RopeArgs& a, const KvWriteArgs& w, LaunchStream strea
   LS_CUDA_REQUIRE(w.positions == a.positions && w.seq_index != nullptr &&
                   w.block_tables != nullptr);
   LS_CUDA_REQUIRE(w.block_size > 0 && w.blocks_per_seq > 0);
+  const bool q8 = w.type == KvType::kQ8_0;
+  // Q8_0: a block of threads holds whole heads (2 * kRopeThreads values, a multiple of
+  // head_dim), and a head whole blocks of 32 values.
+  LS_CUDA_REQUIRE(!q8 || (w.k_scales != nullptr && w.v_scales != nullptr &&
+                          a.head_dim % kKvQ8Block == 0 && (2 * kRopeThreads) % a.head_dim == 0));
   if (a.n_rows == 0) return Status::ok();
   const int64_t threads = a.n_rows * (a.head_dim / 2) * std::max<int64_t>(a.n_head, a.n_head_kv);
   const int64_t blocks = (threads + kRopeThreads - 1) / kRopeThreads;
   LS_CUDA_REQUIRE(blocks <= 0x7fffffff);
-  LS_CUDA_CHECK(launch_kernel(rope_write_kv_kernel, static_cast<unsigned>(blocks), kRopeThreads, 0,
-                              stream, a, w));
+  LS_CUDA_CHECK(launch_kernel(q8 ? rope_write_kv_kernel<true> : rope_write_kv_kernel<false>,
+                              static_cast<unsigned>(blocks), kRopeThreads, 0, stream, a, w));
   return Status::ok();
 }
 

@@ -45,6 +45,7 @@ TpSetup setup_of(const CudaExecutorOptions& o, bool half_gemm_sums) {
   s.float_gemm_min_rows = o.float_gemm_min_rows;
   s.cuda_graphs = o.cuda_graphs;
   s.half_gemm_sums = half_gemm_sums;
+  s.kv_q8_0 = o.kv_type == TensorType::Q8_0;
   return s;
 }
 
@@ -57,6 +58,7 @@ void apply_setup(const TpSetup& s, CudaExecutorOptions& o) {
   o.gemm_min_rows = s.gemm_min_rows;
   o.float_gemm_min_rows = s.float_gemm_min_rows;
   o.cuda_graphs = s.cuda_graphs;
+  o.kv_type = s.kv_q8_0 ? TensorType::Q8_0 : TensorType::F16;
 }
 
 // One rank's NCCL communicator. The part's sums read it, so it exists (empty) before the part

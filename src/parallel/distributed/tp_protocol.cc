@@ -196,30 +196,32 @@ Status decode_setup(Reader& r, TpSetup& s) {
   constexpr auto kind = TpMessageKind::kSetup;
   uint8_t graphs = 0;
   uint8_t half_sums = 0;
+  uint8_t kv_q8 = 0;
   if (!r.i32(s.kv_block_size) || !r.i32(s.max_batch_tokens) || !r.i32(s.max_seqs) ||
       !r.i64(s.max_context_tokens) || !r.i64(s.kv_capacity_tokens) || !r.i32(s.gemm_min_rows) ||
-      !r.i32(s.float_gemm_min_rows) || !r.u8(graphs) || !r.u8(half_sums)) {
+      !r.i32(s.float_gemm_min_rows) || !r.u8(graphs) || !r.u8(half_sums) || !r.u8(kv_q8)) {
     return truncated(kind, "its last field");
   }
   struct Bound {
     const char* field;
     int64_t value, min_value, max_value;
   };
-  for (const Bound& b :
-       {Bound{"kv_block_size", s.kv_block_size, 1, 4096},
-        Bound{"max_batch_tokens", s.max_batch_tokens, 1, 1 << 16},
-        Bound{"max_seqs", s.max_seqs, 1, 1 << 16},
-        Bound{"max_context_tokens", s.max_context_tokens, 0, int64_t{1} << 30},
-        Bound{"kv_capacity_tokens", s.kv_capacity_tokens, 0, int64_t{1} << 40},
-        Bound{"gemm_min_rows", s.gemm_min_rows, 1, 1 << 20},
-        Bound{"float_gemm_min_rows", s.float_gemm_min_rows, 1, 1 << 20},
-        Bound{"cuda_graphs", graphs, 0, 1}, Bound{"half_gemm_sums", half_sums, 0, 1}}) {
+  for (const Bound& b : {Bound{"kv_block_size", s.kv_block_size, 1, 4096},
+                         Bound{"max_batch_tokens", s.max_batch_tokens, 1, 1 << 16},
+                         Bound{"max_seqs", s.max_seqs, 1, 1 << 16},
+                         Bound{"max_context_tokens", s.max_context_tokens, 0, int64_t{1} << 30},
+                         Bound{"kv_capacity_tokens", s.kv_capacity_tokens, 0, int64_t{1} << 40},
+                         Bound{"gemm_min_rows", s.gemm_min_rows, 1, 1 << 20},
+                         Bound{"float_gemm_min_rows", s.float_gemm_min_rows, 1, 1 << 20},
+                         Bound{"cuda_graphs", graphs, 0, 1},
+                         Bound{"half_gemm_sums", half_sums, 0, 1}, Bound{"kv_q8_0", kv_q8, 0, 1}}) {
     if (b.value < b.min_value || b.value > b.max_value) {
       return out_of_range(kind, b.field, b.value, b.min_value, b.max_value);
     }
   }
   s.cuda_graphs = graphs != 0;
   s.half_gemm_sums = half_sums != 0;
+  s.kv_q8_0 = kv_q8 != 0;
   return Status::ok();
 }
 
@@ -319,6 +321,7 @@ void encode_setup(const TpSetup& s, std::vector<uint8_t>& frame) {
   w.i32(s.float_gemm_min_rows);
   w.u8(s.cuda_graphs ? 1 : 0);
   w.u8(s.half_gemm_sums ? 1 : 0);
+  w.u8(s.kv_q8_0 ? 1 : 0);
   finish_frame(frame);
 }
 

@@ -11,7 +11,7 @@
 //   hello     i32 rank | i32 world | u64 model fingerprint | text origin
 //   setup     i32 kv_block_size | i32 max_batch_tokens | i32 max_seqs | i64 max_context_tokens |
 //             i64 kv_capacity_tokens | i32 gemm_min_rows | i32 float_gemm_min_rows |
-//             u8 cuda_graphs | u8 half_gemm_sums
+//             u8 cuda_graphs | u8 half_gemm_sums | u8 kv_q8_0
 //   status    i32 status code (0: ok) | i64 value | text message (empty exactly when ok)
 //   start     i32 kv_blocks
 //   comm id   128 bytes (an ncclUniqueId, opaque here)
@@ -39,7 +39,7 @@
 namespace llamaserve {
 
 inline constexpr uint32_t kTpMagic = 0x5054534c;  // "LSTP" in little-endian byte order
-inline constexpr uint16_t kTpProtocolVersion = 2;
+inline constexpr uint16_t kTpProtocolVersion = 3;
 inline constexpr size_t kTpFrameHeaderBytes = 20;
 // A batch of 256 sequences with 8192-entry block tables is 8 MiB; nothing legitimate nears this.
 inline constexpr uint32_t kTpMaxPayloadBytes = 64u << 20;
@@ -84,6 +84,9 @@ struct TpSetup {
   // The partials of the GEMM output projections are summed as halves (TpSums::half_gemm_sums,
   // RankSumSetup::half_gemm_sums): every rank's all-reduces must carry the same type.
   bool half_gemm_sums = true;
+  // The KV cache holds Q8_0 instead of f16 (CudaExecutorOptions::kv_type): every rank's share
+  // of the KV heads alike, so that the ranks' block counts from one budget agree.
+  bool kv_q8_0 = false;
 
   bool operator==(const TpSetup&) const = default;
 };

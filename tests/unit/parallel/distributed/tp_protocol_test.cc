@@ -84,6 +84,7 @@ TEST(TpProtocolTest, EveryKindRoundTrips) {
   setup.float_gemm_min_rows = 3;
   setup.cuda_graphs = false;
   setup.half_gemm_sums = false;
+  setup.kv_q8_0 = true;
   encode_setup(setup, frame);
   EXPECT_EQ(round_trip(frame, m), frame);
   EXPECT_EQ(m.kind, TpMessageKind::kSetup);
@@ -196,9 +197,9 @@ TEST(TpProtocolTest, HeaderErrorsNameTheProblem) {
   std::memcpy(http.data(), "GET / HTTP/1.1\r\n", 16);
   EXPECT_ERROR_HAS(decode_frame(http, m), "not a llamaserve tensor-parallel frame");
 
-  std::vector<uint8_t> v3 = frame;
-  v3[4] = 3;
-  EXPECT_ERROR_HAS(decode_frame(v3, m), "protocol version 3, this build speaks 2");
+  std::vector<uint8_t> v2 = frame;
+  v2[4] = 2;
+  EXPECT_ERROR_HAS(decode_frame(v2, m), "protocol version 2, this build speaks 3");
 
   std::vector<uint8_t> kind = frame;
   kind[6] = 99;
@@ -289,13 +290,17 @@ TEST(TpProtocolTest, FieldsOutsideTheirRangesAreRefused) {
   encode_setup(setup, frame);
   EXPECT_ERROR_HAS(decode_frame(frame, m), "max_batch_tokens = 131072");
   encode_setup(TpSetup(), frame);
-  frame[frame.size() - 2] = 2;  // cuda_graphs
+  frame[frame.size() - 3] = 2;  // cuda_graphs
   reseal(frame);
   EXPECT_ERROR_HAS(decode_frame(frame, m), "cuda_graphs = 2, outside [0, 1]");
   encode_setup(TpSetup(), frame);
-  frame.back() = 2;  // half_gemm_sums
+  frame[frame.size() - 2] = 2;  // half_gemm_sums
   reseal(frame);
   EXPECT_ERROR_HAS(decode_frame(frame, m), "half_gemm_sums = 2, outside [0, 1]");
+  encode_setup(TpSetup(), frame);
+  frame.back() = 2;  // kv_q8_0
+  reseal(frame);
+  EXPECT_ERROR_HAS(decode_frame(frame, m), "kv_q8_0 = 2, outside [0, 1]");
 
   encode_start(0, frame);
   EXPECT_ERROR_HAS(decode_frame(frame, m), "kv_blocks = 0");

@@ -1,0 +1,47 @@
+// The Q8_0 KV cache on the device (attention.h, KvType::kQ8_0): GGUF's Q8_0 block of 32 values
+// in two arrays, the 32 int8 codes in the cache array at the value's own index and the f16 scale
+// in the scale array at index / 32; a value is code * scale. Apart, the codes of a head's row
+// stay 16-byte aligned for wide loads, as the f16 values were.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_fp16.h>
+
+#include "backend/cuda/attention.h"
+
+namespace llamaserve::cuda {
+
+// Stores one block: lane l of a whole warp holds value l. The same rules and float operations as
+// the host's encoder (quantize_block_q8_0: d = amax / 127, code = roundf(x / d) by the
+// reciprocal), so the bytes equal the CPU cache's.
+__device__ __forceinline__ void store_kv_q8_block(float x, int lane, int8_t* codes, __half* scale) {
+  float amax = fabsf(x);
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1)
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+  const float d = amax / 127;
+  const float inverse_d = d != 0.0f ? 1.0f / d : 0.0f;
+  codes[lane] = static_cast<int8_t>(roundf(x * inverse_d));
+  if (lane == 0) *scale = __float2half_rn(d);
+}
+
+// Code i of the four packed in `word` (i = 0: the lowest address), as a float.
+__device__ __forceinline__ float kv_code(uint32_t word, int i) {
+  return static_cast<float>(static_cast<int8_t>(word >> (8 * i)));
+}
+
+// Eight codes (two words) times `scale` as eight f16 values packed in a uint4.
+__device__ __forceinline__ uint4 kv_codes_to_half8(uint32_t lo, uint32_t hi, float scale) {
+  uint32_t out[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t word = i < 2 ? lo : hi;
+    const __half2 h = __floats2half2_rn(kv_code(word, 2 * (i % 2)) * scale,
+                                        kv_code(word, 2 * (i % 2) + 1) * scale);
+    out[i] = *reinterpret_cast<const uint32_t*>(&h);
+  }
+  return make_uint4(out[0], out[1], out[2], out[3]);
+}
+
+}  // namespace llamaserve::cuda
