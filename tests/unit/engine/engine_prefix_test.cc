@@ -47,7 +47,7 @@ std::vector<std::string> run_all(const std::vector<GenerationRequest>& requests,
                                  EngineConfig config, int32_t n_blocks, bool together,
                                  EngineStats* stats) {
   Harness h = make_engine(config, n_blocks);
-  std::vector<std::string> texts = testing::run_texts(*h.engine, requests, together);
+  std::vector<std::string> texts = testing::run_texts(*h.engine, requests, together, h.executor);
   expect_all_blocks_free(*h.engine, requests.size());
   *stats = h.engine->stats();
   return texts;

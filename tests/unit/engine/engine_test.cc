@@ -340,7 +340,7 @@ TEST(EngineTest, BatchingChunkingAndPreemptionDoNotChangeOutputs) {
   }
   auto run_all = [&](EngineConfig config, int32_t n_blocks, bool together, EngineStats* stats) {
     Harness h = make_engine(testing::context_hash, config, n_blocks, 4);
-    std::vector<std::string> texts = testing::run_texts(*h.engine, requests, together);
+    std::vector<std::string> texts = testing::run_texts(*h.engine, requests, together, h.executor);
     expect_all_blocks_free(*h.engine, requests.size());
     if (stats) *stats = h.engine->stats();
     return texts;

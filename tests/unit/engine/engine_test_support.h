@@ -315,13 +315,18 @@ inline void expect_all_blocks_free(const Engine& engine, uint64_t n_finished) {
 }
 
 // The text of each request: submitted all at once (`together`) or one after another.
+// `together`: every request is submitted before any is collected; given the engine's executor,
+// its first pass is held until all of them are queued, so that the schedule after it (how many
+// run at once, which are preempted) does not depend on how fast the engine thread starts.
 inline std::vector<std::string> run_texts(Engine& engine,
                                           const std::vector<GenerationRequest>& requests,
-                                          bool together) {
+                                          bool together, ScriptedExecutor* executor = nullptr) {
   std::vector<std::string> texts;
   if (together) {
     std::vector<RequestHandle> handles;
+    if (executor != nullptr) executor->hold();
     for (const auto& r : requests) handles.push_back(std::move(engine.submit(r).value()));
+    if (executor != nullptr) executor->release();
     for (RequestHandle& handle : handles) texts.push_back(collect(handle).text);
   } else {
     for (const auto& r : requests) texts.push_back(run_one(engine, r).text);
