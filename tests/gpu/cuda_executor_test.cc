@@ -280,8 +280,12 @@ bool uses_q8_matvec(const LoadedModel& model) {
 }
 
 // Interleaved prompts, a mixed step and decode steps on three GPU executors (matvec only, tiny
-// pieces, GEMMs only) against the CPU's reference kernels, both with a KV cache of `kv_type`
-// (whose values are the same bytes on both: write_kv quantizes as the host does).
+// pieces, GEMMs only) against the CPU's reference kernels, both with a KV cache of `kv_type`.
+// A Q8_0 cache is encoded alike on both (write_kv quantizes as the host does), but a K or V
+// value that the two sides' rounding noise puts on either side of a code's boundary differs by
+// a whole step of its block (amax / 127, 16 times an f16 step): with Q8_0 the bounds are 5
+// times wider (measured on an H200: 2.4e-3 for tiny-llama-f16's matvecs, 1.1e-2 for the
+// GEMMs), and a layout or indexing mistake is still O(1).
 void expect_cpu_parity(const std::shared_ptr<const LoadedModel>& model, TensorType kv_type) {
   const int64_t n_vocab = model->config.n_vocab;
   const std::vector<std::vector<int32_t>> prompts = {
@@ -297,7 +301,8 @@ void expect_cpu_parity(const std::shared_ptr<const LoadedModel>& model, TensorTy
   matvec_only.kv_type = kv_type;
   matvec_only.gemm_min_rows = kMatvecOnly;
   matvec_only.float_gemm_min_rows = kMatvecOnly;
-  const double matvec_tolerance = uses_q8_matvec(*model) ? 5e-2 : 1e-3;
+  const double cache_factor = kv_type == TensorType::Q8_0 ? 5.0 : 1.0;
+  const double matvec_tolerance = (uses_q8_matvec(*model) ? 5e-2 : 1e-3) * cache_factor;
   auto gpu = make_cuda(model, matvec_only);
   CudaExecutorOptions tiny_pieces = small_options();
   tiny_pieces.kv_type = kv_type;
@@ -311,7 +316,7 @@ void expect_cpu_parity(const std::shared_ptr<const LoadedModel>& model, TensorTy
   gemm_only.float_gemm_min_rows = 1;
   auto gpu_gemm = make_cuda(model, gemm_only);
   ASSERT_TRUE(cpu && gpu && gpu_pieces && gpu_gemm);
-  constexpr double kGemmTolerance = 1e-2;
+  const double gemm_tolerance = 1e-2 * cache_factor;
 
   // Prompts interleaved round-robin in one batch (no two neighbouring rows share a sequence).
   Batch together;
@@ -337,7 +342,7 @@ void expect_cpu_parity(const std::shared_ptr<const LoadedModel>& model, TensorTy
       << "interleaved prefill";
   EXPECT_LE(max_rel_error(run(*gpu_pieces, together), want, n_vocab), matvec_tolerance)
       << "in pieces";
-  EXPECT_LE(max_rel_error(run(*gpu_gemm, together), want, n_vocab), kGemmTolerance) << "GEMM";
+  EXPECT_LE(max_rel_error(run(*gpu_gemm, together), want, n_vocab), gemm_tolerance) << "GEMM";
 
   // A mixed step: a chunk of 6 more tokens for sequence 1 and one decode token each for 0, 2;
   // logits for three rows in a shuffled order.
@@ -348,7 +353,7 @@ void expect_cpu_parity(const std::shared_ptr<const LoadedModel>& model, TensorTy
   EXPECT_LE(max_rel_error(run(*gpu, mixed), want_mixed, n_vocab), matvec_tolerance) << "mixed step";
   EXPECT_LE(max_rel_error(run(*gpu_pieces, mixed), want_mixed, n_vocab), matvec_tolerance)
       << "mixed in pieces";
-  EXPECT_LE(max_rel_error(run(*gpu_gemm, mixed), want_mixed, n_vocab), kGemmTolerance)
+  EXPECT_LE(max_rel_error(run(*gpu_gemm, mixed), want_mixed, n_vocab), gemm_tolerance)
       << "mixed GEMM";
 
   // Decode steps (graph replay, padded from 3 to 4 rows), sequences listed out of order.
@@ -361,7 +366,7 @@ void expect_cpu_parity(const std::shared_ptr<const LoadedModel>& model, TensorTy
         << "decode step " << step;
     EXPECT_LE(max_rel_error(run(*gpu_pieces, decode), want_decode, n_vocab), matvec_tolerance)
         << "decode step " << step << " in pieces";
-    EXPECT_LE(max_rel_error(run(*gpu_gemm, decode), want_decode, n_vocab), kGemmTolerance)
+    EXPECT_LE(max_rel_error(run(*gpu_gemm, decode), want_decode, n_vocab), gemm_tolerance)
         << "decode step " << step << " GEMM";
   }
 }

@@ -12,9 +12,10 @@
 // and the row's own K/V (programmatic dependent launch, launch.cuh): every position below the
 // row's own was written by an earlier pass, so only the query and that one position wait.
 //
-// With a Q8_0 cache a lane loads its E codes (a 64- or 128-byte row per warp) and its block's
-// scale, converts the codes to floats, and scales its part of a score and its value weights
-// once: the arithmetic of the dequantized values, on half the bytes.
+// With a Q8_0 cache half a warp reads a row (kRowLanes: a lane loads its E = D / 16 codes and
+// its block's scale), the two halves two runs of positions; a lane converts the codes to floats
+// and scales its part of a score and its value weights once (the arithmetic of the dequantized
+// values, on half the bytes), and the halves combine their results at the end.
 #include "backend/cuda/attention_decode.h"
 
 #include <cuda_fp16.h>
@@ -35,8 +36,13 @@ constexpr int kManyWarps = 16;
 constexpr int kMaxManyWarpsGroup = 4;  // registers: 16 warps of wider groups do not fit an SM
 constexpr int kUnroll = 4;  // positions per warp per step, their loads in flight together
 
-// One lane's E values of a K or V row (E = 2 for head_dim 64, 4 for 128): E halves, or with a
-// Q8_0 cache E codes and their block's scale (kv_q8.cuh), loaded in one access each.
+// Lanes that read one position's K or V row: the whole warp for f16 (E = D / 32 values a lane,
+// 4 or 8 bytes), half a warp for Q8_0 codes (E = D / 16 codes a lane, 4 or 8 bytes; the two
+// halves take different positions, so that a warp has as many bytes in flight as with f16).
+template <bool Q8>
+inline constexpr int kRowLanes = Q8 ? 16 : 32;
+
+// One lane's E values: E halves, or E codes (with their block's scale loaded apart).
 template <int E, bool Q8>
 struct KvLanes;
 template <>
@@ -48,20 +54,21 @@ struct KvLanes<4, false> {
   using Raw = uint2;
 };
 template <>
-struct KvLanes<2, true> {
-  using Raw = uint16_t;
-};
-template <>
 struct KvLanes<4, true> {
   using Raw = uint32_t;
+};
+template <>
+struct KvLanes<8, true> {
+  using Raw = uint2;
 };
 
 template <int E, bool Q8>
 __device__ __forceinline__ void lanes_to_float(const typename KvLanes<E, Q8>::Raw& v,
                                                float (&f)[E]) {
   if constexpr (Q8) {
+    const auto* words = reinterpret_cast<const uint32_t*>(&v);
 #pragma unroll
-    for (int i = 0; i < E; ++i) f[i] = kv_code(v, i);
+    for (int i = 0; i < E; ++i) f[i] = kv_code(words[i / 4], i % 4);
   } else {
     const auto* h = reinterpret_cast<const __half2*>(&v);
 #pragma unroll
@@ -78,7 +85,10 @@ __global__ void __launch_bounds__(32 * W) attention_decode_kernel(const Attentio
   constexpr int kWarps = W;
   constexpr int kThreads = 32 * W;
   pdl_launch_dependents();
-  constexpr int E = D / 32;
+  // A warp's R groups of kLanes lanes each take a run of kUnroll positions, R runs side by side.
+  constexpr int kLanes = kRowLanes<Q8>;
+  constexpr int R = 32 / kLanes;
+  constexpr int E = D / kLanes;
   using Lanes = typename KvLanes<E, Q8>::Raw;
   __shared__ float m_s[kWarps][G];
   __shared__ float l_s[kWarps][G];
@@ -86,6 +96,8 @@ __global__ void __launch_bounds__(32 * W) attention_decode_kernel(const Attentio
 
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
+  const int group = lane / kLanes;     // the warp's run this lane reads
+  const int row_lane = lane % kLanes;  // its E values of the row
   const AttentionTile tile = a.tiles[blockIdx.x];
   const int row = tile.first_row;
   const int kv_head = blockIdx.y;
@@ -115,12 +127,12 @@ __global__ void __launch_bounds__(32 * W) attention_decode_kernel(const Attentio
       if (t >= from && t < to) {
         const int64_t block = block_table[t / a.block_size];
         const int64_t slot =
-            ((block * a.block_size + t % a.block_size) * a.n_head_kv + kv_head) * D + lane * E;
+            ((block * a.block_size + t % a.block_size) * a.n_head_kv + kv_head) * D + row_lane * E;
         k_raw[u] = __ldg(reinterpret_cast<const Lanes*>(k_cache + slot * sizeof(Lanes) / E));
         v_raw[u] = __ldg(reinterpret_cast<const Lanes*>(v_cache + slot * sizeof(Lanes) / E));
         if constexpr (Q8) {
-          k_scale[u] = k_scales[slot / kKvQ8Block];
-          v_scale[u] = v_scales[slot / kKvQ8Block];
+          k_scale[u] = __ldg(k_scales + slot / kKvQ8Block);
+          v_scale[u] = __ldg(v_scales + slot / kKvQ8Block);
         }
       } else if (t >= end) {
         k_raw[u] = Lanes{};
@@ -132,7 +144,11 @@ __global__ void __launch_bounds__(32 * W) attention_decode_kernel(const Attentio
   // Positions below `settled` were written before this pass: the first run's loads of them go
   // out before the wait (the tile, positions and block table are staged by the host).
   const int settled = a.earlier_kv_settled ? min(end, ctx - 1) : start;
-  int t0 = start + warp * kUnroll;
+  // The warp's runs start at warp_t0 (the loop's bound: every lane of a warp takes the same
+  // iterations, as the shuffles need), this lane's at t0.
+  constexpr int kStride = kWarps * R * kUnroll;
+  const int first_warp_t0 = start + warp * R * kUnroll;
+  int t0 = first_warp_t0 + group * kUnroll;
   load_run(t0, t0, settled);
   pdl_wait();
   load_run(t0, max(t0, settled), end);
@@ -141,7 +157,7 @@ __global__ void __launch_bounds__(32 * W) attention_decode_kernel(const Attentio
 #pragma unroll
   for (int g = 0; g < G; ++g) {
     const float* qp =
-        a.q + static_cast<int64_t>(row) * a.q_stride + (kv_head * G + g) * D + lane * E;
+        a.q + static_cast<int64_t>(row) * a.q_stride + (kv_head * G + g) * D + row_lane * E;
 #pragma unroll
     for (int e = 0; e < E; ++e) q[g][e] = qp[e] * a.scale;
   }
@@ -154,72 +170,98 @@ __global__ void __launch_bounds__(32 * W) attention_decode_kernel(const Attentio
     for (int e = 0; e < E; ++e) acc[g][e] = 0.0f;
   }
 
-  for (; t0 < end; t0 += kWarps * kUnroll) {
-    if (t0 >= start + kWarps * kUnroll) load_run(t0, t0, end);  // (the first run is loaded)
-    // Q8_0: the codes as floats, each lane's score and value weights scaled by its block's
-    // scale (kd, vd; 1 for f16).
-    float k[kUnroll][E], v[kUnroll][E], kd[kUnroll], vd[kUnroll];
+  for (int warp_t0 = first_warp_t0; warp_t0 < end; warp_t0 += kStride, t0 += kStride) {
+    if (warp_t0 != first_warp_t0) load_run(t0, t0, end);  // (the first run is loaded)
+    // Scores, a position's K row converted once (Q8_0: each lane's part of a score scaled by
+    // its block's scale).
+    float s[G][kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      lanes_to_float<E, Q8>(k_raw[u], k[u]);
-      lanes_to_float<E, Q8>(v_raw[u], v[u]);
-      kd[u] = Q8 ? __half2float(k_scale[u]) : 1.0f;
-      vd[u] = Q8 ? __half2float(v_scale[u]) : 1.0f;
-    }
+      float k[E];
+      lanes_to_float<E, Q8>(k_raw[u], k);
+      const float kd = Q8 ? __half2float(k_scale[u]) : 1.0f;
 #pragma unroll
-    for (int g = 0; g < G; ++g) {
-      float s[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
+      for (int g = 0; g < G; ++g) {
         float dot = 0.0f;
 #pragma unroll
-        for (int e = 0; e < E; ++e) dot = fmaf(q[g][e], k[u][e], dot);
-        s[u] = Q8 ? dot * kd[u] : dot;
+        for (int e = 0; e < E; ++e) dot = fmaf(q[g][e], k[e], dot);
+        s[g][u] = Q8 ? dot * kd : dot;
       }
+    }
 #pragma unroll
-      for (int offset = 16; offset > 0; offset >>= 1) {
+    for (int offset = kLanes / 2; offset > 0; offset >>= 1) {
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) s[u] += __shfl_xor_sync(0xffffffffu, s[u], offset);
+      for (int g = 0; g < G; ++g) {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) s[g][u] += __shfl_xor_sync(0xffffffffu, s[g][u], offset);
       }
+    }
+    // The online softmax of each query head; s becomes the probabilities.
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
       float m_new = m[g];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        if (t0 + u >= end) s[u] = -INFINITY;
-        m_new = fmaxf(m_new, s[u]);
+        if (t0 + u >= end) s[g][u] = -INFINITY;
+        m_new = fmaxf(m_new, s[g][u]);
       }
-      // Position t0 < end is visible: m_new is finite.
-      const float alpha = __expf(m[g] - m_new);  // 0 while m[g] is -inf
+      // A run wholly past `end` (possible for all but the warp's first) with nothing seen
+      // before keeps m_new at -inf: subtracting 0 instead keeps p = 0 and alpha finite.
+      const float base = m_new == -INFINITY ? 0.0f : m_new;
+      const float alpha = __expf(m[g] - base);  // 0 while m[g] is -inf
       float p_sum = 0.0f;
-      float p[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        p[u] = __expf(s[u] - m_new);
-        p_sum += p[u];
+        s[g][u] = __expf(s[g][u] - base);
+        p_sum += s[g][u];
       }
       l[g] = fmaf(l[g], alpha, p_sum);
-      float pv[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) pv[u] = Q8 ? p[u] * vd[u] : p[u];
-#pragma unroll
-      for (int e = 0; e < E; ++e) {
-        float sum = acc[g][e] * alpha;
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) sum = fmaf(pv[u], v[u][e], sum);
-        acc[g][e] = sum;
-      }
       m[g] = m_new;
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc[g][e] *= alpha;
+    }
+    // P·V, a position's V row converted once (Q8_0: its weights scaled by the block's scale).
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      float v[E];
+      lanes_to_float<E, Q8>(v_raw[u], v);
+      const float vd = Q8 ? __half2float(v_scale[u]) : 1.0f;
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        const float pv = Q8 ? s[g][u] * vd : s[g][u];
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc[g][e] = fmaf(pv, v[e], acc[g][e]);
+      }
     }
   }
 
-  // The four warps' (max, sum, P·V) per query head into one.
+  // A warp's R runs' (max, sum, P·V) into one (runs that saw nothing: max -inf, sum 0).
+#pragma unroll
+  for (int offset = kLanes; offset < 32; offset <<= 1) {
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      const float m_other = __shfl_xor_sync(0xffffffffu, m[g], offset);
+      const float m_max = fmaxf(m[g], m_other);
+      const float mine = m[g] == -INFINITY ? 0.0f : __expf(m[g] - m_max);
+      const float theirs = m_other == -INFINITY ? 0.0f : __expf(m_other - m_max);
+      l[g] = l[g] * mine + __shfl_xor_sync(0xffffffffu, l[g], offset) * theirs;
+#pragma unroll
+      for (int e = 0; e < E; ++e)
+        acc[g][e] = acc[g][e] * mine + __shfl_xor_sync(0xffffffffu, acc[g][e], offset) * theirs;
+      m[g] = m_max;
+    }
+  }
+  // The warps' (max, sum, P·V) per query head into one.
 #pragma unroll
   for (int g = 0; g < G; ++g) {
     if (lane == 0) {
       m_s[warp][g] = m[g];
       l_s[warp][g] = l[g];
     }
+    if (group == 0) {
 #pragma unroll
-    for (int e = 0; e < E; ++e) acc_s[warp][g][lane * E + e] = acc[g][e];
+      for (int e = 0; e < E; ++e) acc_s[warp][g][row_lane * E + e] = acc[g][e];
+    }
   }
   __syncthreads();
   const int64_t acc_floats = a.n_batch_rows * a.n_head * a.n_splits * D;
