@@ -173,13 +173,6 @@ struct BenchKvCache {
   ~BenchKvCache() {
     for (void* p : {k, v, k_scales, v_scales}) cudaFree(p);
   }
-  void set(KvWriteArgs& w) const {
-    w.type = type;
-    w.k_cache = k;
-    w.v_cache = v;
-    w.k_scales = k_scales;
-    w.v_scales = v_scales;
-  }
   void set(AttentionArgs& a) const {
     a.kv_type = type;
     a.k_cache = k;
@@ -188,6 +181,30 @@ struct BenchKvCache {
     a.v_scales = v_scales;
   }
   const char* name() const { return type == KvType::kQ8_0 ? "q8_0" : "f16"; }
+
+  // Writes rows [0, n_rows) of k_rows and v_rows (kv_dim values each) at their positions' slots.
+  void write(const float* k_rows, const float* v_rows, int64_t kv_dim, int64_t n_rows,
+             const int32_t* positions, const int32_t* seq_index, const int32_t* block_tables,
+             int32_t blocks_per_seq, int32_t block_size, LaunchStream stream) const {
+    KvWriteArgs w;
+    w.k = k_rows;
+    w.k_stride = kv_dim;
+    w.v = v_rows;
+    w.v_stride = kv_dim;
+    w.type = type;
+    w.k_cache = k;
+    w.v_cache = v;
+    w.k_scales = k_scales;
+    w.v_scales = v_scales;
+    w.positions = positions;
+    w.seq_index = seq_index;
+    w.block_tables = block_tables;
+    w.blocks_per_seq = blocks_per_seq;
+    w.block_size = block_size;
+    w.n_rows = n_rows;
+    w.kv_dim = kv_dim;
+    BENCH_OK(write_kv(w, stream));
+  }
 };
 
 // Prefill attention of one 512-token prompt (positions 0..511, tiles of kMaxAttentionQueries /
@@ -224,20 +241,8 @@ std::string bench_prefill_attention(int groups, FILE* csv, LaunchStream stream) 
     float* k_new = upload(normal_floats(kPositions * kv_dim, 52));
     float* v_new = upload(normal_floats(kPositions * kv_dim, 53));
     const BenchKvCache cache(kv_type, kPositions * kv_dim);
-    KvWriteArgs w;
-    w.k = k_new;
-    w.k_stride = kv_dim;
-    w.v = v_new;
-    w.v_stride = kv_dim;
-    cache.set(w);
-    w.positions = positions_dev;
-    w.seq_index = seq_index_dev;
-    w.block_tables = block_table_dev;
-    w.blocks_per_seq = kBlocks;
-    w.block_size = kBlockSize;
-    w.n_rows = kPositions;
-    w.kv_dim = kv_dim;
-    BENCH_OK(write_kv(w, stream));
+    cache.write(k_new, v_new, kv_dim, kPositions, positions_dev, seq_index_dev, block_table_dev,
+                kBlocks, kBlockSize, stream);
 
     const int tile_rows = kMaxAttentionQueries / group;
     std::vector<AttentionTile> tiles;
@@ -353,20 +358,8 @@ std::string bench_decode_attention(int groups, double copy, FILE* csv, LaunchStr
     const BenchKvCache cache(kv_type, rows * kv_dim);
     float* kv_new = device_floats(rows * kv_dim);
     BENCH_CHECK(cudaMemset(kv_new, 0, rows * kv_dim * sizeof(float)));
-    KvWriteArgs w;
-    w.k = kv_new;
-    w.k_stride = kv_dim;
-    w.v = kv_new;
-    w.v_stride = kv_dim;
-    cache.set(w);
-    w.positions = positions_dev;
-    w.seq_index = seq_dev;
-    w.block_tables = table_dev;
-    w.blocks_per_seq = kBlocksPerSeq;
-    w.block_size = kBlockSize;
-    w.n_rows = rows;
-    w.kv_dim = kv_dim;
-    BENCH_OK(write_kv(w, stream));
+    cache.write(kv_new, kv_new, kv_dim, rows, positions_dev, seq_dev, table_dev, kBlocksPerSeq,
+                kBlockSize, stream);
     BENCH_CHECK(cudaFree(kv_new));
 
     AttentionArgs a;

@@ -11,6 +11,7 @@
 #include "backend/cuda/attention_splits.cuh"
 #include "backend/cuda/check.h"
 #include "backend/cuda/kv_q8.cuh"
+#include "backend/cuda/kv_slots.cuh"
 #include "backend/cuda/launch.cuh"
 
 namespace llamaserve::cuda {
@@ -384,6 +385,9 @@ __global__ void __launch_bounds__(D) attention_reduce_kernel(const AttentionArgs
   }
 }
 
+// One thread per value. Q8_0: kv_dim is a multiple of 32, so a warp holds one block of one
+// row (and returns as a whole) and quantizes it.
+template <bool Q8>
 __global__ void write_kv_kernel(const KvWriteArgs a) {
   pdl_launch_dependents();
   pdl_wait();
@@ -391,32 +395,20 @@ __global__ void write_kv_kernel(const KvWriteArgs a) {
   if (i >= a.n_rows * a.kv_dim) return;
   const int64_t row = i / a.kv_dim;
   const int64_t e = i % a.kv_dim;
-  const int pos = a.positions[row];
-  const int64_t block = a.block_tables[static_cast<int64_t>(a.seq_index[row]) * a.blocks_per_seq +
-                                       pos / a.block_size];
-  const int64_t dst = (block * a.block_size + pos % a.block_size) * a.kv_dim + e;
-  static_cast<__half*>(a.k_cache)[dst] = __float2half_rn(a.k[row * a.k_stride + e]);
-  static_cast<__half*>(a.v_cache)[dst] = __float2half_rn(a.v[row * a.v_stride + e]);
-}
-
-// Q8_0: warp w of the grid quantizes the w-th block of 32 values (kv_dim is a multiple of 32,
-// so a warp is one block of one row, and returns as a whole).
-__global__ void write_kv_q8_kernel(const KvWriteArgs a) {
-  pdl_launch_dependents();
-  pdl_wait();
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= a.n_rows * a.kv_dim) return;
-  const int64_t row = i / a.kv_dim;
-  const int64_t e = i % a.kv_dim;
-  const int pos = a.positions[row];
-  const int64_t block = a.block_tables[static_cast<int64_t>(a.seq_index[row]) * a.blocks_per_seq +
-                                       pos / a.block_size];
-  const int64_t first = (block * a.block_size + pos % a.block_size) * a.kv_dim + (e & ~31);
-  const int lane = threadIdx.x & 31;
-  store_kv_q8_block(a.k[row * a.k_stride + e], lane, static_cast<int8_t*>(a.k_cache) + first,
-                    static_cast<__half*>(a.k_scales) + first / kKvQ8Block);
-  store_kv_q8_block(a.v[row * a.v_stride + e], lane, static_cast<int8_t*>(a.v_cache) + first,
-                    static_cast<__half*>(a.v_scales) + first / kKvQ8Block);
+  const int64_t first = kv_row_slot(a, row) * a.kv_dim;
+  const float k = a.k[row * a.k_stride + e];
+  const float v = a.v[row * a.v_stride + e];
+  if constexpr (Q8) {
+    const int64_t block = first + (e & ~31);
+    const int lane = threadIdx.x & 31;
+    store_kv_q8_block(k, lane, static_cast<int8_t*>(a.k_cache) + block,
+                      static_cast<__half*>(a.k_scales) + block / kKvQ8Block);
+    store_kv_q8_block(v, lane, static_cast<int8_t*>(a.v_cache) + block,
+                      static_cast<__half*>(a.v_scales) + block / kKvQ8Block);
+  } else {
+    static_cast<__half*>(a.k_cache)[first + e] = __float2half_rn(k);
+    static_cast<__half*>(a.v_cache)[first + e] = __float2half_rn(v);
+  }
 }
 
 // The tensor-core, decode or CUDA-core kernel, then the splits' reduction where there are
@@ -472,7 +464,7 @@ Status write_kv(const KvWriteArgs& a, LaunchStream stream) {
   constexpr int kWriteThreads = 256;
   const int64_t blocks = (a.n_rows * a.kv_dim + kWriteThreads - 1) / kWriteThreads;
   LS_CUDA_REQUIRE(blocks <= 0x7fffffff);
-  LS_CUDA_CHECK(launch_kernel(q8 ? write_kv_q8_kernel : write_kv_kernel,
+  LS_CUDA_CHECK(launch_kernel(q8 ? write_kv_kernel<true> : write_kv_kernel<false>,
                               static_cast<unsigned>(blocks), kWriteThreads, 0, stream, a));
   return Status::ok();
 }

@@ -4,6 +4,7 @@
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/kv_q8.cuh"
+#include "backend/cuda/kv_slots.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/rope.h"
 
@@ -58,39 +59,35 @@ __global__ void __launch_bounds__(kRopeThreads) rope_kernel(const RopeArgs a) {
   for (int h = 0; h < a.n_head_kv; ++h, k += a.head_dim) rotate(k, dims.partner, c, s);
 }
 
-// The K and V values of the block's (row, head) pairs, 2 * kRopeThreads each: one array for both
-// instantiations of rope_write_kv_kernel.
-__device__ __forceinline__ float* kv_values_s() {
-  __shared__ float values[4 * kRopeThreads];
-  return values;
+// rope_write_kv_kernel's Q8_0 work of one block: the K and V values of its (row, head) pairs
+// (2 * kRopeThreads each, whole heads), and where each pair's codes go in the layer's arrays
+// (-1: not a KV head, or past the last row). head_dim >= 32: at most 8 pairs.
+struct KvQ8Stage {
+  float k[2 * kRopeThreads];
+  float v[2 * kRopeThreads];
+  int64_t offset[2 * kRopeThreads / kKvQ8Block];
+};
+
+__device__ __forceinline__ KvQ8Stage& kv_q8_stage() {
+  __shared__ KvQ8Stage stage;
+  return stage;
 }
 
-// The Q8_0 half of rope_write_kv_kernel: after a barrier over the block (every thread calls
-// it), warp w quantizes blocks w, w + 4, ... of the 2 * kRopeThreads K values and of the V
-// values that the block's KV heads left in kv_values_s(), and stores them at their cache slot.
-__device__ void write_kv_q8_blocks(const RopeArgs& a, const KvWriteArgs& w, int heads) {
+// After a barrier over the block (every thread calls it), warp w quantizes blocks w, w + 4, ...
+// of the stage's K and V values and stores them.
+__device__ __forceinline__ void write_kv_q8_blocks(const KvQ8Stage& stage, const KvWriteArgs& w,
+                                                   int head_dim) {
   __syncthreads();
-  const int half = a.head_dim / 2;
-  const float* k_s = kv_values_s();
-  const float* v_s = k_s + 2 * kRopeThreads;
   const int lane = threadIdx.x & 31;
   constexpr int kBlocks = 2 * kRopeThreads / kKvQ8Block;
   for (int b = static_cast<int>(threadIdx.x) / 32; b < kBlocks; b += kRopeThreads / 32) {
-    const int local_head = b * kKvQ8Block / a.head_dim;  // warp-uniform
-    const int64_t first = static_cast<int64_t>(blockIdx.x) * kRopeThreads + local_head * half;
-    if (first >= a.n_rows * heads * half) break;  // past the last row
-    const int h = static_cast<int>((first / half) % heads);
-    if (h >= a.n_head_kv) continue;
-    const int64_t row = first / (static_cast<int64_t>(half) * heads);
-    const int pos = w.positions[row];
-    const int64_t block = w.block_tables[static_cast<int64_t>(w.seq_index[row]) * w.blocks_per_seq +
-                                         pos / w.block_size];
-    const int64_t o = (block * w.block_size + pos % w.block_size) * w.kv_dim +
-                      static_cast<int64_t>(h) * a.head_dim + b * kKvQ8Block % a.head_dim;
+    const int64_t head = stage.offset[b * kKvQ8Block / head_dim];  // warp-uniform
+    if (head < 0) continue;
+    const int64_t o = head + b * kKvQ8Block % head_dim;
     const int value = b * kKvQ8Block + lane;
-    store_kv_q8_block(k_s[value], lane, static_cast<int8_t*>(w.k_cache) + o,
+    store_kv_q8_block(stage.k[value], lane, static_cast<int8_t*>(w.k_cache) + o,
                       static_cast<__half*>(w.k_scales) + o / kKvQ8Block);
-    store_kv_q8_block(v_s[value], lane, static_cast<int8_t*>(w.v_cache) + o,
+    store_kv_q8_block(stage.v[value], lane, static_cast<int8_t*>(w.v_cache) + o,
                       static_cast<__half*>(w.v_scales) + o / kKvQ8Block);
   }
 }
@@ -102,8 +99,9 @@ __device__ void write_kv_q8_blocks(const RopeArgs& a, const KvWriteArgs& w, int 
 // to the cache.
 //
 // With a Q8_0 cache (kv_q8.cuh) a block's threads cover 128 / (head_dim / 2) whole (row, head)
-// pairs: they leave their rotated K and their V values in shared memory, and after a barrier
-// each warp quantizes blocks of 32 of them.
+// pairs: they leave their rotated K and their V values, and each pair's cache offset (worked out
+// before the wait, as f16's), in shared memory, and after a barrier each warp quantizes blocks
+// of 32 of them.
 template <bool Q8>
 __global__ void __launch_bounds__(kRopeThreads)
     rope_write_kv_kernel(const RopeArgs a, const KvWriteArgs w) {
@@ -112,15 +110,8 @@ __global__ void __launch_bounds__(kRopeThreads)
   const int n_pairs = a.rope_dim / 2;
   const int heads = max(a.n_head, a.n_head_kv);
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kRopeThreads + threadIdx.x;
-  const int64_t n_threads = a.n_rows * heads * half;
-  if constexpr (Q8) {
-    if (i >= n_threads) {
-      pdl_wait();
-      write_kv_q8_blocks(a, w, heads);  // (the block's other threads may have values)
-      return;
-    }
-  }
-  if (i >= n_threads) {
+  const bool live = i < a.n_rows * heads * half;
+  if (!Q8 && !live) {
     pdl_wait();  // (nothing to touch; kept so that every thread waits, see launch.cuh)
     return;
   }
@@ -133,48 +124,41 @@ __global__ void __launch_bounds__(kRopeThreads)
   // the wait for the Q/K/V projection (launch.cuh).
   float c = 1.0f, s = 0.0f;
   PairDims dims{a.rope_dim + 2 * (j - n_pairs), 1};
-  if (rotated) {
+  if (rotated && live) {
     rope_cos_sin(a.positions[row], a.inv_freq[j], c, s);
     dims = pair_dims(a, j);
   }
-  int64_t o = 0;
-  if (!Q8 && h < a.n_head_kv) {
-    const int pos = w.positions[row];
-    const int64_t block = w.block_tables[static_cast<int64_t>(w.seq_index[row]) * w.blocks_per_seq +
-                                         pos / w.block_size];
-    o = (block * w.block_size + pos % w.block_size) * w.kv_dim +
-        static_cast<int64_t>(h) * a.head_dim + dims.first;
+  const bool kv = live && h < a.n_head_kv;
+  const int64_t head_offset =
+      kv ? kv_row_slot(w, row) * w.kv_dim + static_cast<int64_t>(h) * a.head_dim : -1;
+  if constexpr (Q8) {
+    if (j == 0) kv_q8_stage().offset[threadIdx.x / half] = head_offset;
   }
   pdl_wait();
-  if (rotated && h < a.n_head) {
+  if (rotated && live && h < a.n_head) {
     rotate(a.q + row * a.q_stride + h * a.head_dim + dims.first, dims.partner, c, s);
   }
-  if constexpr (Q8) {
-    if (h < a.n_head_kv) {
-      float* k = a.k + row * a.k_stride + static_cast<int64_t>(h) * a.head_dim + dims.first;
-      const float* v = w.v + row * w.v_stride + static_cast<int64_t>(h) * a.head_dim + dims.first;
-      if (rotated) rotate(k, dims.partner, c, s);
-      float* k_s = kv_values_s();
-      float* v_s = k_s + 2 * kRopeThreads;
+  if (kv) {
+    float* k = a.k + row * a.k_stride + static_cast<int64_t>(h) * a.head_dim + dims.first;
+    const float* v = w.v + row * w.v_stride + static_cast<int64_t>(h) * a.head_dim + dims.first;
+    if (rotated) rotate(k, dims.partner, c, s);
+    if constexpr (Q8) {
+      KvQ8Stage& stage = kv_q8_stage();
       const int local = static_cast<int>(threadIdx.x) / half * a.head_dim + dims.first;
-      k_s[local] = k[0];
-      k_s[local + dims.partner] = k[dims.partner];
-      v_s[local] = v[0];
-      v_s[local + dims.partner] = v[dims.partner];
+      stage.k[local] = k[0];
+      stage.k[local + dims.partner] = k[dims.partner];
+      stage.v[local] = v[0];
+      stage.v[local + dims.partner] = v[dims.partner];
+    } else {
+      auto* k_cache = static_cast<__half*>(w.k_cache) + head_offset + dims.first;
+      auto* v_cache = static_cast<__half*>(w.v_cache) + head_offset + dims.first;
+      k_cache[0] = __float2half_rn(k[0]);
+      k_cache[dims.partner] = __float2half_rn(k[dims.partner]);
+      v_cache[0] = __float2half_rn(v[0]);
+      v_cache[dims.partner] = __float2half_rn(v[dims.partner]);
     }
-    write_kv_q8_blocks(a, w, heads);
-    return;
   }
-  if (h >= a.n_head_kv) return;
-  float* k = a.k + row * a.k_stride + static_cast<int64_t>(h) * a.head_dim + dims.first;
-  const float* v = w.v + row * w.v_stride + static_cast<int64_t>(h) * a.head_dim + dims.first;
-  if (rotated) rotate(k, dims.partner, c, s);
-  auto* k_cache = static_cast<__half*>(w.k_cache) + o;
-  auto* v_cache = static_cast<__half*>(w.v_cache) + o;
-  k_cache[0] = __float2half_rn(k[0]);
-  k_cache[dims.partner] = __float2half_rn(k[dims.partner]);
-  v_cache[0] = __float2half_rn(v[0]);
-  v_cache[dims.partner] = __float2half_rn(v[dims.partner]);
+  if constexpr (Q8) write_kv_q8_blocks(kv_q8_stage(), w, a.head_dim);
 }
 
 Status check_rope(const RopeArgs& a) {
