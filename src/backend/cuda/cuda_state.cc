@@ -6,6 +6,7 @@
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/device_matrix.h"
+#include "quant/types.h"
 
 namespace llamaserve::cuda {
 namespace {
@@ -51,6 +52,12 @@ size_t sampling_offset(const CudaLimits& l) {
 }
 size_t staging_ints(const CudaLimits& l) {
   return sampling_offset(l) + static_cast<size_t>(l.max_tokens) * (kIntsPerSampling + 1);
+}
+
+// Bytes of `values` cache values of `type`: f16, or Q8_0 codes and scales (GGUF's 34 bytes for
+// 32 values, split in two arrays).
+uint64_t kv_bytes(KvType type, uint64_t values) {
+  return row_bytes(type == KvType::kQ8_0 ? TensorType::Q8_0 : TensorType::F16, values);
 }
 
 }  // namespace
@@ -121,10 +128,7 @@ Result<CudaActivations> CudaActivations::allocate(DevicePool& pool, const ModelC
 
 uint64_t CudaKvCache::bytes_per_block(const ModelConfig& c, KvType type, int32_t n_layers,
                                       int32_t block_size) {
-  const uint64_t values = static_cast<uint64_t>(n_layers) * block_size * c.kv_dim();
-  // Q8_0: a byte per code and an f16 scale per 32 codes (GGUF's 34 bytes a block).
-  const uint64_t bytes = type == KvType::kQ8_0 ? values + values / kKvQ8Block * 2 : values * 2;
-  return 2 * bytes;
+  return 2 * kv_bytes(type, static_cast<uint64_t>(n_layers) * block_size * c.kv_dim());
 }
 
 Result<CudaKvCache> CudaKvCache::allocate(DevicePool& pool, const ModelConfig& c, KvType type,
@@ -178,8 +182,7 @@ uint64_t CudaKvCache::elements_per_layer() const {
   return static_cast<uint64_t>(n_blocks) * block_size * static_cast<uint64_t>(kv_dim);
 }
 uint64_t CudaKvCache::array_bytes() const {
-  const uint64_t values = elements_per_layer() * n_layers;
-  return type == KvType::kQ8_0 ? values + values / kKvQ8Block * 2 : values * 2;
+  return kv_bytes(type, elements_per_layer() * n_layers);
 }
 void* CudaKvCache::layer_part(void* array, int32_t layer) const {
   const uint64_t element_bytes = type == KvType::kQ8_0 ? 1 : 2;
