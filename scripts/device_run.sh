@@ -346,7 +346,8 @@ reload7b() {
 # context of the profiled steps is about -p + -n), 4 steps after the case's timed runs are
 # profiled (kernel time and DRAM bytes per kernel) and tabulated by scripts/ncu_breakdown.py
 # into $OUT/profile-7b.md, beside the step time bench7b measured without the profiler (its
-# JSON from the same call, when there).
+# JSON from the same call, when there). PROFILE_BENCH_ARGS (default none; e.g. "--kv-cache-type
+# q8_0") go to every bench run of the step.
 profile7b() {
   local bin="$build/src/cli/llamaserve"
   need_binary llamaserve "$bin" || return
@@ -356,7 +357,8 @@ profile7b() {
     note profile7b "SKIP (no ncu)"
     return
   fi
-  local dir=${BENCH7B_DIR:-/tmp} md="$OUT/profile-7b.md"
+  local dir=${BENCH7B_DIR:-/tmp} md="$OUT/profile-7b.md" bench_args
+  read -r -a bench_args <<<"${PROFILE_BENCH_ARGS:-}"
   : >"$md"
   for type in ${PROFILE_TYPES:-f16}; do
     local model="$dir/llama2-7b-$type.gguf"
@@ -377,6 +379,7 @@ profile7b() {
         profile_args=(--profile-prompt)
         steps=1
       fi
+      case_args+=("${bench_args[@]}")
       step "profile-7b-$type-b$b" 400 "$ncu" --csv --print-units base --clock-control none \
         --profile-from-start off --log-file "$csv" \
         --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
@@ -386,7 +389,7 @@ profile7b() {
       # The step's (or pass's) time from a run outside the profiler: under ncu every kernel is
       # replayed, so the profiled run's own times say nothing.
       local ref="$logs/bench-7b-$type.json"
-      if [[ ! -s $ref || $b == prompt ]]; then
+      if [[ ! -s $ref || $b == prompt || ${#bench_args[@]} -gt 0 ]]; then
         ref="$logs/profile-bench-$type-b$b-plain.json"
         "$bin" bench -m "$model" --device cuda:0 "${case_args[@]}" --reps 3 --json-file "$ref" \
           >>"$logs/profile-7b-$type-b$b.log" 2>&1 || ref=""
@@ -407,6 +410,7 @@ PY
       )
       local title="7B $type, decode step of $b sequence(s)"
       [[ $b == prompt ]] && title="7B $type, one prompt pass of ${PROFILE_PROMPT:-512} tokens"
+      [[ ${#bench_args[@]} -gt 0 ]] && title+=" (${bench_args[*]})"
       python3 scripts/ncu_breakdown.py "$csv" --steps "$steps" --copy-gbps "${copy_gbps:-0}" \
         --step-ms "${step_ms:-0}" --title "$title" >>"$md"
       echo >>"$md"
