@@ -26,6 +26,26 @@ __device__ __forceinline__ void store_kv_q8_block(float x, int lane, int8_t* cod
   if (lane == 0) *scale = __float2half_rn(d);
 }
 
+// Stores one block held by an aligned group of 8 lanes, 4 values a lane (lane `sub` of the group
+// holds values 4 sub .. 4 sub + 3): the rules of store_kv_q8_block, a quarter of its warp
+// instructions a block (3 shuffles, the divisions shared by 4 blocks at once).
+__device__ __forceinline__ void store_kv_q8_block_by_8(float4 x, int sub, int8_t* codes,
+                                                       __half* scale) {
+  const unsigned group = 0xffu << (threadIdx.x & 24);  // the other groups may have returned
+  float amax = fmaxf(fmaxf(fabsf(x.x), fabsf(x.y)), fmaxf(fabsf(x.z), fabsf(x.w)));
+#pragma unroll
+  for (int offset = 4; offset > 0; offset >>= 1)
+    amax = fmaxf(amax, __shfl_xor_sync(group, amax, offset));
+  const float d = amax / 127;
+  const float inverse_d = d != 0.0f ? 1.0f / d : 0.0f;
+  const auto code = [&](float v) {
+    return static_cast<uint32_t>(static_cast<uint8_t>(static_cast<int8_t>(roundf(v * inverse_d))));
+  };
+  reinterpret_cast<uint32_t*>(codes)[sub] =
+      code(x.x) | code(x.y) << 8 | code(x.z) << 16 | code(x.w) << 24;
+  if (sub == 0) *scale = __float2half_rn(d);
+}
+
 // Code i of the four packed in `word` (i = 0: the lowest address), as a float: a byte permute
 // puts code + 128 into the mantissa of 2^23 (0x4B000000 | byte = 2^23 + byte), one subtraction
 // leaves the code exactly. Two full-rate instructions instead of an integer-to-float conversion

@@ -63,8 +63,8 @@ __global__ void __launch_bounds__(kRopeThreads) rope_kernel(const RopeArgs a) {
 // (2 * kRopeThreads each, whole heads), and where each pair's codes go in the layer's arrays
 // (-1: not a KV head, or past the last row). head_dim >= 32: at most 8 pairs.
 struct KvQ8Stage {
-  float k[2 * kRopeThreads];
-  float v[2 * kRopeThreads];
+  alignas(16) float k[2 * kRopeThreads];
+  alignas(16) float v[2 * kRopeThreads];
   int64_t offset[2 * kRopeThreads / kKvQ8Block];
 };
 
@@ -73,23 +73,23 @@ __device__ __forceinline__ KvQ8Stage& kv_q8_stage() {
   return stage;
 }
 
-// After a barrier over the block (every thread calls it), warp w quantizes blocks w, w + 4, ...
-// of the stage's K and V values and stores them.
+// After a barrier over the block (every thread calls it), each group of 8 lanes quantizes one
+// of the stage's 2 * kBlocks blocks (K's, then V's) and stores it.
 __device__ __forceinline__ void write_kv_q8_blocks(const KvQ8Stage& stage, const KvWriteArgs& w,
                                                    int head_dim) {
   __syncthreads();
-  const int lane = threadIdx.x & 31;
   constexpr int kBlocks = 2 * kRopeThreads / kKvQ8Block;
-  for (int b = static_cast<int>(threadIdx.x) / 32; b < kBlocks; b += kRopeThreads / 32) {
-    const int64_t head = stage.offset[b * kKvQ8Block / head_dim];  // warp-uniform
-    if (head < 0) continue;
-    const int64_t o = head + b * kKvQ8Block % head_dim;
-    const int value = b * kKvQ8Block + lane;
-    store_kv_q8_block(stage.k[value], lane, static_cast<int8_t*>(w.k_cache) + o,
-                      static_cast<__half*>(w.k_scales) + o / kKvQ8Block);
-    store_kv_q8_block(stage.v[value], lane, static_cast<int8_t*>(w.v_cache) + o,
-                      static_cast<__half*>(w.v_scales) + o / kKvQ8Block);
-  }
+  static_assert(2 * kBlocks == kRopeThreads / 8, "one block per group of 8 threads");
+  const int b = static_cast<int>(threadIdx.x) / 8 % kBlocks;
+  const bool is_v = static_cast<int>(threadIdx.x) / 8 >= kBlocks;
+  const int sub = threadIdx.x & 7;
+  const int64_t head = stage.offset[b * kKvQ8Block / head_dim];  // uniform in the group
+  if (head < 0) return;
+  const int64_t o = head + b * kKvQ8Block % head_dim;
+  const float4 x =
+      reinterpret_cast<const float4*>((is_v ? stage.v : stage.k) + b * kKvQ8Block)[sub];
+  store_kv_q8_block_by_8(x, sub, static_cast<int8_t*>(is_v ? w.v_cache : w.k_cache) + o,
+                         static_cast<__half*>(is_v ? w.v_scales : w.k_scales) + o / kKvQ8Block);
 }
 
 // One thread per (row, head, pair of dims of the head), heads up to max(n_head, n_head_kv), so
@@ -100,8 +100,8 @@ __device__ __forceinline__ void write_kv_q8_blocks(const KvQ8Stage& stage, const
 //
 // With a Q8_0 cache (kv_q8.cuh) a block's threads cover 128 / (head_dim / 2) whole (row, head)
 // pairs: they leave their rotated K and their V values, and each pair's cache offset (worked out
-// before the wait, as f16's), in shared memory, and after a barrier each warp quantizes blocks
-// of 32 of them.
+// before the wait, as f16's), in shared memory, and after a barrier each group of 8 threads
+// quantizes one block of 32 of them.
 template <bool Q8>
 __global__ void __launch_bounds__(kRopeThreads)
     rope_write_kv_kernel(const RopeArgs a, const KvWriteArgs w) {
