@@ -8,6 +8,8 @@
 #include "backend/cuda/dot_formats.cuh"
 #include "backend/cuda/formats.cuh"
 #include "backend/cuda/matvec.h"
+#include "backend/cuda/quant_mma.h"
+#include "backend/cuda/quant_mma_lanes.cuh"
 #include "backend/cuda/repack.h"
 #include "test_util.h"
 
@@ -106,6 +108,74 @@ TEST_P(FormatsOnHost, EveryUnitDecodesLikeTheReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, FormatsOnHost, ::testing::ValuesIn(weight_types()),
+                         type_param_name);
+
+// quant_mma's lanes (quant_mma_lanes.cuh), both layouts where a type has two: over every step
+// and lane of a quad, each element of each row decodes once, from the lane's codes, scales and
+// mins, to the reference value at the column the lane reads its activation from.
+template <TensorType T, class L>
+void check_mma_lanes(const HostMatrix& m, const HostLayout& h) {
+  using F = Format<T>;
+  const int64_t rows = m.rows, cols = m.cols;
+  const int units = static_cast<int>(cols / kUnitElems<T>);
+  const int steps = (units + 3) / 4;
+  std::vector<float> decoded(rows * cols, std::numeric_limits<float>::quiet_NaN());
+  std::vector<int> hits(rows * cols, 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int t = 0; t < steps; ++t) {
+      for (int q = 0; q < 4; ++q) {
+        if (4 * t + q >= units) continue;  // the kernel zeroes its activations
+        const LaneStep s{t, q, std::min(4 * t + q, units - 1)};
+        const typename L::Raw raw = L::load(h.view, r, s);
+        float scale[F::kRuns][2], min[F::kRuns][2] = {};
+        L::scales(raw, s, scale, min);
+        for (int k = 0; k < F::kRuns; ++k) {
+          uint32_t w[4];
+          L::codes(raw, s, k, w);
+          for (int e = 0; e < 16; ++e) {
+            const int half = e / 8;
+            const int64_t c = L::x_col(s, k, half) + e % 8;
+            EXPECT_TRUE(c >= 0 && c < cols) << "step " << t << " lane " << q << " run " << k;
+            if (c < 0 || c >= cols) return;
+            const float code = static_cast<float>((w[e / 4] >> (8 * (e % 4))) & 0xff);
+            decoded[r * cols + c] = (code - F::kCodeBias) * scale[k][half] + min[k][half];
+            ++hits[r * cols + c];
+          }
+        }
+      }
+    }
+  }
+  int failures = 0;
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    if ((hits[i] != 1 ||
+         !(std::fabs(decoded[i] - m.values[i]) <= 1e-5f * (1.0f + std::fabs(m.values[i])))) &&
+        ++failures <= 5) {
+      ADD_FAILURE() << "[" << i / cols << "," << i % cols << "]: decoded " << decoded[i] << " ("
+                    << hits[i] << " times), reference " << m.values[i];
+    }
+  }
+  EXPECT_EQ(failures, 0);
+}
+
+class MmaLanesOnHost : public ::testing::TestWithParam<TensorType> {};
+
+TEST_P(MmaLanesOnHost, EveryElementOnceAtItsActivationColumn) {
+  const TensorType type = GetParam();
+  if (!quant_mma_supported(type)) GTEST_SKIP() << "not a quant_mma type";
+  const int64_t rows = 5, cols = round_cols(type, 1100);
+  const HostMatrix m = make_matrix(type, rows, cols, 77);
+  const HostLayout h = host_layout(m);
+  const Status status = dispatch_weight_type(type, "test", [&]<TensorType T>() -> Status {
+    if constexpr (requires { Format<T>::kCodeBias; }) {
+      check_mma_lanes<T, WholeUnits<T>>(m, h);
+      if constexpr (kQuadPieces<T>) check_mma_lanes<T, QuadPieces<T>>(m, h);
+    }
+    return Status::ok();
+  });
+  EXPECT_TRUE(status.is_ok()) << status.to_string();
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, MmaLanesOnHost, ::testing::ValuesIn(weight_types()),
                          type_param_name);
 
 // Every row's sum of item dot products equals Σ_c w[c] · x[c] in double, x the activations as

@@ -6,6 +6,7 @@
 #include "backend/cuda/formats.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/matvec.h"
+#include "backend/cuda/quant_mma_lanes.cuh"
 
 namespace llamaserve::cuda {
 namespace {
@@ -37,14 +38,17 @@ __device__ __forceinline__ __half2 bits_half2(uint32_t bits) {
 
 // A run's weights as f16 pairs (elements 2p, 2p + 1 in pair p): each code byte becomes the
 // half 1024 + code (its bits 0x6400 | code, one byte permute a pair), the bias 1024 + kCodeBias
-// is subtracted exactly, and one f16 multiply or fma applies the run's scale (and min), both
-// rounded to f16 once per run: about 1.6 instructions a weight against 4 for the fp32 decode.
+// is subtracted exactly, and one f16 multiply or fma applies the scale (and min) of the run's
+// half (the low and high halves of `scales` and `mins`), both rounded to f16 once per run:
+// about 1.6 instructions a weight against 4 for the fp32 decode.
 template <class F>
-__device__ __forceinline__ void decode_half_run(const uint32_t (&codes)[4], __half2 scale,
-                                                __half2 min, uint32_t (&w)[F::kRunLen / 2]) {
+__device__ __forceinline__ void decode_half_run(const uint32_t (&codes)[4], __half2 scales,
+                                                __half2 mins, uint32_t (&w)[F::kRunLen / 2]) {
   const __half2 bias = __float2half2_rn(1024.0f + F::kCodeBias);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
+    const __half2 scale = i < 2 ? __low2half2(scales) : __high2half2(scales);
+    const __half2 min = i < 2 ? __low2half2(mins) : __high2half2(mins);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       // Bytes 2h and 2h + 1 of the word under the exponent byte 0x64.
@@ -60,7 +64,8 @@ template <TensorType T, int NT>
 __global__ void __launch_bounds__(32 * kWarps<NT>)
     quant_mma_kernel(const __grid_constant__ QuantMmaArgs a, int units, int steps) {
   using F = Format<T>;
-  using Raw = typename F::Raw;
+  using L = MmaLanes<T, NT>;
+  using Raw = typename L::Raw;
   static_assert(F::kRunLen == 16);
   // The warps' partial sums of one m tile at a time: [warp][n tile, fragment value][lane].
   __shared__ float partial[kWarps<NT>][NT * 4][32];
@@ -76,10 +81,11 @@ __global__ void __launch_bounds__(32 * kWarps<NT>)
   // The warp's steps: a contiguous share of the row's units.
   const int t_begin = static_cast<int>(static_cast<int64_t>(steps) * warp / kWarps<NT>);
   const int t_end = static_cast<int>(static_cast<int64_t>(steps) * (warp + 1) / kWarps<NT>);
+  auto lane_step = [&](int t) { return LaneStep{t, q, min(kUnitsAStep * t + q, units - 1)}; };
   auto load = [&](int t, Raw(&raw)[kLaneRows]) {
-    const int u = min(kUnitsAStep * t + q, units - 1);
+    const LaneStep s = lane_step(t);
 #pragma unroll
-    for (int i = 0; i < kLaneRows; ++i) raw[i] = F::load(a.w, rows[i], u);
+    for (int i = 0; i < kLaneRows; ++i) raw[i] = L::load(a.w, rows[i], s);
   };
   float acc[2][NT][4];
 #pragma unroll
@@ -99,20 +105,20 @@ __global__ void __launch_bounds__(32 * kWarps<NT>)
   for (int t = t_begin; t < t_end; ++t) {
     Raw next[kLaneRows];
     if (t + 1 < t_end) load(t + 1, next);
-    const int u_raw = kUnitsAStep * t + q;
-    // The row's last step may hold fewer than four units: the others repeat the last unit
-    // (finite weights) against zero activations.
-    const bool valid = u_raw < units;
-    const int u = min(u_raw, units - 1);
+    // The row's last step may hold fewer than four units (whole units only): the others
+    // repeat the last unit (finite weights) against zero activations.
+    const bool valid = kUnitsAStep * t + q < units;
+    const LaneStep step = lane_step(t);
+    // Each run's scales (and mins) of its two halves, in the low and high halves of a half2.
     __half2 scale[kLaneRows][F::kRuns], min_value[kLaneRows][F::kRuns];
 #pragma unroll
     for (int i = 0; i < kLaneRows; ++i) {
-      float s[F::kRuns], m[F::kRuns] = {};
-      F::scales(raw[i], u, s, m);
+      float s[F::kRuns][2], m[F::kRuns][2] = {};
+      L::scales(raw[i], step, s, m);
 #pragma unroll
       for (int k = 0; k < F::kRuns; ++k) {
-        scale[i][k] = __float2half2_rn(s[k]);
-        min_value[i][k] = __float2half2_rn(m[k]);
+        scale[i][k] = __floats2half2_rn(s[k][0], s[k][1]);
+        min_value[i][k] = __floats2half2_rn(m[k][0], m[k][1]);
       }
     }
 #pragma unroll
@@ -120,13 +126,13 @@ __global__ void __launch_bounds__(32 * kWarps<NT>)
       // The run's 16 activations of each row, two 16-byte loads: the first pair goes out before
       // the weights are decoded, which hides its latency; with 8 tiles the second pair waits
       // until then (registers).
-      const int col0 = F::run_base(u, k);
       uint4 xa[NT], xb[NT];
       auto load_x = [&](uint4(&v)[NT], int half) {
+        const int col = L::x_col(step, k, half);
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
           const int64_t x_row = min(static_cast<int64_t>(8 * n + g), a.n_rows - 1) * a.x_stride;
-          v[n] = __ldg(reinterpret_cast<const uint4*>(x + x_row + col0) + half);
+          v[n] = __ldg(reinterpret_cast<const uint4*>(x + x_row + col));
         }
       };
       load_x(xa, 0);
@@ -135,7 +141,7 @@ __global__ void __launch_bounds__(32 * kWarps<NT>)
 #pragma unroll
       for (int i = 0; i < kLaneRows; ++i) {
         uint32_t codes[4];
-        F::codes(raw[i], u, k, codes);
+        L::codes(raw[i], step, k, codes);
         decode_half_run<F>(codes, scale[i][k], min_value[i][k], w[i]);
       }
       if constexpr (NT > 4) load_x(xb, 1);

@@ -19,10 +19,12 @@
 // Geometry: a CTA of 8 warps (16 for up to 16 activation rows) owns 32 weight rows; its warps
 // split the row's units (formats.cuh) into contiguous ranges, and their fp32 partials are added
 // in shared memory in a fixed order (the result does not depend on timing). In one step lane
-// (g, q) = (lane / 4, lane % 4) of a warp loads unit 4t + q of rows g, g + 8, g + 16 and g + 24,
-// and feeds its elements to the mma k-slots 2q, 2q + 1, 2q + 8, 2q + 9 four at a time: the k
-// dimension is the row's elements in an order of the units' making, and the activations are
-// read in that same order (a run's 16 consecutive elements in two 16-byte loads).
+// (g, q) = (lane / 4, lane % 4) of a warp loads its part of units 4t .. 4t + 3 of rows g, g + 8,
+// g + 16 and g + 24 (quant_mma_lanes.cuh: unit 4t + q whole, or for Q4_K and Q6_K 8 bytes of
+// two units, so that a quad's activation loads are contiguous), and feeds its elements to the
+// mma k-slots 2q, 2q + 1, 2q + 8, 2q + 9 four at a time: the k dimension is the row's elements
+// in an order of the lanes' making, and the activations are read in that same order (8
+// elements a 16-byte load).
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,184 @@
+// How quant_mma.cu's lanes share a step's four units of a weight row (formats.cuh), and which
+// activations each lane reads for them.
+//
+// A lane (g, q) of a warp feeds its elements to the mma k-slots 2q, 2q + 1, 2q + 8, 2q + 9; any
+// assignment of a row's elements to the four lanes of a quad works, as long as a lane reads the
+// activations of the elements whose weights it decodes. A lane's step is two runs k of 16
+// elements, each run two halves of 8 (one 16-byte load of activations each):
+//
+//   WholeUnits: lane q takes unit 4t + q whole (run k is the unit's run k, its halves the run's
+//     two 8-element halves). A quad's four 16-byte activation loads fall 32 bytes apart (each
+//     lane's run is 32 bytes of its own), so every load instruction touches two 128-byte lines
+//     of each activation row and uses half of each 32-byte sector.
+//   QuadPieces (Q4_K, Q6_K, where units 4t and 4t + 1, and 4t + 2 and 4t + 3, hold neighbouring
+//     elements; passes of more than 32 activation rows): lane q takes 8 bytes of codes of two
+//     units, byte 8 (q % 2) of units 4t + q / 2 (half 0) and 4t + 2 + q / 2 (half 1). A quad's four
+//     activation loads are then 64 contiguous bytes of each row: whole sectors, half as many lines
+//     per load instruction. L1 requests were what bounded the kernel at 64 rows (ncu: L1/TEX
+//     throughput 84%, DRAM 8%).
+//
+// Each gives, for a lane's step (t, q) and its unit u = min(4t + q, units - 1):
+//   Raw, load(w, row, s)             the lane's weight registers of one row
+//   scales(raw, s, scale, min)       [run k][half]: each half's scale (and min)
+//   codes(raw, s, k, w)              run k's 16 codes, byte i of w[i / 4] holding element i
+//   x_col(s, k, half)                the row element of the half's first activation
+#pragma once
+
+#include <type_traits>
+
+#include "backend/cuda/formats.cuh"
+
+namespace llamaserve::cuda {
+
+struct LaneStep {
+  int t;  // the step: units 4t .. 4t + 3 of the row
+  int q;  // the lane's place in its quad
+  int u;  // WholeUnits: the lane's unit (clamped to the row's last)
+};
+
+template <TensorType T>
+struct WholeUnits {
+  using F = Format<T>;
+  using Raw = typename F::Raw;
+  static constexpr int kRuns = F::kRuns;
+  LS_FORMAT static Raw load(const DeviceMatrix& w, int64_t row, LaneStep s) {
+    return F::load(w, row, s.u);
+  }
+  LS_FORMAT static void scales(const Raw& raw, LaneStep s, float (&scale)[kRuns][2],
+                               float (&min)[kRuns][2]) {
+    float sc[kRuns], mn[kRuns] = {};
+    F::scales(raw, s.u, sc, mn);
+    LS_UNROLL
+    for (int k = 0; k < kRuns; ++k) {
+      scale[k][0] = scale[k][1] = sc[k];
+      min[k][0] = min[k][1] = mn[k];
+    }
+  }
+  LS_FORMAT static void codes(const Raw& raw, LaneStep s, int k, uint32_t (&w)[4]) {
+    F::codes(raw, s.u, k, w);
+  }
+  LS_FORMAT static int x_col(LaneStep s, int k, int half) { return F::run_base(s.u, k) + 8 * half; }
+};
+
+template <TensorType T>
+struct QuadPieces;
+
+// 8 bytes of weights, not allocated in L1 (as load_weights_16).
+LS_FORMAT uint2 load_weights_8(const uint8_t* p) {
+  uint2 r;
+#if defined(__CUDA_ARCH__)
+  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));
+#else
+  std::memcpy(&r, p, sizeof r);
+#endif
+  return r;
+}
+
+// Step t covers super-block t / 2, chunks c = 2 (t % 2) (half 0) and c + 1 (half 1); lane q
+// takes bytes [8q, 8q + 8) of each chunk's 32: elements 8q .. 8q + 7 of sub-blocks 2c (low
+// nibbles, run 0) and 2c + 1 (high nibbles, run 1).
+template <>
+struct QuadPieces<TensorType::Q4_K> {
+  using F = Format<TensorType::Q4_K>;
+  static constexpr int kRuns = 2;
+  struct Raw {
+    uint4 meta;
+    uint2 half0, half1;
+  };
+  LS_FORMAT static Raw load(const DeviceMatrix& w, int64_t row, LaneStep s) {
+    const uint8_t* block = quant_row(w, row) + (s.t >> 1) * F::kBlockBytes;
+    const uint8_t* piece = block + 16 + 64 * (s.t & 1) + 8 * s.q;
+    return {load_cached<uint4>(block), load_weights_8(piece), load_weights_8(piece + 32)};
+  }
+  // Sub-blocks 4 (t % 2) .. 4 (t % 2) + 3, one byte each of one word (as k_quant_scales):
+  // byte 2 half + k.
+  LS_FORMAT static void scales(const Raw& raw, LaneStep s, float (&scale)[kRuns][2],
+                               float (&min)[kRuns][2]) {
+    const uint4& m = raw.meta;
+    const bool high = (s.t & 1) != 0;
+    const uint32_t sc = high ? (m.w & 0x0f0f0f0fu) | ((m.y >> 2) & 0x30303030u) : m.y & 0x3f3f3f3fu;
+    const uint32_t mn =
+        high ? ((m.w >> 4) & 0x0f0f0f0fu) | ((m.z >> 2) & 0x30303030u) : m.z & 0x3f3f3f3fu;
+    const float d = half_bits_to_float(m.x);
+    const float dmin = half_bits_to_float(m.x >> 16);
+    LS_UNROLL
+    for (int half = 0; half < 2; ++half) {
+      LS_UNROLL
+      for (int k = 0; k < kRuns; ++k) {
+        scale[k][half] = d * byte_as_float(sc, 2 * half + k, 0.0f);
+        min[k][half] = -dmin * byte_as_float(mn, 2 * half + k, 0.0f);
+      }
+    }
+  }
+  LS_FORMAT static void codes(const Raw& raw, LaneStep, int k, uint32_t (&w)[4]) {
+    nibbles(make_uint4(raw.half0.x, raw.half0.y, raw.half1.x, raw.half1.y), k, w);
+  }
+  LS_FORMAT static int x_col(LaneStep s, int k, int half) {
+    return 128 * s.t + 64 * half + 32 * k + 8 * s.q;
+  }
+};
+
+// Step t covers super-block t / 2, its half hf = t % 2 (128 elements); lane q takes l-bytes
+// [8q, 8q + 8) of the half: ql chunk 0 (half 0) and 1 (half 1), both holding quarters s and s + 2
+// (runs 0 and 1) of those l, and the qh bytes of the same l, which hold every quarter's top bits.
+template <>
+struct QuadPieces<TensorType::Q6_K> {
+  using F = Format<TensorType::Q6_K>;
+  static constexpr int kRuns = 2;
+  struct Raw {
+    uint2 ql0, ql1, qh;
+    uint32_t sc;  // int8 scales: half 0 runs 0, 1, half 1 runs 0, 1
+    float d;
+  };
+  LS_FORMAT static Raw load(const DeviceMatrix& w, int64_t row, LaneStep s) {
+    const int hf = s.t & 1;
+    const uint8_t* block = quant_row(w, row) + (s.t >> 1) * F::kBlockBytes;
+    Raw raw;
+    raw.ql0 = load_weights_8(block + 64 * hf + 8 * s.q);
+    raw.ql1 = load_weights_8(block + 64 * hf + 32 + 8 * s.q);
+    raw.qh = load_weights_8(block + 128 + 32 * hf + 8 * s.q);
+    // Scale groups of 16 elements: 8 hf + 2 quarter + l-half (q / 2); quarters 0, 2 (half 0)
+    // and 1, 3 (half 1).
+    const uint2 sc = load_cached<uint2>(block + 192 + 8 * hf);
+    const int h = s.q >> 1;
+    raw.sc = byte_perm(sc.x, sc.y, 0x6240u + 0x1111u * static_cast<uint32_t>(h));
+    raw.d = load_half(scale_row(w, row) + 2 * (s.t >> 1));
+    return raw;
+  }
+  LS_FORMAT static void scales(const Raw& raw, LaneStep, float (&scale)[kRuns][2],
+                               float (&)[kRuns][2]) {
+    LS_UNROLL
+    for (int half = 0; half < 2; ++half) {
+      LS_UNROLL
+      for (int k = 0; k < kRuns; ++k) {
+        const int8_t sc = static_cast<int8_t>(raw.sc >> (8 * (2 * half + k)));
+        scale[k][half] = raw.d * static_cast<float>(sc);
+      }
+    }
+  }
+  LS_FORMAT static void codes(const Raw& raw, LaneStep, int k, uint32_t (&w)[4]) {
+    LS_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      const int half = i >> 1;  // quarter s = half
+      const uint32_t ql =
+          (i & 1) == 0 ? (half == 0 ? raw.ql0.x : raw.ql1.x) : (half == 0 ? raw.ql0.y : raw.ql1.y);
+      const uint32_t qh = ((i & 1) == 0 ? raw.qh.x : raw.qh.y) >> (2 * half);
+      w[i] = k == 0 ? (ql & 0x0f0f0f0fu) | ((qh << 4) & 0x30303030u)
+                    : ((ql >> 4) & 0x0f0f0f0fu) | (qh & 0x30303030u);
+    }
+  }
+  LS_FORMAT static int x_col(LaneStep s, int k, int half) {
+    return 128 * s.t + 32 * half + 64 * k + 8 * s.q;
+  }
+};
+
+// The lanes' layout of a pass of NT tiles of 8 activation rows: pieces for Q4_K and Q6_K from 6
+// tiles on, where the activation loads weigh most; below, whole units (each lane works out twice
+// the scales and issues twice the weight loads with pieces, which cost more than the activation
+// loads save: bench/results/2026-12-03-h200-quant-mma-quad-pieces.md).
+template <TensorType T>
+inline constexpr bool kQuadPieces = T == TensorType::Q4_K || T == TensorType::Q6_K;
+template <TensorType T, int NT>
+using MmaLanes = std::conditional_t<kQuadPieces<T> && (NT > 4), QuadPieces<T>, WholeUnits<T>>;
+
+}  // namespace llamaserve::cuda
