@@ -210,6 +210,8 @@ template <TensorType T>
 Status launch_passes(const QuantMmaArgs& args, LaunchStream stream) {
   const int64_t units = args.w.cols / kUnitElems<T>;
   LS_CUDA_REQUIRE(units * kUnitElems<T> == args.w.cols && units <= 0x7fffffff);
+  // Quad pieces take every step whole (a super-block is 8 units).
+  LS_CUDA_REQUIRE(!kQuadPieces<T> || units % kUnitsAStep == 0);
   const int64_t steps = (units + kUnitsAStep - 1) / kUnitsAStep;
   const int64_t ctas = (args.w.rows + kTileRows - 1) / kTileRows;
   LS_CUDA_REQUIRE(ctas <= 0x7fffffff);
