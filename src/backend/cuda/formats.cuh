@@ -286,18 +286,24 @@ struct Format<TensorType::Q4_1> {
   }
 };
 
-// The scales and mins of sub-blocks 2c and 2c + 1 of a Q4_K/Q5_K super-block, from its first
-// 16 bytes (d, dmin, 12 packed scale bytes), as in q4_k_scale_min. Both encodings are computed
-// and one selected, since c differs between the lanes of a warp.
+// The 6-bit scales and mins of a Q4_K/Q5_K super-block's sub-blocks 0..3 (high = false) or
+// 4..7, one a byte, from its first 16 bytes (d, dmin, 12 packed scale bytes), as in
+// q4_k_scale_min.
+LS_FORMAT void k_quant_scale_bytes(const uint4& meta, bool high, uint32_t& sc, uint32_t& m) {
+  // Sub-blocks 0..3: bytes 0..3 / 4..7. Sub-blocks 4..7: low 4 bits in bytes 8..11, high 2 bits
+  // in the top of bytes 0..7.
+  sc = high ? (meta.w & 0x0f0f0f0fu) | ((meta.y >> 2) & 0x30303030u) : meta.y & 0x3f3f3f3fu;
+  m = high ? ((meta.w >> 4) & 0x0f0f0f0fu) | ((meta.z >> 2) & 0x30303030u) : meta.z & 0x3f3f3f3fu;
+}
+
+// The scales and mins of sub-blocks 2c and 2c + 1 of a Q4_K/Q5_K super-block. Both encodings
+// are computed and one selected, since c differs between the lanes of a warp.
 LS_FORMAT void k_quant_scales(const uint4& meta, int c, float (&scale)[2], float (&min)[2]) {
+  uint32_t sc, m;
+  k_quant_scale_bytes(meta, c >= 2, sc, m);
   const int shift = 16 * (c & 1);
-  const uint32_t sc_lo = (meta.y >> shift) & 0x3f3fu;  // sub-blocks 0..3: bytes 0..3 / 4..7
-  const uint32_t m_lo = (meta.z >> shift) & 0x3f3fu;
-  // Sub-blocks 4..7: low 4 bits in bytes 8..11, high 2 bits in the top of bytes 0..7.
-  const uint32_t sc_hi = ((meta.w >> shift) & 0x0f0fu) | (((meta.y >> shift) >> 2) & 0x3030u);
-  const uint32_t m_hi = (((meta.w >> shift) >> 4) & 0x0f0fu) | (((meta.z >> shift) >> 2) & 0x3030u);
-  const uint32_t sc = c < 2 ? sc_lo : sc_hi;
-  const uint32_t m = c < 2 ? m_lo : m_hi;
+  sc >>= shift;
+  m >>= shift;
   const float d = half_bits_to_float(meta.x);
   const float dmin = half_bits_to_float(meta.x >> 16);
   scale[0] = d * byte_as_float(sc, 0, 0.0f);
@@ -374,6 +380,13 @@ struct Format<TensorType::Q5_K> {
   }
 };
 
+// Four Q6_K codes from their ql bytes and their qh bytes shifted right by 2s: quarter s (k = 0:
+// low nibbles, qh bits 2s..2s+1) or quarter s + 2 (k = 1: high nibbles, bits 2s+4..2s+5).
+LS_FORMAT uint32_t q6_k_codes(uint32_t ql, uint32_t qh, int k) {
+  return k == 0 ? (ql & 0x0f0f0f0fu) | ((qh << 4) & 0x30303030u)
+                : ((ql >> 4) & 0x0f0f0f0fu) | (qh & 0x30303030u);
+}
+
 // Device block: ql (128 bytes), qh (64), scales (16); d in the scale array. Unit u of a row:
 // super-block u / 8, r = u % 8: half hf = r / 4 (128 elements), ql chunk s = (r / 2) % 2,
 // l-half h = r % 2. Its 16 ql bytes hold quarter s (low nibbles) and quarter s + 2 (high
@@ -412,10 +425,7 @@ struct Format<TensorType::Q6_K> {
     const int s = (u >> 1) & 1;
     LS_UNROLL
     for (int i = 0; i < 4; ++i) {
-      const uint32_t ql = word(raw.ql, i), qh = word(raw.qh, i) >> (2 * s);
-      // Quarter s: low nibble, qh bits 2s..2s+1. Quarter s + 2: high nibble, bits 2s+4..2s+5.
-      w[i] = k == 0 ? (ql & 0x0f0f0f0fu) | ((qh << 4) & 0x30303030u)
-                    : ((ql >> 4) & 0x0f0f0f0fu) | (qh & 0x30303030u);
+      w[i] = q6_k_codes(word(raw.ql, i), word(raw.qh, i) >> (2 * s), k);
     }
   }
   LS_FORMAT static void scales(const Raw& raw, int, float (&scale)[kRuns], float (&)[kRuns]) {

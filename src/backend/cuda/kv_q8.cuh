@@ -9,6 +9,7 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda/attention.h"
+#include "backend/cuda/formats.cuh"
 
 namespace llamaserve::cuda {
 
@@ -46,13 +47,11 @@ __device__ __forceinline__ void store_kv_q8_block_by_8(float4 x, int sub, int8_t
   if (sub == 0) *scale = __float2half_rn(d);
 }
 
-// Code i of the four packed in `word` (i = 0: the lowest address), as a float: a byte permute
-// puts code + 128 into the mantissa of 2^23 (0x4B000000 | byte = 2^23 + byte), one subtraction
-// leaves the code exactly. Two full-rate instructions instead of an integer-to-float conversion
-// at a quarter of the rate.
+// Code i of the four packed in `word` (i = 0: the lowest address), as a float: code + 128 as an
+// unsigned byte through byte_as_float (a byte permute and a subtraction, not an integer-to-float
+// conversion at a quarter of the rate).
 __device__ __forceinline__ float kv_code(uint32_t word, int i) {
-  const uint32_t biased = __byte_perm(word ^ 0x80808080u, 0x4B000000u, 0x7650u + i);
-  return __uint_as_float(biased) - 8388736.0f;  // 2^23 + 128
+  return byte_as_float(word ^ 0x80808080u, i, 128.0f);
 }
 
 // Eight codes (two words) times `scale` (an f16 value) as eight f16 values packed in a uint4,

@@ -90,17 +90,13 @@ struct QuadPieces<TensorType::Q4_K> {
     const uint8_t* piece = block + 16 + 64 * (s.t & 1) + 8 * s.q;
     return {load_cached<uint4>(block), load_weights_8(piece), load_weights_8(piece + 32)};
   }
-  // Sub-blocks 4 (t % 2) .. 4 (t % 2) + 3, one byte each of one word (as k_quant_scales):
-  // byte 2 half + k.
+  // Sub-blocks 4 (t % 2) .. 4 (t % 2) + 3: byte 2 half + k of k_quant_scale_bytes' words.
   LS_FORMAT static void scales(const Raw& raw, LaneStep s, float (&scale)[kRuns][2],
                                float (&min)[kRuns][2]) {
-    const uint4& m = raw.meta;
-    const bool high = (s.t & 1) != 0;
-    const uint32_t sc = high ? (m.w & 0x0f0f0f0fu) | ((m.y >> 2) & 0x30303030u) : m.y & 0x3f3f3f3fu;
-    const uint32_t mn =
-        high ? ((m.w >> 4) & 0x0f0f0f0fu) | ((m.z >> 2) & 0x30303030u) : m.z & 0x3f3f3f3fu;
-    const float d = half_bits_to_float(m.x);
-    const float dmin = half_bits_to_float(m.x >> 16);
+    uint32_t sc, mn;
+    k_quant_scale_bytes(raw.meta, (s.t & 1) != 0, sc, mn);
+    const float d = half_bits_to_float(raw.meta.x);
+    const float dmin = half_bits_to_float(raw.meta.x >> 16);
     LS_UNROLL
     for (int half = 0; half < 2; ++half) {
       LS_UNROLL
@@ -163,8 +159,7 @@ struct QuadPieces<TensorType::Q6_K> {
       const uint32_t ql =
           (i & 1) == 0 ? (half == 0 ? raw.ql0.x : raw.ql1.x) : (half == 0 ? raw.ql0.y : raw.ql1.y);
       const uint32_t qh = ((i & 1) == 0 ? raw.qh.x : raw.qh.y) >> (2 * half);
-      w[i] = k == 0 ? (ql & 0x0f0f0f0fu) | ((qh << 4) & 0x30303030u)
-                    : ((ql >> 4) & 0x0f0f0f0fu) | (qh & 0x30303030u);
+      w[i] = q6_k_codes(ql, qh, k);
     }
   }
   LS_FORMAT static int x_col(LaneStep s, int k, int half) {
