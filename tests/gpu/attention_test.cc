@@ -103,6 +103,7 @@ AttentionCase q8_cache(const char* name, AttentionCase c) {
   return c;
 }
 
+constexpr AttentionKernel kAuto = AttentionKernel::kAuto;
 constexpr AttentionKernel kTensorCores = AttentionKernel::kTensorCores;
 constexpr AttentionKernel kCudaCores = AttentionKernel::kCudaCores;
 constexpr AttentionKernel kDecode = AttentionKernel::kDecode;
@@ -261,6 +262,14 @@ TEST_P(AttentionTest, MatchesReference) {
   const bool tensor_cores =
       by_name || (c.kernel == AttentionKernel::kAuto && max_tile_rows * group >= 16 &&
                   (c.n_splits > 1 || !q8_output));
+  // With a Q8_0 cache the decode kernel's rows (by name, or kAuto's leading one-row tiles) run on
+  // tensor cores too: f16 Q, K values and probabilities, the same relative tolerance.
+  std::vector<bool> relative_tolerance(static_cast<size_t>(rows), tensor_cores);
+  if (c.kv_type == KvType::kQ8_0 && (c.kernel == kDecode || c.kernel == kAuto)) {
+    for (int i = 0; i < (c.kernel == kDecode ? a.n_tiles : a.single_row_tiles); ++i) {
+      relative_tolerance[tiles[i].first_row] = true;
+    }
+  }
   if (q8_output) a.out_q = q8_rows_view(out_q8.get(), rows, q_dim);
   ASSERT_OK(configure_attention_kernels());
   ASSERT_OK(attention(a, stream));
@@ -318,6 +327,9 @@ TEST_P(AttentionTest, MatchesReference) {
   //     output by sum_t p_t (d_t - mean d) v_t / sum_t p_t, at most 2 max|d_t| m. For these
   //     standard-normal inputs the roundings are independent and d_t stays near
   //     u * scale * sqrt(head_dim / 3) (about 3e-4), far from its worst case.
+  // (The Q8_0 decode kernel also rounds each K value, code times scale, to f16: a second
+  // error of the size of Q's in d_t, and the probabilities times the V scales: still one
+  // rounding of each weight.)
   // A CPU emulation of the kernel's arithmetic (f16 Q and P, fp32 sums, chunks of 64 positions)
   // on such data over contexts of 1 to 1000 positions stays below 7.6e-4 m. 4e-3 m leaves a
   // factor of 5, and still fails a position wrongly masked or unmasked within the first hundred,
@@ -358,7 +370,7 @@ TEST_P(AttentionTest, MatchesReference) {
         }
         expected /= sum;
         const double tolerance =
-            tensor_cores ? kTensorCoreRelTolerance * (weighted_abs / sum) : 2e-4;
+            relative_tolerance[r] ? kTensorCoreRelTolerance * (weighted_abs / sum) : 2e-4;
         const float got = out[r * out_stride + h * c.head_dim + d];
         if (!(std::fabs(got - expected) <= tolerance) && ++failures <= 5) {
           ADD_FAILURE() << "row " << r << " (pos " << positions[r] << ") head " << h << " dim " << d
@@ -533,7 +545,7 @@ INSTANTIATE_TEST_SUITE_P(
         AttentionCase{
             "MixedDecodeFirstGqa4Hd64Split2", 64, 8, 2, {{1300, 1}, {3, 1}, {40, 100}, {0, 17}}, 2},
         // A Q8_0 cache on every kernel: the decode kernel (splits, split tiles, settled history,
-        // both block sizes), the CUDA-core kernel (decode rows, a prompt with 8-bit output), the
+        // one block size), the CUDA-core kernel (decode rows, a prompt with 8-bit output), the
         // tensor-core kernel (prompts, chunks after odd prefixes, splits, batches) and a step
         // of both kinds.
         q8_cache("Q8DecodeGqa4Hd128",
@@ -542,8 +554,38 @@ INSTANTIATE_TEST_SUITE_P(
                  {"", 64, 9, 3, {{0, 1}, {299, 1}, {1024, 1}}, 3, kDecode, 4}),
         q8_cache("Q8DecodeRowSplitsMhaHd64Settled",
                  {"", 64, 4, 4, {{0, 1}, {62, 1}, {64, 1}, {1000, 1}}, 1, kDecode, 0, true, 64}),
-        q8_cache("Q8DecodeKernel16WarpsGqa3Hd128Split2",
-                 {"", 128, 9, 3, {{0, 1}, {31, 1}, {700, 1}, {1499, 1}}, 2, kDecode, 16}),
+        q8_cache("Q8DecodeKernelGqa3Hd128Split2",
+                 {"", 128, 9, 3, {{0, 1}, {31, 1}, {700, 1}, {1499, 1}}, 2, kDecode, 4}),
+        // The Q8_0 decode kernel takes runs of 16 positions and splits that start at multiples
+        // of 16: contexts around a run's end, every group size's columns (1, 5, 8), more splits
+        // than some contexts have runs (empty splits), settled history, and split tiles whose
+        // rows' splits are not multiples of 16 positions.
+        q8_cache("Q8DecodeKernelGqa8Hd128Split3",
+                 {"",
+                  128,
+                  16,
+                  2,
+                  {{0, 1}, {14, 1}, {15, 1}, {16, 1}, {33, 1}, {1000, 1}},
+                  3,
+                  kDecode,
+                  4}),
+        q8_cache("Q8DecodeKernelMhaHd128",
+                 {"", 128, 3, 3, {{5, 1}, {639, 1}, {1499, 1}}, 1, kDecode, 4}),
+        q8_cache("Q8DecodeKernelGqa5Hd64Split7",
+                 {"", 64, 10, 2, {{0, 1}, {2, 1}, {97, 1}, {510, 1}}, 7, kDecode}),
+        q8_cache(
+            "Q8DecodeKernelSettledGqa2Hd128Split4",
+            {"", 128, 4, 2, {{0, 1}, {1, 1}, {37, 1}, {143, 1}, {2000, 1}}, 4, kDecode, 0, true}),
+        q8_cache("Q8DecodeRowSplitsGqa4Hd128", {"",
+                                                128,
+                                                8,
+                                                2,
+                                                {{0, 1}, {99, 1}, {100, 1}, {699, 1}, {2999, 1}},
+                                                1,
+                                                kAuto,
+                                                0,
+                                                false,
+                                                100}),
         q8_cache("Q8CoresDecodeGqa4Hd128Split4",
                  {"", 128, 8, 2, {{0, 1}, {4, 1}, {129, 1}, {699, 1}, {1499, 1}}, 4, kCudaCores}),
         q8_cache("Q8PrefillGqa3Hd64", {"", 64, 9, 3, {{40, 100}, {7, 1}}, 1}),
@@ -642,6 +684,20 @@ TEST_F(AttentionKernelChoiceTest, TensorCoresRefuseShapesTheyDoNotHandle) {
   odd_warps.n_tiles = 1;
   odd_warps.decode_warps = 8;
   expect_decode_refused(odd_warps, "8 warps");
+  // A Q8_0 cache's decode kernel: 4 warps, KV blocks of a multiple of 16 positions.
+  DeviceArray<uint16_t> scales(4096);
+  AttentionArgs q8_decode = decode;
+  q8_decode.kv_type = KvType::kQ8_0;
+  q8_decode.k_scales = scales.get();
+  q8_decode.v_scales = scales.get();
+  ASSERT_OK(attention(q8_decode, nullptr));
+  AttentionArgs q8_many_warps = q8_decode;
+  q8_many_warps.n_tiles = 1;
+  q8_many_warps.decode_warps = 16;
+  expect_decode_refused(q8_many_warps, "16 warps with a Q8_0 cache");
+  AttentionArgs q8_small_blocks = q8_decode;
+  q8_small_blocks.block_size = 8;
+  expect_decode_refused(q8_small_blocks, "KV blocks of 8 positions with a Q8_0 cache");
 }
 
 }  // namespace

@@ -419,7 +419,8 @@ Status launch_attention(const AttentionArgs& a, bool tensor_cores, bool decode,
   if (tensor_cores) {
     LS_RETURN_IF_ERROR(launch_attention_mma<D>(a, stream));
   } else if (decode) {
-    LS_RETURN_IF_ERROR(launch_attention_decode<D>(a, stream));
+    LS_RETURN_IF_ERROR(a.kv_type == KvType::kQ8_0 ? launch_attention_decode_q8<D>(a, stream)
+                                                  : launch_attention_decode<D>(a, stream));
   } else {
     const int nq8 = (a.max_tile_rows * (a.n_head / a.n_head_kv) + 7) & ~7;
     const int64_t smem = SmemLayout::bytes(nq8, D);
@@ -487,10 +488,12 @@ Status attention(const AttentionArgs& a, LaunchStream stream) {
   LS_CUDA_REQUIRE(a.n_splits >= 1 && a.n_splits <= 65535);
   LS_CUDA_REQUIRE(a.n_splits == 1 || (a.partial != nullptr && a.n_batch_rows > 0));
   // Split tiles: one-row tiles on the decode kernel, which combines each row's splits itself.
-  LS_CUDA_REQUIRE(!a.split_tiles || (a.max_tile_rows == 1 && a.split_counters != nullptr &&
-                                     a.n_head / a.n_head_kv <= kMaxDecodeGroup &&
-                                     a.kernel != AttentionKernel::kTensorCores &&
-                                     a.kernel != AttentionKernel::kCudaCores));
+  LS_CUDA_REQUIRE(!a.split_tiles ||
+                  (a.max_tile_rows == 1 && a.split_counters != nullptr &&
+                   a.n_head / a.n_head_kv <= kMaxDecodeGroup &&
+                   (a.kv_type == KvType::kF16 || a.block_size % kDecodeQ8Run == 0) &&
+                   a.kernel != AttentionKernel::kTensorCores &&
+                   a.kernel != AttentionKernel::kCudaCores));
   LS_CUDA_REQUIRE(a.q_stride % 4 == 0 && a.out_stride % 2 == 0);
   LS_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.q) % 16 == 0 &&
                   reinterpret_cast<uintptr_t>(a.out) % 8 == 0);
@@ -512,19 +515,23 @@ Status attention(const AttentionArgs& a, LaunchStream stream) {
   }
   const bool tensor_cores = tensor_cores_apply && (a.kernel == AttentionKernel::kTensorCores ||
                                                    a.kernel == AttentionKernel::kAuto);
-  const bool decode_applies = a.max_tile_rows == 1 && group_size <= kMaxDecodeGroup;
+  // A Q8_0 cache's decode kernel takes runs of kDecodeQ8Run positions within one KV block.
+  const bool decode_blocks = a.kv_type == KvType::kF16 || a.block_size % kDecodeQ8Run == 0;
+  const bool decode_applies =
+      a.max_tile_rows == 1 && group_size <= kMaxDecodeGroup && decode_blocks;
   if (a.kernel == AttentionKernel::kDecode && !decode_applies) {
     return make_error(StatusCode::kInvalidArgument,
-                      "attention: the decode kernel needs tiles of one row (got up to {}) and at "
-                      "most {} query heads per KV head (got {})",
-                      a.max_tile_rows, kMaxDecodeGroup, group_size);
+                      "attention: the decode kernel needs tiles of one row (got up to {}), at "
+                      "most {} query heads per KV head (got {}) and with a Q8_0 cache KV blocks "
+                      "of a multiple of {} positions (got {})",
+                      a.max_tile_rows, kMaxDecodeGroup, group_size, kDecodeQ8Run, a.block_size);
   }
   const bool decode = decode_applies &&
                       (a.kernel == AttentionKernel::kDecode || a.kernel == AttentionKernel::kAuto);
   if (a.n_tiles == 0) return Status::ok();
   LS_CUDA_REQUIRE(a.single_row_tiles >= 0 && a.single_row_tiles <= a.n_tiles);
   if (a.kernel == AttentionKernel::kAuto && a.single_row_tiles > 0 &&
-      a.single_row_tiles < a.n_tiles && group_size <= kMaxDecodeGroup) {
+      a.single_row_tiles < a.n_tiles && group_size <= kMaxDecodeGroup && decode_blocks) {
     // The one-row tiles on the decode kernel, then the others. Both write disjoint rows; with
     // splits the second launch's reduction recombines the first's rows from their partials to
     // the same values (attention_splits.cuh).

@@ -16,10 +16,12 @@
 // Three kernels do this. The CUDA-core kernel (fp32 FMAs) handles every case. The tensor-core
 // kernel (attention_mma.cu: mma.sync on f16 Q, K, V with fp32 scores and sums, FlashAttention-2
 // style) is for prefill tiles of at least kMinTensorCoreQueries query vectors, split or not
-// (8-bit output only through the splits' reduction). The decode kernel (attention_decode.cu: warps
-// streaming whole K/V rows, fp32) is for batches whose tiles are all one row, up to 8 query heads
-// per KV head. AttentionArgs::kernel may name one (tests, benchmarks); the forward pass lets
-// attention() choose.
+// (8-bit output only through the splits' reduction). The decode kernel is for batches whose
+// tiles are all one row, up to 8 query heads per KV head: over an f16 cache warps streaming whole
+// K/V rows in fp32 (attention_decode.cu), over a Q8_0 cache mma.sync on runs of 16 positions
+// (attention_decode_q8.cu; KV blocks of a multiple of 16 positions, else the CUDA-core kernel).
+// AttentionArgs::kernel may name one (tests, benchmarks); the forward pass lets attention()
+// choose.
 #pragma once
 
 #include <cstdint>
@@ -136,8 +138,8 @@ struct AttentionArgs {
   // copies): the decode kernel loads them before it waits for the kernel that wrote the queries
   // (launch.cuh). Leave false where a kernel of this pass may have written them.
   bool earlier_kv_settled = false;
-  // The decode kernel's warps per block (4, or 16 for up to 4 query heads per KV head); 0: 16
-  // when the grid has fewer than 4 blocks per SM, else 4. Tests name it.
+  // The decode kernel's warps per block (4, or 16 for up to 4 query heads per KV head; with a
+  // Q8_0 cache 4); 0: 16 when the grid has fewer than 4 blocks per SM, else 4. Tests name it.
   int32_t decode_warps = 0;
 };
 

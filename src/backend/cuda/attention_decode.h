@@ -1,7 +1,8 @@
-// The decode attention kernel (attention_decode.cu): every tile one batch row, so that a block
-// holds the G <= 8 query heads of one KV head for one row and streams that row's K/V positions.
-// Internal to the CUDA backend: attention() (attention.cu) decides when it runs and checks the
-// common contract.
+// The decode attention kernels: every tile one batch row, so that a block holds the G <= 8 query
+// heads of one KV head for one row and streams that row's K/V positions; attention_decode.cu for
+// an f16 cache (CUDA cores), attention_decode_q8.cu for a Q8_0 cache (tensor cores). Internal to
+// the CUDA backend: attention() (attention.cu) decides when they run and checks the common
+// contract.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -14,9 +15,15 @@ namespace llamaserve::cuda {
 // Query heads per KV head the decode kernel is built for.
 inline constexpr int kMaxDecodeGroup = 8;
 
+// Positions a warp of the Q8_0 kernel takes at once; its splits start at multiples of it, and
+// the KV block size must be one.
+inline constexpr int kDecodeQ8Run = 16;
+
 // PRECONDITIONS: as attention(), plus max_tile_rows == 1 and n_head / n_head_kv <=
 // kMaxDecodeGroup. Explicitly instantiated for D = 64 and 128.
 template <int D>
-Status launch_attention_decode(const AttentionArgs& args, LaunchStream stream);
+Status launch_attention_decode(const AttentionArgs& args, LaunchStream stream);  // f16 cache
+template <int D>
+Status launch_attention_decode_q8(const AttentionArgs& args, LaunchStream stream);
 
 }  // namespace llamaserve::cuda

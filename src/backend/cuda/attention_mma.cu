@@ -21,15 +21,7 @@
 // split covers its share of the chunks and O, l and the max go to the partials that the
 // reduction kernel combines (attention.h).
 //
-// Fragment layouts of mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 (PTX ISA, "Matrix
-// Fragments for mma.m16n8k16 with floating point type"), with g = lane / 4 and c = lane % 4:
-//   A (16 × 16, row major), four .b32 registers of two f16 each (low half = lower column):
-//     a[0] = A[g    ][2c, 2c + 1]      a[1] = A[g + 8][2c, 2c + 1]
-//     a[2] = A[g    ][2c + 8, 2c + 9]  a[3] = A[g + 8][2c + 8, 2c + 9]
-//   B (16 × 8, K × N, "col": each thread holds two consecutive k of one column n = g):
-//     b[0] = B[2c, 2c + 1][g]          b[1] = B[2c + 8, 2c + 9][g]
-//   C, D (16 × 8, fp32):
-//     c[0], c[1] = C[g][2c, 2c + 1]    c[2], c[3] = C[g + 8][2c, 2c + 1]
+// Fragment layouts: mma.cuh.
 // ldmatrix.m8n8.x4 (b16): lanes 8i .. 8i + 7 give the addresses of rows 0..7 of matrix i, and
 // register i of every lane receives matrix i's row g, elements 2c and 2c + 1; with .trans it
 // receives column g, elements of rows 2c and 2c + 1. Hence:
@@ -50,11 +42,13 @@
 
 #include <cuda_fp16.h>
 
+#include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/attention.h"
 #include "backend/cuda/attention_mma.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/kv_q8.cuh"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/mma.cuh"
 
 namespace llamaserve::cuda {
 namespace {
@@ -80,27 +74,6 @@ struct MmaSmem {
   static_assert((kRow * 2) % 128 == 16);
 };
 
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared, through L2 only (K/V rows are read once per block).
-__device__ __forceinline__ void cp_async_16(void* dst_shared, const void* src_global) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(shared_address(dst_shared)),
-               "l"(src_global)
-               : "memory");
-}
-
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-
-// Waits until at most `kPending` of this thread's committed groups are still in flight.
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
-}
-
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __half* row_address) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -113,28 +86,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __half
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(shared_address(row_address))
                : "memory");
-}
-
-// c += A · B for one m16n8k16 tile (layouts at the top of the file).
-__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                          uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// 2^x; 2^-inf = 0.
-__device__ __forceinline__ float exp2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// Two floats as an f16 pair, the first in the low half (the lower column of a fragment).
-__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&h);
 }
 
 // See the top of the file and attention.h.

@@ -54,21 +54,25 @@ __device__ __forceinline__ float kv_code(uint32_t word, int i) {
   return byte_as_float(word ^ 0x80808080u, i, 128.0f);
 }
 
+// Codes 2 pair and 2 pair + 1 of the four in `flipped` (packed codes with their sign bits
+// flipped: word ^ 0x80808080, i.e. code + 128 as unsigned bytes) as an exact f16 pair, the lower
+// address in the low half: a byte permute puts each byte under the exponent of 1024 (0x6400 |
+// byte = 1024 + byte), one subtraction of 1152 leaves the code.
+__device__ __forceinline__ __half2 kv_code_pair(uint32_t flipped, int pair) {
+  const uint32_t biased = __byte_perm(flipped, 0x64646464u, pair == 0 ? 0x4140 : 0x4342);
+  return __hsub2(*reinterpret_cast<const __half2*>(&biased), __float2half2_rn(1152.0f));
+}
+
 // Eight codes (two words) times `scale` (an f16 value) as eight f16 values packed in a uint4,
-// each rounded once from the exact product, as __float2half_rn(code * scale) would be: a byte
-// permute puts code + 128 under the exponent of 1024 (0x6400 | byte = 1024 + byte), one
-// subtraction leaves the code exactly, one multiplication scales it; three instructions for
-// two values.
+// each rounded once from the exact product, as __float2half_rn(code * scale) would be: three
+// instructions for two values (kv_code_pair and one multiplication).
 __device__ __forceinline__ uint4 kv_codes_to_half8(uint32_t lo, uint32_t hi, float scale) {
   const __half2 d = __float2half2_rn(scale);
-  const __half2 offset = __float2half2_rn(1152.0f);  // 1024 + 128
   const uint32_t words[2] = {lo ^ 0x80808080u, hi ^ 0x80808080u};
   uint32_t out[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const uint32_t biased = __byte_perm(words[i / 2], 0x64646464u, i % 2 == 0 ? 0x4140 : 0x4342);
-    const __half2 codes = __hsub2(*reinterpret_cast<const __half2*>(&biased), offset);
-    const __half2 values = __hmul2(codes, d);
+    const __half2 values = __hmul2(kv_code_pair(words[i / 2], i % 2), d);
     out[i] = *reinterpret_cast<const uint32_t*>(&values);
   }
   return make_uint4(out[0], out[1], out[2], out[3]);
