@@ -115,19 +115,28 @@ __global__ void __launch_bounds__(kThreads) attention_decode_q8_kernel(const Att
   const auto* v_scales = static_cast<const __half*>(a.v_scales);
   WarpMemory<D>& mine = memory[warp];
 
-  // Copies of the run at t0 into `stage`: positions in [from, to) from the cache, those at or
-  // past `end` zeros (masked, and their zero scales keep P·V finite), the others not touched.
-  // Lane l copies 16-byte pieces l, l + 32, .. of the K and V rows, and one position's K (lanes
-  // 0-15) or V (16-31) scales.
-  auto copy_run = [&](RunStage<D>& stage, int t0, int from, int to) {
-    const bool any = max(t0, from) < min(t0 + kDecodeQ8Run, to);
+  // The KV block of each of the warp's runs, 32 runs at a time (lane j: run window + j), so that
+  // a run's copies do not wait for a block-table read of their own. Run k starts at
+  // b.start + (warp + kWarps k) * kDecodeQ8Run; runs are asked for in increasing order.
+  int window = -32;
+  int32_t window_blocks = 0;
+  auto run_block = [&](int k) {
+    if (k >= window + 32) {
+      window = k;
+      const int t = b.start + (warp + kWarps * (k + lane)) * kDecodeQ8Run;
+      window_blocks = t < end ? block_table[t / a.block_size] : 0;
+    }
+    return __shfl_sync(0xffffffffu, window_blocks, k - window);
+  };
+  // Copies of run k (first position t0) into `stage`: positions in [from, to) from the cache,
+  // those at or past `end` zeros (masked, and their zero scales keep P·V finite), the others not
+  // touched. Lane l copies 16-byte pieces l, l + 32, .. of the K and V rows, and one position's K
+  // (lanes 0-15) or V (16-31) scales.
+  auto copy_run = [&](RunStage<D>& stage, int k, int t0, int from, int to) {
     // The cache row (position × KV head) of position t0; the run's others follow n_head_kv apart.
     const int64_t first =
-        any ? (static_cast<int64_t>(block_table[t0 / a.block_size]) * a.block_size +
-               t0 % a.block_size) *
-                      a.n_head_kv +
-                  b.kv_head
-            : 0;
+        (static_cast<int64_t>(run_block(k)) * a.block_size + t0 % a.block_size) * a.n_head_kv +
+        b.kv_head;
 #pragma unroll
     for (int r = 0; r < kDecodeQ8Run * kPieces / 32; ++r) {
       const int i = lane + 32 * r;
@@ -155,9 +164,9 @@ __global__ void __launch_bounds__(kThreads) attention_decode_q8_kernel(const Att
   const int settled = a.earlier_kv_settled ? min(end, b.ctx - 1) : b.start;
   constexpr int kStride = kWarps * kDecodeQ8Run;
   int t0 = b.start + warp * kDecodeQ8Run;
-  copy_run(mine.stage[0], t0, t0, settled);
+  copy_run(mine.stage[0], 0, t0, t0, settled);
   pdl_wait();
-  copy_run(mine.stage[0], t0, max(t0, settled), end);
+  copy_run(mine.stage[0], 0, t0, max(t0, settled), end);
   cp_async_commit();
 
   // Q's A fragments: a[0] and a[2] of each k-step for head g (rows g + 8 are zeros).
@@ -182,7 +191,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_q8_kernel(const Att
     // The next run's copies go out before this run's arithmetic (one group per run, empty or
     // not); then this run's have landed, and the warp's lanes see each other's.
     if (t0 + kStride < end) {
-      copy_run(mine.stage[(i + 1) % kStages], t0 + kStride, t0 + kStride, end);
+      copy_run(mine.stage[(i + 1) % kStages], i + 1, t0 + kStride, t0 + kStride, end);
     }
     cp_async_commit();
     cp_async_wait<1>();
