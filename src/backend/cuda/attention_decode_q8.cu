@@ -22,7 +22,7 @@
 // and for grouped-query attention the group's heads share each conversion. A warp's runs go
 // through two stages of shared memory of its own (cp.async, the next run's copies in flight
 // while this run is computed; positions at or past the split's end are zero-filled): with no run
-// held in registers a thread needs 108 registers and four blocks fit an SM, whose copies and
+// held in registers a thread needs 128 registers and four blocks fit an SM, whose copies and
 // dependent loads at the start (tile, position, block table) overlap (holding the next run in
 // registers instead, 174 registers, two blocks an SM: 256 sequences of 7B F16 -7% against the
 // CUDA-core decode kernel; launch bounds for five blocks, 96 registers and spills: -8% at the
