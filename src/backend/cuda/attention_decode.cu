@@ -35,18 +35,10 @@ constexpr int kUnroll = 4;  // positions per warp per step, their loads in fligh
 
 // One lane's E = D / 32 halves of a row.
 template <int E>
-struct KvLanes;
-template <>
-struct KvLanes<2> {
-  using Raw = uint32_t;
-};
-template <>
-struct KvLanes<4> {
-  using Raw = uint2;
-};
+using KvLanes = typename WideWord<2 * E>::Type;
 
 template <int E>
-__device__ __forceinline__ void lanes_to_float(const typename KvLanes<E>::Raw& v, float (&f)[E]) {
+__device__ __forceinline__ void lanes_to_float(const KvLanes<E>& v, float (&f)[E]) {
   const auto* h = reinterpret_cast<const __half2*>(&v);
 #pragma unroll
   for (int i = 0; i < E / 2; ++i) {
@@ -64,7 +56,7 @@ __global__ void __launch_bounds__(32 * W, W == kManyWarps ? 1 : 0)
   constexpr int kWarps = W;
   pdl_launch_dependents();
   constexpr int E = D / 32;
-  using Lanes = typename KvLanes<E>::Raw;
+  using Lanes = KvLanes<E>;
   __shared__ float m_s[kWarps][G];
   __shared__ float l_s[kWarps][G];
   __shared__ float acc_s[kWarps][G][D];

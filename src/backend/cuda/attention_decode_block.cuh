@@ -13,6 +13,18 @@
 
 namespace llamaserve::cuda {
 
+// A register type of kBytes (4 or 8) bytes: one load of that width.
+template <int kBytes>
+struct WideWord;
+template <>
+struct WideWord<4> {
+  using Type = uint32_t;
+};
+template <>
+struct WideWord<8> {
+  using Type = uint2;
+};
+
 // One block's (row, KV head, split) and the positions [start, end) of its split.
 struct DecodeBlock {
   int row;

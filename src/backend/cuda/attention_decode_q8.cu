@@ -52,18 +52,6 @@ constexpr int kStages = 2;  // a warp's runs in shared memory: the one computed,
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-// One position's D / 32 block scales.
-template <int D>
-struct ScaleRow;
-template <>
-struct ScaleRow<64> {
-  using Raw = uint32_t;
-};
-template <>
-struct ScaleRow<128> {
-  using Raw = uint2;
-};
-
 // One run in shared memory: the 16 positions' K and V codes (rows padded by 16 bytes, so that a
 // quad's reads of rows g and g + 1, and of rows 2c, hit distinct banks) and their scales.
 template <int D>
@@ -94,7 +82,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_q8_kernel(const Att
   constexpr int kKWords = kKCodes / 16;  // their 16-byte reads
   constexpr int kPieces = D / 16;        // 16-byte copies of a row
   constexpr int kScaleBytes = kBlocks * 2;
-  using Scales = typename ScaleRow<D>::Raw;
+  using Scales = typename WideWord<D / 16>::Type;  // a position's D / 32 block scales
   pdl_launch_dependents();
   __shared__ float m_s[kWarps][kMaxDecodeGroup];
   __shared__ float l_s[kWarps][kMaxDecodeGroup];
