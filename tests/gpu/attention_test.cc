@@ -11,6 +11,7 @@
 #include "backend/cpu/ref_kernels.h"
 #include "backend/cuda/act_quant.h"
 #include "backend/cuda/attention.h"
+#include "backend/cuda/attention_decode.h"
 #include "quant/blocks.h"
 #include "test_util.h"
 
@@ -94,6 +95,7 @@ struct AttentionCase {
   // AttentionArgs::split_tiles), combined by the decode kernel through split counters.
   int row_split_positions = 0;
   KvType kv_type = KvType::kF16;
+  int block_size = 16;  // positions per KV block
 };
 
 // `c` over a Q8_0 cache, named `name`.
@@ -113,7 +115,7 @@ class AttentionTest : public GpuTest, public ::testing::WithParamInterface<Atten
 TEST_P(AttentionTest, MatchesReference) {
   const AttentionCase c = GetParam();
   const bool by_name = c.kernel == AttentionKernel::kTensorCores;
-  const int block_size = 16;
+  const int block_size = c.block_size;
   const int group = c.n_head / c.n_head_kv;
   const int64_t kv_dim = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
   const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
@@ -265,7 +267,8 @@ TEST_P(AttentionTest, MatchesReference) {
   // With a Q8_0 cache the decode kernel's rows (by name, or kAuto's leading one-row tiles) run on
   // tensor cores too: f16 Q, K values and probabilities, the same relative tolerance.
   std::vector<bool> relative_tolerance(static_cast<size_t>(rows), tensor_cores);
-  if (c.kv_type == KvType::kQ8_0 && (c.kernel == kDecode || c.kernel == kAuto)) {
+  if (c.kv_type == KvType::kQ8_0 && (c.kernel == kDecode || c.kernel == kAuto) &&
+      block_size % kDecodeQ8Run == 0) {
     for (int i = 0; i < (c.kernel == kDecode ? a.n_tiles : a.single_row_tiles); ++i) {
       relative_tolerance[tiles[i].first_row] = true;
     }
@@ -576,6 +579,13 @@ INSTANTIATE_TEST_SUITE_P(
         q8_cache(
             "Q8DecodeKernelSettledGqa2Hd128Split4",
             {"", 128, 4, 2, {{0, 1}, {1, 1}, {37, 1}, {143, 1}, {2000, 1}}, 4, kDecode, 0, true}),
+        // KV blocks of 8 positions: a Q8_0 cache's decode rows take the CUDA-core kernel.
+        [] {
+          AttentionCase c = q8_cache("Q8DecodeBlocksOf8Gqa4Hd128",
+                                     {"", 128, 8, 2, {{0, 1}, {9, 1}, {700, 1}}, 2});
+          c.block_size = 8;
+          return c;
+        }(),
         q8_cache("Q8DecodeRowSplitsGqa4Hd128", {"",
                                                 128,
                                                 8,
