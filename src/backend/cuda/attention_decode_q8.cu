@@ -70,10 +70,6 @@ union alignas(16) WarpMemory {
   float acc[kMaxDecodeGroup][D];
 };
 
-__device__ __forceinline__ uint32_t half2_bits(__half2 h) {
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-
 template <int D>
 __global__ void __launch_bounds__(kThreads) attention_decode_q8_kernel(const AttentionArgs a) {
   constexpr int kSteps = D / 16;         // k-steps of S; m-tiles of Oᵀ

@@ -10,6 +10,7 @@
 
 #include "backend/cuda/attention.h"
 #include "backend/cuda/formats.cuh"
+#include "backend/cuda/mma.cuh"
 
 namespace llamaserve::cuda {
 
@@ -56,11 +57,9 @@ __device__ __forceinline__ float kv_code(uint32_t word, int i) {
 
 // Codes 2 pair and 2 pair + 1 of the four in `flipped` (packed codes with their sign bits
 // flipped: word ^ 0x80808080, i.e. code + 128 as unsigned bytes) as an exact f16 pair, the lower
-// address in the low half: a byte permute puts each byte under the exponent of 1024 (0x6400 |
-// byte = 1024 + byte), one subtraction of 1152 leaves the code.
+// address in the low half.
 __device__ __forceinline__ __half2 kv_code_pair(uint32_t flipped, int pair) {
-  const uint32_t biased = __byte_perm(flipped, 0x64646464u, pair == 0 ? 0x4140 : 0x4342);
-  return __hsub2(*reinterpret_cast<const __half2*>(&biased), __float2half2_rn(1152.0f));
+  return byte_pair_as_half2(flipped, pair, 128.0f);
 }
 
 // Eight codes (two words) times `scale` (an f16 value) as eight f16 values packed in a uint4,
@@ -73,7 +72,7 @@ __device__ __forceinline__ uint4 kv_codes_to_half8(uint32_t lo, uint32_t hi, flo
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const __half2 values = __hmul2(kv_code_pair(words[i / 2], i % 2), d);
-    out[i] = *reinterpret_cast<const uint32_t*>(&values);
+    out[i] = half2_bits(values);
   }
   return make_uint4(out[0], out[1], out[2], out[3]);
 }

@@ -1,4 +1,5 @@
-// Tensor-core helpers of the attention kernels (attention_mma.cu, attention_decode_q8.cu).
+// Tensor-core helpers of the attention and quantized-product kernels (attention_mma.cu,
+// attention_decode_q8.cu, quant_mma.cu): the mma itself and the f16 pairs of its fragments.
 //
 // Fragment layouts of mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 (PTX ISA, "Matrix
 // Fragments for mma.m16n8k16 with floating point type"), with g = lane / 4 and c = lane % 4:
@@ -31,6 +32,21 @@ __device__ __forceinline__ float exp2_approx(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
+}
+
+__device__ __forceinline__ uint32_t half2_bits(__half2 h) {
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+__device__ __forceinline__ __half2 bits_half2(uint32_t bits) {
+  return *reinterpret_cast<const __half2*>(&bits);
+}
+
+// Bytes 2 pair and 2 pair + 1 of `word` (unsigned codes, the lower address in the low half) minus
+// `bias`, as an exact f16 pair: a byte permute puts each byte under the exponent of 1024 (0x6400 |
+// byte = 1024 + byte), one subtraction of 1024 + bias leaves byte - bias.
+__device__ __forceinline__ __half2 byte_pair_as_half2(uint32_t word, int pair, float bias) {
+  return __hsub2(bits_half2(__byte_perm(word, 0x64646464u, pair == 0 ? 0x5150u : 0x5352u)),
+                 __float2half2_rn(1024.0f + bias));
 }
 
 // Two floats as an f16 pair, the first in the low half (the lower column of a fragment).

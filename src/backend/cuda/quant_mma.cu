@@ -6,6 +6,7 @@
 #include "backend/cuda/formats.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/matvec.h"
+#include "backend/cuda/mma.cuh"
 #include "backend/cuda/quant_mma_lanes.cuh"
 
 namespace llamaserve::cuda {
@@ -19,23 +20,6 @@ constexpr int kTileRows = 32;   // weight rows a CTA: two mma tiles of 16
 constexpr int kLaneRows = 4;    // rows a lane decodes: g, g + 8, g + 16, g + 24
 constexpr int kUnitsAStep = 4;  // one unit per lane of a quad
 
-// D (16 x 8, fp32) += A (16 x 16, f16, row-major) · B (16 x 8, f16, column-major).
-__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                          uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t half2_bits(__half2 h) {
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-__device__ __forceinline__ __half2 bits_half2(uint32_t bits) {
-  return *reinterpret_cast<const __half2*>(&bits);
-}
-
 // A run's weights as f16 pairs (elements 2p, 2p + 1 in pair p): each code byte becomes the
 // half 1024 + code (its bits 0x6400 | code, one byte permute a pair), the bias 1024 + kCodeBias
 // is subtracted exactly, and one f16 multiply or fma applies the scale (and min) of the run's
@@ -44,16 +28,13 @@ __device__ __forceinline__ __half2 bits_half2(uint32_t bits) {
 template <class F>
 __device__ __forceinline__ void decode_half_run(const uint32_t (&codes)[4], __half2 scales,
                                                 __half2 mins, uint32_t (&w)[F::kRunLen / 2]) {
-  const __half2 bias = __float2half2_rn(1024.0f + F::kCodeBias);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const __half2 scale = i < 2 ? __low2half2(scales) : __high2half2(scales);
     const __half2 min = i < 2 ? __low2half2(mins) : __high2half2(mins);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      // Bytes 2h and 2h + 1 of the word under the exponent byte 0x64.
-      const __half2 q =
-          __hsub2(bits_half2(__byte_perm(codes[i], 0x64646464u, h == 0 ? 0x5150u : 0x5352u)), bias);
+      const __half2 q = byte_pair_as_half2(codes[i], h, F::kCodeBias);
       w[2 * i + h] = half2_bits(F::kHasMin ? __hfma2(q, scale, min) : __hmul2(q, scale));
     }
   }
