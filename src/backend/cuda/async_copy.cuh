@@ -11,14 +11,8 @@ __device__ __forceinline__ uint32_t shared_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// 16 bytes global -> shared, through L2 only (K/V rows are read once per block).
-__device__ __forceinline__ void cp_async_16(void* dst_shared, const void* src_global) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(shared_address(dst_shared)),
-               "l"(src_global)
-               : "memory");
-}
-
-// kBytes (4, 8 or 16) global -> shared, or zeros where `zero` (src is then not read).
+// kBytes (4, 8 or 16) global -> shared, or zeros where `zero` (src is then not read); 16 bytes
+// go through L2 only (K/V rows are read once per block).
 template <int kBytes>
 __device__ __forceinline__ void cp_async_or_zero(void* dst_shared, const void* src_global,
                                                  bool zero) {
@@ -37,6 +31,10 @@ __device__ __forceinline__ void cp_async_or_zero(void* dst_shared, const void* s
 
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+__device__ __forceinline__ void cp_async_16(void* dst_shared, const void* src_global) {
+  cp_async_or_zero<16>(dst_shared, src_global, false);
 }
 
 // Waits until at most `kPending` of this thread's committed groups are still in flight.
