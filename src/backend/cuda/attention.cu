@@ -487,13 +487,13 @@ Status attention(const AttentionArgs& a, LaunchStream stream) {
   LS_CUDA_REQUIRE(a.block_size > 0 && a.blocks_per_seq > 0 && a.scale > 0.0f);
   LS_CUDA_REQUIRE(a.n_splits >= 1 && a.n_splits <= 65535);
   LS_CUDA_REQUIRE(a.n_splits == 1 || (a.partial != nullptr && a.n_batch_rows > 0));
+  // A Q8_0 cache's decode kernel takes runs of kDecodeQ8Run positions within one KV block.
+  const bool decode_blocks = a.kv_type == KvType::kF16 || a.block_size % kDecodeQ8Run == 0;
   // Split tiles: one-row tiles on the decode kernel, which combines each row's splits itself.
-  LS_CUDA_REQUIRE(!a.split_tiles ||
-                  (a.max_tile_rows == 1 && a.split_counters != nullptr &&
-                   a.n_head / a.n_head_kv <= kMaxDecodeGroup &&
-                   (a.kv_type == KvType::kF16 || a.block_size % kDecodeQ8Run == 0) &&
-                   a.kernel != AttentionKernel::kTensorCores &&
-                   a.kernel != AttentionKernel::kCudaCores));
+  LS_CUDA_REQUIRE(!a.split_tiles || (a.max_tile_rows == 1 && a.split_counters != nullptr &&
+                                     a.n_head / a.n_head_kv <= kMaxDecodeGroup && decode_blocks &&
+                                     a.kernel != AttentionKernel::kTensorCores &&
+                                     a.kernel != AttentionKernel::kCudaCores));
   LS_CUDA_REQUIRE(a.q_stride % 4 == 0 && a.out_stride % 2 == 0);
   LS_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.q) % 16 == 0 &&
                   reinterpret_cast<uintptr_t>(a.out) % 8 == 0);
@@ -515,8 +515,6 @@ Status attention(const AttentionArgs& a, LaunchStream stream) {
   }
   const bool tensor_cores = tensor_cores_apply && (a.kernel == AttentionKernel::kTensorCores ||
                                                    a.kernel == AttentionKernel::kAuto);
-  // A Q8_0 cache's decode kernel takes runs of kDecodeQ8Run positions within one KV block.
-  const bool decode_blocks = a.kv_type == KvType::kF16 || a.block_size % kDecodeQ8Run == 0;
   const bool decode_applies =
       a.max_tile_rows == 1 && group_size <= kMaxDecodeGroup && decode_blocks;
   if (a.kernel == AttentionKernel::kDecode && !decode_applies) {

@@ -16,7 +16,7 @@ namespace llamaserve::cuda {
 inline constexpr int kMaxDecodeGroup = 8;
 
 // Positions a warp of the Q8_0 kernel takes at once; its splits start at multiples of it, and
-// the KV block size must be one.
+// the KV block size must be one (attention() sends other block sizes to the CUDA-core kernel).
 inline constexpr int kDecodeQ8Run = 16;
 
 // PRECONDITIONS: as attention(), plus max_tile_rows == 1 and n_head / n_head_kv <=

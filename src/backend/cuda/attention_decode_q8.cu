@@ -99,24 +99,27 @@ __global__ void __launch_bounds__(kThreads) attention_decode_q8_kernel(const Att
   const auto* v_scales = static_cast<const __half*>(a.v_scales);
   WarpMemory<D>& mine = memory[warp];
 
+  // The warp's run k: positions [run_start(k), run_start(k) + kDecodeQ8Run).
+  auto run_start = [&](int k) { return b.start + (warp + kWarps * k) * kDecodeQ8Run; };
   // The KV block of each of the warp's runs, 32 runs at a time (lane j: run window + j), so that
-  // a run's copies do not wait for a block-table read of their own. Run k starts at
-  // b.start + (warp + kWarps k) * kDecodeQ8Run; runs are asked for in increasing order.
+  // a run's copies do not wait for a block-table read of their own; runs are asked for in
+  // increasing order.
   int window = -32;
   int32_t window_blocks = 0;
   auto run_block = [&](int k) {
     if (k >= window + 32) {
       window = k;
-      const int t = b.start + (warp + kWarps * (k + lane)) * kDecodeQ8Run;
+      const int t = run_start(k + lane);
       window_blocks = t < end ? block_table[t / a.block_size] : 0;
     }
     return __shfl_sync(0xffffffffu, window_blocks, k - window);
   };
-  // Copies of run k (first position t0) into `stage`: positions in [from, to) from the cache,
-  // those at or past `end` zeros (masked, and their zero scales keep P·V finite), the others not
-  // touched. Lane l copies 16-byte pieces l, l + 32, .. of the K and V rows, and one position's K
-  // (lanes 0-15) or V (16-31) scales.
-  auto copy_run = [&](RunStage<D>& stage, int k, int t0, int from, int to) {
+  // Copies of run k into `stage`: positions in [from, to) from the cache, those at or past `end`
+  // zeros (masked, and their zero scales keep P·V finite), the others not touched. Lane l copies
+  // 16-byte pieces l, l + 32, .. of the K and V rows, and one position's K (lanes 0-15) or V
+  // (16-31) scales.
+  auto copy_run = [&](RunStage<D>& stage, int k, int from, int to) {
+    const int t0 = run_start(k);
     // The cache row (position × KV head) of position t0; the run's others follow n_head_kv apart.
     const int64_t first =
         (static_cast<int64_t>(run_block(k)) * a.block_size + t0 % a.block_size) * a.n_head_kv +
@@ -147,10 +150,10 @@ __global__ void __launch_bounds__(kThreads) attention_decode_q8_kernel(const Att
   // Positions below `settled` were written before this pass (attention_decode.cu).
   const int settled = a.earlier_kv_settled ? min(end, b.ctx - 1) : b.start;
   constexpr int kStride = kWarps * kDecodeQ8Run;
-  int t0 = b.start + warp * kDecodeQ8Run;
-  copy_run(mine.stage[0], 0, t0, t0, settled);
+  int t0 = run_start(0);
+  copy_run(mine.stage[0], 0, t0, settled);
   pdl_wait();
-  copy_run(mine.stage[0], 0, t0, max(t0, settled), end);
+  copy_run(mine.stage[0], 0, max(t0, settled), end);
   cp_async_commit();
 
   // Q's A fragments: a[0] and a[2] of each k-step for head g (rows g + 8 are zeros).
@@ -175,7 +178,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_q8_kernel(const Att
     // The next run's copies go out before this run's arithmetic (one group per run, empty or
     // not); then this run's have landed, and the warp's lanes see each other's.
     if (t0 + kStride < end) {
-      copy_run(mine.stage[(i + 1) % kStages], i + 1, t0 + kStride, t0 + kStride, end);
+      copy_run(mine.stage[(i + 1) % kStages], i + 1, t0 + kStride, end);
     }
     cp_async_commit();
     cp_async_wait<1>();
@@ -305,12 +308,6 @@ __global__ void __launch_bounds__(kThreads) attention_decode_q8_kernel(const Att
 
 template <int D>
 Status launch_attention_decode_q8(const AttentionArgs& a, LaunchStream stream) {
-  if (a.block_size % kDecodeQ8Run != 0) {
-    return make_error(StatusCode::kInvalidArgument,
-                      "attention: the Q8_0 decode kernel needs KV blocks of a multiple of {} "
-                      "positions, not {}",
-                      kDecodeQ8Run, a.block_size);
-  }
   if (a.decode_warps != 0 && a.decode_warps != kWarps) {
     return make_error(StatusCode::kInvalidArgument,
                       "attention: the Q8_0 decode kernel runs {} warps per block, not {}", kWarps,
