@@ -1,0 +1,115 @@
+// Which shapes each attention kernel refuses when asked for by name, with a message and before
+// any launch (the results of the shapes they take: attention_test.cc).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/act_quant.h"
+#include "backend/cuda/attention.h"
+#include "test_util.h"
+
+namespace llamaserve::cuda::testing {
+namespace {
+
+class AttentionKernelChoiceTest : public GpuTest {};
+
+// Asked for by name, the tensor-core kernel refuses what it does not handle (8-bit output of
+// one split, tiles of fewer than 16 query vectors) with a message instead of computing
+// something else; the refusal comes before any launch. So does the decode kernel (tiles of
+// several rows, groups of more than 8 query heads).
+TEST_F(AttentionKernelChoiceTest, TensorCoresRefuseShapesTheyDoNotHandle) {
+  DeviceArray<float> q(4096), out(4096), partial(4096);
+  DeviceArray<uint16_t> k_cache(4096), v_cache(4096);
+  DeviceArray<int32_t> positions(std::vector<int32_t>{0}), seq_index(std::vector<int32_t>{0}),
+      tables(std::vector<int32_t>{0});
+  DeviceArray<AttentionTile> tiles(std::vector<AttentionTile>{{0, 1}});
+  DeviceArray<uint8_t> out_q8(q8_rows_bytes(1, 1024));
+  AttentionArgs a;
+  a.q = q.get();
+  a.q_stride = 1024;
+  a.k_cache = k_cache.get();
+  a.v_cache = v_cache.get();
+  a.positions = positions.get();
+  a.seq_index = seq_index.get();
+  a.block_tables = tables.get();
+  a.blocks_per_seq = 1;
+  a.block_size = 16;
+  a.tiles = tiles.get();
+  a.n_tiles = 0;  // nothing would run even if accepted
+  a.max_tile_rows = 16;
+  a.n_head = 8;
+  a.n_head_kv = 8;
+  a.head_dim = 128;
+  a.scale = 0.125f;
+  a.out = out.get();
+  a.out_stride = 1024;
+  a.n_batch_rows = 16;
+  a.kernel = AttentionKernel::kTensorCores;
+  ASSERT_OK(attention(a, nullptr));  // 16 query vectors per tile, one split: accepted
+
+  auto expect_refused = [](const AttentionArgs& args, const char* what) {
+    const Status s = attention(args, nullptr);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << what << ": " << s.to_string();
+    EXPECT_NE(s.to_string().find("tensor-core kernel"), std::string::npos) << s.to_string();
+  };
+  AttentionArgs fewer = a;
+  fewer.max_tile_rows = 15;
+  expect_refused(fewer, "15 query vectors per tile");
+  AttentionArgs gqa = a;
+  gqa.max_tile_rows = 3;
+  gqa.n_head_kv = 2;  // 3 rows x 4 query heads per KV head
+  expect_refused(gqa, "12 query vectors per tile");
+  AttentionArgs split = a;
+  split.n_splits = 2;
+  split.partial = partial.get();
+  ASSERT_OK(attention(split, nullptr));  // splits: accepted
+  AttentionArgs q8 = a;
+  q8.out_q = q8_rows_view(out_q8.get(), 1, 1024);
+  expect_refused(q8, "8-bit output of one split");
+  AttentionArgs q8_split = split;
+  q8_split.out_q = q8.out_q;
+  ASSERT_OK(attention(q8_split, nullptr));  // the reduction writes the 8-bit blocks
+
+  // The decode kernel by name: tiles of one row, up to 8 query heads per KV head.
+  AttentionArgs decode = a;
+  decode.kernel = AttentionKernel::kDecode;
+  decode.max_tile_rows = 1;
+  decode.n_head_kv = 1;  // 8 query heads per KV head
+  ASSERT_OK(attention(decode, nullptr));
+  auto expect_decode_refused = [](const AttentionArgs& args, const char* what) {
+    const Status s = attention(args, nullptr);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << what << ": " << s.to_string();
+    EXPECT_NE(s.to_string().find("decode kernel"), std::string::npos) << s.to_string();
+  };
+  AttentionArgs two_rows = decode;
+  two_rows.max_tile_rows = 2;
+  expect_decode_refused(two_rows, "tiles of two rows");
+  AttentionArgs wide_group = decode;
+  wide_group.n_head = 16;  // 16 query heads per KV head
+  expect_decode_refused(wide_group, "16 query heads per KV head");
+  AttentionArgs many_warps = decode;  // 8 query heads per KV head: 4 warps per block only
+  many_warps.n_tiles = 1;             // the block size is checked before the launch
+  many_warps.decode_warps = 16;
+  expect_decode_refused(many_warps, "16 warps for 8 query heads per KV head");
+  AttentionArgs odd_warps = decode;
+  odd_warps.n_tiles = 1;
+  odd_warps.decode_warps = 8;
+  expect_decode_refused(odd_warps, "8 warps");
+  // A Q8_0 cache's decode kernel: 4 warps, KV blocks of a multiple of 16 positions.
+  DeviceArray<uint16_t> scales(4096);
+  AttentionArgs q8_decode = decode;
+  q8_decode.kv_type = KvType::kQ8_0;
+  q8_decode.k_scales = scales.get();
+  q8_decode.v_scales = scales.get();
+  ASSERT_OK(attention(q8_decode, nullptr));
+  AttentionArgs q8_many_warps = q8_decode;
+  q8_many_warps.n_tiles = 1;
+  q8_many_warps.decode_warps = 16;
+  expect_decode_refused(q8_many_warps, "16 warps with a Q8_0 cache");
+  AttentionArgs q8_small_blocks = q8_decode;
+  q8_small_blocks.block_size = 8;
+  expect_decode_refused(q8_small_blocks, "KV blocks of 8 positions with a Q8_0 cache");
+}
+
+}  // namespace
+}  // namespace llamaserve::cuda::testing
