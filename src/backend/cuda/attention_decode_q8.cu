@@ -114,11 +114,12 @@ __global__ void __launch_bounds__(kThreads) attention_decode_q8_kernel(const Att
     }
     return __shfl_sync(0xffffffffu, window_blocks, k - window);
   };
-  // Copies of run k into `stage`: positions in [from, to) from the cache, those at or past `end`
-  // zeros (masked, and their zero scales keep P·V finite), the others not touched. Lane l copies
-  // 16-byte pieces l, l + 32, .. of the K and V rows, and one position's K (lanes 0-15) or V
-  // (16-31) scales.
-  auto copy_run = [&](RunStage<D>& stage, int k, int from, int to) {
+  // Copies of run k into `stage`: positions in [from, to) from the cache, with `pad` those at or
+  // past `end` zeros (masked, and their zero scales keep P·V finite), the others not touched
+  // (each position is copied once: two copies in flight to one address land in either order). Lane
+  // l copies 16-byte pieces l, l + 32, .. of the K and V rows, and one position's K (lanes 0-15) or
+  // V (16-31) scales.
+  auto copy_run = [&](RunStage<D>& stage, int k, int from, int to, bool pad) {
     const int t0 = run_start(k);
     // The cache row (position × KV head) of position t0; the run's others follow n_head_kv apart.
     const int64_t first =
@@ -130,7 +131,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_q8_kernel(const Att
       const int p = i / kPieces;
       const int piece = i % kPieces;
       const int t = t0 + p;
-      if ((t >= from && t < to) || t >= end) {
+      if ((t >= from && t < to) || (pad && t >= end)) {
         const int64_t offset = (first + static_cast<int64_t>(p) * a.n_head_kv) * D + piece * 16;
         const bool zero = t >= end;
         cp_async_or_zero<16>(&stage.k[p][piece * 16], zero ? k_codes : k_codes + offset, zero);
@@ -139,7 +140,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_q8_kernel(const Att
     }
     const int p = lane % kDecodeQ8Run;
     const int t = t0 + p;
-    if ((t >= from && t < to) || t >= end) {
+    if ((t >= from && t < to) || (pad && t >= end)) {
       const int64_t offset = (first + static_cast<int64_t>(p) * a.n_head_kv) * kBlocks;
       const bool zero = t >= end;
       const __half* scales = lane < kDecodeQ8Run ? k_scales : v_scales;
@@ -151,9 +152,9 @@ __global__ void __launch_bounds__(kThreads) attention_decode_q8_kernel(const Att
   const int settled = a.earlier_kv_settled ? min(end, b.ctx - 1) : b.start;
   constexpr int kStride = kWarps * kDecodeQ8Run;
   int t0 = run_start(0);
-  copy_run(mine.stage[0], 0, t0, settled);
+  copy_run(mine.stage[0], 0, t0, settled, false);
   pdl_wait();
-  copy_run(mine.stage[0], 0, max(t0, settled), end);
+  copy_run(mine.stage[0], 0, max(t0, settled), end, true);
   cp_async_commit();
 
   // Q's A fragments: a[0] and a[2] of each k-step for head g (rows g + 8 are zeros).
@@ -178,7 +179,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_q8_kernel(const Att
     // The next run's copies go out before this run's arithmetic (one group per run, empty or
     // not); then this run's have landed, and the warp's lanes see each other's.
     if (t0 + kStride < end) {
-      copy_run(mine.stage[(i + 1) % kStages], i + 1, t0 + kStride, end);
+      copy_run(mine.stage[(i + 1) % kStages], i + 1, t0 + kStride, end, true);
     }
     cp_async_commit();
     cp_async_wait<1>();
