@@ -1,7 +1,7 @@
 // Times the decode matvec of every weight type at LLaMA-7B shapes, prefill attention (both
-// kernels, f16 and Q8_0 caches), decode attention (both caches) and the prefill GEMM path, and
-// prints achieved bandwidth against a device-to-device copy measured here (FLOP/s for attention
-// and GEMMs).
+// kernels, f16 and Q8_0 caches), decode attention (both caches), a prompt chunk beside decodes
+// after up to 8k positions and the prefill GEMM path, and prints achieved bandwidth against a
+// device-to-device copy measured here (FLOP/s for attention and GEMMs).
 //
 // Weights rotate through enough copies to exceed the L2 cache several times, so every launch
 // streams from HBM as in a real forward pass. Each figure is the median over groups of
@@ -404,6 +404,161 @@ std::string bench_decode_attention(int groups, double copy, FILE* csv, LaunchStr
   return table;
 }
 
+// A step that mixes decodes with a prompt chunk, as the server runs it while a long prompt
+// arrives: 64 decode rows of 200 positions each (64 sequences) then a 256-row chunk of one more
+// sequence at positions [C, C + 256), for contexts C before the chunk; 32 query heads of
+// head_dim 128 over 32 KV heads, f16 and Q8_0 caches (zeros: the kernels' time does not depend
+// on the values). The launch as the forward pass makes it (kAuto: the decode rows on the decode
+// kernel, the chunk's tiles of 64 rows on the tensor-core kernel) with 1 to 8 flash-decoding
+// splits, the chunk's tiles alone, and a 512-row chunk at [C, C + 512) alone (a long prompt's
+// pass without decodes). At the longest C also the mixed step with one decode of 8192 positions
+// among the 64: launch-wide splits against split tiles of its own.
+std::string bench_chunk_attention(int groups, FILE* csv, LaunchStream stream) {
+  constexpr int kDecodes = 64, kDecodeContext = 200, kChunkRows = 256, kLongChunkRows = 512,
+                kHeads = 32, kHeadDim = 128, kBlockSize = 16, kMaxSplits = 8;
+  constexpr int kRows = kDecodes + kLongChunkRows;
+  BENCH_OK(configure_attention_kernels());
+  std::printf("\nattention (%d decodes of %d positions + a %d-row chunk after C positions)\n",
+              kDecodes, kDecodeContext, kChunkRows);
+  std::string table =
+      "\n| attention chunk after C positions | C | KV cache | launch | splits | us |\n"
+      "| --- | ---: | --- | --- | ---: | ---: |\n";
+  const int64_t q_dim = static_cast<int64_t>(kHeads) * kHeadDim;
+  float* q = upload(normal_floats(kRows * q_dim, 71));
+  float* out = device_floats(kRows * q_dim);
+  constexpr int kLongDecodeSplits = 13;  // 8192 positions in splits of 640
+  float* partial = device_floats(
+      attention_workspace_floats(kRows, kHeads, kHeadDim, std::max(kMaxSplits, kLongDecodeSplits)));
+  unsigned int* counters = nullptr;
+  BENCH_CHECK(
+      cudaMalloc(reinterpret_cast<void**>(&counters), kRows * kHeads * sizeof(unsigned int)));
+  BENCH_CHECK(cudaMemset(counters, 0, kRows * kHeads * sizeof(unsigned int)));
+  for (const int context : {0, 1024, 4096, 7936}) {
+    const int blocks_per_seq = (context + kLongChunkRows + kBlockSize - 1) / kBlockSize;
+    std::vector<int32_t> positions, seq_index, tables((kDecodes + 1) * blocks_per_seq);
+    std::vector<AttentionTile> tiles;
+    for (int s = 0; s < kDecodes; ++s) {
+      tiles.push_back({static_cast<int32_t>(positions.size()), 1});
+      positions.push_back(kDecodeContext - 1);
+      seq_index.push_back(s);
+    }
+    for (int r = 0; r < kLongChunkRows; r += kMaxAttentionQueries) {
+      tiles.push_back({kDecodes + r, kMaxAttentionQueries});
+    }
+    for (int r = 0; r < kLongChunkRows; ++r) {
+      positions.push_back(context + r);
+      seq_index.push_back(kDecodes);
+    }
+    for (size_t i = 0; i < tables.size(); ++i) tables[i] = static_cast<int32_t>(i);
+    int32_t* positions_dev = upload(positions);
+    int32_t* seq_dev = upload(seq_index);
+    int32_t* table_dev = upload(tables);
+    AttentionTile* tiles_dev = upload(tiles);
+    // Where the blocks reach 8192 positions: the first decode at position 8191 instead, and its
+    // row cut into split tiles of 640 positions (the others whole) ahead of the chunk's tiles.
+    const bool long_decode = context + kLongChunkRows >= 8192;
+    std::vector<int32_t> long_positions = positions;
+    long_positions[0] = 8191;
+    std::vector<AttentionTile> split_tiles;
+    for (int s = 0; s < kLongDecodeSplits; ++s) split_tiles.push_back({0, 1, s, kLongDecodeSplits});
+    for (int r = 1; r < kDecodes; ++r) split_tiles.push_back({r, 1, 0, 1});
+    split_tiles.insert(split_tiles.end(), tiles.begin() + kDecodes, tiles.end());
+    int32_t* long_positions_dev = upload(long_positions);
+    AttentionTile* split_tiles_dev = upload(split_tiles);
+    const int64_t cache_values =
+        static_cast<int64_t>(tables.size()) * kBlockSize * kHeads * kHeadDim;
+    for (const KvType kv_type : {KvType::kF16, KvType::kQ8_0}) {
+      const BenchKvCache cache(kv_type, cache_values);
+      const size_t code_bytes = cache_values * (kv_type == KvType::kQ8_0 ? 1 : 2);
+      BENCH_CHECK(cudaMemset(cache.k, 0, code_bytes));
+      BENCH_CHECK(cudaMemset(cache.v, 0, code_bytes));
+      if (kv_type == KvType::kQ8_0) {
+        BENCH_CHECK(cudaMemset(cache.k_scales, 0, cache_values / kKvQ8Block * 2));
+        BENCH_CHECK(cudaMemset(cache.v_scales, 0, cache_values / kKvQ8Block * 2));
+      }
+      AttentionArgs a;
+      a.q = q;
+      a.q_stride = q_dim;
+      cache.set(a);
+      a.positions = positions_dev;
+      a.seq_index = seq_dev;
+      a.block_tables = table_dev;
+      a.blocks_per_seq = blocks_per_seq;
+      a.block_size = kBlockSize;
+      a.n_head = kHeads;
+      a.n_head_kv = kHeads;
+      a.head_dim = kHeadDim;
+      a.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+      a.out = out;
+      a.out_stride = q_dim;
+      a.partial = partial;
+      a.split_counters = counters;
+      a.n_batch_rows = kRows;
+      struct Launch {
+        const char* name;
+        int decodes, chunk_rows;
+      };
+      for (const Launch& launch :
+           {Launch{"mixed", kDecodes, kChunkRows}, Launch{"256 rows alone", 0, kChunkRows},
+            Launch{"512 rows alone", 0, kLongChunkRows}}) {
+        a.tiles = tiles_dev + (kDecodes - launch.decodes);
+        a.n_tiles = launch.decodes + launch.chunk_rows / kMaxAttentionQueries;
+        a.max_tile_rows = kMaxAttentionQueries;
+        a.single_row_tiles = launch.decodes;
+        for (int splits = 1; splits <= kMaxSplits; splits *= 2) {
+          a.n_splits = splits;
+          const double seconds =
+              time_launches([&](int) { BENCH_OK(attention(a, stream)); }, groups, 10, stream);
+          const std::string line = fmt::format("| | {} | {} | {} | {} | {:.1f} |", context,
+                                               cache.name(), launch.name, splits, seconds * 1e6);
+          std::printf("%s\n", line.c_str());
+          table += line + "\n";
+          if (csv != nullptr) {
+            std::fprintf(csv, "attention_chunk_%s,%s,%d,%d,%d,%.3f,,,\n", cache.name(), launch.name,
+                         splits, kHeadDim, context, seconds * 1e6);
+          }
+        }
+      }
+      if (long_decode) {
+        // The 256-row chunk beside 63 decodes of 200 positions and one of 8192: launch-wide
+        // splits (4: the longest decode's share) against split tiles with the chunk's two.
+        a.positions = long_positions_dev;
+        a.max_tile_rows = kMaxAttentionQueries;
+        struct LongLaunch {
+          const char* name;
+          bool split_tiles;
+        };
+        for (const LongLaunch& launch : {LongLaunch{"mixed, one 8k decode, launch-wide", false},
+                                         LongLaunch{"mixed, one 8k decode, split tiles", true}}) {
+          const int decode_tiles = launch.split_tiles ? kDecodes - 1 + kLongDecodeSplits : kDecodes;
+          a.tiles = launch.split_tiles ? split_tiles_dev : tiles_dev;
+          a.n_tiles = decode_tiles + kChunkRows / kMaxAttentionQueries;
+          a.single_row_tiles = decode_tiles;
+          a.single_rows = kDecodes;
+          a.split_tiles = launch.split_tiles;
+          a.n_splits = launch.split_tiles ? kLongDecodeSplits : 4;
+          a.rest_splits = 2;
+          const double seconds =
+              time_launches([&](int) { BENCH_OK(attention(a, stream)); }, groups, 10, stream);
+          const std::string line =
+              fmt::format("| | {} | {} | {} | {} | {:.1f} |", context, cache.name(), launch.name,
+                          a.n_splits, seconds * 1e6);
+          std::printf("%s\n", line.c_str());
+          table += line + "\n";
+        }
+        a.positions = positions_dev;
+        a.split_tiles = false;
+      }
+    }
+    for (void* p : std::initializer_list<void*>{positions_dev, seq_dev, table_dev, tiles_dev,
+                                                long_positions_dev, split_tiles_dev}) {
+      BENCH_CHECK(cudaFree(p));
+    }
+  }
+  for (void* p : std::initializer_list<void*>{q, out, partial, counters}) BENCH_CHECK(cudaFree(p));
+  return table;
+}
+
 int run(const Options& options) {
   cudaDeviceProp prop;
   BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -552,6 +707,7 @@ int run(const Options& options) {
 
   table += bench_prefill_attention(groups, csv, stream);
   table += bench_decode_attention(groups, copy, csv, stream);
+  table += bench_chunk_attention(groups, csv, stream);
 
   std::printf("\ngemm (prefill, cuBLAS; quantized weights dequantized to f16 per call)\n");
   table += "\n| gemm | rows x cols | N | us | TFLOP/s |\n| --- | --- | ---: | ---: | ---: |\n";

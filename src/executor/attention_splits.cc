@@ -24,15 +24,20 @@ int32_t choose_attention_splits(const AttentionSplitShape& s) {
   total_len = std::max(total_len, max_len);
   const int64_t sms = std::max(s.sm_count, 1);
   const int64_t heads = std::max(s.n_head_kv, 1);
-  const int64_t blocks = std::max<int64_t>(s.n_tiles, 1) * heads;
-  const int64_t fill = ceil_div(2 * sms, blocks);
+  int64_t fill = 1;
+  if (s.one_row_tiles) {
+    fill = next_pow2(ceil_div(2 * sms, std::max<int64_t>(s.n_tiles, 1) * heads));
+  } else {
+    const int64_t blocks = std::max<int64_t>(s.n_tiles - s.single_row_tiles, 1) * heads;
+    while (2 * fill * blocks <= kPromptBlocksPerSm * sms) fill *= 2;
+  }
   // Each of the 2 * sms blocks the GPU runs at once has total_len * heads / (2 * sms) positions
   // to walk on average; the longest decode's split should not be longer.
   const int64_t balance =
       s.max_decode_len > 0 ? ceil_div(s.max_decode_len * 2 * sms, total_len * heads) : 1;
   const int32_t split_tokens = s.one_row_tiles ? kDecodeSplitTokens : kPromptSplitTokens;
   int64_t splits =
-      std::min(next_pow2(std::max(fill, balance)), next_pow2(ceil_div(max_len, split_tokens)));
+      std::min(std::max(fill, next_pow2(balance)), next_pow2(ceil_div(max_len, split_tokens)));
   while (splits > 1 && splits * s.n_rows > s.max_split_rows) splits /= 2;
   return static_cast<int32_t>(std::max<int64_t>(splits, 1));
 }
@@ -62,7 +67,7 @@ int32_t choose_row_split_positions(const AttentionSplitShape& s) {
       most = std::max(most, splits);
     }
     if (most == 1) return 0;  // every row whole: nothing to cut
-    if (most * n <= s.max_split_rows && tiles <= s.max_tiles) break;
+    if (most * std::max(n, s.n_rows) <= s.max_split_rows && tiles <= s.max_tiles) break;
     positions *= 2;
   }
   return static_cast<int32_t>(std::min<int64_t>(positions, 1 << 30));

@@ -9,13 +9,16 @@
 namespace llamaserve {
 
 // The pass and the limits both choices below read (choose_row_split_positions reads the
-// sequences' contexts, the GPU and the limits only).
+// decodes' contexts, the pass's rows, the GPU and the limits only).
 struct AttentionSplitShape {
   std::span<const int32_t> seq_lengths;  // context of each sequence of the pass
   // The longest context of a sequence with one row in the pass (a decode), 0 for none.
   int64_t max_decode_len = 0;
   int64_t n_tiles = 0;  // query tiles (one per row in a decode step)
-  int64_t n_rows = 0;   // token rows of the pass
+  // Of those, the leading one-row tiles of a pass that also has longer ones (decodes beside
+  // prompt chunks): they run in a launch of the decode kernel of their own.
+  int64_t single_row_tiles = 0;
+  int64_t n_rows = 0;  // token rows of the pass (choose_row_split_positions: 0 = one a context)
   int32_t n_head_kv = 1;
   int32_t sm_count = 1;
   bool one_row_tiles = false;  // every tile one row: the decode kernel
@@ -28,8 +31,16 @@ struct AttentionSplitShape {
 inline constexpr int32_t kPromptSplitTokens = 512;
 inline constexpr int32_t kDecodeSplitTokens = 64;
 
+// Blocks of the tensor-core attention kernel an SM holds at once (its shared memory: two).
+inline constexpr int32_t kPromptBlocksPerSm = 2;
+
 // A power of two (so that few CUDA graphs are captured), at least 1:
-//   - enough (tile, KV head, split) blocks to fill the GPU twice;
+//   - a decode step: enough (tile, KV head, split) blocks to fill the GPU twice;
+//   - a pass with prompt tiles: as many splits as keep the tensor-core launch's blocks (the
+//     prompt tiles' only) within one wave of the blocks the SMs hold at once, for a wave of
+//     blocks that each walk a long context one chunk after another runs as long as its longest
+//     block (a 256-row chunk after 8k positions: 128 blocks, 455 against 289 µs a layer with
+//     two splits; bench/results/2026-12-03-h200-chunk-attention-splits.md);
 //   - and, where sequences decode, enough that the longest decode's blocks take no more than
 //     their share of the work: its split at most twice the GPU's per-block share of all
 //     contexts (one 8k-token sequence among 63 of 200 tokens would otherwise walk 8k positions
@@ -38,12 +49,15 @@ inline constexpr int32_t kDecodeSplitTokens = 64;
 //   - but no split shorter than the split tokens, and rows x splits within max_split_rows.
 int32_t choose_attention_splits(const AttentionSplitShape& shape);
 
-// A decode step (one row per sequence) whose longest context is far longer than the others'
-// (at least kRowSplitImbalance times their mean, and at least kRowSplitMinContext positions)
-// cuts each row's context into splits of its own (AttentionArgs::split_tiles): splits of the
-// positions returned here, the long rows into many, the short ones whole, so that no block walks
-// much more than the GPU's share per block of all contexts (kBlocksPerSm blocks of each SM
-// streaming at once). 0 for any other step: the launch-wide splits above.
+// Decodes (seq_lengths: the contexts of a decode step's rows, or of the decode rows ahead of a
+// mixed pass's prompt tiles) whose longest context is far longer than the others' (at least
+// kRowSplitImbalance times their mean, and at least kRowSplitMinContext positions) cut each
+// row's context into splits of its own (AttentionArgs::split_tiles): splits of the positions
+// returned here, the long rows into many, the short ones whole, so that no block walks much
+// more than the GPU's share per block of all contexts (kBlocksPerSm blocks of each SM
+// streaming at once). The partials index every row of the pass (n_rows, when more than the
+// decodes) and the staging holds max_tiles tiles. 0 for any other step: the launch-wide splits
+// above (for a mixed pass, of its prompt tiles).
 inline constexpr int64_t kRowSplitImbalance = 4;
 inline constexpr int64_t kRowSplitMinContext = 1024;
 inline constexpr int64_t kBlocksPerSm = 8;

@@ -159,6 +159,7 @@ class CudaExecutor final : public Executor, public CudaPart {
   PieceScratch pieces_;                         // for batches above max_batch_tokens
   mutable std::vector<int32_t> split_scratch_;  // overlap_split_row's per-sequence positions
   mutable std::vector<int32_t> rows_scratch_;   // choose_splits's rows per sequence
+  mutable std::vector<int32_t> decode_lengths_scratch_;  // row_split_positions's decodes
 };
 
 std::string CudaExecutor::role() const {
@@ -362,21 +363,36 @@ int32_t CudaExecutor::choose_splits(const Batch& piece, const DeviceBatch& b) co
   rows.assign(piece.seq_lengths.size(), 0);
   for (const int32_t seq : piece.seq_index) ++rows[static_cast<size_t>(seq)];
   AttentionSplitShape shape = split_shape(piece);
-  for (size_t i = 0; i < rows.size(); ++i) {
+  // Decodes cut into split tiles of their own take no part in the launch-wide choice.
+  for (size_t i = 0; i < rows.size() && b.max_row_splits == 0; ++i) {
     if (rows[i] == 1)
       shape.max_decode_len = std::max<int64_t>(shape.max_decode_len, piece.seq_lengths[i]);
   }
   shape.n_tiles = b.n_tiles;
+  if (b.max_tile_rows > 1) shape.single_row_tiles = b.leading_single_row_tiles;
   shape.n_rows = b.n_tokens;
   shape.one_row_tiles = b.max_tile_rows == 1;
   return choose_attention_splits(shape);
 }
 
 int32_t CudaExecutor::row_split_positions(const Batch& piece) const {
-  if (piece.n_tokens() != piece.n_seqs() || model_->config.group_size() > cuda::kMaxDecodeGroup) {
-    return 0;
+  if (model_->config.group_size() > cuda::kMaxDecodeGroup) return 0;
+  if (piece.n_tokens() == piece.n_seqs()) return choose_row_split_positions(split_shape(piece));
+  // A mixed pass: its decode rows lead, the sequences with one row; the prompt tiles after
+  // them keep their tiles (at most one a row) and launch-wide splits.
+  std::vector<int32_t>& rows = rows_scratch_;
+  rows.assign(piece.seq_lengths.size(), 0);
+  for (const int32_t seq : piece.seq_index) ++rows[static_cast<size_t>(seq)];
+  std::vector<int32_t>& decode_lengths = decode_lengths_scratch_;
+  decode_lengths.clear();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] == 1) decode_lengths.push_back(piece.seq_lengths[i]);
   }
-  return choose_row_split_positions(split_shape(piece));
+  AttentionSplitShape shape = split_shape(piece);
+  shape.seq_lengths = decode_lengths;
+  shape.n_rows = piece.n_tokens();  // the decode launch's partials index every row
+  shape.max_tiles -= piece.n_tokens() - static_cast<int64_t>(decode_lengths.size());
+  return choose_row_split_positions(shape);
 }
 
 Status CudaExecutor::run_eager(const DeviceBatch& b, int32_t n_splits) {
@@ -451,7 +467,10 @@ Status CudaExecutor::run_piece(const Batch& piece, float* logits, const StageInp
   }
   // The graph bakes in the tile count: it holds only if every row is its own tile.
   const bool graph = decode_shape && b.n_tiles == b.n_tokens;
-  const int32_t n_splits = b.max_row_splits > 0 ? b.max_row_splits : choose_splits(piece, b);
+  // A decode step of split tiles takes their largest count; a pass with prompt tiles their
+  // launch-wide splits (after split tiles of its decodes, if any: CudaBackend::forward).
+  const int32_t n_splits =
+      b.max_row_splits > 0 && b.max_tile_rows == 1 ? b.max_row_splits : choose_splits(piece, b);
   const size_t row_bytes = static_cast<size_t>(c.n_vocab) * sizeof(float);
   if (input != nullptr) {
     // The previous stage's rows (padding rows included: both stages pad alike).

@@ -92,11 +92,16 @@ struct AttentionCase {
   // run on a created stream, where the attention is launched while write_kv still runs
   // (programmatic dependent launch) and loads the history before it waits.
   bool earlier_kv_settled = false;
-  // > 0: each row (one per sequence) its own splits of this many positions (split tiles,
-  // AttentionArgs::split_tiles), combined by the decode kernel through split counters.
+  // > 0: each leading one-row tile (every row of a decode step, the decode rows ahead of a
+  // mixed pass's prompt tiles) its own splits of this many positions (split tiles,
+  // AttentionArgs::split_tiles), combined by the decode kernel through split counters; the
+  // prompt tiles after them take n_splits.
   int row_split_positions = 0;
   KvType kv_type = KvType::kF16;
   int block_size = 16;  // positions per KV block
+  // Split counters without split tiles, as the forward pass always gives them: the decode
+  // kernel combines its rows' splits itself, and a mixed pass's reduction leaves those rows.
+  bool split_counters = false;
 };
 
 // `c` over a Q8_0 cache, named `name`.
@@ -169,24 +174,34 @@ TEST_P(AttentionTest, MatchesReference) {
     max_tile_rows = std::max(max_tile_rows, n);
     r += n;
   }
+  // Leading one-row tiles (decode rows ahead of prompt chunks): with kAuto they run on the
+  // decode kernel, the rest on their own kernel.
+  int single_rows = 0;
+  while (single_rows < static_cast<int>(tiles.size()) && tiles[single_rows].n_rows == 1) {
+    ++single_rows;
+  }
   int n_splits = c.n_splits;
   if (c.row_split_positions > 0) {
-    ASSERT_EQ(max_tile_rows, 1) << "split tiles are rows of their own";
-    tiles.clear();
-    for (int64_t r = 0; r < rows; ++r) {
+    ASSERT_GT(single_rows, 0) << "split tiles are the leading one-row tiles";
+    std::vector<AttentionTile> split;
+    n_splits = 1;
+    for (int r = 0; r < single_rows; ++r) {
       const int splits =
           std::max(1, (positions[r] + c.row_split_positions) / c.row_split_positions);
-      for (int s = 0; s < splits; ++s) tiles.push_back({static_cast<int32_t>(r), 1, s, splits});
+      for (int s = 0; s < splits; ++s) split.push_back({r, 1, s, splits});
       n_splits = std::max(n_splits, splits);
     }
+    if (single_rows == static_cast<int>(tiles.size())) n_splits = std::max(n_splits, c.n_splits);
+    split.insert(split.end(), tiles.begin() + single_rows, tiles.end());
+    tiles = split;
   }
 
   const DeviceKvArray k_dev(k_cache), v_dev(v_cache);
   DeviceArray<float> q_dev(q), k_new_dev(k_new), v_new_dev(v_new), out_dev(rows * out_stride);
   DeviceArray<int32_t> pos_dev(positions), seq_dev(seq_index), table_dev(tables);
   DeviceArray<AttentionTile> tile_dev(tiles);
-  DeviceArray<float> partial(
-      std::max<int64_t>(1, attention_workspace_floats(rows, c.n_head, c.head_dim, n_splits)));
+  DeviceArray<float> partial(std::max<int64_t>(
+      1, attention_workspace_floats(rows, c.n_head, c.head_dim, std::max(n_splits, c.n_splits))));
   const std::vector<unsigned int> zero_counters(static_cast<size_t>(rows * c.n_head_kv), 0u);
   DeviceArray<unsigned int> row_split_counters(zero_counters);
   out_dev.poison();
@@ -234,10 +249,9 @@ TEST_P(AttentionTest, MatchesReference) {
   a.tiles = tile_dev.get();
   a.n_tiles = static_cast<int32_t>(tiles.size());
   a.max_tile_rows = max_tile_rows;
-  // Leading one-row tiles (decode rows ahead of prompt chunks): with kAuto they run on the
-  // decode kernel, the rest on their own kernel.
   while (a.single_row_tiles < a.n_tiles && tiles[a.single_row_tiles].n_rows == 1)
     ++a.single_row_tiles;
+  a.single_rows = single_rows;
   a.n_head = c.n_head;
   a.n_head_kv = c.n_head_kv;
   a.head_dim = c.head_dim;
@@ -248,8 +262,9 @@ TEST_P(AttentionTest, MatchesReference) {
   a.partial = partial.get();
   if (c.row_split_positions > 0) {
     a.split_tiles = true;
-    a.split_counters = row_split_counters.get();
+    a.rest_splits = c.n_splits;
   }
+  if (c.row_split_positions > 0 || c.split_counters) a.split_counters = row_split_counters.get();
   a.n_batch_rows = rows;
   a.kernel = c.kernel;
   a.decode_warps = c.decode_warps;
@@ -282,7 +297,7 @@ TEST_P(AttentionTest, MatchesReference) {
     EXPECT_EQ(count_q8_mismatches(out_dev.download(), out_stride, rows, q_dim, out_q8, a.out_q), 0)
         << "8-bit output";
   }
-  if (c.row_split_positions > 0) {
+  if (c.row_split_positions > 0 || c.split_counters) {
     EXPECT_EQ(row_split_counters.download(), zero_counters) << "split counters back at zero";
   }
   // The decode kernel combining its own splits (split counters, no reduce kernel): the same
@@ -548,6 +563,35 @@ INSTANTIATE_TEST_SUITE_P(
                       1},
         AttentionCase{
             "MixedDecodeFirstGqa4Hd64Split2", 64, 8, 2, {{1300, 1}, {3, 1}, {40, 100}, {0, 17}}, 2},
+        // As the forward pass runs them: split counters (the reduction after the prompt tiles
+        // leaves the decode rows), and the long decode cut into split tiles of its own (1, 1 and
+        // 21 splits of 64 positions) ahead of prompt tiles with 3 and with 1 launch-wide splits.
+        [] {
+          AttentionCase c{"MixedCountersGqa4Hd64Split2",           64, 8, 2,
+                          {{1300, 1}, {3, 1}, {40, 100}, {0, 17}}, 2};
+          c.split_counters = true;
+          return c;
+        }(),
+        AttentionCase{"MixedRowSplitsGqa4Hd128Split3",
+                      128,
+                      8,
+                      2,
+                      {{5, 1}, {60, 1}, {1300, 1}, {700, 130}, {0, 17}},
+                      3,
+                      kAuto,
+                      0,
+                      false,
+                      64},
+        AttentionCase{"MixedRowSplitsMhaHd128",
+                      128,
+                      4,
+                      4,
+                      {{5, 1}, {1300, 1}, {40, 70}},
+                      1,
+                      kAuto,
+                      0,
+                      false,
+                      64},
         // A Q8_0 cache on every kernel: the decode kernel (splits, split tiles, settled history,
         // one block size), the CUDA-core kernel (decode rows, a prompt with 8-bit output), the
         // tensor-core kernel (prompts, chunks after odd prefixes, splits, batches) and a step
@@ -606,7 +650,10 @@ INSTANTIATE_TEST_SUITE_P(
         q8_cache("Q8MmaBatchGqa3Hd128",
                  {"", 128, 6, 2, {{33, 333}, {0, 17}, {64, 40}}, 1, kTensorCores}),
         q8_cache("Q8MixedDecodeFirstGqa4Hd64Split2",
-                 {"", 64, 8, 2, {{1300, 1}, {3, 1}, {40, 100}, {0, 17}}, 2})),
+                 {"", 64, 8, 2, {{1300, 1}, {3, 1}, {40, 100}, {0, 17}}, 2}),
+        q8_cache(
+            "Q8MixedRowSplitsGqa4Hd128Split2",
+            {"", 128, 8, 2, {{5, 1}, {60, 1}, {1300, 1}, {700, 130}}, 2, kAuto, 0, false, 100})),
     [](const ::testing::TestParamInfo<AttentionCase>& info) {
       return std::string(info.param.name);
     });

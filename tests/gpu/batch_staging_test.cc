@@ -60,9 +60,9 @@ TEST_F(BatchStagingTest, MarksPassesOfOneRowPerSequence) {
   ASSERT_CUDA(cudaDeviceSynchronize());
 }
 
-// With split_positions, a decode step's rows are cut into tiles of their own splits (the long
-// context into several, the short one whole); prompt chunks are not, and a cut that would not
-// fit the staging is refused.
+// With split_positions, a decode step's rows (or the decode rows ahead of a prompt chunk) are
+// cut into tiles of their own splits (the long context into several, the short one whole);
+// prompt chunks are not, and a cut that would not fit the staging is refused.
 TEST_F(BatchStagingTest, CutsDecodeContextsIntoSplitTiles) {
   using gpu_testing::build;
   // Contexts 8 and 31 in splits of 8 positions: 1 and 4 tiles.
@@ -87,6 +87,27 @@ TEST_F(BatchStagingTest, CutsDecodeContextsIntoSplitTiles) {
   ASSERT_TRUE(chunk.is_ok()) << chunk.status().to_string();
   EXPECT_EQ(chunk->max_row_splits, 0);
   EXPECT_EQ(chunk->n_tiles, 1);
+  // Decode rows ahead of a prompt chunk: the decode rows' tiles are cut, the chunk's tile
+  // follows them whole.
+  auto mixed = staging_->stage(build({{0, {1}, 7}, {1, {1}, 30}, {2, {1, 1, 1}, 3}}, 3), 5, 16, 15,
+                               8, nullptr, 0, 8);
+  ASSERT_TRUE(mixed.is_ok()) << mixed.status().to_string();
+  EXPECT_EQ(mixed->n_tiles, 6);
+  EXPECT_EQ(mixed->max_row_splits, 4);
+  EXPECT_EQ(mixed->leading_single_row_tiles, 5);
+  EXPECT_EQ(mixed->leading_single_rows, 2);
+  EXPECT_EQ(mixed->max_tile_rows, 3);
+  std::vector<AttentionTile> mixed_tiles(6);
+  ASSERT_CUDA(cudaMemcpy(mixed_tiles.data(), mixed->tiles, 6 * sizeof(AttentionTile),
+                         cudaMemcpyDeviceToHost));
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(mixed_tiles[i].first_row, want[i][0]) << "tile " << i;
+    EXPECT_EQ(mixed_tiles[i].split, want[i][2]) << "tile " << i;
+    EXPECT_EQ(mixed_tiles[i].n_splits, want[i][3]) << "tile " << i;
+  }
+  EXPECT_EQ(mixed_tiles[5].first_row, 2);
+  EXPECT_EQ(mixed_tiles[5].n_rows, 3);
+  EXPECT_EQ(mixed_tiles[5].n_splits, 0);
   // 8 + 31 one-position splits exceed the 16 tiles the staging holds.
   EXPECT_FALSE(
       staging_->stage(build({{0, {1}, 7}, {1, {1}, 30}}, 2), 2, 16, 15, 8, nullptr, 0, 1).is_ok());

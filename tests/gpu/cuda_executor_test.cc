@@ -517,7 +517,8 @@ TEST_P(CudaExecutorModelTest, DeviceSamplingDrawsFromThePassLogits) {
 // A decode step whose one long context (1200 positions) runs far past the others' (10) cuts
 // each row's context into splits of its own (attention_splits.h: the long row into many, the
 // short ones whole, no graph): its logits are those of the same rows decoded apart, the long
-// one alone and the short ones together, with launch-wide splits.
+// one alone and the short ones together, with launch-wide splits. So do the decode rows ahead
+// of a prompt chunk.
 TEST_P(CudaExecutorModelTest, RowSplitsOfALongDecodeEqualDecodingApart) {
   auto model = load(GetParam());
   ASSERT_NE(model, nullptr);
@@ -568,6 +569,20 @@ TEST_P(CudaExecutorModelTest, RowSplitsOfALongDecodeEqualDecodingApart) {
   // of the attention output for quantized weights).
   const double tolerance = uses_q8_matvec(*model) ? 5e-2 : 1e-3;
   EXPECT_LE(max_rel_error(together, apart, n_vocab), tolerance);
+
+  // The decodes ahead of a prompt chunk (a mixed pass: the decode rows' split tiles, then the
+  // chunk's tiles with launch-wide splits), against the chunk alone.
+  const std::vector<int32_t> chunk = random_tokens(40, n_vocab, 25);
+  const std::vector<float> mixed =
+      run(*ex, batch({{0, {5}, 1200}, {1, {6}, 10}, {2, {7}, 10}, {3, chunk, 10}}));
+  const std::vector<float> two_short = run(*ex, batch({{1, {6}, 10}, {2, {7}, 10}}));
+  const std::vector<float> chunk_alone = run(*ex, batch({{3, chunk, 10}}));
+  std::vector<float> mixed_apart = long_alone;
+  mixed_apart.insert(mixed_apart.end(), two_short.begin(), two_short.end());
+  mixed_apart.insert(mixed_apart.end(), chunk_alone.begin(), chunk_alone.end());
+  // Its 43 rows take the GEMMs where the decodes apart took matvecs: their products round
+  // differently (a wrong combination of splits would be off by far more).
+  EXPECT_LE(max_rel_error(mixed, mixed_apart, n_vocab), uses_q8_matvec(*model) ? 5e-2 : 1e-2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaExecutorModelTest,

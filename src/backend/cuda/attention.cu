@@ -373,7 +373,7 @@ template <int D>
 __global__ void __launch_bounds__(D) attention_reduce_kernel(const AttentionArgs a) {
   pdl_launch_dependents();
   pdl_wait();
-  const int64_t row = blockIdx.x;
+  const int64_t row = a.reduce_first_row + blockIdx.x;
   const int head = blockIdx.y;
   const int d = threadIdx.x;
   const float o = combine_attention_splits<D>(a, row, head, d, a.n_splits);
@@ -430,8 +430,10 @@ Status launch_attention(const AttentionArgs& a, bool tensor_cores, bool decode,
         a.kv_type == KvType::kQ8_0 ? attention_kernel<D, true> : attention_kernel<D, false>;
     LS_CUDA_CHECK(launch_kernel(kernel, grid, kThreads, static_cast<size_t>(smem), stream, a));
   }
-  if (a.n_splits > 1 && !(decode && a.split_counters != nullptr)) {
-    const dim3 reduce_grid(static_cast<unsigned>(a.n_batch_rows), static_cast<unsigned>(a.n_head));
+  if (a.n_splits > 1 && !(decode && a.split_counters != nullptr) &&
+      a.reduce_first_row < a.n_batch_rows) {
+    const dim3 reduce_grid(static_cast<unsigned>(a.n_batch_rows - a.reduce_first_row),
+                           static_cast<unsigned>(a.n_head));
     LS_CUDA_CHECK(launch_kernel(attention_reduce_kernel<D>, reduce_grid, D, 0, stream, a));
   }
   return Status::ok();
@@ -489,11 +491,16 @@ Status attention(const AttentionArgs& a, LaunchStream stream) {
   LS_CUDA_REQUIRE(a.n_splits == 1 || (a.partial != nullptr && a.n_batch_rows > 0));
   // A Q8_0 cache's decode kernel takes runs of kDecodeQ8Run positions within one KV block.
   const bool decode_blocks = a.kv_type == KvType::kF16 || a.block_size % kDecodeQ8Run == 0;
-  // Split tiles: one-row tiles on the decode kernel, which combines each row's splits itself.
-  LS_CUDA_REQUIRE(!a.split_tiles || (a.max_tile_rows == 1 && a.split_counters != nullptr &&
-                                     a.n_head / a.n_head_kv <= kMaxDecodeGroup && decode_blocks &&
-                                     a.kernel != AttentionKernel::kTensorCores &&
-                                     a.kernel != AttentionKernel::kCudaCores));
+  // Split tiles: one-row tiles on the decode kernel, which combines each row's splits itself;
+  // in a mixed pass they lead, and the tiles after them take their own launch.
+  LS_CUDA_REQUIRE(!a.split_tiles ||
+                  ((a.max_tile_rows == 1 ||
+                    (a.kernel == AttentionKernel::kAuto && a.single_row_tiles > 0 &&
+                     a.single_rows > 0 && a.rest_splits >= 1 && a.rest_splits <= 65535)) &&
+                   a.split_counters != nullptr && a.n_head / a.n_head_kv <= kMaxDecodeGroup &&
+                   decode_blocks && a.kernel != AttentionKernel::kTensorCores &&
+                   a.kernel != AttentionKernel::kCudaCores));
+  LS_CUDA_REQUIRE(a.reduce_first_row >= 0 && a.reduce_first_row <= a.n_batch_rows);
   LS_CUDA_REQUIRE(a.q_stride % 4 == 0 && a.out_stride % 2 == 0);
   LS_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.q) % 16 == 0 &&
                   reinterpret_cast<uintptr_t>(a.out) % 8 == 0);
@@ -530,9 +537,7 @@ Status attention(const AttentionArgs& a, LaunchStream stream) {
   LS_CUDA_REQUIRE(a.single_row_tiles >= 0 && a.single_row_tiles <= a.n_tiles);
   if (a.kernel == AttentionKernel::kAuto && a.single_row_tiles > 0 &&
       a.single_row_tiles < a.n_tiles && group_size <= kMaxDecodeGroup && decode_blocks) {
-    // The one-row tiles on the decode kernel, then the others. Both write disjoint rows; with
-    // splits the second launch's reduction recombines the first's rows from their partials to
-    // the same values (attention_splits.cuh).
+    // The one-row tiles on the decode kernel, then the others. Both write disjoint rows.
     AttentionArgs single = a;
     single.n_tiles = a.single_row_tiles;
     single.max_tile_rows = 1;
@@ -541,6 +546,14 @@ Status attention(const AttentionArgs& a, LaunchStream stream) {
     rest.tiles = a.tiles + a.single_row_tiles;
     rest.n_tiles = a.n_tiles - a.single_row_tiles;
     rest.single_row_tiles = 0;
+    rest.split_tiles = false;
+    if (a.split_tiles) rest.n_splits = a.rest_splits;
+    // The decode kernel combined its rows' splits itself: the reduction after the rest leaves
+    // them (with split tiles their partials have another stride). Without counters it ran a
+    // reduction of its own, and the second recombines them to the same values.
+    if (a.split_counters != nullptr) {
+      rest.reduce_first_row = a.split_tiles ? a.single_rows : a.single_row_tiles;
+    }
     LS_RETURN_IF_ERROR(attention(single, stream));
     return attention(rest, stream);
   }

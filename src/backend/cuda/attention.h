@@ -107,8 +107,13 @@ struct AttentionArgs {
   // Tiles [0, single_row_tiles) have one row each. When others follow (a step mixing decode
   // rows with prompt chunks) and the kernel is kAuto, those run on the decode kernel and the
   // rest on the kernel their shape picks, in two launches: the tensor-core kernel would spend
-  // a whole block of 64 query vectors on each one-row tile.
+  // a whole block of 64 query vectors on each one-row tile. With split_tiles the one-row tiles
+  // are splits of rows [0, single_rows) (n_splits their partials' stride) and the rest take
+  // rest_splits launch-wide splits; the launches run one after the other, so the second's
+  // partials may reuse the first's memory.
   int32_t single_row_tiles = 0;
+  int32_t single_rows = 0;
+  int32_t rest_splits = 1;
   int32_t n_head = 0;
   int32_t n_head_kv = 0;
   int32_t head_dim = 0;  // 64 or 128
@@ -126,11 +131,15 @@ struct AttentionArgs {
   // The tiles are splits of their rows, each row's own number of them (AttentionTile::split,
   // n_splits; a long context among short ones is cut finely, the short ones stay whole): one
   // decode block per tile and KV head, n_splits above at least the tiles' largest (the partials'
-  // stride). PRECONDITIONS: every tile one row, split_counters set.
+  // stride). PRECONDITIONS: every tile one row, or the one-row tiles lead (single_row_tiles,
+  // single_rows) and the kernel is kAuto; split_counters set.
   bool split_tiles = false;
   float* partial = nullptr;
   int64_t n_batch_rows = 0;  // rows of the batch (sizes the partial buffer)
   unsigned int* split_counters = nullptr;
+  // Rows [0, reduce_first_row) were combined by the decode kernel of an earlier launch (the
+  // decode rows of a mixed pass): the splits' reduction leaves them.
+  int32_t reduce_first_row = 0;
   // Tests and benchmarks name a kernel; the forward pass leaves kAuto.
   AttentionKernel kernel = AttentionKernel::kAuto;
   // Every row is its sequence's only row of the pass, so the K/V of the positions below a row's

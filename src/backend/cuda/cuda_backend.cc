@@ -285,6 +285,7 @@ Status CudaBackend::attention_block(const DeviceBatch& b, int32_t layer, const C
   at.n_tiles = b.n_tiles;
   at.max_tile_rows = b.max_tile_rows;
   at.single_row_tiles = b.leading_single_row_tiles;
+  at.single_rows = b.leading_single_rows;
   at.earlier_kv_settled = b.one_row_per_sequence;
   at.n_head = static_cast<int32_t>(c.n_head);
   at.n_head_kv = static_cast<int32_t>(c.n_head_kv);
@@ -292,8 +293,10 @@ Status CudaBackend::attention_block(const DeviceBatch& b, int32_t layer, const C
   at.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   at.out = act.attn;
   at.out_stride = act.attn_stride;
-  at.n_splits = n_splits;
+  // Split tiles' partials have a stride of their own; the tiles after them take n_splits.
+  at.n_splits = b.max_row_splits > 0 ? b.max_row_splits : n_splits;
   at.split_tiles = b.max_row_splits > 0;
+  at.rest_splits = n_splits;
   at.partial = act.attention_partial;
   at.split_counters = act.attention_counters;
   at.n_batch_rows = n;

@@ -57,7 +57,9 @@ class CudaBackend {
   // Runs `range` over `batch`: embeddings (with range.embeddings; else act.hidden holds the
   // input rows), then every layer, leaving the output rows in act.hidden.
   // PRECONDITIONS: batch.n_tokens <= the activations' max_tokens; the cache holds the range's
-  // layers; n_splits * batch.n_tokens <= the activations' max_split_rows.
+  // layers; n_splits * batch.n_tokens and batch.max_row_splits * batch.n_tokens <= the
+  // activations' max_split_rows. n_splits: the attention's launch-wide splits (of the tiles
+  // after a batch's split tiles, if any).
   Status forward(const DeviceBatch& batch, const LayerRange& range, const CudaKvCache& kv,
                  CudaActivations& act, int32_t n_splits, cudaStream_t stream) const;
 

@@ -305,26 +305,33 @@ Result<DeviceBatch> BatchStaging::stage(const Batch& batch, int32_t padded_token
     r += len;
   }
 
-  // Splits of their own for rows of long contexts (a decode step: every tile one row).
+  // Splits of their own for rows of long contexts: the leading one-row tiles (a decode step's
+  // rows, or the decode rows ahead of a mixed pass's prompt tiles, which keep their tiles).
   int32_t max_row_splits = 0;
-  if (split_positions > 0 && max_tile_rows == 1 && split_row == 0) {
-    int32_t total = 0;
-    for (int32_t r = 0; r < padded_tokens; ++r) {
-      total += std::max(1, (positions[r] + split_positions) / split_positions);
-    }
+  int32_t leading_single_rows = leading_single_row_tiles;
+  if (split_positions > 0 && split_row == 0 && leading_single_rows > 0) {
+    auto splits_of = [&](int32_t r) {
+      return std::max(1, (positions[r] + split_positions) / split_positions);
+    };
+    const int32_t rest_tiles = n_tiles - leading_single_rows;
+    int32_t total = rest_tiles;
+    for (int32_t r = 0; r < leading_single_rows; ++r) total += splits_of(r);
     if (total > t_max) {
       return make_error(StatusCode::kInvalidArgument,
                         "{} rows cut in {}-position splits make {} tiles, over the staging "
                         "limit of {}",
-                        padded_tokens, split_positions, total, t_max);
+                        leading_single_rows, split_positions, total, t_max);
     }
+    // The rest's tiles move behind the split ones (a copy: the ranges may overlap).
+    std::vector<AttentionTile> rest(tiles + leading_single_rows, tiles + n_tiles);
     n_tiles = 0;
-    for (int32_t r = 0; r < padded_tokens; ++r) {
-      const int32_t splits = std::max(1, (positions[r] + split_positions) / split_positions);
+    for (int32_t r = 0; r < leading_single_rows; ++r) {
+      const int32_t splits = splits_of(r);
       for (int32_t s = 0; s < splits; ++s) tiles[n_tiles++] = {r, 1, s, splits};
       max_row_splits = std::max(max_row_splits, splits);
     }
     leading_single_row_tiles = n_tiles;
+    for (const AttentionTile& tile : rest) tiles[n_tiles++] = tile;
   }
 
   LS_RETURN_IF_ERROR(check_context_width(batch, block_size, stride));
@@ -360,6 +367,7 @@ Result<DeviceBatch> BatchStaging::stage(const Batch& batch, int32_t padded_token
   d.n_tiles = n_tiles;
   d.max_tile_rows = max_tile_rows;
   d.leading_single_row_tiles = split_row > 0 ? 0 : leading_single_row_tiles;
+  d.leading_single_rows = split_row > 0 ? 0 : leading_single_rows;
   d.one_row_per_sequence = true;
   std::vector<bool> has_row(static_cast<size_t>(n_seqs), false);
   for (int32_t r = 0; r < n && d.one_row_per_sequence; ++r) {

@@ -124,8 +124,10 @@ struct DeviceBatch {
   int32_t n_tiles = 0;
   int32_t max_tile_rows = 1;
   // Tiles [0, n) have one row each (a step's decode rows come first): AttentionArgs::
-  // single_row_tiles.
+  // single_row_tiles; they cover rows [0, leading_single_rows) (fewer than the tiles when they
+  // are split tiles).
   int32_t leading_single_row_tiles = 0;
+  int32_t leading_single_rows = 0;
   // Every real row is its sequence's only row (a decode step): AttentionArgs::earlier_kv_settled.
   bool one_row_per_sequence = false;
   // Staged with a split row (BatchStaging::stage): no tile spans it, the first split_tiles
@@ -169,7 +171,8 @@ class BatchStaging {
   // blocks are all `scratch_block`, and they also get logit rows. Attention tiles group
   // consecutive rows of one sequence with consecutive positions, at most tile_rows each; with
   // split_row in (0, padded_tokens), none spans it (see DeviceBatch::split_row). With
-  // split_positions > 0, a batch of one-row tiles and no split row has each row's tile cut into
+  // split_positions > 0 and no split row, the leading one-row tiles (every tile of a decode
+  // step, the decode rows ahead of a mixed pass's prompt tiles) are each cut into
   // ceil(context / split_positions) splits (DeviceBatch::max_row_splits; an error when the
   // tiles would not fit the staging buffer).
   // The copy is queued on `stream`; the host buffer may be reused after the stream passes it.

@@ -76,6 +76,44 @@ TEST(AttentionSplits, PromptPassesFillTheGpu) {
   s.n_tiles = 1;
   s.n_rows = 48;
   EXPECT_EQ(choose_attention_splits(s), 4);  // 2048 / 512 positions
+  // A 512-row chunk after 7680 positions: 256 blocks, one wave of two blocks an SM.
+  const std::vector<int32_t> late = {8192};
+  s.seq_lengths = late;
+  s.n_tiles = 8;
+  s.n_rows = 512;
+  EXPECT_EQ(choose_attention_splits(s), 1);
+  // A 256-row chunk: 128 blocks, two splits make one wave.
+  s.n_tiles = 4;
+  s.n_rows = 256;
+  EXPECT_EQ(choose_attention_splits(s), 2);
+}
+
+// Decodes beside a prompt chunk: the chunk's tiles decide (the decode rows take a launch of
+// their own), the split length still bounds them.
+TEST(AttentionSplits, MixedPassesSplitTheChunksLaunch) {
+  std::vector<int32_t> lengths(64, 200);
+  lengths.push_back(8192);  // a 256-row chunk after 7936 positions
+  AttentionSplitShape s;
+  s.seq_lengths = lengths;
+  s.max_decode_len = 200;
+  s.n_tiles = 64 + 4;
+  s.single_row_tiles = 64;
+  s.n_rows = 64 + 256;
+  s.n_head_kv = kHeads;
+  s.sm_count = kSms;
+  s.max_split_rows = 2048;
+  EXPECT_EQ(choose_attention_splits(s), 2);
+  // Early in the prompt the context is too short to split.
+  lengths.back() = 256;
+  EXPECT_EQ(choose_attention_splits(s), 1);
+  // Counted as one launch, the 2176 blocks would have filled the GPU alone.
+  lengths.back() = 8192;
+  s.single_row_tiles = 0;
+  EXPECT_EQ(choose_attention_splits(s), 1);
+  // The workspace still bounds rows x splits.
+  s.single_row_tiles = 64;
+  s.max_split_rows = 320;
+  EXPECT_EQ(choose_attention_splits(s), 1);
 }
 
 AttentionSplitShape row_split_shape(const std::vector<int32_t>& lengths) {
@@ -127,6 +165,19 @@ TEST(RowSplits, LimitsLengthenTheSplits) {
   s.max_tiles = 260;  // 255 whole rows and at most 5 splits of the long one
   const int32_t few_tiles = choose_row_split_positions(s);
   EXPECT_LE(255 + (100000 + few_tiles - 1) / few_tiles, 260);
+}
+
+// The decode rows of a mixed pass: the partials index every row of the pass, prompt rows too.
+TEST(RowSplits, MixedPassesBoundTheSplitsByAllRows) {
+  std::vector<int32_t> decodes(63, 200);
+  decodes.push_back(8192);
+  AttentionSplitShape s = row_split_shape(decodes);
+  const int32_t alone = choose_row_split_positions(s);
+  s.n_rows = 64 + 256;  // and a 256-row prompt chunk
+  const int32_t mixed = choose_row_split_positions(s);
+  ASSERT_GT(mixed, 0);
+  EXPECT_GE(mixed, alone);
+  EXPECT_LE((8192 + mixed - 1) / mixed * (64 + 256), 2048);
 }
 
 }  // namespace
