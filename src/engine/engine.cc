@@ -54,14 +54,14 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Executor> executo
   if (!tokenizer) return make_error(StatusCode::kInvalidArgument, "engine: no tokenizer");
   if (config.max_running < 1 || config.max_batch_tokens < 1 || config.max_waiting < 0 ||
       config.max_context < 0 || config.sampler_threads < 0 || config.max_embedding_seqs < 1 ||
-      config.prefill_chunk_tokens < 0) {
+      config.prefill_chunk_tokens < 0 || config.prefill_context_per_row < 0) {
     return make_error(StatusCode::kInvalidArgument,
                       "engine: max_running ({}), max_batch_tokens ({}) and max_embedding_seqs ({}) "
-                      "must be >= 1, max_waiting ({}), max_context ({}), sampler_threads ({}) and "
-                      "prefill_chunk_tokens ({}) >= 0",
+                      "must be >= 1, max_waiting ({}), max_context ({}), sampler_threads ({}), "
+                      "prefill_chunk_tokens ({}) and prefill_context_per_row ({}) >= 0",
                       config.max_running, config.max_batch_tokens, config.max_embedding_seqs,
                       config.max_waiting, config.max_context, config.sampler_threads,
-                      config.prefill_chunk_tokens);
+                      config.prefill_chunk_tokens, config.prefill_context_per_row);
   }
   const KvCacheInfo kv = executor->kv_info();
   if (kv.n_blocks < 1 || kv.block_size < 1) {
@@ -96,9 +96,9 @@ Engine::Engine(std::unique_ptr<Executor> executor, std::shared_ptr<const Tokeniz
       inbox_(std::make_shared<Inbox>()),
       blocks_(executor_->kv_info().n_blocks, executor_->kv_info().block_size,
               config.prefix_caching),
-      scheduler_(
-          SchedulerConfig{config.max_running, config.max_batch_tokens, config.prefill_chunk_tokens},
-          blocks_),
+      scheduler_(SchedulerConfig{config.max_running, config.max_batch_tokens,
+                                 config.prefill_chunk_tokens, config.prefill_context_per_row},
+                 blocks_),
       sampler_pool_(config.sampler_threads > 0 ? config.sampler_threads
                                                : std::min(4, ThreadPool::default_threads())),
       sampler_scratch_(static_cast<size_t>(sampler_pool_.size())),
@@ -130,8 +130,13 @@ std::string Engine::describe() const {
       "batch {} tokens, prompt chunks beside decodes {}",
       executor_->describe(), kv.n_blocks, kv.block_size, config_.prefix_caching ? "on" : "off",
       max_context_, config_.max_running, config_.max_batch_tokens,
-      config_.prefill_chunk_tokens > 0 ? fmt::format("{} tokens", config_.prefill_chunk_tokens)
-                                       : std::string("unbounded"));
+      config_.prefill_chunk_tokens > 0
+          ? fmt::format(
+                "{} tokens{}", config_.prefill_chunk_tokens,
+                config_.prefill_context_per_row > 0
+                    ? fmt::format(", a row 1 + context / {}", config_.prefill_context_per_row)
+                    : std::string())
+          : std::string("unbounded"));
 }
 
 Status Engine::validate(const GenerationRequest& request) const {

@@ -41,6 +41,9 @@ struct EngineConfig {
   // Prompt rows of a step that also decodes: at most max(this, its decodes); 0 = no bound
   // beyond max_batch_tokens (SchedulerConfig).
   int32_t prefill_chunk_tokens = 256;
+  // Positions of context that cost a prompt row beside decodes as much as the row itself (a
+  // late chunk of a long prompt takes fewer rows); 0 = every row counts 1 (SchedulerConfig).
+  int32_t prefill_context_per_row = 4096;
   // Tokens per sequence (prompt + generated); 0 = the model's n_ctx_train. Always clipped to
   // what the KV cache holds, so one sequence alone can always run to completion.
   int32_t max_context = 0;

@@ -2,13 +2,14 @@
 
 #include <algorithm>
 #include <cassert>
+#include <limits>
 
 namespace llamaserve {
 
 Scheduler::Scheduler(const SchedulerConfig& config, BlockManager& blocks)
     : config_(config), blocks_(blocks) {
   assert(config_.max_running >= 1 && config_.max_batch_tokens >= 1 &&
-         config_.prefill_chunk_tokens >= 0);
+         config_.prefill_chunk_tokens >= 0 && config_.prefill_context_per_row >= 0);
 }
 
 void Scheduler::add(std::unique_ptr<Sequence> seq) {
@@ -41,7 +42,7 @@ Sequence* Scheduler::find(SeqId id) const {
 
 StepPlan Scheduler::schedule() {
   StepPlan plan;
-  int32_t budget = config_.max_batch_tokens;
+  StepBudget budget{config_.max_batch_tokens, std::numeric_limits<double>::infinity()};
 
   // Preemption reorders running_, so walk a snapshot and skip whatever left the running set.
   std::vector<Sequence*> order;
@@ -49,20 +50,23 @@ StepPlan Scheduler::schedule() {
   for (const auto& seq : running_) order.push_back(seq.get());
 
   for (Sequence* seq : order) {
-    if (budget == 0) break;
+    if (budget.rows == 0) break;
     if (seq->state == SequenceState::kRunning && seq->n_pending() == 1) {
       schedule_running(seq, 1, /*allow_partial=*/false, plan, budget);
     }
   }
   const auto n_decodes = static_cast<int32_t>(plan.chunks.size());
   if (n_decodes > 0 && config_.prefill_chunk_tokens > 0) {
-    budget = std::min(budget, std::max(n_decodes, config_.prefill_chunk_tokens));
+    const int32_t bound = std::max(n_decodes, config_.prefill_chunk_tokens);
+    budget.rows = std::min(budget.rows, bound);
+    if (config_.prefill_context_per_row > 0) budget.row_units = bound;
   }
   for (Sequence* seq : order) {
-    if (budget == 0) break;
+    if (budget.rows == 0) break;
     if (seq->state == SequenceState::kRunning && seq->n_pending() > 1) {
-      schedule_running(seq, std::min(seq->n_pending(), budget), /*allow_partial=*/true, plan,
-                       budget);
+      const int32_t rows =
+          prompt_rows(seq->n_computed, std::min(seq->n_pending(), budget.rows), budget);
+      if (rows > 0) schedule_running(seq, rows, /*allow_partial=*/true, plan, budget);
     }
   }
   // A sequence preempted in this step would only be readmitted to thrash again.
@@ -74,7 +78,7 @@ StepPlan Scheduler::schedule() {
 }
 
 void Scheduler::schedule_running(Sequence* seq, int32_t max_tokens, bool allow_partial,
-                                 StepPlan& plan, int32_t& budget) {
+                                 StepPlan& plan, StepBudget& budget) {
   while (true) {
     int32_t n_tokens = max_tokens;
     int32_t n_free = blocks_.n_free();
@@ -85,21 +89,21 @@ void Scheduler::schedule_running(Sequence* seq, int32_t max_tokens, bool allow_p
     }
     if (blocks_.reserve(seq->id, seq->n_computed + n_tokens).is_ok()) {
       plan.chunks.push_back({seq, n_tokens, seq->n_computed + n_tokens == seq->n_tokens()});
-      budget -= n_tokens;
+      spend(budget, seq->n_computed, n_tokens, /*prompt=*/allow_partial);
       return;
     }
     if (preempt_newest(plan, budget) == seq) return;
   }
 }
 
-Sequence* Scheduler::preempt_newest(StepPlan& plan, int32_t& budget) {
+Sequence* Scheduler::preempt_newest(StepPlan& plan, StepBudget& budget) {
   assert(!running_.empty());
   std::unique_ptr<Sequence> victim = std::move(running_.back());
   running_.pop_back();
   auto planned = std::find_if(plan.chunks.begin(), plan.chunks.end(),
                               [&](const ScheduledChunk& c) { return c.seq == victim.get(); });
   if (planned != plan.chunks.end()) {
-    budget += planned->n_tokens;
+    budget.rows += planned->n_tokens;
     plan.chunks.erase(planned);
   }
   blocks_.free_sequence(victim->id);
@@ -114,15 +118,16 @@ Sequence* Scheduler::preempt_newest(StepPlan& plan, int32_t& budget) {
   return raw;
 }
 
-void Scheduler::admit_waiting(StepPlan& plan, int32_t& budget) {
-  while (!waiting_.empty() && n_running() < config_.max_running && budget > 0) {
+void Scheduler::admit_waiting(StepPlan& plan, StepBudget& budget) {
+  while (!waiting_.empty() && n_running() < config_.max_running && budget.rows > 0) {
     Sequence* seq = waiting_.front().get();
     // At least the last token is computed: its row gives the logits of the next one.
     const int32_t n_cached =
         blocks_.attach_cached_prefix(seq->id, seq->tokens, seq->n_tokens() - 1);
     seq->n_computed = n_cached;
-    int32_t n_tokens = std::min(seq->n_pending(), budget);
-    if (!blocks_.reserve(seq->id, seq->n_computed + n_tokens).is_ok()) {
+    const int32_t n_tokens =
+        prompt_rows(seq->n_computed, std::min(seq->n_pending(), budget.rows), budget);
+    if (n_tokens == 0 || !blocks_.reserve(seq->id, seq->n_computed + n_tokens).is_ok()) {
       blocks_.free_sequence(seq->id);  // the cached blocks go back, still cached
       seq->n_computed = 0;
       break;
@@ -136,11 +141,44 @@ void Scheduler::admit_waiting(StepPlan& plan, int32_t& budget) {
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
     plan.chunks.push_back({seq, n_tokens, seq->n_computed + n_tokens == seq->n_tokens()});
-    budget -= n_tokens;
+    spend(budget, seq->n_computed, n_tokens, /*prompt=*/true);
     if (!seq->ever_scheduled) {
       seq->ever_scheduled = true;
       plan.first_admitted.push_back(seq);
     }
+  }
+}
+
+double Scheduler::prompt_row_units(int64_t start, int32_t n_rows) const {
+  // Row start + i attends to start + i + 1 positions.
+  const double n = n_rows;
+  const double positions = n * static_cast<double>(start + 1) + n * (n - 1) / 2;
+  return n + positions / config_.prefill_context_per_row;
+}
+
+int32_t Scheduler::prompt_rows(int64_t start, int32_t max_rows, const StepBudget& budget) const {
+  if (max_rows <= 0 || budget.row_units == std::numeric_limits<double>::infinity()) {
+    return std::max(max_rows, 0);
+  }
+  // The largest count within the units (they grow with the count).
+  int32_t lo = 0, hi = max_rows;
+  while (lo < hi) {
+    const int32_t mid = lo + (hi - lo + 1) / 2;
+    if (prompt_row_units(start, mid) <= budget.row_units) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return budget.prompt_planned ? lo : std::max(lo, std::min(max_rows, kMinPromptRows));
+}
+
+void Scheduler::spend(StepBudget& budget, int64_t start, int32_t n_rows, bool prompt) const {
+  budget.rows -= n_rows;
+  if (!prompt) return;
+  budget.prompt_planned = true;
+  if (budget.row_units != std::numeric_limits<double>::infinity()) {
+    budget.row_units = std::max(0.0, budget.row_units - prompt_row_units(start, n_rows));
   }
 }
 

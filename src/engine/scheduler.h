@@ -8,7 +8,10 @@
 //      steps (chunked prefill) so decodes of other sequences keep flowing. While there are
 //      decodes, prompt rows are also bounded by prefill_chunk_tokens (or the decode count,
 //      whichever is larger): a step costs about the weights' read plus its rows, so this keeps
-//      the decodes' inter-token latency within a small multiple of a decode-only step.
+//      the decodes' inter-token latency within a small multiple of a decode-only step. A row
+//      late in a long prompt also attends to thousands of positions: with
+//      prefill_context_per_row it counts as 1 + its context / prefill_context_per_row rows
+//      against that bound (the first prompt of a step gets at least kMinPromptRows rows).
 //   3. Waiting sequences are admitted in FIFO order while there is budget, a running slot and
 //      free blocks for their first chunk. A sequence that does not fit blocks those behind it
 //      (no overtaking), so large requests are not starved by small ones. With prefix caching,
@@ -38,6 +41,23 @@ struct SchedulerConfig {
   // that a burst of prompts stretches the decodes' step by a bounded factor; 0 = no bound
   // beyond max_batch_tokens. Steps without decodes always take max_batch_tokens.
   int32_t prefill_chunk_tokens = 0;
+  // Positions of context that cost a prompt row beside decodes as much as the row itself:
+  // such a row counts as 1 + (positions it attends to) / this against prefill_chunk_tokens;
+  // 0 = every row counts 1.
+  int32_t prefill_context_per_row = 0;
+};
+
+// Rows the first prompt chunk of a step beside decodes gets at least, whatever its context:
+// a long prompt always progresses.
+inline constexpr int32_t kMinPromptRows = 16;
+
+// What is left of a step's budget: rows (max_batch_tokens, and beside decodes the prompt
+// bound) and, for prompt rows beside decodes with prefill_context_per_row, row units (a row
+// counting 1 + its context / prefill_context_per_row; infinite where unbounded).
+struct StepBudget {
+  int32_t rows = 0;
+  double row_units = 0.0;
+  bool prompt_planned = false;  // a prompt chunk is in the plan already
 };
 
 // Tokens [seq->n_computed, seq->n_computed + n_tokens) of one sequence in this step.
@@ -95,11 +115,18 @@ class Scheduler {
   // Plans up to `max_tokens` pending tokens of running `seq`, preempting newer sequences
   // when blocks run out. `allow_partial` lets a prefill chunk shrink to the free blocks.
   void schedule_running(Sequence* seq, int32_t max_tokens, bool allow_partial, StepPlan& plan,
-                        int32_t& budget);
+                        StepBudget& budget);
   // Moves the newest running sequence back to the front of the waiting queue; drops its
-  // chunk from `plan` (returning its tokens to `budget`) if it had one.
-  Sequence* preempt_newest(StepPlan& plan, int32_t& budget);
-  void admit_waiting(StepPlan& plan, int32_t& budget);
+  // chunk from `plan` (returning its rows to `budget`; its row units stay spent) if it had one.
+  Sequence* preempt_newest(StepPlan& plan, StepBudget& budget);
+  void admit_waiting(StepPlan& plan, StepBudget& budget);
+  // Rows of a prompt chunk from position `start`, at most `max_rows`, that the budget's row
+  // units allow (at least kMinPromptRows for the step's first prompt chunk).
+  int32_t prompt_rows(int64_t start, int32_t max_rows, const StepBudget& budget) const;
+  // The row units of `n_rows` prompt rows from position `start`.
+  double prompt_row_units(int64_t start, int32_t n_rows) const;
+  // Takes a planned chunk of `n_rows` rows from `start` out of the budget.
+  void spend(StepBudget& budget, int64_t start, int32_t n_rows, bool prompt) const;
 
   SchedulerConfig config_;
   BlockManager& blocks_;

@@ -73,6 +73,8 @@ Status apply_key(ModelSpec& spec, std::string_view key, std::string_view value) 
     return set_int(spec.engine.max_running, 1, 1024);
   } else if (key == "prefill-chunk-tokens") {
     return set_int(spec.engine.prefill_chunk_tokens, -1, 1 << 20);
+  } else if (key == "prefill-context-per-row") {
+    return set_int(spec.engine.prefill_context_per_row, -1, 1 << 30);
   } else if (key == "no-prefix-cache") {
     auto off = to_bool(key, value);
     if (!off) return off.status();
@@ -118,7 +120,7 @@ Status apply_key(ModelSpec& spec, std::string_view key, std::string_view value) 
     return make_error(StatusCode::kInvalidArgument,
                       "unknown model key '{}' (keys: path name alias device tp pp replicas threads "
                       "cpu-isa ctx-size max-running max-batch-tokens prefill-chunk-tokens "
-                      "no-prefix-cache "
+                      "prefill-context-per-row no-prefix-cache "
                       "kv-cache-tokens kv-cache-type chat-template "
                       "warmup-tokens embedding-pooling keep-alive required load)",
                       key);

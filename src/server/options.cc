@@ -63,7 +63,7 @@ void add_service_options(CLI::App& app, ServiceConfig& config) {
   app.add_option("-m,--model", config.model_args,
                  "GGUF model file; or, repeated, NAME=PATH[,key=value...] per model (keys: "
                  "device tp pp replicas threads cpu-isa ctx-size max-running max-batch-tokens "
-                 "prefill-chunk-tokens no-prefix-cache "
+                 "prefill-chunk-tokens prefill-context-per-row no-prefix-cache "
                  "kv-cache-tokens chat-template warmup-tokens embedding-pooling keep-alive "
                  "required load)");
   app.add_option("--model-name", m.name,
@@ -148,6 +148,13 @@ void add_service_options(CLI::App& app, ServiceConfig& config) {
                  "it decodes), which bounds how much a prompt burst delays their next tokens "
                  "(-1 = engine default, 256; 0 = only --max-batch-tokens)")
       ->check(CLI::Range(-1, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--prefill-context-per-row", m.engine.prefill_context_per_row,
+                 "Context positions that make a prompt row beside decodes count as one more row "
+                 "against --prefill-chunk-tokens: late chunks of long prompts, whose rows attend "
+                 "to many positions, take fewer rows (-1 = engine default, 4096; 0 = a row "
+                 "counts 1)")
+      ->check(CLI::Range(-1, 1 << 30))
       ->capture_default_str();
 
   app.add_option("--model-alias", m.aliases,

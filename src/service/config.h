@@ -54,6 +54,9 @@ struct EngineLimits {
   // Prompt tokens of a step that also decodes (at least its decodes); -1 = the engine's
   // default, 0 = only max_batch_tokens bounds them.
   int prefill_chunk_tokens = -1;
+  // Context positions that cost a prompt row beside decodes as much as the row; -1 = the
+  // engine's default, 0 = every row counts 1.
+  int prefill_context_per_row = -1;
   // Sample every token on the host from copied logits, even where the GPU could draw it.
   bool host_sampling = false;
   // Reuse the KV cache blocks of prompt prefixes earlier requests computed.

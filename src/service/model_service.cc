@@ -67,6 +67,8 @@ EngineConfig engine_config(const ModelSpec& spec, int64_t context_tokens) {
   if (spec.engine.max_batch_tokens > 0) config.max_batch_tokens = spec.engine.max_batch_tokens;
   if (spec.engine.prefill_chunk_tokens >= 0)
     config.prefill_chunk_tokens = spec.engine.prefill_chunk_tokens;
+  if (spec.engine.prefill_context_per_row >= 0)
+    config.prefill_context_per_row = spec.engine.prefill_context_per_row;
   config.max_context = static_cast<int32_t>(std::min<int64_t>(context_tokens, INT32_MAX));
   config.device_sampling = !spec.engine.host_sampling;
   config.prefix_caching = spec.engine.prefix_caching;

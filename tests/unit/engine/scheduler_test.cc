@@ -317,5 +317,83 @@ TEST(SchedulerTest, PromptRowsBesideDecodesAreBoundedByTheChunk) {
   EXPECT_EQ(plan.n_tokens, 24);
 }
 
+// Row units of n prompt rows from `start` (row start + i attends to start + i + 1 positions).
+double row_units(int64_t start, int32_t n, int32_t context_per_row) {
+  const double rows = n;
+  return rows + (rows * static_cast<double>(start + 1) + rows * (rows - 1) / 2) / context_per_row;
+}
+
+// Beside decodes a prompt row counts 1 + its context / prefill_context_per_row against the
+// chunk bound: a long prompt's late chunks take fewer rows (as many as fit), early ones almost
+// the whole bound.
+TEST(SchedulerTest, LatePromptChunksBesideDecodesTakeFewerRows) {
+  BlockManager blocks(4096, 16);
+  Scheduler scheduler({/*max_running=*/16, /*max_batch_tokens=*/512, /*prefill_chunk_tokens=*/256,
+                       /*prefill_context_per_row=*/4096},
+                      blocks);
+  for (SeqId id = 1; id <= 3; ++id) scheduler.add(make_seq(id, 4));
+  finish_step(scheduler, scheduler.schedule());
+  scheduler.add(make_seq(9, 20000));
+  Sequence* long_prompt = scheduler.find(9);
+  std::vector<std::pair<int32_t, int32_t>> chunks;  // (first position, rows)
+  while (long_prompt->n_computed < long_prompt->n_prompt) {
+    const int32_t start = long_prompt->n_computed;
+    StepPlan plan = scheduler.schedule();
+    const ScheduledChunk* chunk = chunk_of(plan, 9);
+    ASSERT_NE(chunk, nullptr);
+    ASSERT_GE(chunk->n_tokens, 1);
+    EXPECT_EQ(plan.n_tokens, 3 + chunk->n_tokens);
+    EXPECT_LE(row_units(start, chunk->n_tokens, 4096), 256.0);
+    if (start + chunk->n_tokens < long_prompt->n_prompt) {
+      EXPECT_GT(row_units(start, chunk->n_tokens + 1, 4096), 256.0) << "at " << start;
+    }
+    chunks.emplace_back(start, chunk->n_tokens);
+    finish_step(scheduler, plan);
+  }
+  EXPECT_EQ(chunks.front().second, 248);  // 248 + (248 * 249 / 2) / 4096 = 255.5 units
+  for (const auto& [start, rows] : chunks) {
+    EXPECT_LE(rows, 256.0 / (1.0 + start / 4096.0)) << "at " << start;
+  }
+  EXPECT_LE(chunks.back().second, 256 / 5);  // from 16k positions on: 1 + 4 units a row
+
+  // A prompt admitted behind one that took the units waits (no overtaking), though rows remain.
+  scheduler.add(make_seq(10, 30000));
+  scheduler.add(make_seq(11, 100));
+  StepPlan plan = scheduler.schedule();
+  ASSERT_NE(chunk_of(plan, 10), nullptr);
+  EXPECT_EQ(chunk_of(plan, 10)->n_tokens, 248);
+  EXPECT_EQ(chunk_of(plan, 11), nullptr);  // nothing left
+  finish_step(scheduler, plan);
+}
+
+// The first prompt chunk of a step always progresses, by at least kMinPromptRows rows (within
+// the row bound), however long its context.
+TEST(SchedulerTest, PromptBesideDecodesAlwaysProgresses) {
+  BlockManager blocks(1024, 16);
+  Scheduler scheduler({/*max_running=*/16, /*max_batch_tokens=*/512, /*prefill_chunk_tokens=*/64,
+                       /*prefill_context_per_row=*/16},
+                      blocks);
+  scheduler.add(make_seq(1, 4));
+  finish_step(scheduler, scheduler.schedule());
+  scheduler.add(make_seq(2, 2000));
+  Sequence* seq = scheduler.find(2);
+  int steps = 0;
+  while (seq->n_computed < seq->n_prompt) {
+    const int32_t start = seq->n_computed;
+    StepPlan plan = scheduler.schedule();
+    const ScheduledChunk* chunk = chunk_of(plan, 2);
+    ASSERT_NE(chunk, nullptr);
+    const int32_t expected_min = std::min(kMinPromptRows, seq->n_prompt - start);
+    EXPECT_GE(chunk->n_tokens, expected_min);
+    // Past 1024 positions one row costs more than the 64 units: exactly the minimum.
+    if (start > 1024) {
+      EXPECT_EQ(chunk->n_tokens, expected_min);
+    }
+    finish_step(scheduler, plan);
+    ++steps;
+  }
+  EXPECT_LT(steps, 2000 / kMinPromptRows + 64);
+}
+
 }  // namespace
 }  // namespace llamaserve
