@@ -207,6 +207,40 @@ struct BenchKvCache {
   }
 };
 
+// The attention of `n_rows` rows of q (32-bit, q_dim = n_head * head_dim a row, out alike) over
+// `cache` with the given rows' positions, sequences and block tables: what every case below
+// shares; each sets its tiles, splits and kernel.
+struct BenchRows {
+  const float* q;
+  float* out;
+  const int32_t* positions;
+  const int32_t* seq_index;
+  const int32_t* block_tables;
+  int32_t blocks_per_seq;
+  int32_t block_size;
+  int64_t n_rows;
+};
+AttentionArgs bench_attention_args(const BenchKvCache& cache, const BenchRows& rows, int n_head,
+                                   int n_head_kv, int head_dim) {
+  AttentionArgs a;
+  a.q = rows.q;
+  a.q_stride = static_cast<int64_t>(n_head) * head_dim;
+  cache.set(a);
+  a.positions = rows.positions;
+  a.seq_index = rows.seq_index;
+  a.block_tables = rows.block_tables;
+  a.blocks_per_seq = rows.blocks_per_seq;
+  a.block_size = rows.block_size;
+  a.n_head = n_head;
+  a.n_head_kv = n_head_kv;
+  a.head_dim = head_dim;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  a.out = rows.out;
+  a.out_stride = a.q_stride;
+  a.n_batch_rows = rows.n_rows;
+  return a;
+}
+
 // Prefill attention of one 512-token prompt (positions 0..511, tiles of kMaxAttentionQueries /
 // group rows as the executor makes them), 32 query heads of head_dim 128: LLaMA-2-7B (32 KV
 // heads) and LLaMA-3-8B (8), with the CUDA-core and the tensor-core kernel, over an f16 and a
@@ -250,25 +284,13 @@ std::string bench_prefill_attention(int groups, FILE* csv, LaunchStream stream) 
       tiles.push_back({r, std::min(tile_rows, kPositions - r)});
     }
     AttentionTile* tiles_dev = upload(tiles);
-    AttentionArgs a;
-    a.q = q;
-    a.q_stride = q_dim;
-    cache.set(a);
-    a.positions = positions_dev;
-    a.seq_index = seq_index_dev;
-    a.block_tables = block_table_dev;
-    a.blocks_per_seq = kBlocks;
-    a.block_size = kBlockSize;
+    AttentionArgs a = bench_attention_args(
+        cache,
+        {q, out, positions_dev, seq_index_dev, block_table_dev, kBlocks, kBlockSize, kPositions},
+        kHeads, n_head_kv, kHeadDim);
     a.tiles = tiles_dev;
     a.n_tiles = static_cast<int32_t>(tiles.size());
     a.max_tile_rows = tile_rows;
-    a.n_head = kHeads;
-    a.n_head_kv = n_head_kv;
-    a.head_dim = kHeadDim;
-    a.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
-    a.out = out;
-    a.out_stride = q_dim;
-    a.n_batch_rows = kPositions;
 
     std::vector<float> outputs[2];
     double seconds[2];
@@ -362,26 +384,14 @@ std::string bench_decode_attention(int groups, double copy, FILE* csv, LaunchStr
                 kBlockSize, stream);
     BENCH_CHECK(cudaFree(kv_new));
 
-    AttentionArgs a;
-    a.q = q;
-    a.q_stride = q_dim;
-    cache.set(a);
-    a.positions = last_positions_dev;
-    a.seq_index = last_seq_dev;
-    a.block_tables = table_dev;
-    a.blocks_per_seq = kBlocksPerSeq;
-    a.block_size = kBlockSize;
+    AttentionArgs a = bench_attention_args(
+        cache,
+        {q, out, last_positions_dev, last_seq_dev, table_dev, kBlocksPerSeq, kBlockSize, kSeqs},
+        kHeads, n_head_kv, kHeadDim);
     a.tiles = tiles_dev;
     a.n_tiles = kSeqs;
     a.max_tile_rows = 1;
     a.single_row_tiles = kSeqs;
-    a.n_head = kHeads;
-    a.n_head_kv = n_head_kv;
-    a.head_dim = kHeadDim;
-    a.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
-    a.out = out;
-    a.out_stride = q_dim;
-    a.n_batch_rows = kSeqs;
     a.kernel = AttentionKernel::kDecode;
     const double seconds =
         time_launches([&](int) { BENCH_OK(attention(a, stream)); }, groups, 20, stream);
@@ -476,24 +486,11 @@ std::string bench_chunk_attention(int groups, FILE* csv, LaunchStream stream) {
         BENCH_CHECK(cudaMemset(cache.k_scales, 0, cache_values / kKvQ8Block * 2));
         BENCH_CHECK(cudaMemset(cache.v_scales, 0, cache_values / kKvQ8Block * 2));
       }
-      AttentionArgs a;
-      a.q = q;
-      a.q_stride = q_dim;
-      cache.set(a);
-      a.positions = positions_dev;
-      a.seq_index = seq_dev;
-      a.block_tables = table_dev;
-      a.blocks_per_seq = blocks_per_seq;
-      a.block_size = kBlockSize;
-      a.n_head = kHeads;
-      a.n_head_kv = kHeads;
-      a.head_dim = kHeadDim;
-      a.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
-      a.out = out;
-      a.out_stride = q_dim;
+      AttentionArgs a = bench_attention_args(
+          cache, {q, out, positions_dev, seq_dev, table_dev, blocks_per_seq, kBlockSize, kRows},
+          kHeads, kHeads, kHeadDim);
       a.partial = partial;
       a.split_counters = counters;
-      a.n_batch_rows = kRows;
       struct Launch {
         const char* name;
         int decodes, chunk_rows;
