@@ -233,9 +233,11 @@ TEST(SchedulerTest, BuildBatchLaysOutRowsAndTables) {
 // Random arrivals and departures with a small cache: the budget and running limits always
 // hold, every running sequence's blocks cover what it computes, nothing is lost, and every
 // sequence reaches its target length.
-TEST(SchedulerTest, RandomWorkloadKeepsInvariants) {
+// 150 random sequences through 96 tokens of blocks: every step within its bounds, every
+// sequence finished, every block back; `preemptions` gets how many it took.
+void run_random_workload(const SchedulerConfig& config, uint64_t& preemptions) {
   BlockManager blocks(24, 4);  // 96 tokens
-  Scheduler scheduler({5, 12}, blocks);
+  Scheduler scheduler(config, blocks);
   std::mt19937 rng(11);
   std::map<SeqId, int32_t> target_length;
   SeqId next_id = 1;
@@ -282,7 +284,20 @@ TEST(SchedulerTest, RandomWorkloadKeepsInvariants) {
   EXPECT_EQ(finished, 150);
   EXPECT_TRUE(scheduler.idle());
   EXPECT_EQ(blocks.n_free(), 24);
-  EXPECT_GT(scheduler.preemptions_total(), 0u);
+  preemptions = scheduler.preemptions_total();
+}
+
+TEST(SchedulerTest, RandomWorkloadKeepsInvariants) {
+  uint64_t preemptions = 0;
+  ASSERT_NO_FATAL_FAILURE(
+      run_random_workload({/*max_running=*/5, /*max_batch_tokens=*/12}, preemptions));
+  EXPECT_GT(preemptions, 0u);
+  // Prompt rows beside decodes bounded to 4, a row counting 1 + its context / 8: long prompts
+  // crawl at their minimum rows, and still every sequence finishes.
+  ASSERT_NO_FATAL_FAILURE(run_random_workload({/*max_running=*/5, /*max_batch_tokens=*/12,
+                                               /*prefill_chunk_tokens=*/4,
+                                               /*prefill_context_per_row=*/8},
+                                              preemptions));
 }
 
 // While sequences decode, prompt rows are bounded by max(prefill_chunk_tokens, decodes);
