@@ -376,9 +376,17 @@ void Engine::run_step() {
     }
     return;
   }
+  bool decodes = false, prompts = false;
+  for (const ScheduledChunk& chunk : plan.chunks) {
+    (chunk.seq->n_pending() == 1 ? decodes : prompts) = true;
+  }
+  const StepKind kind =
+      decodes ? (prompts ? StepKind::kMixed : StepKind::kDecode) : StepKind::kPrompt;
   scheduler_.complete(plan);
   sample_and_emit(plan);
-  counters_.step_seconds_total += std::chrono::duration<double>(Clock::now() - step_start).count();
+  const double seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
+  counters_.step_seconds_total += seconds;
+  counters_.step_durations[static_cast<int>(kind)].observe(seconds);
 }
 
 Status Engine::forward_step(const StepPlan& plan) {

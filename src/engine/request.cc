@@ -98,6 +98,14 @@ void RequestHandle::cancel() {
 
 bool RequestHandle::finished() const { return !channel_ || channel_->delivered_finish(); }
 
+void StepDurations::observe(double seconds) {
+  size_t bucket = 0;
+  while (bucket < kStepSecondsBounds.size() && seconds > kStepSecondsBounds[bucket]) ++bucket;
+  ++buckets[bucket];
+  ++count;
+  seconds_total += seconds;
+}
+
 void add_engine_stats(EngineStats& total, const EngineStats& part) {
   total.waiting += part.waiting;
   total.running += part.running;
@@ -111,6 +119,13 @@ void add_engine_stats(EngineStats& total, const EngineStats& part) {
   total.device_sampled_steps_total += part.device_sampled_steps_total;
   total.step_seconds_total += part.step_seconds_total;
   total.forward_seconds_total += part.forward_seconds_total;
+  for (int kind = 0; kind < kStepKinds; ++kind) {
+    StepDurations& sum = total.step_durations[kind];
+    const StepDurations& add = part.step_durations[kind];
+    for (size_t i = 0; i < sum.buckets.size(); ++i) sum.buckets[i] += add.buckets[i];
+    sum.count += add.count;
+    sum.seconds_total += add.seconds_total;
+  }
   total.kv_blocks_cached += part.kv_blocks_cached;
   total.prefix_cache_queries_total += part.prefix_cache_queries_total;
   total.prefix_cache_query_tokens_total += part.prefix_cache_query_tokens_total;

@@ -2,6 +2,7 @@
 // it reads events from. The server, the CLI and the JNI binding all use exactly this.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -127,6 +128,22 @@ class RequestHandle {
   std::shared_ptr<RequestChannel> channel_;
 };
 
+// What a step computes: decodes only, decodes beside prompt chunks, or prompt chunks only (a
+// one-token prompt chunk counts as a decode: one row).
+enum class StepKind { kDecode, kMixed, kPrompt };
+inline constexpr int kStepKinds = 3;
+
+// Upper bounds (seconds) of the step-duration buckets, and the steps of one kind by bucket:
+// buckets[i] counts steps in (bound i-1, bound i], the last one those past every bound.
+inline constexpr std::array<double, 14> kStepSecondsBounds = {
+    0.001, 0.002, 0.004, 0.006, 0.008, 0.010, 0.0125, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 1.0};
+struct StepDurations {
+  std::array<uint64_t, kStepSecondsBounds.size() + 1> buckets{};
+  uint64_t count = 0;
+  double seconds_total = 0;
+  void observe(double seconds);
+};
+
 struct EngineStats {
   int32_t waiting = 0;
   int32_t running = 0;
@@ -143,6 +160,9 @@ struct EngineStats {
   // the engine's own work per step (scheduling, sampling on the host, streaming).
   double step_seconds_total = 0;
   double forward_seconds_total = 0;
+  // The same steps by kind (StepKind) and duration: the inter-token gap a stream sees is its
+  // step's, so the slow kinds show where a latency tail comes from.
+  std::array<StepDurations, kStepKinds> step_durations{};
   // Prefix caching: admissions that looked up the cache, their tokens, the tokens found there
   // (not computed again), and cached blocks overwritten to make room.
   uint64_t prefix_cache_queries_total = 0;

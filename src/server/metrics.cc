@@ -1,6 +1,9 @@
 #include "server/metrics.h"
 
+#include <algorithm>
+#include <array>
 #include <optional>
+#include <vector>
 
 #include <prometheus/text_serializer.h>
 
@@ -27,6 +30,9 @@ const Histogram::BucketBoundaries kInterTokenBuckets = {0.001, 0.0025, 0.005, 0.
                                                         0.1,   0.25,   0.5,   1,    2.5};
 const Histogram::BucketBoundaries kRequestDurationBuckets = {0.05, 0.1, 0.25, 0.5, 1,   2.5,
                                                              5,    10,  30,   60,  120, 300};
+const Histogram::BucketBoundaries kStepBuckets(kStepSecondsBounds.begin(),
+                                               kStepSecondsBounds.end());
+constexpr std::array<const char*, kStepKinds> kStepKindNames = {"decode", "mixed", "prompt"};
 
 prometheus::Gauge& add_gauge(prometheus::Registry& registry, const std::string& name,
                              const std::string& help) {
@@ -108,6 +114,10 @@ ServerMetrics::ServerMetrics()
                                 "Wall time of the engine's generation steps")),
       forward_seconds_(add_counter(*registry_, "llamaserve_engine_forward_seconds_total",
                                    "Of that, the forward passes (the executor's part)")),
+      step_duration_s_(add_histogram_family(*registry_, "llamaserve_engine_step_duration_seconds",
+                                            "Wall time of the engine's steps by what they compute "
+                                            "(decode: decodes only, mixed: decodes beside prompt "
+                                            "chunks, prompt: prompt chunks only)")),
       kv_blocks_cached_(add_gauge(*registry_, "llamaserve_kv_blocks_cached",
                                   "Free KV cache blocks that still hold a reusable prompt prefix")),
       prefix_cache_queries_(add_counter(*registry_, "llamaserve_prefix_cache_queries_total",
@@ -158,6 +168,8 @@ ServerMetrics::ServerMetrics()
             {"commit", std::string(build.commit)},
             {"cuda", cuda_build() ? "true" : "false"}})
       .Set(1);
+  // Every kind's series from the start, zero until its first step.
+  for (const char* kind : kStepKindNames) step_duration_s_.Add({{"kind", kind}}, kStepBuckets);
 }
 
 void ServerMetrics::sample_models(const std::vector<ModelStatus>& models) {
@@ -228,6 +240,7 @@ std::string ServerMetrics::render(const MetricsSnapshot& snapshot) {
             last_sampled_.device_sampled_steps_total);
     advance(step_seconds_, stats.step_seconds_total, last_sampled_.step_seconds_total);
     advance(forward_seconds_, stats.forward_seconds_total, last_sampled_.forward_seconds_total);
+    sample_step_durations(stats);
     kv_blocks_cached_.Set(stats.kv_blocks_cached);
     advance(prefix_cache_queries_, stats.prefix_cache_queries_total,
             last_sampled_.prefix_cache_queries_total);
@@ -244,6 +257,22 @@ std::string ServerMetrics::render(const MetricsSnapshot& snapshot) {
     set_or_remove(device_pool_bytes_, {}, snapshot.device_pool_bytes);
   }
   return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+void ServerMetrics::sample_step_durations(const EngineStats& stats) {
+  for (int kind = 0; kind < kStepKinds; ++kind) {
+    Histogram& histogram = step_duration_s_.Add({{"kind", kStepKindNames[kind]}}, kStepBuckets);
+    const StepDurations& now = stats.step_durations[kind];
+    const StepDurations& before = last_sampled_.step_durations[kind];
+    if (now.count <= before.count) continue;  // nothing new, or an engine left the sum
+    std::vector<double> increments(now.buckets.size());
+    for (size_t i = 0; i < increments.size(); ++i) {
+      if (now.buckets[i] > before.buckets[i]) {
+        increments[i] = static_cast<double>(now.buckets[i] - before.buckets[i]);
+      }
+    }
+    histogram.ObserveMultiple(increments, std::max(0.0, now.seconds_total - before.seconds_total));
+  }
 }
 
 void ServerMetrics::sample_replicas(const std::vector<EngineStats>& replicas) {

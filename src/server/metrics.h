@@ -77,6 +77,8 @@ class ServerMetrics {
   prometheus::Counter& device_sampled_steps_;
   prometheus::Counter& step_seconds_;
   prometheus::Counter& forward_seconds_;
+  // The steps by kind (label kind="decode|mixed|prompt") and duration (EngineStats).
+  prometheus::Family<prometheus::Histogram>& step_duration_s_;
   prometheus::Gauge& kv_blocks_cached_;
   prometheus::Counter& prefix_cache_queries_;
   prometheus::Counter& prefix_cache_query_tokens_;
@@ -99,6 +101,7 @@ class ServerMetrics {
   void sample_replicas(const std::vector<EngineStats>& replicas);  // sample_mutex_ held
   void sample_models(const std::vector<ModelStatus>& models);      // sample_mutex_ held
   void sample_gpus(const std::vector<GpuSample>& gpus);            // sample_mutex_ held
+  void sample_step_durations(const EngineStats& stats);            // sample_mutex_ held
 
   // Engine totals are cumulative; the counters advance by the difference since the last
   // scrape (Prometheus counters only go up).

@@ -327,8 +327,9 @@ TEST(EngineTest, ShutdownFinishesEveryOpenRequest) {
   }
 }
 
-// The same requests alone, all together, with prefill chunked by a small token budget, and
-// with a KV cache so small that sequences get preempted: identical tokens every time.
+// The same requests alone, all together, with prefill chunked by a small token budget (and by
+// row units weighted by context), and with a KV cache so small that sequences get preempted:
+// identical tokens every time.
 TEST(EngineTest, BatchingChunkingAndPreemptionDoNotChangeOutputs) {
   std::vector<GenerationRequest> requests;
   std::mt19937 rng(5);
@@ -351,6 +352,23 @@ TEST(EngineTest, BatchingChunkingAndPreemptionDoNotChangeOutputs) {
   EngineConfig chunked;
   chunked.max_batch_tokens = 5;
   EXPECT_EQ(run_all(chunked, 256, true, &stats), alone);
+  // Every step counted once by kind and duration: the first ones prompts only, then prompt
+  // chunks beside decodes, the last ones decodes only.
+  uint64_t by_kind = 0;
+  for (const StepDurations& kind : stats.step_durations) {
+    EXPECT_GT(kind.count, 0u);
+    uint64_t in_buckets = 0;
+    for (const uint64_t n : kind.buckets) in_buckets += n;
+    EXPECT_EQ(in_buckets, kind.count);
+    EXPECT_GT(kind.seconds_total, 0.0);
+    by_kind += kind.count;
+  }
+  EXPECT_EQ(by_kind, stats.steps_total);
+  // Prompt rows beside decodes weighted hard by their context (a row at 8 positions counts 3).
+  EngineConfig weighted;
+  weighted.prefill_chunk_tokens = 3;
+  weighted.prefill_context_per_row = 4;
+  EXPECT_EQ(run_all(weighted, 256, true, nullptr), alone);
   EngineConfig tight;
   tight.max_batch_tokens = 16;
   EXPECT_EQ(run_all(tight, 12, true, &stats), alone);  // 48 tokens for up to 12 sequences

@@ -67,6 +67,46 @@ TEST(ServerMetrics, TotalsAndPerReplicaSeries) {
   EXPECT_EQ(text.find("llamaserve_gpu_"), std::string::npos) << "no GPU readings, no GPU series";
 }
 
+// The engine's steps by kind and duration become one histogram series per kind, zero until
+// the kind's first step, advancing by what happened between scrapes (cumulative buckets).
+TEST(ServerMetrics, StepDurationsByKind) {
+  ServerMetrics metrics;
+  std::string text = metrics.render({});
+  EXPECT_TRUE(has_line(text, "llamaserve_engine_step_duration_seconds_count{kind=\"mixed\"} 0"))
+      << text;
+  MetricsSnapshot snapshot;
+  StepDurations& decode = snapshot.engine.step_durations[static_cast<int>(StepKind::kDecode)];
+  decode.observe(0.007);
+  decode.observe(0.0075);
+  decode.observe(0.3);
+  snapshot.engine.step_durations[static_cast<int>(StepKind::kMixed)].observe(0.011);
+  text = metrics.render(snapshot);
+  EXPECT_TRUE(has_line(text, "llamaserve_engine_step_duration_seconds_count{kind=\"decode\"} 3"))
+      << text;
+  EXPECT_TRUE(has_line(
+      text, "llamaserve_engine_step_duration_seconds_bucket{kind=\"decode\",le=\"0.006\"} 0"));
+  EXPECT_TRUE(has_line(
+      text, "llamaserve_engine_step_duration_seconds_bucket{kind=\"decode\",le=\"0.008\"} 2"));
+  EXPECT_TRUE(has_line(
+      text, "llamaserve_engine_step_duration_seconds_bucket{kind=\"decode\",le=\"0.25\"} 2"));
+  EXPECT_TRUE(has_line(
+      text, "llamaserve_engine_step_duration_seconds_bucket{kind=\"decode\",le=\"+Inf\"} 3"));
+  EXPECT_TRUE(has_line(
+      text, "llamaserve_engine_step_duration_seconds_bucket{kind=\"mixed\",le=\"0.0125\"} 1"));
+  EXPECT_TRUE(has_line(text, "llamaserve_engine_step_duration_seconds_count{kind=\"prompt\"} 0"));
+  // The next scrape adds only the new step.
+  decode.observe(0.0015);
+  text = metrics.render(snapshot);
+  EXPECT_TRUE(has_line(text, "llamaserve_engine_step_duration_seconds_count{kind=\"decode\"} 4"))
+      << text;
+  EXPECT_TRUE(has_line(
+      text, "llamaserve_engine_step_duration_seconds_bucket{kind=\"decode\",le=\"0.002\"} 1"));
+  EXPECT_TRUE(has_line(
+      text, "llamaserve_engine_step_duration_seconds_bucket{kind=\"decode\",le=\"0.008\"} 3"));
+  EXPECT_TRUE(has_line(text, "llamaserve_engine_step_duration_seconds_sum{kind=\"decode\"} 0.316"))
+      << text;
+}
+
 TEST(ServerMetrics, NoModelNoReplicaSamples) {
   ServerMetrics metrics;
   const std::string text = metrics.render({});
