@@ -28,7 +28,9 @@
 #   bench-7b.json    {"<type>": <llamaserve bench --json output>, ...} (in logs.tar.gz, under
 #                    logs/results/, as every file but the summary and the markdown tables)
 #   bench-7b.md      the same as markdown tables
-#   loadtest-7b/     report.md of loadtest7b (report.json and metrics.txt in logs.tar.gz)
+#   loadtest-7b/     report.md of loadtest7b and step-durations.md (the engine's steps by kind
+#                    and duration over the load: bench/serve/step_durations.py; report.json,
+#                    metrics.txt and metrics-before.txt in logs.tar.gz)
 #   profile-7b.md    per-kernel time of profiled decode steps or prompt passes (profile7b;
 #                    PROFILE_BATCHES, default "1 16 256", may name "prompt")
 #   logs.tar.gz      every step's log, gtest XML, and under logs/results/ every other file the
@@ -215,6 +217,9 @@ urllib.request.urlopen(sys.argv[1], timeout=2)" "http://127.0.0.1:$port/ready" 2
       sleep 0.5
     done
     [[ -n $url ]] || { echo "the server was not ready in time"; tail -20 "$server_log"; exit 1; }
+    scrape() { python3 -c "import sys, urllib.request
+print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())" "$url/metrics"; }
+    scrape >"$out/metrics-before.txt" 2>&1
     beside_pid=""
     if [[ -n $beside ]]; then
       mkdir -p "$out/beside"
@@ -229,9 +234,11 @@ urllib.request.urlopen(sys.argv[1], timeout=2)" "http://127.0.0.1:$port/ready" 2
       --out "$out"
     rc=$?
     [[ -n $beside_pid ]] && { wait "$beside_pid" || rc=1; rm -f "$out/beside/report.gp"; }
-    python3 -c "import sys, urllib.request
-print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())" "$url/metrics" \
-      >"$out/metrics.txt" 2>&1
+    scrape >"$out/metrics.txt" 2>&1
+    # The engine steps of the load by kind and duration (and of the long prompts beside it;
+    # a server from before the histogram has none: only a note).
+    python3 bench/serve/step_durations.py "$out/metrics-before.txt" "$out/metrics.txt" \
+      --markdown "$out/step-durations.md" || echo "no step durations from this server"
     mv "$out/report.gp" "$logs/$name.gp" 2>/dev/null
     exit "$rc"' loadtest7b "$bin" "$model" "$out" "$logs" "${LOADTEST7B_CONCURRENCY:-1,16,64,256}"     "${LOADTEST7B_DURATION:-30}" "$name"     "${LOADTEST7B_SERVE_ARGS:---ctx-size 512 --max-running 256 --max-queue 256 --max-tokens-limit 256}"     "${LOADTEST7B_ARGS:---prompt-tokens 128 --output-tokens 128}" "${LOADTEST7B_BESIDE:-}"     "${LOADTEST7B_BESIDE_DELAY:-10}"
 }

@@ -186,6 +186,58 @@ def test_scrape_counts_the_requests_sent(scrape):
                      % re.escape(MODEL_NAME), text, re.M)
 
 
+STEP_DURATIONS = REPO_ROOT / "bench" / "serve" / "step_durations.py"
+
+
+def test_step_durations_between_two_scrapes(make_server, tmp_path):
+    """bench/serve/step_durations.py on two live scrapes of a server of its own around one
+    generation: its first step computes the prompt alone, the next ones decode it alone
+    (max_tokens 6: five decodes)."""
+    server = make_server("--max-running", "2")
+    with httpx.Client(base_url=server.url, timeout=120) as client:
+        before = client.get("/metrics").text
+        request = {"model": MODEL_NAME, "prompt": "Once upon a time", "max_tokens": 6,
+                   "temperature": 0, "ignore_eos": True}
+        response = client.post("/v1/completions", json=request)
+        assert response.status_code == 200, response.text
+        after = client.get("/metrics").text
+    (tmp_path / "before.txt").write_text(before)
+    (tmp_path / "after.txt").write_text(after)
+    out = tmp_path / "steps.md"
+    result = subprocess.run(["python3", str(STEP_DURATIONS), str(tmp_path / "before.txt"),
+                             str(tmp_path / "after.txt"), "--markdown", str(out)],
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    rows = {line.split("|")[1].strip(): line.split("|")[2:-1]
+            for line in out.read_text().splitlines() if line.startswith("| ") and "---" not in line}
+    assert int(rows["prompt"][0]) == 1, out.read_text()
+    assert int(rows["decode"][0]) == 5, out.read_text()
+    assert int(rows["mixed"][0]) == 0, out.read_text()
+    # Nothing scraped yet counts from the server's start; not a llamaserve scrape is an error.
+    missing = subprocess.run(["python3", str(STEP_DURATIONS), str(tmp_path / "none.txt"),
+                              str(tmp_path / "after.txt")], capture_output=True, text=True,
+                             timeout=60, check=False)
+    assert missing.returncode == 0, missing.stderr
+    (tmp_path / "other.txt").write_text("# TYPE x counter\nx 1\n")
+    other = subprocess.run(["python3", str(STEP_DURATIONS), str(tmp_path / "before.txt"),
+                            str(tmp_path / "other.txt")], capture_output=True, text=True,
+                           timeout=60, check=False)
+    assert other.returncode == 1 and "no llamaserve_engine_step_duration_seconds" in other.stderr
+
+
+def test_step_duration_quantiles_interpolate_within_buckets():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("step_durations", STEP_DURATIONS)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    # 10 steps: 4 up to 2 ms, 6 more up to 4 ms, none past.
+    buckets = {0.001: 0, 0.002: 4, 0.004: 10, float("inf"): 10}
+    assert module.quantile(0.5, buckets) == pytest.approx(0.002 + 0.002 * (5 - 4) / 6)
+    assert module.quantile(0.2, buckets) == pytest.approx(0.001 + 0.001 * (2 - 0) / 4)
+    # A rank in the +Inf bucket gives the largest finite bound.
+    assert module.quantile(0.99, {0.001: 1, 0.002: 1, float("inf"): 3}) == pytest.approx(0.002)
+
+
 def test_build_info_when_present(scrape):
     # llamaserve_build_info is optional here: servers built before it was added lack it. Where
     # it is exported it must be a gauge of value 1 naming the version, commit and CUDA.
