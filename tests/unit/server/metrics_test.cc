@@ -3,6 +3,10 @@
 // exist only for the readings a scrape has.
 #include "server/metrics.h"
 
+#include <string>
+#include <tuple>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 namespace llamaserve::server {
@@ -67,13 +71,21 @@ TEST(ServerMetrics, TotalsAndPerReplicaSeries) {
   EXPECT_EQ(text.find("llamaserve_gpu_"), std::string::npos) << "no GPU readings, no GPU series";
 }
 
+// The series of llamaserve_engine_step_duration_seconds: "_count{kind=...} ...",
+// "_bucket{kind=...,le=...} ..." or "_sum{kind=...} ...".
+std::string step_series(const char* part, const char* kind, const char* le, const char* value) {
+  std::string line =
+      std::string("llamaserve_engine_step_duration_seconds_") + part + "{kind=\"" + kind + "\"";
+  if (le != nullptr) line += std::string(",le=\"") + le + "\"";
+  return line + "} " + value;
+}
+
 // The engine's steps by kind and duration become one histogram series per kind, zero until
 // the kind's first step, advancing by what happened between scrapes (cumulative buckets).
 TEST(ServerMetrics, StepDurationsByKind) {
   ServerMetrics metrics;
   std::string text = metrics.render({});
-  EXPECT_TRUE(has_line(text, "llamaserve_engine_step_duration_seconds_count{kind=\"mixed\"} 0"))
-      << text;
+  EXPECT_TRUE(has_line(text, step_series("count", "mixed", nullptr, "0"))) << text;
   MetricsSnapshot snapshot;
   StepDurations& decode = snapshot.engine.step_durations[static_cast<int>(StepKind::kDecode)];
   decode.observe(0.007);
@@ -81,30 +93,27 @@ TEST(ServerMetrics, StepDurationsByKind) {
   decode.observe(0.3);
   snapshot.engine.step_durations[static_cast<int>(StepKind::kMixed)].observe(0.011);
   text = metrics.render(snapshot);
-  EXPECT_TRUE(has_line(text, "llamaserve_engine_step_duration_seconds_count{kind=\"decode\"} 3"))
-      << text;
-  EXPECT_TRUE(has_line(
-      text, "llamaserve_engine_step_duration_seconds_bucket{kind=\"decode\",le=\"0.006\"} 0"));
-  EXPECT_TRUE(has_line(
-      text, "llamaserve_engine_step_duration_seconds_bucket{kind=\"decode\",le=\"0.008\"} 2"));
-  EXPECT_TRUE(has_line(
-      text, "llamaserve_engine_step_duration_seconds_bucket{kind=\"decode\",le=\"0.25\"} 2"));
-  EXPECT_TRUE(has_line(
-      text, "llamaserve_engine_step_duration_seconds_bucket{kind=\"decode\",le=\"+Inf\"} 3"));
-  EXPECT_TRUE(has_line(
-      text, "llamaserve_engine_step_duration_seconds_bucket{kind=\"mixed\",le=\"0.0125\"} 1"));
-  EXPECT_TRUE(has_line(text, "llamaserve_engine_step_duration_seconds_count{kind=\"prompt\"} 0"));
+  using Series = std::tuple<const char*, const char*, const char*, const char*>;
+  auto expect_series = [](const std::string& scraped, const std::vector<Series>& series) {
+    for (const auto& [part, kind, le, value] : series) {
+      EXPECT_TRUE(has_line(scraped, step_series(part, kind, le, value)))
+          << part << " " << kind << " " << (le ? le : "") << scraped;
+    }
+  };
+  expect_series(text, {{"count", "decode", nullptr, "3"},
+                       {"bucket", "decode", "0.006", "0"},
+                       {"bucket", "decode", "0.008", "2"},
+                       {"bucket", "decode", "0.25", "2"},
+                       {"bucket", "decode", "+Inf", "3"},
+                       {"bucket", "mixed", "0.0125", "1"},
+                       {"count", "prompt", nullptr, "0"}});
   // The next scrape adds only the new step.
   decode.observe(0.0015);
   text = metrics.render(snapshot);
-  EXPECT_TRUE(has_line(text, "llamaserve_engine_step_duration_seconds_count{kind=\"decode\"} 4"))
-      << text;
-  EXPECT_TRUE(has_line(
-      text, "llamaserve_engine_step_duration_seconds_bucket{kind=\"decode\",le=\"0.002\"} 1"));
-  EXPECT_TRUE(has_line(
-      text, "llamaserve_engine_step_duration_seconds_bucket{kind=\"decode\",le=\"0.008\"} 3"));
-  EXPECT_TRUE(has_line(text, "llamaserve_engine_step_duration_seconds_sum{kind=\"decode\"} 0.316"))
-      << text;
+  expect_series(text, {{"count", "decode", nullptr, "4"},
+                       {"bucket", "decode", "0.002", "1"},
+                       {"bucket", "decode", "0.008", "3"},
+                       {"sum", "decode", nullptr, "0.316"}});
 }
 
 TEST(ServerMetrics, NoModelNoReplicaSamples) {
