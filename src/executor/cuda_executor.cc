@@ -123,6 +123,8 @@ class CudaExecutor final : public Executor, public CudaPart {
   std::string role() const;
   // What both split choices read of `piece`, the GPU and the limits (attention_splits.h).
   AttentionSplitShape split_shape(const Batch& piece) const;
+  // The rows of each of `piece`'s sequences (in rows_scratch_).
+  const std::vector<int32_t>& rows_per_sequence(const Batch& piece) const;
   int32_t choose_splits(const Batch& piece, const DeviceBatch& b) const;
   // Positions per split when the piece's decodes take splits of their own, else 0.
   int32_t row_split_positions(const Batch& piece) const;
@@ -158,7 +160,7 @@ class CudaExecutor final : public Executor, public CudaPart {
   std::map<std::pair<int32_t, int32_t>, cudaGraphExec_t> graphs_;  // (padded rows, splits)
   PieceScratch pieces_;                         // for batches above max_batch_tokens
   mutable std::vector<int32_t> split_scratch_;  // overlap_split_row's per-sequence positions
-  mutable std::vector<int32_t> rows_scratch_;   // choose_splits's rows per sequence
+  mutable std::vector<int32_t> rows_scratch_;   // rows_per_sequence's
   mutable std::vector<int32_t> decode_lengths_scratch_;  // row_split_positions's decodes
 };
 
@@ -357,11 +359,16 @@ AttentionSplitShape CudaExecutor::split_shape(const Batch& piece) const {
   return shape;
 }
 
-// Flash-decoding splits of the pass (attention_splits.h).
-int32_t CudaExecutor::choose_splits(const Batch& piece, const DeviceBatch& b) const {
+const std::vector<int32_t>& CudaExecutor::rows_per_sequence(const Batch& piece) const {
   std::vector<int32_t>& rows = rows_scratch_;
   rows.assign(piece.seq_lengths.size(), 0);
   for (const int32_t seq : piece.seq_index) ++rows[static_cast<size_t>(seq)];
+  return rows;
+}
+
+// Flash-decoding splits of the pass (attention_splits.h).
+int32_t CudaExecutor::choose_splits(const Batch& piece, const DeviceBatch& b) const {
+  const std::vector<int32_t>& rows = rows_per_sequence(piece);
   AttentionSplitShape shape = split_shape(piece);
   // Decodes cut into split tiles of their own take no part in the launch-wide choice.
   for (size_t i = 0; i < rows.size() && b.max_row_splits == 0; ++i) {
@@ -380,9 +387,7 @@ int32_t CudaExecutor::row_split_positions(const Batch& piece) const {
   if (piece.n_tokens() == piece.n_seqs()) return choose_row_split_positions(split_shape(piece));
   // A mixed pass: its decode rows lead, the sequences with one row; the prompt tiles after
   // them keep their tiles (at most one a row) and launch-wide splits.
-  std::vector<int32_t>& rows = rows_scratch_;
-  rows.assign(piece.seq_lengths.size(), 0);
-  for (const int32_t seq : piece.seq_index) ++rows[static_cast<size_t>(seq)];
+  const std::vector<int32_t>& rows = rows_per_sequence(piece);
   std::vector<int32_t>& decode_lengths = decode_lengths_scratch_;
   decode_lengths.clear();
   for (size_t i = 0; i < rows.size(); ++i) {

@@ -322,8 +322,9 @@ Result<DeviceBatch> BatchStaging::stage(const Batch& batch, int32_t padded_token
                         "limit of {}",
                         leading_single_rows, split_positions, total, t_max);
     }
-    // The rest's tiles move behind the split ones (a copy: the ranges may overlap).
-    std::vector<AttentionTile> rest(tiles + leading_single_rows, tiles + n_tiles);
+    // The rest's tiles move to the end first (right, over themselves), then the split ones
+    // fill the front.
+    std::copy_backward(tiles + leading_single_rows, tiles + n_tiles, tiles + total);
     n_tiles = 0;
     for (int32_t r = 0; r < leading_single_rows; ++r) {
       const int32_t splits = splits_of(r);
@@ -331,7 +332,7 @@ Result<DeviceBatch> BatchStaging::stage(const Batch& batch, int32_t padded_token
       max_row_splits = std::max(max_row_splits, splits);
     }
     leading_single_row_tiles = n_tiles;
-    for (const AttentionTile& tile : rest) tiles[n_tiles++] = tile;
+    n_tiles = total;
   }
 
   LS_RETURN_IF_ERROR(check_context_width(batch, block_size, stride));
