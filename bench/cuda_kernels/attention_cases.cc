@@ -1,0 +1,425 @@
+#include "attention_cases.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "backend/cuda/attention.h"
+#include "bench_util.h"
+
+namespace llamaserve::cuda::kernel_bench {
+namespace {
+
+// The K and V arrays of a layer's cache for `values` values each (attention.h): f16, or Q8_0
+// codes and scales.
+struct BenchKvCache {
+  KvType type = KvType::kF16;
+  void *k = nullptr, *v = nullptr, *k_scales = nullptr, *v_scales = nullptr;
+
+  BenchKvCache(KvType t, int64_t values) : type(t) {
+    const size_t bytes = static_cast<size_t>(values) * (type == KvType::kQ8_0 ? 1 : 2);
+    BENCH_CHECK(cudaMalloc(&k, bytes));
+    BENCH_CHECK(cudaMalloc(&v, bytes));
+    if (type == KvType::kQ8_0) {
+      BENCH_CHECK(cudaMalloc(&k_scales, values / kKvQ8Block * 2));
+      BENCH_CHECK(cudaMalloc(&v_scales, values / kKvQ8Block * 2));
+    }
+  }
+  BenchKvCache(const BenchKvCache&) = delete;
+  BenchKvCache& operator=(const BenchKvCache&) = delete;
+  ~BenchKvCache() {
+    for (void* p : {k, v, k_scales, v_scales}) cudaFree(p);
+  }
+  void set(AttentionArgs& a) const {
+    a.kv_type = type;
+    a.k_cache = k;
+    a.v_cache = v;
+    a.k_scales = k_scales;
+    a.v_scales = v_scales;
+  }
+  const char* name() const { return type == KvType::kQ8_0 ? "q8_0" : "f16"; }
+
+  // Writes rows [0, n_rows) of k_rows and v_rows (kv_dim values each) at their positions' slots.
+  void write(const float* k_rows, const float* v_rows, int64_t kv_dim, int64_t n_rows,
+             const int32_t* positions, const int32_t* seq_index, const int32_t* block_tables,
+             int32_t blocks_per_seq, int32_t block_size, LaunchStream stream) const {
+    KvWriteArgs w;
+    w.k = k_rows;
+    w.k_stride = kv_dim;
+    w.v = v_rows;
+    w.v_stride = kv_dim;
+    w.type = type;
+    w.k_cache = k;
+    w.v_cache = v;
+    w.k_scales = k_scales;
+    w.v_scales = v_scales;
+    w.positions = positions;
+    w.seq_index = seq_index;
+    w.block_tables = block_tables;
+    w.blocks_per_seq = blocks_per_seq;
+    w.block_size = block_size;
+    w.n_rows = n_rows;
+    w.kv_dim = kv_dim;
+    BENCH_OK(write_kv(w, stream));
+  }
+};
+
+// The attention of `n_rows` rows of q (32-bit, q_dim = n_head * head_dim a row, out alike) over
+// `cache` with the given rows' positions, sequences and block tables: what every case below
+// shares; each sets its tiles, splits and kernel.
+struct BenchRows {
+  const float* q;
+  float* out;
+  const int32_t* positions;
+  const int32_t* seq_index;
+  const int32_t* block_tables;
+  int32_t blocks_per_seq;
+  int32_t block_size;
+  int64_t n_rows;
+};
+AttentionArgs bench_attention_args(const BenchKvCache& cache, const BenchRows& rows, int n_head,
+                                   int n_head_kv, int head_dim) {
+  AttentionArgs a;
+  a.q = rows.q;
+  a.q_stride = static_cast<int64_t>(n_head) * head_dim;
+  cache.set(a);
+  a.positions = rows.positions;
+  a.seq_index = rows.seq_index;
+  a.block_tables = rows.block_tables;
+  a.blocks_per_seq = rows.blocks_per_seq;
+  a.block_size = rows.block_size;
+  a.n_head = n_head;
+  a.n_head_kv = n_head_kv;
+  a.head_dim = head_dim;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  a.out = rows.out;
+  a.out_stride = a.q_stride;
+  a.n_batch_rows = rows.n_rows;
+  return a;
+}
+
+}  // namespace
+
+// Prefill attention of one 512-token prompt (positions 0..511, tiles of kMaxAttentionQueries /
+// group rows as the executor makes them), 32 query heads of head_dim 128: LLaMA-2-7B (32 KV
+// heads) and LLaMA-3-8B (8), with the CUDA-core and the tensor-core kernel, over an f16 and a
+// Q8_0 cache. FLOPs count the causal half: Q·Kᵀ and P·V are 4 · head_dim FLOPs per (query
+// head, row, visible position). Also prints the largest difference between the two kernels'
+// outputs.
+std::string bench_prefill_attention(int groups, FILE* csv, LaunchStream stream) {
+  constexpr int kPositions = 512, kHeads = 32, kHeadDim = 128, kBlockSize = 16;
+  constexpr int kBlocks = kPositions / kBlockSize;
+  BENCH_OK(configure_attention_kernels());
+  std::printf("\nattention (prefill, %d positions, %d heads x %d)\n", kPositions, kHeads, kHeadDim);
+  std::string table =
+      "\n| attention prefill 512 | KV heads | KV cache | kernel | us | TFLOP/s |\n| --- | ---: | "
+      "--- "
+      "| --- | ---: | ---: |\n";
+  std::vector<int32_t> positions(kPositions), block_table(kBlocks);
+  for (int i = 0; i < kPositions; ++i) positions[i] = i;
+  for (int i = 0; i < kBlocks; ++i) block_table[i] = i;
+  int32_t* positions_dev = upload(positions);
+  int32_t* seq_index_dev = upload(std::vector<int32_t>(kPositions, 0));
+  int32_t* block_table_dev = upload(block_table);
+  const int64_t q_dim = static_cast<int64_t>(kHeads) * kHeadDim;
+  float* q = upload(normal_floats(kPositions * q_dim, 51));
+  float* out = device_floats(kPositions * q_dim);
+  const double flops = 4.0 * kHeadDim * kHeads * (kPositions * (kPositions + 1) / 2.0);
+
+  for (const auto& [n_head_kv, kv_type] :
+       {std::pair{32, KvType::kF16}, std::pair{32, KvType::kQ8_0}, std::pair{8, KvType::kF16},
+        std::pair{8, KvType::kQ8_0}}) {
+    const int group = kHeads / n_head_kv;
+    const int64_t kv_dim = static_cast<int64_t>(n_head_kv) * kHeadDim;
+    float* k_new = upload(normal_floats(kPositions * kv_dim, 52));
+    float* v_new = upload(normal_floats(kPositions * kv_dim, 53));
+    const BenchKvCache cache(kv_type, kPositions * kv_dim);
+    cache.write(k_new, v_new, kv_dim, kPositions, positions_dev, seq_index_dev, block_table_dev,
+                kBlocks, kBlockSize, stream);
+
+    const int tile_rows = kMaxAttentionQueries / group;
+    std::vector<AttentionTile> tiles;
+    for (int r = 0; r < kPositions; r += tile_rows) {
+      tiles.push_back({r, std::min(tile_rows, kPositions - r)});
+    }
+    AttentionTile* tiles_dev = upload(tiles);
+    AttentionArgs a = bench_attention_args(
+        cache,
+        {q, out, positions_dev, seq_index_dev, block_table_dev, kBlocks, kBlockSize, kPositions},
+        kHeads, n_head_kv, kHeadDim);
+    a.tiles = tiles_dev;
+    a.n_tiles = static_cast<int32_t>(tiles.size());
+    a.max_tile_rows = tile_rows;
+
+    std::vector<float> outputs[2];
+    double seconds[2];
+    const AttentionKernel kernels[2] = {AttentionKernel::kCudaCores, AttentionKernel::kTensorCores};
+    const char* names[2] = {"cuda_cores", "tensor_cores"};
+    for (int k = 0; k < 2; ++k) {
+      a.kernel = kernels[k];
+      seconds[k] = time_launches([&](int) { BENCH_OK(attention(a, stream)); }, groups, 20, stream);
+      BENCH_CHECK(cudaStreamSynchronize(stream));
+      outputs[k].resize(static_cast<size_t>(kPositions * q_dim));
+      BENCH_CHECK(cudaMemcpy(outputs[k].data(), out, outputs[k].size() * sizeof(float),
+                             cudaMemcpyDeviceToHost));
+      const std::string line =
+          fmt::format("| | {} | {} | {} | {:.2f} | {:.1f} |", n_head_kv, cache.name(), names[k],
+                      seconds[k] * 1e6, flops / seconds[k] / 1e12);
+      std::printf("%s\n", line.c_str());
+      table += line + "\n";
+      if (csv != nullptr) {
+        std::fprintf(csv, "attention_prefill_%s,%s,%d,%d,%d,%.3f,,,%.2f\n", cache.name(), names[k],
+                     kHeads, kHeadDim, kPositions, seconds[k] * 1e6, flops / seconds[k] / 1e12);
+      }
+    }
+    double max_diff = 0.0;
+    for (size_t i = 0; i < outputs[0].size(); ++i) {
+      max_diff = std::max(max_diff, static_cast<double>(std::fabs(outputs[0][i] - outputs[1][i])));
+    }
+    std::printf(
+        "KV heads %d, %s cache: tensor cores %.2fx the CUDA cores; largest output difference "
+        "%.2e\n",
+        n_head_kv, cache.name(), seconds[0] / seconds[1], max_diff);
+    BENCH_CHECK(cudaFree(tiles_dev));
+    BENCH_CHECK(cudaFree(k_new));
+    BENCH_CHECK(cudaFree(v_new));
+  }
+  BENCH_CHECK(cudaFree(positions_dev));
+  BENCH_CHECK(cudaFree(seq_index_dev));
+  BENCH_CHECK(cudaFree(block_table_dev));
+  BENCH_CHECK(cudaFree(q));
+  BENCH_CHECK(cudaFree(out));
+  return table;
+}
+
+// Decode attention of 256 sequences of 640 positions each (one row each, the decode kernel):
+// 32 query heads of head_dim 128 over 32 KV heads (LLaMA-2-7B) and 8 (LLaMA-3-8B), an f16 and
+// a Q8_0 cache. GB/s counts the K and V bytes read (codes and scales for Q8_0) against the
+// copy bandwidth.
+std::string bench_decode_attention(int groups, double copy, FILE* csv, LaunchStream stream) {
+  constexpr int kSeqs = 256, kContext = 640, kHeads = 32, kHeadDim = 128, kBlockSize = 16;
+  constexpr int kBlocksPerSeq = kContext / kBlockSize;
+  BENCH_OK(configure_attention_kernels());
+  std::printf("\nattention (decode, %d sequences of %d positions, %d heads x %d)\n", kSeqs,
+              kContext, kHeads, kHeadDim);
+  std::string table =
+      "\n| attention decode 256 x 640 | KV heads | KV cache | us | GB/s | % of copy |\n| --- | "
+      "---: "
+      "| --- | ---: | ---: | ---: |\n";
+  // Every position of every sequence is written once (rows of the whole context), then the
+  // decode rows (the last position of each sequence) read them all.
+  std::vector<int32_t> positions, seq_index, tables(kSeqs * kBlocksPerSeq);
+  for (int s = 0; s < kSeqs; ++s) {
+    for (int t = 0; t < kContext; ++t) {
+      positions.push_back(t);
+      seq_index.push_back(s);
+    }
+  }
+  for (int i = 0; i < kSeqs * kBlocksPerSeq; ++i) tables[i] = i;
+  std::vector<int32_t> last_positions(kSeqs, kContext - 1), last_seq(kSeqs);
+  std::vector<AttentionTile> tiles;
+  for (int s = 0; s < kSeqs; ++s) {
+    last_seq[s] = s;
+    tiles.push_back({s, 1});
+  }
+  int32_t* positions_dev = upload(positions);
+  int32_t* seq_dev = upload(seq_index);
+  int32_t* table_dev = upload(tables);
+  int32_t* last_positions_dev = upload(last_positions);
+  int32_t* last_seq_dev = upload(last_seq);
+  AttentionTile* tiles_dev = upload(tiles);
+  const int64_t q_dim = static_cast<int64_t>(kHeads) * kHeadDim;
+  float* q = upload(normal_floats(kSeqs * q_dim, 61));
+  float* out = device_floats(kSeqs * q_dim);
+  const int64_t rows = static_cast<int64_t>(kSeqs) * kContext;
+  for (const auto& [n_head_kv, kv_type] :
+       {std::pair{32, KvType::kF16}, std::pair{32, KvType::kQ8_0}, std::pair{8, KvType::kF16},
+        std::pair{8, KvType::kQ8_0}}) {
+    const int64_t kv_dim = static_cast<int64_t>(n_head_kv) * kHeadDim;
+    const BenchKvCache cache(kv_type, rows * kv_dim);
+    float* kv_new = device_floats(rows * kv_dim);
+    BENCH_CHECK(cudaMemset(kv_new, 0, rows * kv_dim * sizeof(float)));
+    cache.write(kv_new, kv_new, kv_dim, rows, positions_dev, seq_dev, table_dev, kBlocksPerSeq,
+                kBlockSize, stream);
+    BENCH_CHECK(cudaFree(kv_new));
+
+    AttentionArgs a = bench_attention_args(
+        cache,
+        {q, out, last_positions_dev, last_seq_dev, table_dev, kBlocksPerSeq, kBlockSize, kSeqs},
+        kHeads, n_head_kv, kHeadDim);
+    a.tiles = tiles_dev;
+    a.n_tiles = kSeqs;
+    a.max_tile_rows = 1;
+    a.single_row_tiles = kSeqs;
+    a.kernel = AttentionKernel::kDecode;
+    const double seconds =
+        time_launches([&](int) { BENCH_OK(attention(a, stream)); }, groups, 20, stream);
+    const double bytes = 2.0 * rows * kv_dim * (kv_type == KvType::kQ8_0 ? 34.0 / 32.0 : 2.0);
+    const std::string line =
+        fmt::format("| | {} | {} | {:.1f} | {:.0f} | {:.0f}% |", n_head_kv, cache.name(),
+                    seconds * 1e6, bytes / seconds / 1e9, 100.0 * bytes / seconds / copy);
+    std::printf("%s\n", line.c_str());
+    table += line + "\n";
+    if (csv != nullptr) {
+      std::fprintf(csv, "attention_decode_%s,decode,%d,%d,%d,%.3f,%.1f,%.1f,\n", cache.name(),
+                   n_head_kv, kHeadDim, kContext, seconds * 1e6, bytes / seconds / 1e9,
+                   100.0 * bytes / seconds / copy);
+    }
+  }
+  for (void* p : std::initializer_list<void*>{positions_dev, seq_dev, table_dev, last_positions_dev,
+                                              last_seq_dev, tiles_dev, q, out}) {
+    BENCH_CHECK(cudaFree(p));
+  }
+  return table;
+}
+
+// A step that mixes decodes with a prompt chunk, as the server runs it while a long prompt
+// arrives: 64 decode rows of 200 positions each (64 sequences) then a 256-row chunk of one more
+// sequence at positions [C, C + 256), for contexts C before the chunk; 32 query heads of
+// head_dim 128 over 32 KV heads, f16 and Q8_0 caches (zeros: the kernels' time does not depend
+// on the values). The launch as the forward pass makes it (kAuto: the decode rows on the decode
+// kernel, the chunk's tiles of 64 rows on the tensor-core kernel) with 1 to 8 flash-decoding
+// splits, the chunk's tiles alone, and a 512-row chunk at [C, C + 512) alone (a long prompt's
+// pass without decodes). At the longest C also the mixed step with one decode of 8192 positions
+// among the 64: launch-wide splits against split tiles of its own.
+std::string bench_chunk_attention(int groups, FILE* csv, LaunchStream stream) {
+  constexpr int kDecodes = 64, kDecodeContext = 200, kChunkRows = 256, kLongChunkRows = 512,
+                kHeads = 32, kHeadDim = 128, kBlockSize = 16, kMaxSplits = 8;
+  constexpr int kRows = kDecodes + kLongChunkRows;
+  BENCH_OK(configure_attention_kernels());
+  std::printf("\nattention (%d decodes of %d positions + a %d-row chunk after C positions)\n",
+              kDecodes, kDecodeContext, kChunkRows);
+  std::string table =
+      "\n| attention chunk after C positions | C | KV cache | launch | splits | us |\n"
+      "| --- | ---: | --- | --- | ---: | ---: |\n";
+  const int64_t q_dim = static_cast<int64_t>(kHeads) * kHeadDim;
+  float* q = upload(normal_floats(kRows * q_dim, 71));
+  float* out = device_floats(kRows * q_dim);
+  constexpr int kLongDecodeSplits = 13;  // 8192 positions in splits of 640
+  float* partial = device_floats(
+      attention_workspace_floats(kRows, kHeads, kHeadDim, std::max(kMaxSplits, kLongDecodeSplits)));
+  unsigned int* counters = nullptr;
+  BENCH_CHECK(
+      cudaMalloc(reinterpret_cast<void**>(&counters), kRows * kHeads * sizeof(unsigned int)));
+  BENCH_CHECK(cudaMemset(counters, 0, kRows * kHeads * sizeof(unsigned int)));
+  for (const int context : {0, 1024, 4096, 7936}) {
+    const int blocks_per_seq = (context + kLongChunkRows + kBlockSize - 1) / kBlockSize;
+    std::vector<int32_t> positions, seq_index, tables((kDecodes + 1) * blocks_per_seq);
+    std::vector<AttentionTile> tiles;
+    for (int s = 0; s < kDecodes; ++s) {
+      tiles.push_back({static_cast<int32_t>(positions.size()), 1});
+      positions.push_back(kDecodeContext - 1);
+      seq_index.push_back(s);
+    }
+    for (int r = 0; r < kLongChunkRows; r += kMaxAttentionQueries) {
+      tiles.push_back({kDecodes + r, kMaxAttentionQueries});
+    }
+    for (int r = 0; r < kLongChunkRows; ++r) {
+      positions.push_back(context + r);
+      seq_index.push_back(kDecodes);
+    }
+    for (size_t i = 0; i < tables.size(); ++i) tables[i] = static_cast<int32_t>(i);
+    int32_t* positions_dev = upload(positions);
+    int32_t* seq_dev = upload(seq_index);
+    int32_t* table_dev = upload(tables);
+    AttentionTile* tiles_dev = upload(tiles);
+    // Where the blocks reach 8192 positions: the first decode at position 8191 instead, and its
+    // row cut into split tiles of 640 positions (the others whole) ahead of the chunk's tiles.
+    const bool long_decode = context + kLongChunkRows >= 8192;
+    std::vector<int32_t> long_positions = positions;
+    long_positions[0] = 8191;
+    std::vector<AttentionTile> split_tiles;
+    for (int s = 0; s < kLongDecodeSplits; ++s) split_tiles.push_back({0, 1, s, kLongDecodeSplits});
+    for (int r = 1; r < kDecodes; ++r) split_tiles.push_back({r, 1, 0, 1});
+    split_tiles.insert(split_tiles.end(), tiles.begin() + kDecodes, tiles.end());
+    int32_t* long_positions_dev = upload(long_positions);
+    AttentionTile* split_tiles_dev = upload(split_tiles);
+    const int64_t cache_values =
+        static_cast<int64_t>(tables.size()) * kBlockSize * kHeads * kHeadDim;
+    for (const KvType kv_type : {KvType::kF16, KvType::kQ8_0}) {
+      const BenchKvCache cache(kv_type, cache_values);
+      const size_t code_bytes = cache_values * (kv_type == KvType::kQ8_0 ? 1 : 2);
+      BENCH_CHECK(cudaMemset(cache.k, 0, code_bytes));
+      BENCH_CHECK(cudaMemset(cache.v, 0, code_bytes));
+      if (kv_type == KvType::kQ8_0) {
+        BENCH_CHECK(cudaMemset(cache.k_scales, 0, cache_values / kKvQ8Block * 2));
+        BENCH_CHECK(cudaMemset(cache.v_scales, 0, cache_values / kKvQ8Block * 2));
+      }
+      AttentionArgs a = bench_attention_args(
+          cache, {q, out, positions_dev, seq_dev, table_dev, blocks_per_seq, kBlockSize, kRows},
+          kHeads, kHeads, kHeadDim);
+      a.partial = partial;
+      a.split_counters = counters;
+      struct Launch {
+        const char* name;
+        int decodes, chunk_rows;
+      };
+      for (const Launch& launch :
+           {Launch{"mixed", kDecodes, kChunkRows}, Launch{"256 rows alone", 0, kChunkRows},
+            Launch{"512 rows alone", 0, kLongChunkRows}}) {
+        a.tiles = tiles_dev + (kDecodes - launch.decodes);
+        a.n_tiles = launch.decodes + launch.chunk_rows / kMaxAttentionQueries;
+        a.max_tile_rows = kMaxAttentionQueries;
+        a.single_row_tiles = launch.decodes;
+        for (int splits = 1; splits <= kMaxSplits; splits *= 2) {
+          a.n_splits = splits;
+          const double seconds =
+              time_launches([&](int) { BENCH_OK(attention(a, stream)); }, groups, 10, stream);
+          const std::string line = fmt::format("| | {} | {} | {} | {} | {:.1f} |", context,
+                                               cache.name(), launch.name, splits, seconds * 1e6);
+          std::printf("%s\n", line.c_str());
+          table += line + "\n";
+          if (csv != nullptr) {
+            std::fprintf(csv, "attention_chunk_%s,%s,%d,%d,%d,%.3f,,,\n", cache.name(), launch.name,
+                         splits, kHeadDim, context, seconds * 1e6);
+          }
+        }
+      }
+      if (long_decode) {
+        // The 256-row chunk beside 63 decodes of 200 positions and one of 8192: launch-wide
+        // splits (4: the longest decode's share) against split tiles with the chunk's two.
+        a.positions = long_positions_dev;
+        a.max_tile_rows = kMaxAttentionQueries;
+        struct LongLaunch {
+          const char* name;
+          bool split_tiles;
+        };
+        for (const LongLaunch& launch : {LongLaunch{"mixed, one 8k decode, launch-wide", false},
+                                         LongLaunch{"mixed, one 8k decode, split tiles", true}}) {
+          const int decode_tiles = launch.split_tiles ? kDecodes - 1 + kLongDecodeSplits : kDecodes;
+          a.tiles = launch.split_tiles ? split_tiles_dev : tiles_dev;
+          a.n_tiles = decode_tiles + kChunkRows / kMaxAttentionQueries;
+          a.single_row_tiles = decode_tiles;
+          a.single_rows = kDecodes;
+          a.split_tiles = launch.split_tiles;
+          a.n_splits = launch.split_tiles ? kLongDecodeSplits : 4;
+          a.rest_splits = 2;
+          const double seconds =
+              time_launches([&](int) { BENCH_OK(attention(a, stream)); }, groups, 10, stream);
+          const std::string line =
+              fmt::format("| | {} | {} | {} | {} | {:.1f} |", context, cache.name(), launch.name,
+                          a.n_splits, seconds * 1e6);
+          std::printf("%s\n", line.c_str());
+          table += line + "\n";
+        }
+        a.positions = positions_dev;
+        a.split_tiles = false;
+      }
+    }
+    for (void* p : std::initializer_list<void*>{positions_dev, seq_dev, table_dev, tiles_dev,
+                                                long_positions_dev, split_tiles_dev}) {
+      BENCH_CHECK(cudaFree(p));
+    }
+  }
+  for (void* p : std::initializer_list<void*>{q, out, partial, counters}) BENCH_CHECK(cudaFree(p));
+  return table;
+}
+
+}  // namespace llamaserve::cuda::kernel_bench
