@@ -126,17 +126,23 @@ class EmbeddingEngineTest : public ::testing::Test {
     return wait(*handle);
   }
 
-  // Waits until the engine has published a step with no request open.
-  static EngineStats settled(Engine& engine) {
-    for (int i = 0; i < 500; ++i) {
+  // Waits until the engine has published a step that counts `n_finished` requests finished
+  // and has none open. The stats are published after a pass delivers its outputs, so the
+  // snapshot a caller reads right after its last event may still be the one from before its
+  // request: an idle snapshot alone does not tell them apart.
+  static EngineStats settled(Engine& engine, uint64_t n_finished) {
+    for (int i = 0; i < 2500; ++i) {
       const EngineStats stats = engine.stats();
-      if (engine.open_requests() == 0 && stats.running == 0 && stats.waiting == 0 &&
+      if (stats.requests_finished >= n_finished && engine.open_requests() == 0 &&
+          stats.running == 0 && stats.waiting == 0 &&
           stats.kv_blocks_free == stats.kv_blocks_total) {
         return stats;
       }
       std::this_thread::sleep_for(2ms);
     }
-    return engine.stats();
+    const EngineStats stats = engine.stats();
+    EXPECT_EQ(stats.requests_finished, n_finished);
+    return stats;
   }
 
   static int64_t n_embd() { return model_->config.n_embd; }
@@ -198,7 +204,8 @@ TEST_F(EmbeddingEngineTest, BatchedEqualsOneAtATimeAndUnitLength) {
     EXPECT_NEAR(std::sqrt(std::inner_product(row.begin(), row.end(), row.begin(), 0.0)), 1.0, 1e-5);
     EXPECT_GE(cosine(row, alone.vectors), 0.99999) << "input " << i;
   }
-  EXPECT_EQ(settled(*engine).kv_blocks_free, settled(*engine).kv_blocks_total);
+  const EngineStats stats = settled(*engine, 1 + inputs.size());
+  EXPECT_EQ(stats.kv_blocks_free, stats.kv_blocks_total);
 }
 
 TEST_F(EmbeddingEngineTest, ChunkedLongInputEqualsOnePass) {
@@ -220,7 +227,7 @@ TEST_F(EmbeddingEngineTest, ChunkedLongInputEqualsOnePass) {
     }
   }
   // The stats are published after a pass delivers its outputs: read them once settled.
-  const EngineStats after = settled(*chunked);
+  const EngineStats after = settled(*chunked, 2);
   EXPECT_GE(after.steps_total, 20u);
   EXPECT_EQ(after.kv_blocks_free, after.kv_blocks_total);
 }
@@ -242,7 +249,7 @@ TEST_F(EmbeddingEngineTest, GenerationsAlongsideAreUnchanged) {
     alone.push_back(result->tokens);
   }
   const Outcome reference = embed(*engine, request({ids(90, 13), ids(7, 14)}));
-  const uint64_t prompt_tokens_before = settled(*engine).prompt_tokens_total;
+  const uint64_t prompt_tokens_before = settled(*engine, 3).prompt_tokens_total;
 
   std::vector<RequestHandle> generations, embeddings;
   for (int32_t salt : {11, 12})
@@ -262,7 +269,7 @@ TEST_F(EmbeddingEngineTest, GenerationsAlongsideAreUnchanged) {
     ASSERT_EQ(outcome.reason, FinishReason::kStop);
     EXPECT_GE(cosine(outcome.vectors, reference.vectors), 0.99999);
   }
-  const EngineStats stats = settled(*engine);
+  const EngineStats stats = settled(*engine, 3 + 6);
   EXPECT_EQ(stats.prompt_tokens_total - prompt_tokens_before, 2u * 20 + 4u * 97);
   EXPECT_EQ(stats.kv_blocks_free, stats.kv_blocks_total);
 }
@@ -307,7 +314,7 @@ TEST_F(EmbeddingEngineTest, CancellationQueueLimitAndShutdown) {
   EXPECT_EQ(cancelled.reason, FinishReason::kCancelled);
   EXPECT_TRUE(cancelled.vectors.empty());
   EXPECT_EQ(wait(*first).reason, FinishReason::kStop);
-  EXPECT_EQ(settled(*engine).kv_blocks_free, engine->stats().kv_blocks_total);
+  EXPECT_EQ(settled(*engine, 2).kv_blocks_free, engine->stats().kv_blocks_total);
 
   // Submissions until the queue is full (max_waiting not yet started; the engine may start
   // one meanwhile), then shutdown: every request ends, cancelled as unavailable.
@@ -351,7 +358,7 @@ TEST_F(EmbeddingEngineTest, DrainCancelsWhatRunsPastItsTimeout) {
     EXPECT_TRUE(outcome.reason == FinishReason::kCancelled ||
                 outcome.reason == FinishReason::kStop);
   }
-  EXPECT_EQ(settled(*engine).kv_blocks_free, engine->stats().kv_blocks_total);
+  EXPECT_EQ(settled(*engine, 3).kv_blocks_free, engine->stats().kv_blocks_total);
 }
 
 TEST_F(EmbeddingEngineTest, QueueTimeoutWhenBlocksAreTaken) {
@@ -377,7 +384,7 @@ TEST_F(EmbeddingEngineTest, QueueTimeoutWhenBlocksAreTaken) {
   }
   while (running->next(120s)) {
   }
-  EXPECT_EQ(settled(*engine).kv_blocks_free, engine->stats().kv_blocks_total);
+  EXPECT_EQ(settled(*engine, 2).kv_blocks_free, engine->stats().kv_blocks_total);
 }
 
 TEST_F(EmbeddingEngineTest, GroupRoutesEmbeddings) {
