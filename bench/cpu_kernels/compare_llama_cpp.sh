@@ -2,6 +2,7 @@
 # Measures SmolLM2-135M Q4_1 prompt processing (256 tokens) and decode (short context) on the
 # CPU with llamaserve's executor and with a llama.cpp build, at 1 and all threads, in
 # alternating rounds (the machine is shared, so interleaving keeps the conditions alike),
+# beside the rate a pure read of the weights sets on the same machine (WeightReadSmolLM2),
 # and writes the table with the raw outputs to bench/results/.
 #
 #   LLAMA_BENCH=/path/to/llama.cpp/build/bin/llama-bench bench/cpu_kernels/compare_llama_cpp.sh [build dir]
@@ -39,7 +40,7 @@ else:
 ' "$@"
 }
 
-declare -A ours_tg ours_pp ref_tg ref_pp
+declare -A ours_tg ours_pp ref_tg ref_pp read_tg
 for ((r = 1; r <= rounds; ++r)); do
   load=$(cut -d' ' -f1 /proc/loadavg)
   echo "## round $r (load average $load)" >>"$raw"
@@ -50,7 +51,7 @@ for ((r = 1; r <= rounds; ++r)); do
   echo "$lb_tg" >>"$raw"
   echo "$lb_pp" >>"$raw"
   ob=$("$bench" --cpu-isa=auto \
-    --benchmark_filter="DecodeSmolLM2.*/threads:(1|$threads)/context:64|PrefillSmolLM2" \
+    --benchmark_filter="DecodeSmolLM2.*/threads:(1|$threads)/context:64|PrefillSmolLM2|WeightReadSmolLM2/threads:(1|$threads)/" \
     --benchmark_format=csv 2>/dev/null)
   echo "$ob" >>"$raw"
   for t in 1 "$threads"; do
@@ -60,6 +61,7 @@ for ((r = 1; r <= rounds; ++r)); do
       pick tok/s name="DecodeSmolLM2_Q4_1/threads:$t/")
     ours_pp[$r,$t]=$(echo "$ob" | sed 's|^"PrefillSmolLM2_Q4_1/[a-z0-9-]*/|"PrefillSmolLM2_Q4_1/|' |
       pick tok/s name="PrefillSmolLM2_Q4_1/threads:$t/")
+    read_tg[$r,$t]=$(echo "$ob" | pick tok/s name="WeightReadSmolLM2/threads:$t/")
   done
 done
 
@@ -74,12 +76,13 @@ done
   echo "- command: LLAMA_BENCH=... bench/cpu_kernels/compare_llama_cpp.sh ($rounds rounds)"
   echo "- decode: llamaserve 'DecodeSmolLM2/context:64' (one sequence, context 64..192), llama.cpp 'tg64'"
   echo "- prompt: 256 tokens in one pass, llama.cpp 'pp256'"
+  echo "- read ceiling: 'WeightReadSmolLM2', the decode rate of a loop that only reads the model's weight bytes once a token with that many threads (the memory's limit for any engine)"
   echo
-  echo "| round | threads | decode tok/s llamaserve | decode tok/s llama.cpp | prompt tok/s llamaserve | prompt tok/s llama.cpp |"
-  echo "| --- | --- | --- | --- | --- | --- |"
+  echo "| round | threads | decode tok/s llamaserve | decode tok/s llama.cpp | read ceiling tok/s | prompt tok/s llamaserve | prompt tok/s llama.cpp |"
+  echo "| --- | --- | --- | --- | --- | --- | --- |"
   for ((r = 1; r <= rounds; ++r)); do
     for t in 1 "$threads"; do
-      echo "| $r | $t | ${ours_tg[$r,$t]} | ${ref_tg[$r,$t]} | ${ours_pp[$r,$t]} | ${ref_pp[$r,$t]} |"
+      echo "| $r | $t | ${ours_tg[$r,$t]} | ${ref_tg[$r,$t]} | ${read_tg[$r,$t]} | ${ours_pp[$r,$t]} | ${ref_pp[$r,$t]} |"
     done
   done
   echo

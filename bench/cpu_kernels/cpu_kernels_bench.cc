@@ -1,6 +1,7 @@
 // Matrix-vector throughput per weight type (GB/s of weights read), the matrix products of a
 // prompt pass (FLOP/s) and end-to-end decode tokens/s of the default model, one sequence, for
-// each kernel instruction set (docs/cpu.md), and the cost of one parallel region.
+// each kernel instruction set (docs/cpu.md) with the rate a pure read of its weights sets, and
+// the cost of one parallel region.
 //
 //   build/<dir>/bench/cpu_kernels/cpu_kernels_bench [--cpu-isa=both|avx2|auto]
 //       [--threads=1,2,16] [--benchmark_filter=Matvec]
@@ -18,12 +19,15 @@
 // tile of weight rows is read once for all 64 tokens, so the kernels' arithmetic sets the pace
 // rather than the memory.
 #include <benchmark/benchmark.h>
+#include <immintrin.h>
 
 #include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -183,6 +187,60 @@ void BM_AttentionDecode(benchmark::State& state, TensorType kv_type) {
                           static_cast<int64_t>(g.slot_bytes()) * 2);
 }
 
+// The decode ceiling the memory sets: every iteration reads a buffer of the default model's
+// weight bytes (what one decoded token streams) with the given threads, each summing its own
+// contiguous slice, and nothing else. tok/s is the decode rate a kernel reading the weights at
+// this pace and doing no other work would reach; DecodeSmolLM2's tok/s against it is the share
+// of the machine's read bandwidth a decode step gets.
+void BM_WeightReadSmolLM2(benchmark::State& state) {
+  const std::filesystem::path path =
+      std::filesystem::path(LLAMASERVE_SOURCE_DIR) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
+  auto model = load_model(path.string());
+  if (!model.is_ok()) {
+    state.SkipWithError(("model missing (scripts/fetch_model.sh): " + path.string()).c_str());
+    return;
+  }
+  const auto threads = static_cast<int>(state.range(0));
+  constexpr size_t kLine = 64;
+  const size_t n_lines = (*model)->weight_bytes() / kLine;
+  // Lines of their own (aligned loads), written once so that every page is backed.
+  std::unique_ptr<uint8_t, decltype(&std::free)> buffer(
+      static_cast<uint8_t*>(std::aligned_alloc(kLine, n_lines * kLine)), &std::free);
+  std::memset(buffer.get(), 1, n_lines * kLine);
+  ThreadPool pool(threads);
+  std::vector<uint64_t> sums(static_cast<size_t>(threads) * 32);
+  for (auto _ : state) {
+    pool.run([&](int part, int n_parts) {
+      const size_t begin = n_lines * static_cast<size_t>(part) / static_cast<size_t>(n_parts);
+      const size_t end = n_lines * static_cast<size_t>(part + 1) / static_cast<size_t>(n_parts);
+      // Eight independent sums over four lines a step: the loads of many lines in flight.
+      const auto* lines = reinterpret_cast<const __m256i*>(buffer.get());
+      __m256i acc[8];
+      for (__m256i& a : acc) a = _mm256_setzero_si256();
+      size_t line = begin;
+      for (; line + 4 <= end; line += 4) {
+        for (int v = 0; v < 8; ++v) {
+          acc[v] = _mm256_add_epi64(acc[v], _mm256_load_si256(lines + line * 2 + v));
+        }
+      }
+      for (; line < end; ++line) {
+        for (int v = 0; v < 2; ++v) {
+          acc[v] = _mm256_add_epi64(acc[v], _mm256_load_si256(lines + line * 2 + v));
+        }
+      }
+      for (int v = 0; v < 8; ++v) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(sums.data() + part * 32 + v * 4), acc[v]);
+      }
+    });
+    benchmark::DoNotOptimize(sums.data());
+  }
+  state.counters["tok/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["threads"] = threads;
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(n_lines * kLine));
+}
+
 // One parallel region with no work: the wake-up of the workers and the join, which a decode
 // step pays about five times a layer (ThreadPool).
 void BM_PoolRun(benchmark::State& state) {
@@ -338,6 +396,9 @@ void register_benchmarks(const std::vector<cpu::KernelIsa>& isas,
         ->Arg(32768)
         ->ArgName("context");
   }
+  auto* weight_read = benchmark::RegisterBenchmark("WeightReadSmolLM2", BM_WeightReadSmolLM2);
+  for (int64_t t : thread_counts) weight_read->Arg(t);
+  weight_read->ArgName("threads")->UseRealTime()->MinTime(1.0)->Unit(benchmark::kMillisecond);
   for (cpu::KernelIsa isa : isas) {
     const std::string suffix = std::string("/") + cpu::kernel_isa_name(isa);
     benchmark::RegisterBenchmark(("DecodeSmolLM2_Q4_1" + suffix).c_str(), BM_DecodeSmolLM2, isa)
