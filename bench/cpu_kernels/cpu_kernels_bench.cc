@@ -187,22 +187,29 @@ void BM_AttentionDecode(benchmark::State& state, TensorType kv_type) {
                           static_cast<int64_t>(g.slot_bytes()) * 2);
 }
 
+// The default model (scripts/fetch_model.sh), or nullptr with the case marked skipped.
+std::shared_ptr<const LoadedModel> load_default_model(benchmark::State& state) {
+  const std::filesystem::path path =
+      std::filesystem::path(LLAMASERVE_SOURCE_DIR) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
+  auto model = load_model(path.string());
+  if (!model.is_ok()) {
+    state.SkipWithError(("model missing (scripts/fetch_model.sh): " + path.string()).c_str());
+    return nullptr;
+  }
+  return std::move(model).value();
+}
+
 // The decode ceiling the memory sets: every iteration reads a buffer of the default model's
 // weight bytes (what one decoded token streams) with the given threads, each summing its own
 // contiguous slice, and nothing else. tok/s is the decode rate a kernel reading the weights at
 // this pace and doing no other work would reach; DecodeSmolLM2's tok/s against it is the share
 // of the machine's read bandwidth a decode step gets.
 void BM_WeightReadSmolLM2(benchmark::State& state) {
-  const std::filesystem::path path =
-      std::filesystem::path(LLAMASERVE_SOURCE_DIR) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
-  auto model = load_model(path.string());
-  if (!model.is_ok()) {
-    state.SkipWithError(("model missing (scripts/fetch_model.sh): " + path.string()).c_str());
-    return;
-  }
+  auto model = load_default_model(state);
+  if (!model) return;
   const auto threads = static_cast<int>(state.range(0));
   constexpr size_t kLine = 64;
-  const size_t n_lines = (*model)->weight_bytes() / kLine;
+  const size_t n_lines = model->weight_bytes() / kLine;
   // Lines of their own (aligned loads), written once so that every page is backed.
   std::unique_ptr<uint8_t, decltype(&std::free)> buffer(
       static_cast<uint8_t*>(std::aligned_alloc(kLine, n_lines * kLine)), &std::free);
@@ -258,19 +265,14 @@ void BM_PoolRun(benchmark::State& state) {
 // the prompt fills the cache up to `context`, then each iteration decodes one token; the
 // continuation restarts at `context` every 128 tokens so the length stays put.
 void BM_DecodeSmolLM2(benchmark::State& state, cpu::KernelIsa isa) {
-  const std::filesystem::path path =
-      std::filesystem::path(LLAMASERVE_SOURCE_DIR) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
-  auto model = load_model(path.string());
-  if (!model.is_ok()) {
-    state.SkipWithError(("model missing (scripts/fetch_model.sh): " + path.string()).c_str());
-    return;
-  }
+  auto model = load_default_model(state);
+  if (!model) return;
   const int32_t context = static_cast<int32_t>(state.range(1));
   CpuExecutorOptions options;
   options.threads = static_cast<int>(state.range(0));
   options.kv_capacity_tokens = context + 256;
   options.cpu_isa = setting_for(isa);
-  auto executor = create_cpu_executor(*model, options);
+  auto executor = create_cpu_executor(model, options);
   if (!executor.is_ok()) {
     state.SkipWithError(executor.status().to_string().c_str());
     return;
@@ -310,25 +312,20 @@ void BM_DecodeSmolLM2(benchmark::State& state, cpu::KernelIsa isa) {
   state.counters["tok/s"] =
       benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
-                          static_cast<int64_t>((*model)->weight_bytes()));
+                          static_cast<int64_t>(model->weight_bytes()));
 }
 
 // Prompt processing tokens/s: a 256-token prompt in one forward pass (one sequence).
 void BM_PrefillSmolLM2(benchmark::State& state, cpu::KernelIsa isa) {
-  const std::filesystem::path path =
-      std::filesystem::path(LLAMASERVE_SOURCE_DIR) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
-  auto model = load_model(path.string());
-  if (!model.is_ok()) {
-    state.SkipWithError(("model missing (scripts/fetch_model.sh): " + path.string()).c_str());
-    return;
-  }
+  auto model = load_default_model(state);
+  if (!model) return;
   constexpr int32_t kPrompt = 256;
   CpuExecutorOptions options;
   options.threads = static_cast<int>(state.range(0));
   options.kv_capacity_tokens = kPrompt;
   options.max_batch_tokens = kPrompt;
   options.cpu_isa = setting_for(isa);
-  auto executor = create_cpu_executor(*model, options);
+  auto executor = create_cpu_executor(model, options);
   if (!executor.is_ok()) {
     state.SkipWithError(executor.status().to_string().c_str());
     return;
