@@ -150,7 +150,7 @@ void BM_Prompt(benchmark::State& state, TensorType type, cpu::KernelIsa isa) {
 // heads, 3 KV heads, head_dim 64), one thread, with an F16 or a Q8_0 cache (bytes/s: the
 // cache's K and V bytes read). At 32768 positions the cache (24 or 13 MiB) is past most
 // last-level caches.
-void BM_AttentionDecode(benchmark::State& state, TensorType kv_type) {
+void BM_AttentionDecode(benchmark::State& state, TensorType kv_type, cpu::KernelIsa isa) {
   const int32_t context = static_cast<int32_t>(state.range(0));
   const cpu::AttentionShape shape{9, 3, 64, 0.125f};
   cpu::KvCacheGeometry g;
@@ -180,7 +180,7 @@ void BM_AttentionDecode(benchmark::State& state, TensorType kv_type) {
   ThreadPool pool(1);
   cpu::AttentionScratch scratch(shape, g.block_size, 1);
   for (auto _ : state) {
-    cpu::attention(batch, shape, q.data(), **cache, 0, out.data(), pool, scratch);
+    cpu::attention(batch, shape, q.data(), **cache, 0, out.data(), pool, scratch, isa);
     benchmark::DoNotOptimize(out.data());
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * context *
@@ -385,13 +385,17 @@ void register_benchmarks(const std::vector<cpu::KernelIsa>& isas,
   auto* pool_run = benchmark::RegisterBenchmark("PoolRun", BM_PoolRun);
   for (int64_t t : thread_counts) pool_run->Arg(t);
   pool_run->ArgName("threads")->UseRealTime();
-  for (TensorType kv_type : {TensorType::F16, TensorType::Q8_0}) {
-    benchmark::RegisterBenchmark((std::string("AttentionDecode/") + type_name(kv_type)).c_str(),
-                                 BM_AttentionDecode, kv_type)
-        ->Arg(512)
-        ->Arg(4096)
-        ->Arg(32768)
-        ->ArgName("context");
+  for (cpu::KernelIsa isa : isas) {
+    for (TensorType kv_type : {TensorType::F16, TensorType::Q8_0}) {
+      benchmark::RegisterBenchmark(
+          (std::string("AttentionDecode/") + type_name(kv_type) + "/" + cpu::kernel_isa_name(isa))
+              .c_str(),
+          BM_AttentionDecode, kv_type, isa)
+          ->Arg(512)
+          ->Arg(4096)
+          ->Arg(32768)
+          ->ArgName("context");
+    }
   }
   auto* weight_read = benchmark::RegisterBenchmark("WeightReadSmolLM2", BM_WeightReadSmolLM2);
   for (int64_t t : thread_counts) weight_read->Arg(t);

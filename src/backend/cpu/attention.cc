@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
+#include "backend/cpu/attention_avx512.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/ref_kernels.h"
 #include "backend/cpu/simd.h"
@@ -48,14 +50,6 @@ float dot(const float* q, const T* k, int64_t n) {
   float sum = hsum(_mm256_add_ps(acc0, acc1));
   for (; i < n; ++i) sum += q[i] * load1(k, i);
   return sum;
-}
-
-// {Σ a0, ..., Σ a7}: the horizontal sums of eight vectors in one.
-inline __m256 hsum8(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4, __m256 a5, __m256 a6,
-                    __m256 a7) {
-  const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
-  const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a4, a5), _mm256_hadd_ps(a6, a7));
-  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
 // s[j] = scale * q · keys[j] for j < n_keys, keys read where the cache holds them.
@@ -210,7 +204,7 @@ void accumulate_values(float* acc, float keep, const float* p, const BlockQ8_0* 
 
 // Floats of per-thread scratch (see attend_range).
 size_t scratch_floats(int64_t group, int32_t block_size) {
-  return static_cast<size_t>(group * block_size);
+  return static_cast<size_t>(group * block_size + group);
 }
 
 // Floats of one partial result: acc[group][hd] | max[group] | sum[group].
@@ -222,12 +216,14 @@ size_t state_floats(int64_t group, int64_t head_dim) {
 // and query heads [head_begin, head_end) of the `group` sharing the KV head, with an online
 // softmax over the blocks; K and V are read as the cache holds them (f16 converted in
 // registers, Q8_0 scaled in registers). Writes those heads' unnormalised state: acc (Σ p v), max
-// and sum (Σ p). A head's arithmetic is the same whichever unit runs it. Scratch:
-// scores[group][bs].
+// and sum (Σ p). A head's arithmetic is the same whichever unit runs it. With heads_together
+// (an f16 cache, AVX-512, head_dim % 16 == 0) the unit's heads score each key and take each
+// value row together (attention_avx512.h): the same bits, each row converted once. Scratch:
+// scores[group][bs] | keep[group].
 template <typename T>
 void attend_range(const Batch& batch, const AttentionShape& shape, const float* q,
                   const CpuKvCache& cache, int32_t layer, const AttentionScratch::Unit& unit,
-                  float* state, float* scratch) {
+                  bool heads_together, float* state, float* scratch) {
   const int64_t hd = shape.head_dim;
   const int64_t group = shape.n_head / shape.n_head_kv;
   const int32_t bs = cache.geometry().block_size;
@@ -238,6 +234,8 @@ void attend_range(const Batch& batch, const AttentionShape& shape, const float* 
   float* row_max = acc + group * hd;
   float* row_sum = row_max + group;
   float* scores = scratch;
+  float* keep = scratch + group * bs;
+  const int32_t n_heads = unit.head_end - unit.head_begin;
   std::fill(acc + unit.head_begin * hd, acc + unit.head_end * hd, 0.0f);
   std::fill(row_max + unit.head_begin, row_max + unit.head_end,
             -std::numeric_limits<float>::infinity());
@@ -256,13 +254,25 @@ void attend_range(const Batch& batch, const AttentionShape& shape, const float* 
     }
     const T* keys = static_cast<const T*>(cache.k(layer, physical, kv_head));
     const T* values = static_cast<const T*>(cache.v(layer, physical, kv_head));
+    if constexpr (std::is_same_v<T, uint16_t>) {
+      if (heads_together) {
+        const int32_t done =
+            block_scores_heads_f16_avx512(q_group + unit.head_begin * hd, n_heads, keys, n_valid,
+                                          hd, shape.scale, scores + unit.head_begin * bs, bs);
+        for (int64_t h = unit.head_begin; h < unit.head_end; ++h) {
+          for (int32_t j = done; j < n_valid; ++j) {
+            scores[h * bs + j] = dot(q_group + h * hd, row_at(keys, j, hd), hd) * shape.scale;
+          }
+        }
+      }
+    }
     for (int64_t h = unit.head_begin; h < unit.head_end; ++h) {
       float* s = scores + h * bs;
-      block_scores(q_group + h * hd, keys, n_valid, hd, shape.scale, s);
+      if (!heads_together) block_scores(q_group + h * hd, keys, n_valid, hd, shape.scale, s);
       float block_max = s[0];
       for (int32_t j = 1; j < n_valid; ++j) block_max = std::max(block_max, s[j]);
       const float new_max = std::max(row_max[h], block_max);
-      const float keep = std::exp(row_max[h] - new_max);  // 0 on the first block
+      keep[h] = std::exp(row_max[h] - new_max);  // 0 on the first block
       float block_sum = 0.0f;
       int32_t j = 0;
       for (; j + 8 <= n_valid; j += 8) {
@@ -274,9 +284,16 @@ void attend_range(const Batch& batch, const AttentionShape& shape, const float* 
         s[j] = std::exp(s[j] - new_max);
         block_sum += s[j];
       }
-      row_sum[h] = row_sum[h] * keep + block_sum;
+      row_sum[h] = row_sum[h] * keep[h] + block_sum;
       row_max[h] = new_max;
-      accumulate_values(acc + h * hd, keep, s, values, n_valid, hd);
+      if (!heads_together) accumulate_values(acc + h * hd, keep[h], s, values, n_valid, hd);
+    }
+    if constexpr (std::is_same_v<T, uint16_t>) {
+      if (heads_together) {
+        accumulate_values_heads_f16_avx512(acc + unit.head_begin * hd, keep + unit.head_begin,
+                                           scores + unit.head_begin * bs, bs, n_heads, values,
+                                           n_valid, hd);
+      }
     }
   }
 }
@@ -343,7 +360,7 @@ AttentionScratch::AttentionScratch(const AttentionShape& shape, int32_t block_si
 
 void attention(const Batch& batch, const AttentionShape& shape, const float* q,
                const CpuKvCache& cache, int32_t layer, float* out, ThreadPool& pool,
-               AttentionScratch& scratch) {
+               AttentionScratch& scratch, KernelIsa isa) {
   const int64_t hd = shape.head_dim;
   const int64_t group = shape.n_head / shape.n_head_kv;
   const int32_t bs = cache.geometry().block_size;
@@ -382,6 +399,8 @@ void attention(const Batch& batch, const AttentionShape& shape, const float* q,
     scratch.partials_.resize(static_cast<size_t>(n_partials) * state_size);
   }
   const TensorType type = cache.geometry().type;
+  const bool heads_together =
+      isa == KernelIsa::kAvx512Vnni && type == TensorType::F16 && hd % 16 == 0;
   pool.run([&](int part, int n_parts) {
     float* buffer = scratch.part_buffer(part);
     float* own_state = buffer + scratch_floats(group, bs);
@@ -392,12 +411,14 @@ void attention(const Batch& batch, const AttentionShape& shape, const float* q,
           unit.partial < 0 ? own_state : scratch.partials_.data() + unit.partial * state_size;
       switch (type) {
         case TensorType::F32:
-          attend_range<float>(batch, shape, q, cache, layer, unit, state, buffer);
+          attend_range<float>(batch, shape, q, cache, layer, unit, false, state, buffer);
           break;
         case TensorType::Q8_0:
-          attend_range<BlockQ8_0>(batch, shape, q, cache, layer, unit, state, buffer);
+          attend_range<BlockQ8_0>(batch, shape, q, cache, layer, unit, false, state, buffer);
           break;
-        default: attend_range<uint16_t>(batch, shape, q, cache, layer, unit, state, buffer);
+        default:
+          attend_range<uint16_t>(batch, shape, q, cache, layer, unit, heads_together, state,
+                                 buffer);
       }
       if (unit.partial < 0) {
         finish(state, 1, group, hd, unit.head_begin, unit.head_end,

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/batch.h"
+#include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/kv_cache.h"
 #include "core/thread_pool.h"
 
@@ -59,9 +60,11 @@ class AttentionScratch {
 // with an online softmax per cache block, and chunks of a long row are merged at the end.
 // When those units are too few for the threads, they are split by query heads too. A row's
 // result depends only on the row, never on the rest of the batch or the thread count.
+// `isa`: with kAvx512Vnni (only where the CPU has it) an f16 cache is read with the AVX-512
+// pieces of attention_avx512.h, the same bits as kAvx2.
 void attention(const Batch& batch, const AttentionShape& shape, const float* q,
                const CpuKvCache& cache, int32_t layer, float* out, ThreadPool& pool,
-               AttentionScratch& scratch);
+               AttentionScratch& scratch, KernelIsa isa);
 
 // Plain reference: per (token, head), all scores, a max-subtracted softmax, then the
 // weighted sum of V. Same inputs and outputs as attention().

@@ -144,7 +144,7 @@ void CpuBackend::run_layer(const Batch& batch, int32_t layer, CpuKvCache& cache,
     attention_ref(batch, attention_shape_, act.q.data(), cache, layer, act.attn.data());
   } else {
     attention(batch, attention_shape_, act.q.data(), cache, layer, act.attn.data(), *pool_,
-              act.attention_scratch);
+              act.attention_scratch, kernel_isa_);
   }
   const MatmulOutput wo[] = {{&w.wo, act.normed.data(), c.n_embd}};
   project(wo, act.attn.data(), n, c.q_dim(), act);

@@ -24,6 +24,13 @@ std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
   return v;
 }
 
+// The kernel instruction sets this CPU can run: AVX2 always, AVX-512 where it has it.
+std::vector<KernelIsa> kernel_isas() {
+  std::vector<KernelIsa> isas = {KernelIsa::kAvx2};
+  if (cpu_has_avx512_vnni()) isas.push_back(KernelIsa::kAvx512Vnni);
+  return isas;
+}
+
 struct AttentionCase {
   TensorType kv_type;
   int64_t n_head;
@@ -90,9 +97,16 @@ TEST_P(PagedAttentionTest, MatchesReferenceAndDenseComputation) {
   std::vector<float> fast(n * q_dim), ref(n * q_dim);
   ThreadPool pool(2);
   AttentionScratch scratch(shape, g.block_size, pool.size());
-  attention(batch, shape, q.data(), **cache, 4, fast.data(), pool, scratch);
+  attention(batch, shape, q.data(), **cache, 4, fast.data(), pool, scratch, KernelIsa::kAvx2);
   attention_ref(batch, shape, q.data(), **cache, 4, ref.data());
   for (int64_t i = 0; i < n * q_dim; ++i) ASSERT_NEAR(fast[i], ref[i], 1e-5f) << i;
+  // The AVX-512 path gives the same bits (attention_avx512.h).
+  for (KernelIsa isa : kernel_isas()) {
+    std::vector<float> other(n * q_dim);
+    attention(batch, shape, q.data(), **cache, 4, other.data(), pool, scratch, isa);
+    for (int64_t i = 0; i < n * q_dim; ++i)
+      ASSERT_EQ(other[i], fast[i]) << kernel_isa_name(isa) << " " << i;
+  }
 
   // Dense check of sequence 1's decode row with the K/V values as stored (f16-rounded, or
   // the head's row quantized to Q8_0 blocks and back).
@@ -140,6 +154,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PagedAttentionTest,
                                            AttentionCase{TensorType::F32, 4, 4, 64, 16},
                                            AttentionCase{TensorType::F16, 9, 3, 64, 16},
                                            AttentionCase{TensorType::F16, 8, 2, 128, 32},
+                                           AttentionCase{TensorType::F16, 14, 2, 48, 7},
+                                           AttentionCase{TensorType::F16, 5, 1, 80, 9},
+                                           AttentionCase{TensorType::F16, 8, 4, 16, 16},
+                                           AttentionCase{TensorType::F16, 4, 1, 40, 16},
                                            AttentionCase{TensorType::F32, 6, 1, 40, 7},
                                            AttentionCase{TensorType::Q8_0, 4, 4, 64, 16},
                                            AttentionCase{TensorType::Q8_0, 9, 3, 64, 16},
@@ -188,24 +206,28 @@ TEST(PagedAttention, RowsAreSplitConsistently) {
   ThreadPool pool(2);
   AttentionScratch scratch(shape, 16, pool.size());
   std::vector<float> fast(positions.size() * q_dim), ref(positions.size() * q_dim);
-  attention(batch, shape, q.data(), **cache, 0, fast.data(), pool, scratch);
+  attention(batch, shape, q.data(), **cache, 0, fast.data(), pool, scratch, KernelIsa::kAvx2);
   attention_ref(batch, shape, q.data(), **cache, 0, ref.data());
   for (size_t i = 0; i < fast.size(); ++i) ASSERT_NEAR(fast[i], ref[i], 1e-5f) << i;
 
-  // Each row alone, on one, five and sixteen threads.
-  for (int threads : {1, 5, 16}) {
-    ThreadPool row_pool(threads);
-    AttentionScratch row_scratch(shape, 16, row_pool.size());
-    for (size_t r = 0; r < positions.size(); ++r) {
-      Batch alone = batch;
-      alone.tokens = {0};
-      alone.positions = {positions[r]};
-      alone.seq_index = {0};
-      std::vector<float> single(q_dim);
-      attention(alone, shape, q.data() + r * q_dim, **cache, 0, single.data(), row_pool,
-                row_scratch);
-      for (int64_t i = 0; i < q_dim; ++i) {
-        ASSERT_EQ(single[i], fast[r * q_dim + i]) << "row " << r << ", threads " << threads;
+  // Each row alone, on one, five and sixteen threads (its heads split into units of one, two
+  // or all of the group), with every instruction set.
+  for (KernelIsa isa : kernel_isas()) {
+    for (int threads : {1, 5, 16}) {
+      ThreadPool row_pool(threads);
+      AttentionScratch row_scratch(shape, 16, row_pool.size());
+      for (size_t r = 0; r < positions.size(); ++r) {
+        Batch alone = batch;
+        alone.tokens = {0};
+        alone.positions = {positions[r]};
+        alone.seq_index = {0};
+        std::vector<float> single(q_dim);
+        attention(alone, shape, q.data() + r * q_dim, **cache, 0, single.data(), row_pool,
+                  row_scratch, isa);
+        for (int64_t i = 0; i < q_dim; ++i) {
+          ASSERT_EQ(single[i], fast[r * q_dim + i])
+              << "row " << r << ", threads " << threads << ", " << kernel_isa_name(isa);
+        }
       }
     }
   }

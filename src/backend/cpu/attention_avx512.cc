@@ -1,0 +1,137 @@
+// First: it includes immintrin.h in its own way (see there).
+#include "backend/cpu/simd_avx512.h"
+
+#include <algorithm>
+
+#include "backend/cpu/attention_avx512.h"
+#include "backend/cpu/simd.h"
+
+namespace llamaserve::cpu {
+namespace {
+
+namespace v = avx512;
+
+// Heads per pass: their accumulators, the converted rows and a query or weight stay in the 32
+// registers.
+constexpr int kMaxHeads = 3;
+
+// Values [c, c + 8) of rows a and b as floats: a in lanes 0..7, b in 8..15.
+LS_AVX512 inline __m512 load_f16_pair(const uint16_t* a, const uint16_t* b) {
+  const __m256i halves = _mm256_inserti128_si256(
+      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
+  return _mm512_cvtph_ps(halves);
+}
+
+// Eight floats in both halves.
+LS_AVX512 inline __m512 dup8(const float* p) {
+  return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(p))));
+}
+
+// attention.cc's 8-key block_scores for kHeads heads: key r's accumulator over the chunks of 8
+// values is lane half r % 2 of pair[h][r / 2], reduced with the same hsum8.
+template <int kHeads>
+LS_AVX512 void scores_8_keys(const float* q, const uint16_t* const* k, int64_t n, float scale,
+                             float* s, int64_t s_stride) {
+  __m512 acc[kHeads][4];
+  for (int h = 0; h < kHeads; ++h) {
+    for (int p = 0; p < 4; ++p) acc[h][p] = _mm512_setzero_ps();
+  }
+  for (int64_t c = 0; c < n; c += 8) {
+    const __m512 pair0 = load_f16_pair(k[0] + c, k[1] + c);
+    const __m512 pair1 = load_f16_pair(k[2] + c, k[3] + c);
+    const __m512 pair2 = load_f16_pair(k[4] + c, k[5] + c);
+    const __m512 pair3 = load_f16_pair(k[6] + c, k[7] + c);
+    for (int h = 0; h < kHeads; ++h) {
+      const __m512 qc = dup8(q + h * n + c);
+      acc[h][0] = _mm512_fmadd_ps(qc, pair0, acc[h][0]);
+      acc[h][1] = _mm512_fmadd_ps(qc, pair1, acc[h][1]);
+      acc[h][2] = _mm512_fmadd_ps(qc, pair2, acc[h][2]);
+      acc[h][3] = _mm512_fmadd_ps(qc, pair3, acc[h][3]);
+    }
+  }
+  for (int h = 0; h < kHeads; ++h) {
+    const __m256 sums =
+        hsum8(v::low_half(acc[h][0]), v::high_half(acc[h][0]), v::low_half(acc[h][1]),
+              v::high_half(acc[h][1]), v::low_half(acc[h][2]), v::high_half(acc[h][2]),
+              v::low_half(acc[h][3]), v::high_half(acc[h][3]));
+    _mm256_storeu_ps(s + h * s_stride, _mm256_mul_ps(sums, _mm256_set1_ps(scale)));
+  }
+}
+
+// attention.cc's accumulate_values for kHeads heads, 64 values (four registers) a head at a
+// time, or 16 when fewer are left: value c of a head starts from acc * keep and takes the rows'
+// products in row order, as there.
+template <int kHeads, int kRegs>
+LS_AVX512 void accumulate_slice(float* acc, const float* keep, const float* p, int64_t p_stride,
+                                const uint16_t* values, int32_t n_rows, int64_t n, int64_t first) {
+  __m512 a[kHeads][kRegs];
+  for (int h = 0; h < kHeads; ++h) {
+    const __m512 keep_h = _mm512_set1_ps(keep[h]);
+    for (int r = 0; r < kRegs; ++r) {
+      a[h][r] = _mm512_mul_ps(_mm512_loadu_ps(acc + h * n + first + 16 * r), keep_h);
+    }
+  }
+  for (int32_t j = 0; j < n_rows; ++j) {
+    const uint16_t* row = values + j * n + first;
+    __m512 vr[kRegs];
+    for (int r = 0; r < kRegs; ++r) {
+      vr[r] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 16 * r)));
+    }
+    for (int h = 0; h < kHeads; ++h) {
+      const __m512 pj = _mm512_set1_ps(p[h * p_stride + j]);
+      for (int r = 0; r < kRegs; ++r) a[h][r] = _mm512_fmadd_ps(pj, vr[r], a[h][r]);
+    }
+  }
+  for (int h = 0; h < kHeads; ++h) {
+    for (int r = 0; r < kRegs; ++r) _mm512_storeu_ps(acc + h * n + first + 16 * r, a[h][r]);
+  }
+}
+
+template <int kHeads>
+LS_AVX512 void accumulate_heads(float* acc, const float* keep, const float* p, int64_t p_stride,
+                                const uint16_t* values, int32_t n_rows, int64_t n) {
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    accumulate_slice<kHeads, 4>(acc, keep, p, p_stride, values, n_rows, n, i);
+  }
+  for (; i < n; i += 16) accumulate_slice<kHeads, 1>(acc, keep, p, p_stride, values, n_rows, n, i);
+}
+
+}  // namespace
+
+int32_t block_scores_heads_f16_avx512(const float* q, int32_t n_heads, const uint16_t* keys,
+                                      int32_t n_keys, int64_t head_dim, float scale, float* s,
+                                      int64_t s_stride) {
+  int32_t j = 0;
+  for (; j + 8 <= n_keys; j += 8) {
+    const uint16_t* k[8];
+    for (int r = 0; r < 8; ++r) k[r] = keys + (j + r) * head_dim;
+    for (int32_t h = 0; h < n_heads; h += kMaxHeads) {
+      const float* qh = q + h * head_dim;
+      float* sh = s + h * s_stride + j;
+      switch (std::min(kMaxHeads, n_heads - h)) {
+        case 1: scores_8_keys<1>(qh, k, head_dim, scale, sh, s_stride); break;
+        case 2: scores_8_keys<2>(qh, k, head_dim, scale, sh, s_stride); break;
+        default: scores_8_keys<3>(qh, k, head_dim, scale, sh, s_stride);
+      }
+    }
+  }
+  return j;
+}
+
+void accumulate_values_heads_f16_avx512(float* acc, const float* keep, const float* p,
+                                        int64_t p_stride, int32_t n_heads, const uint16_t* values,
+                                        int32_t n_rows, int64_t head_dim) {
+  for (int32_t h = 0; h < n_heads; h += kMaxHeads) {
+    float* acc_h = acc + h * head_dim;
+    const float* p_h = p + h * p_stride;
+    switch (std::min(kMaxHeads, n_heads - h)) {
+      case 1: accumulate_heads<1>(acc_h, keep + h, p_h, p_stride, values, n_rows, head_dim); break;
+      case 2: accumulate_heads<2>(acc_h, keep + h, p_h, p_stride, values, n_rows, head_dim); break;
+      default: accumulate_heads<3>(acc_h, keep + h, p_h, p_stride, values, n_rows, head_dim);
+    }
+  }
+}
+
+}  // namespace llamaserve::cpu
