@@ -127,6 +127,19 @@ void block_scores(const float* q, const BlockQ8_0* keys, int32_t n_keys, int64_t
   for (; j < n_keys; ++j) s[j] = dot(q, row_at(keys, j, n), n) * scale;
 }
 
+// The largest of s[0 .. n), n >= 1 (a maximum is exact in any order).
+inline float block_max(const float* s, int32_t n) {
+  int32_t j = 0;
+  float max = s[0];
+  if (n >= 8) {
+    __m256 m = _mm256_loadu_ps(s);
+    for (j = 8; j + 8 <= n; j += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(s + j));
+    max = hmax(m);
+  }
+  for (; j < n; ++j) max = std::max(max, s[j]);
+  return max;
+}
+
 // Keys of one work unit, in blocks: rows longer than this are split so that a long decode
 // row keeps every thread busy.
 constexpr int32_t kChunkBlocks = 16;
@@ -269,10 +282,9 @@ void attend_range(const Batch& batch, const AttentionShape& shape, const float* 
     for (int64_t h = unit.head_begin; h < unit.head_end; ++h) {
       float* s = scores + h * bs;
       if (!heads_together) block_scores(q_group + h * hd, keys, n_valid, hd, shape.scale, s);
-      float block_max = s[0];
-      for (int32_t j = 1; j < n_valid; ++j) block_max = std::max(block_max, s[j]);
-      const float new_max = std::max(row_max[h], block_max);
-      keep[h] = std::exp(row_max[h] - new_max);  // 0 on the first block
+      const float new_max = std::max(row_max[h], block_max(s, n_valid));
+      // 0 on the first block; exactly 1 (what exp(0) gives) while the maximum stands.
+      keep[h] = new_max == row_max[h] ? 1.0f : std::exp(row_max[h] - new_max);
       float block_sum = 0.0f;
       int32_t j = 0;
       for (; j + 8 <= n_valid; j += 8) {
