@@ -87,15 +87,6 @@ inline __m256 q8x8(const int8_t* qs) {
       _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs))));
 }
 
-// The scales of block b of eight rows, as floats.
-inline __m256 q8_scales(const BlockQ8_0* const* rows, int64_t b) {
-  return _mm256_cvtph_ps(_mm_setr_epi16(
-      static_cast<int16_t>(rows[0][b].d.bits), static_cast<int16_t>(rows[1][b].d.bits),
-      static_cast<int16_t>(rows[2][b].d.bits), static_cast<int16_t>(rows[3][b].d.bits),
-      static_cast<int16_t>(rows[4][b].d.bits), static_cast<int16_t>(rows[5][b].d.bits),
-      static_cast<int16_t>(rows[6][b].d.bits), static_cast<int16_t>(rows[7][b].d.bits)));
-}
-
 // block_scores on Q8_0 keys (n % 32 == 0): eight keys at a time, each 32-value block's sums
 // taken unscaled and then multiplied by the eight keys' scales at once.
 void block_scores(const float* q, const BlockQ8_0* keys, int32_t n_keys, int64_t n, float scale,
@@ -230,7 +221,7 @@ size_t state_floats(int64_t group, int64_t head_dim) {
 // softmax over the blocks; K and V are read as the cache holds them (f16 converted in
 // registers, Q8_0 scaled in registers). Writes those heads' unnormalised state: acc (Σ p v), max
 // and sum (Σ p). A head's arithmetic is the same whichever unit runs it. With heads_together
-// (an f16 cache, AVX-512, head_dim % 16 == 0) the unit's heads score each key and take each
+// (an f16 or Q8_0 cache, AVX-512) the unit's heads score each key and take each
 // value row together (attention_avx512.h): the same bits, each row converted once. Scratch:
 // scores[group][bs] | keep[group].
 template <typename T>
@@ -267,11 +258,11 @@ void attend_range(const Batch& batch, const AttentionShape& shape, const float* 
     }
     const T* keys = static_cast<const T*>(cache.k(layer, physical, kv_head));
     const T* values = static_cast<const T*>(cache.v(layer, physical, kv_head));
-    if constexpr (std::is_same_v<T, uint16_t>) {
+    if constexpr (!std::is_same_v<T, float>) {
       if (heads_together) {
         const int32_t done =
-            block_scores_heads_f16_avx512(q_group + unit.head_begin * hd, n_heads, keys, n_valid,
-                                          hd, shape.scale, scores + unit.head_begin * bs, bs);
+            block_scores_heads_avx512(q_group + unit.head_begin * hd, n_heads, keys, n_valid, hd,
+                                      shape.scale, scores + unit.head_begin * bs, bs);
         for (int64_t h = unit.head_begin; h < unit.head_end; ++h) {
           for (int32_t j = done; j < n_valid; ++j) {
             scores[h * bs + j] = dot(q_group + h * hd, row_at(keys, j, hd), hd) * shape.scale;
@@ -300,11 +291,11 @@ void attend_range(const Batch& batch, const AttentionShape& shape, const float* 
       row_max[h] = new_max;
       if (!heads_together) accumulate_values(acc + h * hd, keep[h], s, values, n_valid, hd);
     }
-    if constexpr (std::is_same_v<T, uint16_t>) {
+    if constexpr (!std::is_same_v<T, float>) {
       if (heads_together) {
-        accumulate_values_heads_f16_avx512(acc + unit.head_begin * hd, keep + unit.head_begin,
-                                           scores + unit.head_begin * bs, bs, n_heads, values,
-                                           n_valid, hd);
+        accumulate_values_heads_avx512(acc + unit.head_begin * hd, keep + unit.head_begin,
+                                       scores + unit.head_begin * bs, bs, n_heads, values, n_valid,
+                                       hd);
       }
     }
   }
@@ -411,8 +402,10 @@ void attention(const Batch& batch, const AttentionShape& shape, const float* q,
     scratch.partials_.resize(static_cast<size_t>(n_partials) * state_size);
   }
   const TensorType type = cache.geometry().type;
+  // (A Q8_0 row is whole blocks of 32 values.)
   const bool heads_together =
-      isa == KernelIsa::kAvx512Vnni && type == TensorType::F16 && hd % 16 == 0;
+      isa == KernelIsa::kAvx512Vnni &&
+      ((type == TensorType::F16 && hd % 16 == 0) || type == TensorType::Q8_0);
   pool.run([&](int part, int n_parts) {
     float* buffer = scratch.part_buffer(part);
     float* own_state = buffer + scratch_floats(group, bs);
@@ -426,7 +419,8 @@ void attention(const Batch& batch, const AttentionShape& shape, const float* q,
           attend_range<float>(batch, shape, q, cache, layer, unit, false, state, buffer);
           break;
         case TensorType::Q8_0:
-          attend_range<BlockQ8_0>(batch, shape, q, cache, layer, unit, false, state, buffer);
+          attend_range<BlockQ8_0>(batch, shape, q, cache, layer, unit, heads_together, state,
+                                  buffer);
           break;
         default:
           attend_range<uint16_t>(batch, shape, q, cache, layer, unit, heads_together, state,

@@ -1,5 +1,5 @@
-// AVX-512 pieces of attention() over an f16 cache for several query heads of one KV head at
-// once: each K and V row of a cache block is loaded and converted once for all of them,
+// AVX-512 pieces of attention() over an f16 or a Q8_0 cache for several query heads of one KV
+// head at once: each K and V row of a cache block is loaded and converted once for all of them,
 // instead of once per head, and in 16-lane registers. Every head's products and sums are
 // attention.cc's AVX2 ones lane for lane and in the same order (two of its 8-lane accumulators
 // side by side in one 16-lane register), so the results are the same bits on either path.
@@ -8,20 +8,29 @@
 
 #include <cstdint>
 
+#include "quant/blocks.h"
+
 namespace llamaserve::cpu {
 
 // s[h * s_stride + j] = scale * (q + h * head_dim) · keys[j] for the n_heads heads and the
-// keys j below n_keys rounded down to a multiple of 8 (keys[j] at keys + j * head_dim, f16);
-// returns how many keys that is. PRECONDITION: head_dim % 16 == 0.
-int32_t block_scores_heads_f16_avx512(const float* q, int32_t n_heads, const uint16_t* keys,
-                                      int32_t n_keys, int64_t head_dim, float scale, float* s,
-                                      int64_t s_stride);
+// keys j below n_keys rounded down to a multiple of 8 (keys[j] the j-th row of head_dim values,
+// f16 or Q8_0 blocks); returns how many keys that is. PRECONDITION: head_dim % 16 == 0 (f16),
+// head_dim % 32 == 0 (Q8_0).
+int32_t block_scores_heads_avx512(const float* q, int32_t n_heads, const uint16_t* keys,
+                                  int32_t n_keys, int64_t head_dim, float scale, float* s,
+                                  int64_t s_stride);
+int32_t block_scores_heads_avx512(const float* q, int32_t n_heads, const BlockQ8_0* keys,
+                                  int32_t n_keys, int64_t head_dim, float scale, float* s,
+                                  int64_t s_stride);
 
 // For each of the n_heads heads h: acc_h = acc_h * keep[h] + Σ_j p[h * p_stride + j] *
-// values[j] over the n_rows value rows (f16, values[j] at values + j * head_dim), acc_h at
-// acc + h * head_dim. PRECONDITION: head_dim % 16 == 0.
-void accumulate_values_heads_f16_avx512(float* acc, const float* keep, const float* p,
-                                        int64_t p_stride, int32_t n_heads, const uint16_t* values,
-                                        int32_t n_rows, int64_t head_dim);
+// values[j] over the n_rows value rows (the j-th row of head_dim values, f16 or Q8_0 blocks),
+// acc_h at acc + h * head_dim. Same preconditions.
+void accumulate_values_heads_avx512(float* acc, const float* keep, const float* p, int64_t p_stride,
+                                    int32_t n_heads, const uint16_t* values, int32_t n_rows,
+                                    int64_t head_dim);
+void accumulate_values_heads_avx512(float* acc, const float* keep, const float* p, int64_t p_stride,
+                                    int32_t n_heads, const BlockQ8_0* values, int32_t n_rows,
+                                    int64_t head_dim);
 
 }  // namespace llamaserve::cpu

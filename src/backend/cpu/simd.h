@@ -27,6 +27,15 @@ inline __m256 hsum8(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4, __m25
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
+// The scales of block b of eight Q8_0 rows, as floats.
+inline __m256 q8_scales(const BlockQ8_0* const* rows, int64_t b) {
+  return _mm256_cvtph_ps(_mm_setr_epi16(
+      static_cast<int16_t>(rows[0][b].d.bits), static_cast<int16_t>(rows[1][b].d.bits),
+      static_cast<int16_t>(rows[2][b].d.bits), static_cast<int16_t>(rows[3][b].d.bits),
+      static_cast<int16_t>(rows[4][b].d.bits), static_cast<int16_t>(rows[5][b].d.bits),
+      static_cast<int16_t>(rows[6][b].d.bits), static_cast<int16_t>(rows[7][b].d.bits)));
+}
+
 inline int32_t hsum_i32(__m256i v) {
   __m128i lo = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
   lo = _mm_add_epi32(lo, _mm_shuffle_epi32(lo, _MM_SHUFFLE(1, 0, 3, 2)));

@@ -162,7 +162,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PagedAttentionTest,
                                            AttentionCase{TensorType::Q8_0, 4, 4, 64, 16},
                                            AttentionCase{TensorType::Q8_0, 9, 3, 64, 16},
                                            AttentionCase{TensorType::Q8_0, 8, 2, 128, 32},
-                                           AttentionCase{TensorType::Q8_0, 6, 2, 96, 7}));
+                                           AttentionCase{TensorType::Q8_0, 6, 2, 96, 7},
+                                           AttentionCase{TensorType::Q8_0, 14, 2, 32, 9}));
 
 // Rows longer than one work unit (256 keys) are split into chunks and merged: the result
 // matches the reference, and a row gives the same bits alone as inside a larger batch and with
