@@ -234,6 +234,75 @@ TEST(PagedAttention, RowsAreSplitConsistently) {
   }
 }
 
+// The AVX-512 path against the AVX2 one, bit for bit, on random shapes: group sizes 1-8 (more
+// than one pass of heads), head sizes that leave a 16-value slice, block sizes that leave keys
+// past the last multiple of 8, several sequences of prompt and decode rows, 1-3 threads.
+TEST(PagedAttention, InstructionSetsAgreeOnRandomShapes) {
+  if (!cpu_has_avx512_vnni()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
+  std::mt19937 rng(77);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int round = 0; round < 40; ++round) {
+    const TensorType type = round % 2 == 0 ? TensorType::F16 : TensorType::Q8_0;
+    const int64_t n_head_kv = pick(1, 3), group = pick(1, 8);
+    const int64_t head_dim = type == TensorType::Q8_0 ? 32 * pick(1, 4) : 16 * pick(1, 8);
+    KvCacheGeometry g;
+    g.n_layers = 1;
+    g.block_size = pick(1, 33);
+    g.n_head_kv = n_head_kv;
+    g.head_dim = head_dim;
+    g.type = type;
+    const int32_t n_seqs = pick(1, 3), max_len = pick(1, 300);
+    const int32_t blocks_per_seq = (max_len + g.block_size - 1) / g.block_size;
+    g.n_blocks = n_seqs * blocks_per_seq;
+    auto cache = CpuKvCache::create(g);
+    ASSERT_TRUE(cache.is_ok()) << cache.status().to_string();
+    Batch history;
+    history.blocks_per_seq = blocks_per_seq;
+    for (int32_t b = 0; b < g.n_blocks; ++b) history.block_tables.push_back(g.n_blocks - 1 - b);
+    std::vector<int32_t> lengths;
+    for (int32_t seq = 0; seq < n_seqs; ++seq) {
+      lengths.push_back(pick(1, max_len));
+      for (int32_t pos = 0; pos < lengths.back(); ++pos) {
+        history.tokens.push_back(0);
+        history.positions.push_back(pos);
+        history.seq_index.push_back(seq);
+      }
+    }
+    history.seq_lengths = lengths;
+    const int64_t kv_dim = g.kv_dim(), q_dim = n_head_kv * group * head_dim;
+    const std::vector<float> k = random_floats(history.n_tokens() * kv_dim, 100 + round),
+                             v = random_floats(history.n_tokens() * kv_dim, 200 + round);
+    (*cache)->write(history, 0, k.data(), v.data());
+    // Rows: the last few positions of each sequence (a prompt's tail, or one decode).
+    Batch batch = history;
+    batch.tokens.clear();
+    batch.positions.clear();
+    batch.seq_index.clear();
+    for (int32_t seq = 0; seq < n_seqs; ++seq) {
+      const int32_t n_rows = std::min(lengths[seq], pick(1, 5));
+      for (int32_t pos = lengths[seq] - n_rows; pos < lengths[seq]; ++pos) {
+        batch.tokens.push_back(0);
+        batch.positions.push_back(pos);
+        batch.seq_index.push_back(seq);
+      }
+    }
+    const std::vector<float> q = random_floats(batch.n_tokens() * q_dim, 300 + round, 0.5f);
+    const AttentionShape shape{n_head_kv * group, n_head_kv, head_dim,
+                               1.0f / std::sqrt(static_cast<float>(head_dim))};
+    ThreadPool pool(pick(1, 3));
+    AttentionScratch scratch(shape, g.block_size, pool.size());
+    std::vector<float> avx2(batch.n_tokens() * q_dim), avx512(avx2.size());
+    attention(batch, shape, q.data(), **cache, 0, avx2.data(), pool, scratch, KernelIsa::kAvx2);
+    attention(batch, shape, q.data(), **cache, 0, avx512.data(), pool, scratch,
+              KernelIsa::kAvx512Vnni);
+    for (size_t i = 0; i < avx2.size(); ++i) {
+      ASSERT_EQ(avx512[i], avx2[i])
+          << "round " << round << " (" << type_name(type) << ", " << n_head_kv << " x " << group
+          << " heads of " << head_dim << ", blocks of " << g.block_size << "), value " << i;
+    }
+  }
+}
+
 TEST(KvCache, RejectsBadGeometry) {
   KvCacheGeometry g;
   g.n_layers = 1;
