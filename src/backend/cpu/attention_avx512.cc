@@ -30,7 +30,7 @@ LS_AVX512 inline __m512 dup8(const float* p) {
 }
 
 // attention.cc's 8-key block_scores for kHeads heads: key r's accumulator over the chunks of 8
-// values is lane half r % 2 of pair[h][r / 2], reduced with the same hsum8.
+// values is lane half r % 2 of acc[h][r / 2], reduced with the same hsum8.
 template <int kHeads>
 LS_AVX512 void scores_8_keys(const float* q, const uint16_t* const* k, int64_t n, float scale,
                              float* s, int64_t s_stride) {
