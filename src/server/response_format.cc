@@ -67,6 +67,20 @@ std::string openai_error_event(const ApiError& error) {
   return out;
 }
 
+// What an OpenAI stream sends after its last chunk: with stream_options.include_usage a chunk
+// of no choices and the usage (`header`: the stream's id, object, created and model), then
+// "data: [DONE]".
+std::string openai_stream_tail(json header, bool include_usage, const Usage& usage) {
+  std::string out;
+  if (include_usage) {
+    header["choices"] = json::array();
+    header["usage"] = usage_json(usage);
+    out = sse_data(dump_json(header));
+  }
+  out.append(kSseDone);
+  return out;
+}
+
 // An OpenAI tool call: {"id", "type": "function", "function": {"name", "arguments"}}.
 json tool_call_json(const toolcall::ToolCall& call) {
   return {{"id", call.id},
@@ -121,13 +135,7 @@ class ChatCompletionFormat : public ResponseFormat {
       if (!rest.calls.empty()) finish_reason = "tool_calls";
     }
     out += chunk(json::object(), nullptr, finish_reason);
-    if (include_usage_) {
-      json usage_chunk = header();
-      usage_chunk["choices"] = json::array();
-      usage_chunk["usage"] = usage_json(finish.usage);
-      out += sse_data(dump_json(usage_chunk));
-    }
-    out.append(kSseDone);
+    out += openai_stream_tail(header(), include_usage_, finish.usage);
     return out;
   }
 
@@ -216,15 +224,8 @@ class CompletionFormat : public ResponseFormat {
   }
 
   std::string stream_end(const GenerationEvent& finish) override {
-    std::string out = chunk("", nullptr, openai_finish_reason(finish.finish_reason));
-    if (include_usage_) {
-      json usage_chunk = header();
-      usage_chunk["choices"] = json::array();
-      usage_chunk["usage"] = usage_json(finish.usage);
-      out += sse_data(dump_json(usage_chunk));
-    }
-    out.append(kSseDone);
-    return out;
+    return chunk("", nullptr, openai_finish_reason(finish.finish_reason)) +
+           openai_stream_tail(header(), include_usage_, finish.usage);
   }
 
   std::string stream_error(const ApiError& error) override { return openai_error_event(error); }
