@@ -32,8 +32,10 @@ constexpr MatmulKernel kAvx512Kernels[] = {
     {TensorType::BF16, ActFormat::kF32, 1, dot_bf16_avx512, dot_rows_bf16_avx512,
      dot_rows4_bf16_avx512},
     {TensorType::Q8_0, ActFormat::kQ8_32, 32, nullptr, nullptr, nullptr, packed_tile_q8_0_avx512},
-    {TensorType::Q4_0, ActFormat::kQ8_32x2, 32, nullptr, nullptr, nullptr, packed_tile_q4_0_avx512},
-    {TensorType::Q4_1, ActFormat::kQ8_32x2, 32, nullptr, nullptr, nullptr, packed_tile_q4_1_avx512},
+    {TensorType::Q4_0, ActFormat::kQ8_32x2, 32, nullptr, nullptr, nullptr, packed_tile_q4_0_avx512,
+     packed_tile_pair_q4_0_avx512},
+    {TensorType::Q4_1, ActFormat::kQ8_32x2, 32, nullptr, nullptr, nullptr, packed_tile_q4_1_avx512,
+     packed_tile_pair_q4_1_avx512},
     {TensorType::Q4_K, ActFormat::kQ8_256, 256, nullptr, nullptr, nullptr, packed_tile_q4_k_avx512},
     {TensorType::Q5_K, ActFormat::kQ8_256, 256, nullptr, nullptr, nullptr, packed_tile_q5_k_avx512},
     {TensorType::Q6_K, ActFormat::kQ8_256, 256, nullptr, nullptr, nullptr, packed_tile_q6_k_avx512},
@@ -162,7 +164,17 @@ void matmul(std::span<const MatmulOutput> outputs, ActCache& act, ThreadPool& po
       const int64_t local0 = (tile - p.first_tile) * kRowTile;
       const int64_t n_rows = std::min(kRowTile, out.weight->rows() - local0);
       float* y = out.y + local0;
-      if (out.packed != nullptr) {
+      // Two whole tiles of one output in this range: one pass where the table has one.
+      const bool pair = out.packed != nullptr && p.kernel->packed_tile_pair != nullptr &&
+                        out.bias == nullptr && tile + 1 < static_cast<int64_t>(end) &&
+                        tile + 1 < p.first_tile + p.n_tiles &&
+                        local0 + 2 * kRowTile <= out.weight->rows();
+      if (pair) {
+        p.kernel->packed_tile_pair(
+            out.packed->tile(tile - p.first_tile), out.packed->tile(tile + 1 - p.first_tile),
+            out.packed->n_blocks(), p.act_rows, p.act_stride, n_tokens, y, out.y_stride);
+        ++tile;
+      } else if (out.packed != nullptr) {
         p.kernel->packed_tile(out.packed->tile(tile - p.first_tile), out.packed->n_blocks(),
                               p.act_rows, p.act_stride, n_tokens, y, out.y_stride, n_rows);
       } else {

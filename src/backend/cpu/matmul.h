@@ -4,7 +4,8 @@
 // The activation rows are converted once per input into the form the weight type's kernel
 // consumes (ActCache: floats, or 8-bit blocks for the integer dot products of the quantized
 // types), then the output rows go in tiles of eight over the thread pool: one packed-tile
-// kernel for the eight rows of a quantized weight (its PackedWeight), one row-dot per row and
+// kernel for the eight rows of a quantized weight (its PackedWeight; the AVX-512 table takes
+// two whole Q4_0/Q4_1 tiles at once, one in each half of a register), one row-dot per row and
 // token for the float types. Several matrices that read the same input (Q/K/V, gate/up) run in
 // one parallel region over their concatenated rows.
 //
@@ -37,6 +38,7 @@ struct MatmulKernel {
   RowsDotFn dot_rows;
   Rows4DotFn dot_rows4 = nullptr;  // optional: four tokens per weight pass
   PackedTileFn packed_tile = nullptr;
+  PackedTilePairFn packed_tile_pair = nullptr;  // optional: two whole tiles at once
 };
 
 // The kernel of `type` in the table of `isa`, or nullptr when the CPU backend cannot multiply
