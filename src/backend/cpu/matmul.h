@@ -5,7 +5,7 @@
 // consumes (ActCache: floats, or 8-bit blocks for the integer dot products of the quantized
 // types), then the output rows go in tiles of eight over the thread pool: one packed-tile
 // kernel for the eight rows of a quantized weight (its PackedWeight; the AVX-512 table takes
-// two whole Q4_0/Q4_1 tiles at once, one in each half of a register), one row-dot per row and
+// two whole Q4_0/Q4_1/Q8_0 tiles at once, one in each half of a register), one row-dot per row and
 // token for the float types. Several matrices that read the same input (Q/K/V, gate/up) run in
 // one parallel region over their concatenated rows.
 //

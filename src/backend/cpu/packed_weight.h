@@ -141,12 +141,13 @@ PackedTile packed_tile_q4_0_avx512, packed_tile_q4_1_avx512, packed_tile_q8_0_av
     packed_tile_q4_k_avx512, packed_tile_q5_k_avx512, packed_tile_q6_k_avx512;
 
 // Two whole tiles side by side (rows 8i..8i+15 when tile_b follows tile_a): y[t * y_stride + r]
-// for r < 16, each row the same bits as PackedTile's. AVX-512 only (Q4_0, Q4_1: a row of eight
-// tiles' lanes is half a register there).
+// for r < 16, each row the same bits as PackedTile's. AVX-512 only (Q4_0, Q4_1, Q8_0: a tile's
+// eight row lanes are half a register there).
 using PackedTilePair = void(const uint8_t* tile_a, const uint8_t* tile_b, int64_t n_blocks,
                             const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y,
                             int64_t y_stride);
 using PackedTilePairFn = PackedTilePair*;
-PackedTilePair packed_tile_pair_q4_0_avx512, packed_tile_pair_q4_1_avx512;
+PackedTilePair packed_tile_pair_q4_0_avx512, packed_tile_pair_q4_1_avx512,
+    packed_tile_pair_q8_0_avx512;
 
 }  // namespace llamaserve::cpu
