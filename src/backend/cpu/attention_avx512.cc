@@ -16,14 +16,6 @@ namespace v = avx512;
 // registers.
 constexpr int kMaxHeads = 3;
 
-// Values [c, c + 8) of rows a and b as floats: a in lanes 0..7, b in 8..15.
-LS_AVX512 inline __m512 load_f16_pair(const uint16_t* a, const uint16_t* b) {
-  const __m256i halves = _mm256_inserti128_si256(
-      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
-  return _mm512_cvtph_ps(halves);
-}
-
 // Eight floats in both halves.
 LS_AVX512 inline __m512 dup8(const float* p) {
   return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(p))));
@@ -39,10 +31,10 @@ LS_AVX512 void scores_8_keys(const float* q, const uint16_t* const* k, int64_t n
     for (int p = 0; p < 4; ++p) acc[h][p] = _mm512_setzero_ps();
   }
   for (int64_t c = 0; c < n; c += 8) {
-    const __m512 pair0 = load_f16_pair(k[0] + c, k[1] + c);
-    const __m512 pair1 = load_f16_pair(k[2] + c, k[3] + c);
-    const __m512 pair2 = load_f16_pair(k[4] + c, k[5] + c);
-    const __m512 pair3 = load_f16_pair(k[6] + c, k[7] + c);
+    const __m512 pair0 = v::load_f16x8_pair(k[0] + c, k[1] + c);
+    const __m512 pair1 = v::load_f16x8_pair(k[2] + c, k[3] + c);
+    const __m512 pair2 = v::load_f16x8_pair(k[4] + c, k[5] + c);
+    const __m512 pair3 = v::load_f16x8_pair(k[6] + c, k[7] + c);
     for (int h = 0; h < kHeads; ++h) {
       const __m512 qc = dup8(q + h * n + c);
       acc[h][0] = _mm512_fmadd_ps(qc, pair0, acc[h][0]);

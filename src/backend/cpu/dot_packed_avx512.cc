@@ -16,13 +16,6 @@ namespace {
 
 namespace v = avx512;
 
-// Eight halves of tile a and eight of tile b as sixteen floats.
-LS_AVX512 inline __m512 load_f16x8_pair(const Half* a, const Half* b) {
-  return _mm512_cvtph_ps(_mm256_inserti128_si256(
-      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1));
-}
-
 // packed_tokens of Q4_0 / Q4_1 for two tiles at once, tile a's rows in lanes 0..7 and tile b's
 // in 8..15: each lane does what the one-tile kernel does for its row, in the same order.
 template <int NT, typename Block>
@@ -55,9 +48,9 @@ LS_AVX512 void packed_tokens_pair(const Block* wa, const Block* wb, int64_t n_bl
         sums[t] = _mm512_dpbusd_epi32(sums[t], high, _mm512_set1_epi32(hi4));
       }
     }
-    const __m512 d = load_f16x8_pair(wa[b].d, wb[b].d);
+    const __m512 d = v::load_f16x8_pair(wa[b].d, wb[b].d);
     __m512 o = d;
-    if constexpr (requires { wa->m; }) o = load_f16x8_pair(wa[b].m, wb[b].m);
+    if constexpr (requires { wa->m; }) o = v::load_f16x8_pair(wa[b].m, wb[b].m);
     for (int t = 0; t < NT; ++t) {
       const ActBlockQ8_32x2& p = x[t][pair];
       const __m512 dx = _mm512_set1_ps(p.scale_sum[half / 8]);
@@ -100,7 +93,7 @@ LS_AVX512 void packed_tokens_pair(const PackedQ8_0Block* wa, const PackedQ8_0Blo
         sums[t] = _mm512_dpbusd_epi32(sums[t], magnitude, signed_bytes);
       }
     }
-    const __m512 d = load_f16x8_pair(wa[b].d, wb[b].d);
+    const __m512 d = v::load_f16x8_pair(wa[b].d, wb[b].d);
     for (int t = 0; t < NT; ++t) {
       acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x[t][b].d)),
                                _mm512_cvtepi32_ps(sums[t]), acc[t]);

@@ -41,6 +41,13 @@ LS_AVX512 inline __m512i load2x32(const void* lo, const void* hi) {
 // The same 32 bytes in both halves.
 LS_AVX512 inline __m512i broadcast32(__m256i v) { return _mm512_broadcast_i64x4(v); }
 
+// Eight halves at a and eight at b as sixteen floats: a's in lanes 0..7, b's in 8..15.
+LS_AVX512 inline __m512 load_f16x8_pair(const void* a, const void* b) {
+  return _mm512_cvtph_ps(_mm256_inserti128_si256(
+      _mm256_castsi128_si256(_mm_loadu_si128(static_cast<const __m128i*>(a))),
+      _mm_loadu_si128(static_cast<const __m128i*>(b)), 1));
+}
+
 LS_AVX512 inline __m256 low_half(__m512 v) { return _mm512_castps512_ps256(v); }
 LS_AVX512 inline __m256 high_half(__m512 v) {
   return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
