@@ -39,8 +39,9 @@ struct EngineConfig {
   int32_t max_waiting = 256;       // submitted but not yet scheduled; more -> kResourceExhausted
   int32_t max_batch_tokens = 512;  // token rows per forward pass (prefill is chunked to fit)
   // Prompt rows of a step that also decodes: at most max(this, its decodes); 0 = no bound
-  // beyond max_batch_tokens (SchedulerConfig).
-  int32_t prefill_chunk_tokens = 256;
+  // beyond max_batch_tokens (SchedulerConfig). 192 keeps the decodes' ITL p99 within twice
+  // their p50 while long prompts arrive (docs/configuration.md, --prefill-chunk-tokens).
+  int32_t prefill_chunk_tokens = 192;
   // Positions of context that cost a prompt row beside decodes as much as the row itself (a
   // late chunk of a long prompt takes fewer rows); 0 = every row counts 1 (SchedulerConfig).
   int32_t prefill_context_per_row = 4096;

@@ -146,7 +146,7 @@ void add_service_options(CLI::App& app, ServiceConfig& config) {
   app.add_option("--prefill-chunk-tokens", m.engine.prefill_chunk_tokens,
                  "Prompt tokens of a step that also decodes other sequences (at least as many as "
                  "it decodes), which bounds how much a prompt burst delays their next tokens "
-                 "(-1 = engine default, 256; 0 = only --max-batch-tokens)")
+                 "(-1 = engine default, 192; 0 = only --max-batch-tokens)")
       ->check(CLI::Range(-1, 1 << 20))
       ->capture_default_str();
   app.add_option("--prefill-context-per-row", m.engine.prefill_context_per_row,
