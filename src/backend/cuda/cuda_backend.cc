@@ -14,13 +14,18 @@
 #include "backend/cuda/rope.h"
 
 namespace llamaserve::cuda {
-// Whether GEMM projection b can join a's: float weights (multiplied in place) whose rows follow
-// a's in memory (upload_weights allocates a layer's Q, K, V and gate, up back to back), and
-// outputs whose columns follow a's (CudaActivations lays them out side by side).
+// Whether GEMM projection b can join a's: weights of one type whose rows follow a's in memory
+// (upload_weights allocates a layer's Q, K, V and gate, up back to back), and outputs whose
+// columns follow a's (CudaActivations lays them out side by side). That takes weights without
+// a separate scale array: the halves cuBLAS multiplies in place, and the K-quants whose blocks
+// carry their scales (Q4_K, Q5_K), which quant_mma then reads as one matrix: one launch
+// instead of one a matrix, whose first and last waves leave SMs idle.
 bool CudaBackend::continues_gemm(const Projection& a, const Projection& b) {
   const DeviceMatrix& wa = *a.w;
   const DeviceMatrix& wb = *b.w;
-  return (wa.type == TensorType::F16 || wa.type == TensorType::BF16) && wb.type == wa.type &&
+  const bool joinable = wa.type == TensorType::F16 || wa.type == TensorType::BF16 ||
+                        wa.type == TensorType::Q4_K || wa.type == TensorType::Q5_K;
+  return joinable && wa.scales == nullptr && wb.scales == nullptr && wb.type == wa.type &&
          wb.cols == wa.cols && wb.quant_row_bytes == wa.quant_row_bytes &&
          wb.quants == wa.quants + wa.rows * wa.quant_row_bytes && b.y == a.y + wa.rows &&
          b.y_stride == a.y_stride && b.accumulate == a.accumulate && a.reduce == nullptr &&
