@@ -4,6 +4,9 @@
 #include <fstream>
 #include <map>
 
+#include <fmt/format.h>
+
+#include "engine/engine.h"
 #include "model/config.h"
 #include "server/config_layer.h"
 #include "server/model_list.h"
@@ -144,16 +147,19 @@ void add_service_options(CLI::App& app, ServiceConfig& config) {
       ->capture_default_str();
 
   app.add_option("--prefill-chunk-tokens", m.engine.prefill_chunk_tokens,
-                 "Prompt tokens of a step that also decodes other sequences (at least as many as "
-                 "it decodes), which bounds how much a prompt burst delays their next tokens "
-                 "(-1 = engine default, 192; 0 = only --max-batch-tokens)")
+                 fmt::format("Prompt tokens of a step that also decodes other sequences (at "
+                             "least as many as it decodes), which bounds how much a prompt burst "
+                             "delays their next tokens (-1 = engine default, {}; 0 = only "
+                             "--max-batch-tokens)",
+                             EngineConfig{}.prefill_chunk_tokens))
       ->check(CLI::Range(-1, 1 << 20))
       ->capture_default_str();
   app.add_option("--prefill-context-per-row", m.engine.prefill_context_per_row,
-                 "Context positions that make a prompt row beside decodes count as one more row "
-                 "against --prefill-chunk-tokens: late chunks of long prompts, whose rows attend "
-                 "to many positions, take fewer rows (-1 = engine default, 4096; 0 = a row "
-                 "counts 1)")
+                 fmt::format("Context positions that make a prompt row beside decodes count as "
+                             "one more row against --prefill-chunk-tokens: late chunks of long "
+                             "prompts, whose rows attend to many positions, take fewer rows (-1 = "
+                             "engine default, {}; 0 = a row counts 1)",
+                             EngineConfig{}.prefill_context_per_row))
       ->check(CLI::Range(-1, 1 << 30))
       ->capture_default_str();
 
