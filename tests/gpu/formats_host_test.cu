@@ -3,7 +3,6 @@
 // reference dequantize_row, and the units cover each row exactly once. Likewise the matvec's
 // per-item dot products (dot_formats.cuh) against 8-bit activation blocks. Needs no GPU, so the
 // bit-level layout logic is checked wherever the tests build.
-#include <cstring>
 #include <vector>
 
 #include "backend/cuda/dot_formats.cuh"
@@ -227,35 +226,6 @@ TEST_P(DotFormatsOnHost, ItemDotsSumToTheRowProduct) {
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, DotFormatsOnHost, ::testing::ValuesIn(weight_types()),
                          type_param_name);
-
-// The staged copy of an activation row (DotFormat::StagedAct, what a one-row matvec reads from
-// shared memory) gives every item exactly the activations load_act reads from the row, however
-// the CTA's threads share the copying (here three, each taking every third chunk).
-template <TensorType T>
-void expect_staged_activations_match_the_row() {
-  using F = DotFormat<T>;
-  using Staged = typename F::StagedAct;
-  const int64_t cols = round_cols(T, 1100);
-  const int items = static_cast<int>(cols / F::kItemElems);
-  const std::vector<float> x = random_floats(static_cast<size_t>(cols), 23, 3.0f);
-  std::vector<int8_t> qs(static_cast<size_t>(cols));
-  std::vector<float4> ds(static_cast<size_t>(cols / kQ8Block));
-  quantize_q8_reference(x.data(), cols, qs.data(), ds.data());
-  const Q8Row row{qs.data(), ds.data()};
-  std::vector<uint4> words((static_cast<size_t>(items) * Staged::kItemBytes + 15) / 16);
-  auto* smem = reinterpret_cast<uint8_t*>(words.data());
-  for (int t = 0; t < 3; ++t) Staged::stage(row, items, smem, t, 3);
-  for (int i = 0; i < items; ++i) {
-    const typename F::Act want = F::load_act(row, i);
-    const typename F::Act got = Staged::load(smem, i);
-    EXPECT_EQ(std::memcmp(&want, &got, sizeof want), 0) << type_name(T) << " item " << i;
-  }
-}
-
-TEST(DotFormatsOnHost, StagedActivationsMatchTheRow) {
-  expect_staged_activations_match_the_row<TensorType::Q4_K>();
-  expect_staged_activations_match_the_row<TensorType::Q5_K>();
-}
 
 // The host reference quantizer: codes within ±127, x ≈ d q to half a step, and the sums.
 TEST(Q8Reference, CodesScalesAndSums) {

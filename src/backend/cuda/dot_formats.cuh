@@ -15,9 +15,6 @@
 //   Decoded decode(raw, i)    the item unpacked for the products (once for all activation rows)
 //   Act  load_act(x, i)       the activation elements item i meets, from one activation row
 //   float dot(decoded, act)   Σ w·x over the item
-//   StagedAct (optional)      the same activations from a copy of the row in shared memory:
-//                             kItemBytes per item, stage(x, n_items, smem, first, stride) and
-//                             load(smem, i) (KQuantStagedAct)
 //
 // The weight layouts are those of device_matrix.h, element orders as quant/blocks.h; everything
 // compiles for the host too (formats.cuh's LS_FORMAT), where a test checks each type's items
@@ -201,42 +198,6 @@ LS_FORMAT KQuantAct load_k_quant_act(const Q8Row& x, int i) {
           s1.y};
 }
 
-// The activations of a one-row matvec staged in shared memory (matvec_kernel.cuh): a CTA copies
-// the row once, then each item's activations are five 16-byte shared loads instead of four
-// 16-byte and two 8-byte loads through L1. In L1 a warp's load of one piece of 32 items touches
-// 16 lines (the lanes' items are 64 bytes apart), and these loads outnumbered the weight loads;
-// in shared memory item i takes bytes [80 i, 80 i + 80) (its 64 codes, then d and the sum of its
-// two blocks), so that the eight lanes of each phase of a warp's load fall on distinct banks and
-// every load is four wavefronts.
-struct KQuantStagedAct {
-  static constexpr int kItemBytes = 80;
-  // Item i's chunk k (0-3: codes 16k .. 16k + 16; 4: the scales), for every chunk
-  // first, first + stride, ... of the row's n_items items.
-  LS_FORMAT static void stage(const Q8Row& x, int n_items, uint8_t* smem, int first, int stride) {
-    for (int c = first; c < 5 * n_items; c += stride) {
-      const int i = c / 5, k = c - 5 * i;
-      uint8_t* dst = smem + kItemBytes * i + 16 * k;
-      if (k < 4) {
-        *reinterpret_cast<uint4*>(dst) = load_cached<uint4>(x.qs + 64 * i + 16 * k);
-      } else {
-        const float2 s0 = load_cached<float2>(x.ds + 2 * i);
-        const float2 s1 = load_cached<float2>(x.ds + 2 * i + 1);
-        *reinterpret_cast<float4*>(dst) = float4{s0.x, s0.y, s1.x, s1.y};
-      }
-    }
-  }
-  LS_FORMAT static KQuantAct load(const uint8_t* smem, int i) {
-    const uint8_t* p = smem + kItemBytes * i;
-    const float4 s = *reinterpret_cast<const float4*>(p + 64);
-    return {{*reinterpret_cast<const uint4*>(p), *reinterpret_cast<const uint4*>(p + 16),
-             *reinterpret_cast<const uint4*>(p + 32), *reinterpret_cast<const uint4*>(p + 48)},
-            s.x,
-            s.y,
-            s.z,
-            s.w};
-  }
-};
-
 // Codes of sub-blocks 2c (lo) and 2c + 1 (hi) and their scales (d·sc) and mins (-dmin·m).
 struct KQuantDecoded {
   uint32_t lo[2][4], hi[2][4];  // [16-byte half of the chunk][word]
@@ -254,7 +215,6 @@ struct DotFormat<TensorType::Q4_K> {
   static constexpr bool kQ8 = true;
   static constexpr int kItemElems = 64;
   static constexpr int kBlockBytes = 144;
-  using StagedAct = KQuantStagedAct;
   struct Raw {
     uint4 meta;  // d, dmin, 12 scale bytes
     uint4 q0, q1;
@@ -291,7 +251,6 @@ struct DotFormat<TensorType::Q5_K> {
   static constexpr bool kQ8 = true;
   static constexpr int kItemElems = 64;
   static constexpr int kBlockBytes = 176;
-  using StagedAct = KQuantStagedAct;
   struct Raw {
     uint4 meta;
     uint4 qh0, qh1;  // all 32 qh bytes (shared with the super-block's other chunks, via L1)

@@ -27,16 +27,10 @@
 // Launched with programmatic dependent launch: the first step's weight loads are issued before
 // the wait for the kernel that produced the activations (launch.cuh).
 //
-// Staged activations: a one-row launch of a type with a staged layout (DotFormat::StagedAct: Q4_K,
-// Q5_K) first copies the activation row into shared memory, every thread of the CTA taking a
-// part, behind the CTA's one barrier; its dots then read the copy (the activation loads through
-// L1 were more L1 work than the weight stream's).
-//
-// Otherwise no CTA-wide barrier (only the units' own, when S > 1): units without a group simply
-// return. The parameter is __grid_constant__ so that picking a part by index reads it in place
-// instead of copying the whole struct to local memory. As a fused reduction's producer
-// (MatvecLaunch::reduce) each output goes to every rank's inbox as one tagged word
-// (peer_reduce.cuh): still no barrier.
+// No CTA-wide barrier (only the units' own, when S > 1): units without a group simply return. The
+// parameter is __grid_constant__ so that picking a part by index reads it in place instead of
+// copying the whole struct to local memory. As a fused reduction's producer (MatvecLaunch::reduce)
+// each output goes to every rank's inbox as one tagged word (peer_reduce.cuh): still no barrier.
 #pragma once
 
 #include <algorithm>
@@ -109,37 +103,9 @@ __device__ __forceinline__ auto activation_row(const MatvecLaunch& a, int b) {
   }
 }
 
-// Whether a launch of B activation rows stages its row in shared memory (DotFormat::StagedAct):
-// one row of a type that has a staged layout.
-template <TensorType T, int B>
-inline constexpr bool kStagesAct = B == 1 && requires {
-  typename DotFormat<T>::StagedAct;
-};
-
-// Shared-memory bytes of a launch's staged activations (0 where it stages none).
-template <TensorType T, int B>
-int64_t staged_act_bytes(const MatvecLaunch& a) {
-  if constexpr (kStagesAct<T, B>) {
-    return a.parts[0].w.cols / DotFormat<T>::kItemElems * DotFormat<T>::StagedAct::kItemBytes;
-  } else {
-    return 0;
-  }
-}
-
-// Item `item` of activation row b: from the staged copy or from the row itself.
-template <TensorType T, int B>
-__device__ __forceinline__ auto load_item_act(const MatvecLaunch& a, const uint8_t* staged, int b,
-                                              int item) {
-  if constexpr (kStagesAct<T, B>) {
-    return DotFormat<T>::StagedAct::load(staged, item);
-  } else {
-    return DotFormat<T>::load_act(activation_row<T>(a, b), item);
-  }
-}
-
 // Adds item `item` of the group's RW rows (raw, as loaded) times each activation row to acc.
 template <TensorType T, int B, int RW>
-__device__ __forceinline__ void accumulate_item(const MatvecLaunch& a, const uint8_t* staged,
+__device__ __forceinline__ void accumulate_item(const MatvecLaunch& a,
                                                 const typename DotFormat<T>::Raw (&raw)[RW],
                                                 int item, float (&acc)[RW][B]) {
   using F = DotFormat<T>;
@@ -148,7 +114,7 @@ __device__ __forceinline__ void accumulate_item(const MatvecLaunch& a, const uin
   for (int r = 0; r < RW; ++r) dec[r] = F::decode(raw[r], item);
 #pragma unroll
   for (int b = 0; b < B; ++b) {
-    const typename F::Act x = load_item_act<T, B>(a, staged, b, item);
+    const typename F::Act x = F::load_act(activation_row<T>(a, b), item);
 #pragma unroll
     for (int r = 0; r < RW; ++r) acc[r][b] += F::dot(dec[r], x);
   }
@@ -214,12 +180,8 @@ __global__ void __launch_bounds__(kMatvecThreads)
   constexpr int kPadded = next_pow2_int(kValues);
   static_assert(kPadded <= 32);
   constexpr int kLanesPerValue = 32 / kPadded;
-  constexpr bool kStaged = kStagesAct<T, B>;
   // The split warps' sums of a group, two groups' worth (a unit's warps may be one group apart).
   __shared__ float partials[S > 1 ? kMatvecWarps : 1][2][kPadded];
-  // The staged activation row (staged_act_bytes; none unless kStaged).
-  extern __shared__ uint4 staged_words[];
-  const uint8_t* staged = reinterpret_cast<const uint8_t*>(staged_words);
   pdl_launch_dependents();
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -227,15 +189,13 @@ __global__ void __launch_bounds__(kMatvecThreads)
   const int slice = warp % S;
   const int64_t n_units = static_cast<int64_t>(gridDim.x) * kUnitsPerCta;
   MatvecCursor cur{static_cast<int64_t>(blockIdx.x) * kUnitsPerCta + unit, 0, 0, slice};
-  // Every part has the same columns (checked by the launcher).
-  const int n_items = static_cast<int>(a.parts[0].w.cols / F::kItemElems);
-  // A warp without a group still takes its part in staging the activations.
-  const bool idle = cur.group >= a.n_groups;
-  if (idle && !kStaged) {
+  if (cur.group >= a.n_groups) {
     pdl_wait();  // (nothing to touch; kept so that every thread waits, see launch.cuh)
     return;
   }
-  if (!idle) locate_group(a, RW, cur);
+  locate_group(a, RW, cur);
+  // Every part has the same columns (checked by the launcher).
+  const int n_items = static_cast<int>(a.parts[0].w.cols / F::kItemElems);
   const int n_steps = (n_items + 32 * U - 1) / (32 * U);
 
   // The loads of step c.step of group c (the last group's rows repeat its last row: a group
@@ -262,14 +222,8 @@ __global__ void __launch_bounds__(kMatvecThreads)
   Raw raw[U][RW];
   // The weights are constant, so the first step's loads go out before the wait for the kernel
   // that writes the activations (programmatic dependent launch, launch.cuh).
-  if (!idle) load_step(cur, raw);
+  load_step(cur, raw);
   pdl_wait();
-  if constexpr (kStaged) {
-    F::StagedAct::stage(q8_row(a.xq, 0), n_items, reinterpret_cast<uint8_t*>(staged_words),
-                        threadIdx.x, kMatvecThreads);
-    __syncthreads();
-    if (idle) return;
-  }
   const uint32_t reduce_epoch = peer_reduce_active(a.reduce) ? peer_reduce_epoch(a.reduce) : 0;
   auto store = [&](const MatvecCursor& c, int i, float out) {
     store_matvec_output<B>(a, c, reduce_epoch, i, out);
@@ -292,7 +246,7 @@ __global__ void __launch_bounds__(kMatvecThreads)
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int item = (cur.step * U + u) * 32 + lane;
-      if (item < n_items) accumulate_item<T, B, RW>(a, staged, raw[u], item, acc);
+      if (item < n_items) accumulate_item<T, B, RW>(a, raw[u], item, acc);
     }
 
     if (cur.step + S >= n_steps) {
@@ -378,7 +332,7 @@ __global__ void __launch_bounds__(kMatvecThreads, kShortRowCtasPerSm)
 #pragma unroll
   for (int u = 0; u < kShortRowItems; ++u) {
     const int item = u * 32 + lane;
-    if (item < n_items) accumulate_item<T, B, RW>(a, nullptr, raw[u], item, acc);
+    if (item < n_items) accumulate_item<T, B, RW>(a, raw[u], item, acc);
   }
   const float sum = warp_group_sum<B, RW>(acc, lane);
   const int index = lane / kLanesPerValue;
@@ -439,21 +393,6 @@ MatvecShape matvec_shape(const MatvecLaunch& launch) {
   shape.whole_rows = DotFormat<T>::kQ8 && !(RW == kWideMatvecRows && quant_takes_wide_groups(T));
   shape.sms = current_device_sm_count();
   shape.ctas_per_sm = kCtasPerSm;
-  // Staged activations: no more CTAs than the SM's shared memory holds copies for (1 KB of each
-  // CTA's is the system's).
-  if (const int64_t staged = staged_act_bytes<T, B>(launch); staged > 0) {
-    static const int kSmemPerSm = [] {
-      int device = 0, bytes = 0;
-      if (cudaGetDevice(&device) != cudaSuccess ||
-          cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) !=
-              cudaSuccess) {
-        bytes = 0;
-      }
-      return bytes;
-    }();
-    const int fit = static_cast<int>(kSmemPerSm / (staged + 2048));
-    for (int& n : shape.ctas_per_sm) n = std::clamp(n, 0, std::max(fit, 1));
-  }
   return shape;
 }
 
@@ -462,15 +401,8 @@ Status launch_matvec_grid(const MatvecLaunch& launch, const MatvecShape& shape,
                           LaunchStream stream) {
   const MatvecGrid grid = choose_matvec_grid(shape, launch.forced_split);
   LS_CUDA_REQUIRE(grid.ctas <= 0x7fffffff);
-  const auto kernel = matvec_kernel_with_split<T, B, RW, U>(grid.split);
-  const int64_t staged = staged_act_bytes<T, B>(launch);
-  // Beyond the default 48 KB a kernel must ask for its shared memory (rows of 39k columns on).
-  if (staged > 48 * 1024) {
-    LS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(staged)));
-  }
-  LS_CUDA_CHECK(launch_kernel(kernel, static_cast<unsigned>(grid.ctas), kMatvecThreads,
-                              static_cast<size_t>(staged), stream, launch));
+  LS_CUDA_CHECK(launch_kernel(matvec_kernel_with_split<T, B, RW, U>(grid.split),
+                              static_cast<unsigned>(grid.ctas), kMatvecThreads, 0, stream, launch));
   return Status::ok();
 }
 
