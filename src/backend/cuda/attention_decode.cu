@@ -21,7 +21,6 @@
 #include "backend/cuda/attention_decode_block.cuh"
 #include "backend/cuda/check.h"
 #include "backend/cuda/launch.cuh"
-#include "backend/cuda/warp_sum.cuh"
 
 namespace llamaserve::cuda {
 namespace {
@@ -141,14 +140,15 @@ __global__ void __launch_bounds__(32 * W, W == kManyWarps ? 1 : 0)
         s[g][u] = dot;
       }
     }
-    // Each score is a warp sum; all G x kUnroll of them at once (warp_sum.cuh).
-    float sums[G * kUnroll];
 #pragma unroll
-    for (int i = 0; i < G * kUnroll; ++i) sums[i] = s[i / kUnroll][i % kUnroll];
-    warp_sum_all<G * kUnroll>(sums, lane);
+    for (int offset = 16; offset > 0; offset >>= 1) {
 #pragma unroll
-    for (int i = 0; i < G * kUnroll; ++i) s[i / kUnroll][i % kUnroll] = sums[i];
-      // The online softmax of each query head; s becomes the probabilities.
+      for (int g = 0; g < G; ++g) {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) s[g][u] += __shfl_xor_sync(0xffffffffu, s[g][u], offset);
+      }
+    }
+    // The online softmax of each query head; s becomes the probabilities.
 #pragma unroll
     for (int g = 0; g < G; ++g) {
       float m_new = m[g];

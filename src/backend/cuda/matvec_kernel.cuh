@@ -41,7 +41,6 @@
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/matvec_launch.h"
 #include "backend/cuda/peer_reduce.cuh"
-#include "backend/cuda/warp_sum.cuh"
 
 namespace llamaserve::cuda {
 
@@ -74,6 +73,33 @@ inline constexpr int kMatvecUnroll =
 template <TensorType T, int B, int RW>
 inline constexpr int kMatvecStepItems = (T == TensorType::Q8_0 && B == 1) ? 2
                                                                           : kMatvecUnroll<T, RW>;
+
+__host__ __device__ constexpr int next_pow2_int(int n) {
+  return n <= 1 ? 1 : 2 * next_pow2_int((n + 1) / 2);
+}
+
+// Sums P values across the warp (P a power of two <= 32); lane L returns the total of value
+// L >> (5 - log2 P). Each halving step trades half of the values with the partner lane, so
+// every lane ends with one value summed over the lanes that differ in the traded bits; the
+// remaining low lane bits are summed with plain shuffles.
+template <int P>
+__device__ __forceinline__ float warp_transpose_sum(float (&v)[P], int lane) {
+  int offset = 16;
+#pragma unroll
+  for (int n = P; n > 1; n /= 2, offset /= 2) {
+    const bool upper = (lane & offset) != 0;
+#pragma unroll
+    for (int i = 0; i < n / 2; ++i) {
+      const float send = upper ? v[i] : v[i + n / 2];
+      const float keep = upper ? v[i + n / 2] : v[i];
+      v[i] = keep + __shfl_xor_sync(0xffffffffu, send, offset);
+    }
+  }
+  float s = v[0];
+#pragma unroll
+  for (; offset > 0; offset /= 2) s += __shfl_xor_sync(0xffffffffu, s, offset);
+  return s;
+}
 
 template <TensorType T>
 __device__ __forceinline__ auto activation_row(const MatvecLaunch& a, int b) {
