@@ -49,12 +49,14 @@ inline constexpr int kMatvecThreads = 32 * kMatvecWarps;
 // Weight rows per warp: more rows share each activation load (B of them per item); fewer keep
 // the RW × B sums and the decoded items in registers (the K-quants' decoded items are 80 bytes:
 // four rows of them with eight activation rows would take every register).
-// Q4_K at one activation row takes groups of four (one item a step, 192 bytes a lane in flight,
-// 152 registers a thread: 3 CTAs an SM instead of 5), halving the activation loads a weight byte
-// takes: 7B Q4_K_M decode at batch 1 501-505 against 488-492 tok/s; Q6_K in groups of four lost
-// (bench/results/2026-12-04-h200-q4_k-b1-geometry.md).
+// Q4_K at up to four activation rows takes groups of four (one item a step, 192 bytes a lane in
+// flight; at one row 152 registers a thread: 3 CTAs an SM instead of 5), halving the activation
+// loads a weight byte takes: 7B Q4_K_M decode at batch 1 501-505 against 488-492 tok/s
+// (bench/results/2026-12-04-h200-q4_k-b1-geometry.md), at batches of 2 / 3 / 4 735-739 /
+// 744-748 / 988-990 against 679-681 / 656-657 / 861-869
+// (bench/results/2026-12-04-h200-q4_k-batch-groups.md). Q6_K and Q8_0 in groups of four lost.
 template <TensorType T, int B>
-inline constexpr int kMatvecRowsPerWarp = (T == TensorType::Q4_K && B == 1) ||
+inline constexpr int kMatvecRowsPerWarp = (T == TensorType::Q4_K && B <= 4) ||
                                                   (B > 4 &&
                                                    sizeof(typename DotFormat<T>::Decoded) <= 48)
                                               ? kWideMatvecRows
