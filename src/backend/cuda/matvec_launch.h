@@ -98,10 +98,10 @@ int choose_wide_matvec_unroll(const MatvecShape& two_item_groups, int batch_rows
 // a lane and row a step, leave the memory system short of loads. In the kernel benchmark at one
 // row (bench/results/2026-12-01-h200-quant-matvec-groups.md), Q4_0 4096 x 4096 4.71 against
 // 6.46 us, 4096 x 11008 10.16 against 14.67 (both split over two warps), 11008 x 4096 9.14
-// against 12.43 (whole); Q4_1 alike; 7B Q4_0 decode at batch 1 524 against 444 tok/s. Q4_K
-// takes groups of four with whole rows instead (kMatvecRowsPerWarp, matvec_kernel.cuh); Q8_0,
-// Q5_K and Q6_K keep groups of two. MatvecArgs::forced_group_rows = 2 forces groups of two here
-// too.
+// against 12.43 (whole); Q4_1 alike; 7B Q4_0 decode at batch 1 524 against 444 tok/s. Their
+// launches of 2 to 4 rows take groups of four as well, and Q4_K's of 1 to 4 rows with whole rows
+// (kMatvecRowsPerWarp, matvec_kernel.cuh); Q8_0, Q5_K and Q6_K keep groups of two.
+// MatvecArgs::forced_group_rows = 2 forces groups of two at one row here too.
 constexpr bool quant_takes_wide_groups(TensorType type) {
   return type == TensorType::Q4_0 || type == TensorType::Q4_1;
 }
