@@ -49,20 +49,9 @@ inline constexpr int kMatvecThreads = 32 * kMatvecWarps;
 // Weight rows per warp: more rows share each activation load (B of them per item); fewer keep
 // the RW × B sums and the decoded items in registers (the K-quants' decoded items are 80 bytes:
 // four rows of them with eight activation rows would take every register).
-// Q4_K at up to four activation rows takes groups of four (one item a step, 192 bytes a lane in
-// flight; at one row 152 registers a thread: 3 CTAs an SM instead of 5), halving the activation
-// loads a weight byte takes: 7B Q4_K_M decode at batch 1 501-505 against 488-492 tok/s
-// (bench/results/2026-12-04-h200-q4_k-b1-geometry.md), at batches of 2 / 3 / 4 735-739 /
-// 744-748 / 988-990 against 679-681 / 656-657 / 861-869
-// (bench/results/2026-12-04-h200-q4_k-batch-groups.md). So do Q4_0 and Q4_1 at two to four rows
-// (at one row the launcher gives them groups of four, quant_takes_wide_groups): 7B Q4_0 at
-// batches of 2 / 3 / 4 876-879 / 959 / 1249-1251 against 764-768 / 784-787 / 1045-1051 tok/s, Q4_1
-// 904-908 / 983-988 / 1275-1279 against 764-770 / 822-826 / 1085-1092
-// (bench/results/2026-12-04-h200-q4-batch-groups.md). Q6_K at one row and Q8_0 at one to four
-// rows in groups of four lost.
+// Quantized weights: two rows, or four where quant_rows_take_wide_groups (matvec_launch.h).
 template <TensorType T, int B>
-inline constexpr int kMatvecRowsPerWarp = (T == TensorType::Q4_K && B <= 4) ||
-                                                  (quant_takes_wide_groups(T) && B > 1 && B <= 4) ||
+inline constexpr int kMatvecRowsPerWarp = quant_rows_take_wide_groups(T, B) ||
                                                   (B > 4 &&
                                                    sizeof(typename DotFormat<T>::Decoded) <= 48)
                                               ? kWideMatvecRows

@@ -98,12 +98,23 @@ int choose_wide_matvec_unroll(const MatvecShape& two_item_groups, int batch_rows
 // a lane and row a step, leave the memory system short of loads. In the kernel benchmark at one
 // row (bench/results/2026-12-01-h200-quant-matvec-groups.md), Q4_0 4096 x 4096 4.71 against
 // 6.46 us, 4096 x 11008 10.16 against 14.67 (both split over two warps), 11008 x 4096 9.14
-// against 12.43 (whole); Q4_1 alike; 7B Q4_0 decode at batch 1 524 against 444 tok/s. Their
-// launches of 2 to 4 rows take groups of four as well, and Q4_K's of 1 to 4 rows with whole rows
-// (kMatvecRowsPerWarp, matvec_kernel.cuh); Q8_0, Q5_K and Q6_K keep groups of two.
-// MatvecArgs::forced_group_rows = 2 forces groups of two at one row here too.
+// against 12.43 (whole); Q4_1 alike; 7B Q4_0 decode at batch 1 524 against 444 tok/s.
+// MatvecArgs::forced_group_rows = 2 forces groups of two here too.
 constexpr bool quant_takes_wide_groups(TensorType type) {
   return type == TensorType::Q4_0 || type == TensorType::Q4_1;
+}
+
+// Whether the streaming kernel's groups of `type` weights at batch_rows activation rows are
+// kWideMatvecRows rows (kMatvecRowsPerWarp, matvec_kernel.cuh), each activation load then
+// serving four weight rows: Q4_K at 1 to 4 rows, with whole rows (at one row 152 registers a
+// thread, 3 CTAs an SM instead of 5), and Q4_0 and Q4_1 at 2 to 4 rows (at one row the
+// launcher takes them there itself, quant_takes_wide_groups). 7B decode at batch 1 to 4 2-22%
+// faster than in groups of two (bench/results/2026-12-04-h200-q4_k-b1-geometry.md,
+// 2026-12-04-h200-q4_k-batch-groups.md, 2026-12-04-h200-q4-batch-groups.md); Q6_K at one row and
+// Q8_0 at 1 to 4 rows lost, and keep groups of two as Q5_K does.
+constexpr bool quant_rows_take_wide_groups(TensorType type, int batch_rows) {
+  if (batch_rows > 4) return false;
+  return type == TensorType::Q4_K || (quant_takes_wide_groups(type) && batch_rows > 1);
 }
 
 // Whether a launch of n_rows activation rows of `type` weights may take groups of
