@@ -280,6 +280,90 @@ std::string bench_decode_attention(int groups, double copy, FILE* csv, LaunchStr
   return table;
 }
 
+// Decode steps of few sequences (1 to 64 of 192 to 2048 positions, 32 query heads of head_dim
+// 128 over 32 KV heads, f16 cache): the decode kernel with 4 and 16 warps a block and 1 to 8
+// flash-decoding splits (combined by each row's last block), and the kernel's own block size.
+// Where (sequences x KV heads x splits) blocks of 16 warps outnumber the SMs, those run in
+// waves; the table shows which geometry such steps should take.
+std::string bench_decode_attention_geometry(int groups, double copy, FILE* csv,
+                                            LaunchStream stream) {
+  constexpr int kHeads = 32, kHeadDim = 128, kBlockSize = 16, kMaxSplits = 8, kMaxSeqs = 64;
+  struct Shape {
+    int seqs, context;
+  };
+  constexpr Shape kShapes[] = {{1, 2048}, {4, 640}, {16, 192}, {16, 640}, {32, 192}, {64, 192}};
+  BENCH_OK(configure_attention_kernels());
+  std::printf("\nattention (decode of few sequences: warps a block and splits)\n");
+  std::string table =
+      "\n| attention decode geometry | sequences x context | warps | splits | us | % of copy |\n"
+      "| --- | --- | --- | ---: | ---: | ---: |\n";
+  const int64_t q_dim = static_cast<int64_t>(kHeads) * kHeadDim;
+  float* q = upload(normal_floats(kMaxSeqs * q_dim, 81));
+  float* out = device_floats(kMaxSeqs * q_dim);
+  float* partial =
+      device_floats(attention_workspace_floats(kMaxSeqs, kHeads, kHeadDim, kMaxSplits));
+  unsigned int* counters = nullptr;
+  BENCH_CHECK(
+      cudaMalloc(reinterpret_cast<void**>(&counters), kMaxSeqs * kHeads * sizeof(unsigned int)));
+  BENCH_CHECK(cudaMemset(counters, 0, kMaxSeqs * kHeads * sizeof(unsigned int)));
+  for (const Shape& shape : kShapes) {
+    const int blocks_per_seq = (shape.context + kBlockSize - 1) / kBlockSize;
+    std::vector<int32_t> positions(shape.seqs, shape.context - 1), seq_index(shape.seqs),
+        tables(static_cast<size_t>(shape.seqs) * blocks_per_seq);
+    std::vector<AttentionTile> tiles;
+    for (int s = 0; s < shape.seqs; ++s) {
+      seq_index[s] = s;
+      tiles.push_back({s, 1});
+    }
+    for (size_t i = 0; i < tables.size(); ++i) tables[i] = static_cast<int32_t>(i);
+    int32_t* positions_dev = upload(positions);
+    int32_t* seq_dev = upload(seq_index);
+    int32_t* table_dev = upload(tables);
+    AttentionTile* tiles_dev = upload(tiles);
+    const int64_t cache_values =
+        static_cast<int64_t>(tables.size()) * kBlockSize * kHeads * kHeadDim;
+    const BenchKvCache cache(KvType::kF16, cache_values);
+    BENCH_CHECK(cudaMemset(cache.k, 0, cache_values * 2));
+    BENCH_CHECK(cudaMemset(cache.v, 0, cache_values * 2));
+    AttentionArgs a = bench_attention_args(
+        cache, {q, out, positions_dev, seq_dev, table_dev, blocks_per_seq, kBlockSize, shape.seqs},
+        kHeads, kHeads, kHeadDim);
+    a.tiles = tiles_dev;
+    a.n_tiles = shape.seqs;
+    a.max_tile_rows = 1;
+    a.single_row_tiles = shape.seqs;
+    a.kernel = AttentionKernel::kDecode;
+    a.partial = partial;
+    a.split_counters = counters;
+    const double bytes = 2.0 * 2.0 * shape.seqs * shape.context * kHeads * kHeadDim;
+    for (const int warps : {0, 4, 16}) {
+      for (int splits = 1; splits <= kMaxSplits; splits *= 2) {
+        a.decode_warps = warps;
+        a.n_splits = splits;
+        const double seconds =
+            time_launches([&](int) { BENCH_OK(attention(a, stream)); }, groups, 10, stream);
+        const std::string warps_name =
+            warps == 0 ? std::string("own choice") : fmt::format("{}", warps);
+        const std::string line =
+            fmt::format("| | {} x {} | {} | {} | {:.1f} | {:.0f}% |", shape.seqs, shape.context,
+                        warps_name, splits, seconds * 1e6, 100.0 * bytes / seconds / copy);
+        std::printf("%s\n", line.c_str());
+        table += line + "\n";
+        if (csv != nullptr) {
+          std::fprintf(csv, "attention_decode_geometry,%dx%d,%d,%d,%d,%.3f,%.1f,%.1f,\n",
+                       shape.seqs, shape.context, warps, splits, kHeadDim, seconds * 1e6,
+                       bytes / seconds / 1e9, 100.0 * bytes / seconds / copy);
+        }
+      }
+    }
+    for (void* p : std::initializer_list<void*>{positions_dev, seq_dev, table_dev, tiles_dev}) {
+      BENCH_CHECK(cudaFree(p));
+    }
+  }
+  for (void* p : std::initializer_list<void*>{q, out, partial, counters}) BENCH_CHECK(cudaFree(p));
+  return table;
+}
+
 // A step that mixes decodes with a prompt chunk, as the server runs it while a long prompt
 // arrives: 64 decode rows of 200 positions each (64 sequences) then a 256-row chunk of one more
 // sequence at positions [C, C + 256), for contexts C before the chunk; 32 query heads of

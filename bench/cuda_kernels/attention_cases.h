@@ -13,6 +13,8 @@ namespace llamaserve::cuda::kernel_bench {
 std::string bench_prefill_attention(int groups, FILE* csv, LaunchStream stream);
 // `copy`: the device-to-device copy bandwidth (bytes/s) the decode reads are compared with.
 std::string bench_decode_attention(int groups, double copy, FILE* csv, LaunchStream stream);
+std::string bench_decode_attention_geometry(int groups, double copy, FILE* csv,
+                                            LaunchStream stream);
 std::string bench_chunk_attention(int groups, FILE* csv, LaunchStream stream);
 
 }  // namespace llamaserve::cuda::kernel_bench

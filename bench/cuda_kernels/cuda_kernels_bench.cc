@@ -244,6 +244,7 @@ int run(const Options& options) {
 
   table += bench_prefill_attention(groups, csv, stream);
   table += bench_decode_attention(groups, copy, csv, stream);
+  table += bench_decode_attention_geometry(groups, copy, csv, stream);
   table += bench_chunk_attention(groups, csv, stream);
 
   std::printf("\ngemm (prefill, cuBLAS; quantized weights dequantized to f16 per call)\n");
