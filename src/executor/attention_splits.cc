@@ -24,17 +24,25 @@ int32_t choose_attention_splits(const AttentionSplitShape& s) {
   total_len = std::max(total_len, max_len);
   const int64_t sms = std::max(s.sm_count, 1);
   const int64_t heads = std::max(s.n_head_kv, 1);
+  // The decode kernel's blocks the GPU runs at once (a decode step's tiles, or the decode rows
+  // ahead of a mixed pass's prompt tiles).
+  const int64_t decode_pairs =
+      std::max<int64_t>(s.one_row_tiles ? s.n_tiles : s.single_row_tiles, 1) * heads;
+  const int64_t wave = s.decode_many_warps && decode_pairs <= sms
+                           ? sms
+                           : std::max<int64_t>(s.decode_blocks_per_sm, 1) * sms;
   int64_t fill = 1;
   if (s.one_row_tiles) {
-    fill = next_pow2(ceil_div(2 * sms, std::max<int64_t>(s.n_tiles, 1) * heads));
+    while (2 * fill * decode_pairs <= wave) fill *= 2;
   } else {
     const int64_t blocks = std::max<int64_t>(s.n_tiles - s.single_row_tiles, 1) * heads;
     while (2 * fill * blocks <= kPromptBlocksPerSm * sms) fill *= 2;
   }
-  // Each of the 2 * sms blocks the GPU runs at once has total_len * heads / (2 * sms) positions
-  // to walk on average; the longest decode's split should not be longer.
+  // Each of the `wave` blocks has total_len * heads / wave positions to walk on average; the
+  // longest decode's split should be at most twice that (for contexts of one length never more
+  // splits than the fill).
   const int64_t balance =
-      s.max_decode_len > 0 ? ceil_div(s.max_decode_len * 2 * sms, total_len * heads) : 1;
+      s.max_decode_len > 0 ? ceil_div(s.max_decode_len * wave, 2 * total_len * heads) : 1;
   const int32_t split_tokens = s.one_row_tiles ? kDecodeSplitTokens : kPromptSplitTokens;
   int64_t splits =
       std::min(std::max(fill, next_pow2(balance)), next_pow2(ceil_div(max_len, split_tokens)));

@@ -22,6 +22,11 @@ struct AttentionSplitShape {
   int32_t n_head_kv = 1;
   int32_t sm_count = 1;
   bool one_row_tiles = false;  // every tile one row: the decode kernel
+  // The decode kernel's blocks (backend/cuda/attention_decode.h): 16 warps a block, one an SM,
+  // where the (tile, KV head) pairs fit the SMs and it may (decode_many_warps); else
+  // decode_blocks_per_sm blocks of 4 warps an SM.
+  bool decode_many_warps = false;
+  int32_t decode_blocks_per_sm = 1;
   int64_t max_split_rows = 0;  // rows x splits the partials' workspace holds
   int64_t max_tiles = 0;       // split tiles the staging holds
 };
@@ -35,17 +40,21 @@ inline constexpr int32_t kDecodeSplitTokens = 64;
 inline constexpr int32_t kPromptBlocksPerSm = 2;
 
 // A power of two (so that few CUDA graphs are captured), at least 1:
-//   - a decode step: enough (tile, KV head, split) blocks to fill the GPU twice;
+//   - a decode step: as many (tile, KV head, split) blocks as the SMs run in one wave, not more:
+//     16-warp blocks one an SM, 4-warp blocks decode_blocks_per_sm (in waves a step waits for
+//     its slowest blocks; 4 sequences of 640 positions 14.2 us in one split of 16-warp blocks
+//     against 25.3 in the four that filled the GPU twice, 16 of 640 53.0 in two splits of 4-warp
+//     blocks against 63.1 in one: bench/results/2026-12-04-h200-decode-attention-geometry.md);
 //   - a pass with prompt tiles: as many splits as keep the tensor-core launch's blocks (the
 //     prompt tiles' only) within one wave of the blocks the SMs hold at once, for a wave of
 //     blocks that each walk a long context one chunk after another runs as long as its longest
 //     block (a 256-row chunk after 8k positions: 128 blocks, 455 against 289 µs a layer with
 //     two splits; bench/results/2026-12-03-h200-chunk-attention-splits.md);
 //   - and, where sequences decode, enough that the longest decode's blocks take no more than
-//     their share of the work: its split at most twice the GPU's per-block share of all
-//     contexts (one 8k-token sequence among 63 of 200 tokens would otherwise walk 8k positions
-//     in one block per head while the rest of the GPU idles: a 7 ms decode step became 28 ms);
-//     for contexts of one length this is the first rule;
+//     their share of the work: its split at most twice the per-block share of all contexts
+//     over the decode blocks of one wave (one 8k-token sequence among 63 of 200 tokens would
+//     otherwise walk 8k positions in one block per head while the rest of the GPU idles: a 7 ms
+//     decode step became 28 ms); for contexts of one length this is the first rule;
 //   - but no split shorter than the split tokens, and rows x splits within max_split_rows.
 int32_t choose_attention_splits(const AttentionSplitShape& shape);
 

@@ -16,8 +16,18 @@ int64_t pow2_at_least(int64_t n) {
   return p;
 }
 
+// The decode kernel's blocks: over an f16 cache (the 7B shape's one query head a KV head) 16
+// warps a block where they fit one wave, else 8 blocks of 4 warps an SM; over a Q8_0 cache 4.
+struct DecodeBlocks {
+  bool many_warps;
+  int32_t per_sm;
+};
+constexpr DecodeBlocks kF16Blocks{true, 8};
+constexpr DecodeBlocks kQ8Blocks{false, 4};
+
 // A decode step: one row (and tile) per sequence.
-int32_t decode_splits(const std::vector<int32_t>& lengths, int64_t max_split_rows = 2048) {
+int32_t decode_splits(const std::vector<int32_t>& lengths, int64_t max_split_rows = 2048,
+                      DecodeBlocks blocks = kF16Blocks) {
   AttentionSplitShape s;
   s.seq_lengths = lengths;
   for (const int32_t len : lengths) s.max_decode_len = std::max<int64_t>(s.max_decode_len, len);
@@ -27,20 +37,39 @@ int32_t decode_splits(const std::vector<int32_t>& lengths, int64_t max_split_row
   s.sm_count = kSms;
   s.one_row_tiles = true;
   s.max_split_rows = max_split_rows;
+  s.decode_many_warps = blocks.many_warps;
+  s.decode_blocks_per_sm = blocks.per_sm;
   return choose_attention_splits(s);
 }
 
-// Contexts of one length: enough blocks to fill the GPU twice, no split under 64 positions.
-TEST(AttentionSplits, EqualContextsFillTheGpu) {
-  for (const int32_t n : {1, 2, 4, 16, 64, 256}) {
-    for (const int32_t len : {1, 100, 2000, 8192}) {
-      SCOPED_TRACE("sequences " + std::to_string(n) + ", context " + std::to_string(len));
-      const int64_t fill = pow2_at_least((2 * kSms + n * kHeads - 1) / (n * kHeads));
-      const int64_t by_length = pow2_at_least((len + kDecodeSplitTokens - 1) / kDecodeSplitTokens);
-      EXPECT_EQ(decode_splits(std::vector<int32_t>(static_cast<size_t>(n), len)),
-                std::min(fill, by_length));
+// Contexts of one length: as many blocks as one wave of the SMs holds (16-warp blocks one an SM
+// while the sequences' heads fit the SMs, else the 4-warp blocks an SM holds), no split under 64
+// positions.
+TEST(AttentionSplits, EqualContextsFillOneWave) {
+  for (const DecodeBlocks blocks : {kF16Blocks, kQ8Blocks}) {
+    for (const int32_t n : {1, 2, 4, 16, 64, 256}) {
+      for (const int32_t len : {1, 100, 2000, 8192}) {
+        SCOPED_TRACE("sequences " + std::to_string(n) + ", context " + std::to_string(len) +
+                     (blocks.many_warps ? ", f16" : ", q8_0"));
+        const int64_t pairs = int64_t{n} * kHeads;
+        const int64_t wave = blocks.many_warps && pairs <= kSms ? kSms : blocks.per_sm * kSms;
+        int64_t fill = 1;
+        while (2 * fill * pairs <= wave) fill *= 2;
+        const int64_t by_length =
+            pow2_at_least((len + kDecodeSplitTokens - 1) / kDecodeSplitTokens);
+        EXPECT_EQ(decode_splits(std::vector<int32_t>(static_cast<size_t>(n), len), 2048, blocks),
+                  std::min(fill, by_length));
+      }
     }
   }
+  // The shapes the kernel benchmark timed (one KV head a query head, f16): 1 x 2048 four splits
+  // (128 blocks of 16 warps), 4 x 640 one (128), 16 x 640 two (1024 blocks of 4 warps), 32 x 192
+  // one; a Q8_0 cache's 1 x 2048 sixteen (512 blocks of 4 warps).
+  EXPECT_EQ(decode_splits({2048}), 4);
+  EXPECT_EQ(decode_splits(std::vector<int32_t>(4, 640)), 1);
+  EXPECT_EQ(decode_splits(std::vector<int32_t>(16, 640)), 2);
+  EXPECT_EQ(decode_splits(std::vector<int32_t>(32, 192)), 1);
+  EXPECT_EQ(decode_splits({2048}, 2048, kQ8Blocks), 16);
 }
 
 // One long context among short ones: its blocks must not walk far more than the others' share.
@@ -48,13 +77,17 @@ TEST(AttentionSplits, OneLongContextIsSplitToItsShare) {
   std::vector<int32_t> lengths(63, 200);
   lengths.push_back(8192);
   const int32_t splits = decode_splits(lengths);
-  EXPECT_EQ(splits, 4);
-  // The long split against the average positions of the 2 x SMs blocks in flight.
-  const double share = (63.0 * 200 + 8192) * kHeads / (2.0 * kSms);
+  EXPECT_EQ(splits, 8);
+  // The long split against the average positions of the 8 x SMs 4-warp blocks in flight.
+  const double share = (63.0 * 200 + 8192) * kHeads / (8.0 * kSms);
   EXPECT_LE(8192.0 / splits, 2 * share);
+  EXPECT_GT(8192.0 / (splits / 2), 2 * share);
+  // Over a Q8_0 cache (4 blocks an SM) half as many.
+  EXPECT_EQ(decode_splits(lengths, 2048, kQ8Blocks), 4);
   // Equal short contexts alone keep one split (they fill the GPU).
   EXPECT_EQ(decode_splits(std::vector<int32_t>(64, 200)), 1);
   // The workspace bounds rows x splits.
+  EXPECT_EQ(decode_splits(lengths, 256), 4);
   EXPECT_EQ(decode_splits(lengths, 128), 2);
   EXPECT_EQ(decode_splits(lengths, 64), 1);
 }
