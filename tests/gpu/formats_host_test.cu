@@ -110,9 +110,15 @@ TEST_P(FormatsOnHost, EveryUnitDecodesLikeTheReference) {
 INSTANTIATE_TEST_SUITE_P(AllTypes, FormatsOnHost, ::testing::ValuesIn(weight_types()),
                          type_param_name);
 
+uint32_t half2_bits_of(__half2 h) {
+  const __half2_raw raw = h;
+  return static_cast<uint32_t>(raw.x) | (static_cast<uint32_t>(raw.y) << 16);
+}
+
 // quant_mma's lanes (quant_mma_lanes.cuh), both layouts where a type has two: over every step
 // and lane of a quad, each element of each row decodes once, from the lane's codes, scales and
-// mins, to the reference value at the column the lane reads its activation from.
+// mins, to the reference value at the column the lane reads its activation from; and the lane's
+// f16 scales and mins are its fp32 ones rounded.
 template <TensorType T, class L>
 void check_mma_lanes(const HostMatrix& m, const HostLayout& h) {
   using F = Format<T>;
@@ -129,6 +135,18 @@ void check_mma_lanes(const HostMatrix& m, const HostLayout& h) {
         const typename L::Raw raw = L::load(h.view, r, s);
         float scale[F::kRuns][2], min[F::kRuns][2] = {};
         L::scales(raw, s, scale, min);
+        // The kernel's f16 scales: each value rounded once (from f16 arithmetic where the lanes
+        // work them out so), the same bits as the fp32 ones rounded.
+        __half2 half_scale[F::kRuns], half_min[F::kRuns];
+        lane_half_scales<L>(raw, s, half_scale, half_min);
+        for (int k = 0; k < F::kRuns; ++k) {
+          const __half2 want_scale = __floats2half2_rn(scale[k][0], scale[k][1]);
+          const __half2 want_min = __floats2half2_rn(min[k][0], min[k][1]);
+          EXPECT_EQ(half2_bits_of(half_scale[k]), half2_bits_of(want_scale))
+              << "row " << r << " step " << t << " lane " << q << " run " << k;
+          EXPECT_EQ(half2_bits_of(half_min[k]), half2_bits_of(want_min))
+              << "row " << r << " step " << t << " lane " << q << " run " << k;
+        }
         for (int k = 0; k < F::kRuns; ++k) {
           uint32_t w[4];
           L::codes(raw, s, k, w);

@@ -19,6 +19,10 @@ constexpr int kWarps = NT <= 2 ? 16 : 8;
 constexpr int kTileRows = 32;   // weight rows a CTA: two mma tiles of 16
 constexpr int kLaneRows = 4;    // rows a lane decodes: g, g + 8, g + 16, g + 24
 constexpr int kUnitsAStep = 4;  // one unit per lane of a quad
+// Types whose rows are whole steps (super-blocks of 8 units): no lane of a step is past the row.
+template <TensorType T>
+constexpr bool kWholeSteps =
+    T == TensorType::Q4_K || T == TensorType::Q5_K || T == TensorType::Q6_K;
 
 // A run's weights as f16 pairs (elements 2p, 2p + 1 in pair p): each code byte becomes the
 // half 1024 + code (its bits 0x6400 | code, one byte permute a pair), the bias 1024 + kCodeBias
@@ -87,20 +91,15 @@ __global__ void __launch_bounds__(32 * kWarps<NT>)
     Raw next[kLaneRows];
     if (t + 1 < t_end) load(t + 1, next);
     // The row's last step may hold fewer than four units (whole units only): the others
-    // repeat the last unit (finite weights) against zero activations.
-    const bool valid = kUnitsAStep * t + q < units;
+    // repeat the last unit (finite weights) against zero activations. K-quant rows are whole
+    // super-blocks of 8 units, so every step is full.
+    const bool valid = kWholeSteps<T> || kUnitsAStep * t + q < units;
     const LaneStep step = lane_step(t);
     // Each run's scales (and mins) of its two halves, in the low and high halves of a half2.
     __half2 scale[kLaneRows][F::kRuns], min_value[kLaneRows][F::kRuns];
 #pragma unroll
     for (int i = 0; i < kLaneRows; ++i) {
-      float s[F::kRuns][2], m[F::kRuns][2] = {};
-      L::scales(raw[i], step, s, m);
-#pragma unroll
-      for (int k = 0; k < F::kRuns; ++k) {
-        scale[i][k] = __floats2half2_rn(s[k][0], s[k][1]);
-        min_value[i][k] = __floats2half2_rn(m[k][0], m[k][1]);
-      }
+      lane_half_scales<L>(raw[i], step, scale[i], min_value[i]);
     }
 #pragma unroll
     for (int k = 0; k < F::kRuns; ++k) {
@@ -191,8 +190,8 @@ template <TensorType T>
 Status launch_passes(const QuantMmaArgs& args, LaunchStream stream) {
   const int64_t units = args.w.cols / kUnitElems<T>;
   LS_CUDA_REQUIRE(units * kUnitElems<T> == args.w.cols && units <= 0x7fffffff);
-  // Quad pieces take every step whole (a super-block is 8 units).
-  LS_CUDA_REQUIRE(!kQuadPieces<T> || units % kUnitsAStep == 0);
+  // Quad pieces and K-quant rows take every step whole (a super-block is 8 units).
+  LS_CUDA_REQUIRE((!kQuadPieces<T> && !kWholeSteps<T>) || units % kUnitsAStep == 0);
   const int64_t steps = (units + kUnitsAStep - 1) / kUnitsAStep;
   const int64_t ctas = (args.w.rows + kTileRows - 1) / kTileRows;
   LS_CUDA_REQUIRE(ctas <= 0x7fffffff);

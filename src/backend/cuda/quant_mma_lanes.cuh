@@ -20,6 +20,9 @@
 // Each gives, for a lane's step (t, q) and its unit u = min(4t + q, units - 1):
 //   Raw, load(w, row, s)             the lane's weight registers of one row
 //   scales(raw, s, scale, min)       [run k][half]: each half's scale (and min)
+//   half_scales(raw, s, scale, min)  (Q4_K, Q5_K) the same as f16 pairs [run k] = (half 0,
+//                                    half 1), each rounded once as lane_half_scales does; worked
+//                                    out in f16 arithmetic, a third of the instructions
 //   codes(raw, s, k, w)              run k's 16 codes, byte i of w[i / 4] holding element i
 //   x_col(s, k, half)                the row element of the half's first activation
 #pragma once
@@ -35,6 +38,32 @@ struct LaneStep {
   int q;  // the lane's place in its quad
   int u;  // WholeUnits: the lane's unit (clamped to the row's last)
 };
+
+LS_FORMAT __half2 half2_from_bits(uint32_t bits) {
+  __half2_raw raw;
+  raw.x = static_cast<unsigned short>(bits & 0xffffu);
+  raw.y = static_cast<unsigned short>(bits >> 16);
+  return __half2(raw);
+}
+
+// Bytes i and j of `word` (6-bit K-quant scales or mins) as the exact f16 pair (byte i, byte j):
+// each byte under the exponent of 1024, 1024 subtracted.
+LS_FORMAT __half2 scale_bytes_as_half2(uint32_t word, uint32_t i, uint32_t j) {
+  return __hsub2(half2_from_bits(byte_perm(word, 0x64646464u, 0x4040u | i | (j << 8))),
+                 half2_from_bits(0x64006400u));
+}
+
+// A K-quant super-block's d · (scale bytes i, j) and -dmin · (min bytes i, j) as f16 pairs: the
+// products of an f16 and a 6-bit integer are exact in fp32, so one f16 rounding of each is the
+// same value as rounding the fp32 product (lane_half_scales' fallback).
+LS_FORMAT void k_quant_half_scales(const uint4& meta, bool high, uint32_t i, uint32_t j,
+                                   __half2& scale, __half2& min) {
+  uint32_t sc, mn;
+  k_quant_scale_bytes(meta, high, sc, mn);
+  const __half2 d_dmin = half2_from_bits(meta.x);
+  scale = __hmul2(scale_bytes_as_half2(sc, i, j), __low2half2(d_dmin));
+  min = __hmul2(scale_bytes_as_half2(mn, i, j), __hneg2(__high2half2(d_dmin)));
+}
 
 template <TensorType T>
 struct WholeUnits {
@@ -53,6 +82,20 @@ struct WholeUnits {
       scale[k][0] = scale[k][1] = sc[k];
       min[k][0] = min[k][1] = mn[k];
     }
+  }
+  // Q4_K, Q5_K: runs 0 and 1 are sub-blocks 2c and 2c + 1 (bytes 2 (c % 2) and 2 (c % 2) + 1 of
+  // the scale words), each run's scale the same for both halves.
+  LS_FORMAT static void half_scales(const Raw& raw, LaneStep s, __half2 (&scale)[kRuns],
+                                    __half2 (&min)[kRuns]) requires(T == TensorType::Q4_K ||
+                                                                    T == TensorType::Q5_K) {
+    const int c = (s.u >> 1) & 3;
+    const uint32_t first = 2 * (c & 1);
+    __half2 sc, mn;
+    k_quant_half_scales(raw.meta, c >= 2, first, first + 1, sc, mn);
+    scale[0] = __low2half2(sc);
+    scale[1] = __high2half2(sc);
+    min[0] = __low2half2(mn);
+    min[1] = __high2half2(mn);
   }
   LS_FORMAT static void codes(const Raw& raw, LaneStep s, int k, uint32_t (&w)[4]) {
     F::codes(raw, s.u, k, w);
@@ -104,6 +147,14 @@ struct QuadPieces<TensorType::Q4_K> {
         scale[k][half] = d * byte_as_float(sc, 2 * half + k, 0.0f);
         min[k][half] = -dmin * byte_as_float(mn, 2 * half + k, 0.0f);
       }
+    }
+  }
+  // Run k: (half 0, half 1) = bytes k and 2 + k of the scale words.
+  LS_FORMAT static void half_scales(const Raw& raw, LaneStep s, __half2 (&scale)[kRuns],
+                                    __half2 (&min)[kRuns]) {
+    LS_UNROLL
+    for (int k = 0; k < kRuns; ++k) {
+      k_quant_half_scales(raw.meta, (s.t & 1) != 0, k, 2 + k, scale[k], min[k]);
     }
   }
   LS_FORMAT static void codes(const Raw& raw, LaneStep, int k, uint32_t (&w)[4]) {
@@ -166,6 +217,24 @@ struct QuadPieces<TensorType::Q6_K> {
     return 128 * s.t + 32 * half + 64 * k + 8 * s.q;
   }
 };
+
+// A lane's f16 scales and mins of run k's halves: half_scales where the lanes have it, else the
+// fp32 scales rounded to f16.
+template <class L, class Raw, int R>
+LS_FORMAT void lane_half_scales(const Raw& raw, LaneStep s, __half2 (&scale)[R],
+                                __half2 (&min)[R]) {
+  if constexpr (requires { L::half_scales(raw, s, scale, min); }) {
+    L::half_scales(raw, s, scale, min);
+  } else {
+    float sc[R][2], mn[R][2] = {};
+    L::scales(raw, s, sc, mn);
+    LS_UNROLL
+    for (int k = 0; k < R; ++k) {
+      scale[k] = __floats2half2_rn(sc[k][0], sc[k][1]);
+      min[k] = __floats2half2_rn(mn[k][0], mn[k][1]);
+    }
+  }
+}
 
 // The lanes' layout of a pass of NT tiles of 8 activation rows: pieces for Q4_K and Q6_K from 6
 // tiles on, where the activation loads weigh most; below, whole units (each lane works out twice
