@@ -87,9 +87,6 @@ __global__ void __launch_bounds__(32 * kWarps<NT>)
   if (t_begin < t_end) load(t_begin, raw);
   pdl_wait();
   const __half* x = static_cast<const __half*>(a.x_half);
-  // Q4_K up to 4 tiles: two steps an iteration, so that the next step's registers need no copy
-  // (more would spill elsewhere).
-#pragma unroll(T == TensorType::Q4_K && NT <= 4 ? 2 : 1)
   for (int t = t_begin; t < t_end; ++t) {
     Raw next[kLaneRows];
     if (t + 1 < t_end) load(t + 1, next);
