@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(32 * kWarps<NT>)
   pdl_wait();
   // The lane's activation rows 8n + g (the last one repeated past the pass's rows), kept as the
   // weight rows' pointers are, and also for Q6_K from 3 to 6 tiles (elsewhere they would spill).
-  constexpr bool kXRowPointers = kRowPointers || (T == TensorType::Q6_K && NT >= 3 && NT <= 6);
+  constexpr bool kXRowPointers = kRowPointers || T == TensorType::Q6_K;
   const __half* x_rows[NT];
 #pragma unroll
   for (int n = 0; n < NT; ++n) {
