@@ -44,13 +44,6 @@ __device__ __forceinline__ void decode_half_run(const uint32_t (&codes)[4], __ha
   }
 }
 
-// `p`, unknown to the compiler from here on (so that it keeps the value rather than rebuilding it).
-template <class T>
-__device__ __forceinline__ const T* opaque(const T* p) {
-  asm volatile("mov.b64 %0, %0;" : "+l"(p));
-  return p;
-}
-
 // One pass: the CTA's 32 weight rows times up to 8 * NT activation rows.
 template <TensorType T, int NT>
 __global__ void __launch_bounds__(32 * kWarps<NT>)
@@ -74,25 +67,10 @@ __global__ void __launch_bounds__(32 * kWarps<NT>)
   const int t_begin = static_cast<int>(static_cast<int64_t>(steps) * warp / kWarps<NT>);
   const int t_end = static_cast<int>(static_cast<int64_t>(steps) * (warp + 1) / kWarps<NT>);
   auto lane_step = [&](int t) { return LaneStep{t, q, min(kUnitsAStep * t + q, units - 1)}; };
-  // Q4_K up to 6 tiles: each row as a one-row matrix, its pointer worked out once and kept (the
-  // compiler would otherwise work it out again at every step: 42 of the 556 instructions of a
-  // step at 2 tiles). Elsewhere the registers would spill: types with a scale array (two
-  // pointers a row), Q5_K (three loads a row), 8 tiles.
-  constexpr bool kRowPointers = T == TensorType::Q4_K && NT <= 6;
-  DeviceMatrix row_views[kLaneRows];
-  if constexpr (kRowPointers) {
-#pragma unroll
-    for (int i = 0; i < kLaneRows; ++i) {
-      row_views[i] = a.w;
-      row_views[i].quants = opaque(quant_row(a.w, rows[i]));
-    }
-  }
   auto load = [&](int t, Raw(&raw)[kLaneRows]) {
     const LaneStep s = lane_step(t);
 #pragma unroll
-    for (int i = 0; i < kLaneRows; ++i) {
-      raw[i] = kRowPointers ? L::load(row_views[i], 0, s) : L::load(a.w, rows[i], s);
-    }
+    for (int i = 0; i < kLaneRows; ++i) raw[i] = L::load(a.w, rows[i], s);
   };
   float acc[2][NT][4];
 #pragma unroll
@@ -108,16 +86,7 @@ __global__ void __launch_bounds__(32 * kWarps<NT>)
   // that writes the activations (launch.cuh).
   if (t_begin < t_end) load(t_begin, raw);
   pdl_wait();
-  // The lane's activation rows 8n + g (the last one repeated past the pass's rows), kept as the
-  // weight rows' pointers are, and also for Q6_K from 3 to 6 tiles (elsewhere they would spill).
-  constexpr bool kXRowPointers = kRowPointers || T == TensorType::Q6_K;
-  const __half* x_rows[NT];
-#pragma unroll
-  for (int n = 0; n < NT; ++n) {
-    const __half* row = static_cast<const __half*>(a.x_half) +
-                        min(static_cast<int64_t>(8 * n + g), a.n_rows - 1) * a.x_stride;
-    x_rows[n] = kXRowPointers ? opaque(row) : row;
-  }
+  const __half* x = static_cast<const __half*>(a.x_half);
   for (int t = t_begin; t < t_end; ++t) {
     Raw next[kLaneRows];
     if (t + 1 < t_end) load(t + 1, next);
@@ -142,7 +111,8 @@ __global__ void __launch_bounds__(32 * kWarps<NT>)
         const int col = L::x_col(step, k, half);
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
-          v[n] = __ldg(reinterpret_cast<const uint4*>(x_rows[n] + col));
+          const int64_t x_row = min(static_cast<int64_t>(8 * n + g), a.n_rows - 1) * a.x_stride;
+          v[n] = __ldg(reinterpret_cast<const uint4*>(x + x_row + col));
         }
       };
       load_x(xa, 0);
