@@ -22,7 +22,9 @@ constexpr int kUnitsAStep = 4;  // one unit per lane of a quad
 // Runs whose activations a lane loads before its step's weights arrive: one (Q6_K up to 2
 // tiles none: its registers would spill).
 template <TensorType T, int NT>
-constexpr int kEarlyRuns = (T == TensorType::Q6_K && NT <= 2) ? 0 : 1;
+constexpr int kEarlyRuns = (T == TensorType::Q6_K && NT <= 2)   ? 0
+                           : (T == TensorType::Q4_K && NT <= 2) ? 2
+                                                                : 1;
 // Types whose rows are whole steps (super-blocks of 8 units): no lane of a step is past the row.
 template <TensorType T>
 constexpr bool kWholeSteps =
