@@ -19,12 +19,6 @@ constexpr int kWarps = NT <= 2 ? 16 : 8;
 constexpr int kTileRows = 32;   // weight rows a CTA: two mma tiles of 16
 constexpr int kLaneRows = 4;    // rows a lane decodes: g, g + 8, g + 16, g + 24
 constexpr int kUnitsAStep = 4;  // one unit per lane of a quad
-// Runs whose activations a lane loads before its step's weights arrive: one (Q6_K up to 2
-// tiles none: its registers would spill).
-template <TensorType T, int NT>
-constexpr int kEarlyRuns = (T == TensorType::Q6_K && NT <= 2)   ? 0
-                           : (T == TensorType::Q4_K && NT <= 2) ? 2
-                                                                : 1;
 // Types whose rows are whole steps (super-blocks of 8 units): no lane of a step is past the row.
 template <TensorType T>
 constexpr bool kWholeSteps =
@@ -101,24 +95,6 @@ __global__ void __launch_bounds__(32 * kWarps<NT>)
     // super-blocks of 8 units, so every step is full.
     const bool valid = kWholeSteps<T> || kUnitsAStep * t + q < units;
     const LaneStep step = lane_step(t);
-    // Each run's 16 activations of each row, two 16-byte loads (halves 0 and 1). Those of the
-    // first kEarlyRuns runs go out before the lane waits for this step's weights (their scales
-    // are the first use), so that the weights' latency hides theirs; the others before their run
-    // is decoded (with 8 tiles the second half after it: registers).
-    uint4 x_run[F::kRuns][2][NT];
-    auto load_x = [&](int k, int half) {
-      const int col = L::x_col(step, k, half);
-#pragma unroll
-      for (int n = 0; n < NT; ++n) {
-        const int64_t x_row = min(static_cast<int64_t>(8 * n + g), a.n_rows - 1) * a.x_stride;
-        x_run[k][half][n] = __ldg(reinterpret_cast<const uint4*>(x + x_row + col));
-      }
-    };
-#pragma unroll
-    for (int k = 0; k < kEarlyRuns<T, NT>; ++k) {
-      load_x(k, 0);
-      if constexpr (NT <= 4) load_x(k, 1);
-    }
     // Each run's scales (and mins) of its two halves, in the low and high halves of a half2.
     __half2 scale[kLaneRows][F::kRuns], min_value[kLaneRows][F::kRuns];
 #pragma unroll
@@ -127,10 +103,20 @@ __global__ void __launch_bounds__(32 * kWarps<NT>)
     }
 #pragma unroll
     for (int k = 0; k < F::kRuns; ++k) {
-      if (k >= kEarlyRuns<T, NT>) {
-        load_x(k, 0);
-        if constexpr (NT <= 4) load_x(k, 1);
-      }
+      // The run's 16 activations of each row, two 16-byte loads: the first pair goes out before
+      // the weights are decoded, which hides its latency; with 8 tiles the second pair waits
+      // until then (registers).
+      uint4 xa[NT], xb[NT];
+      auto load_x = [&](uint4(&v)[NT], int half) {
+        const int col = L::x_col(step, k, half);
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+          const int64_t x_row = min(static_cast<int64_t>(8 * n + g), a.n_rows - 1) * a.x_stride;
+          v[n] = __ldg(reinterpret_cast<const uint4*>(x + x_row + col));
+        }
+      };
+      load_x(xa, 0);
+      if constexpr (NT <= 4) load_x(xb, 1);
       uint32_t w[kLaneRows][F::kRunLen / 2];
 #pragma unroll
       for (int i = 0; i < kLaneRows; ++i) {
@@ -138,9 +124,7 @@ __global__ void __launch_bounds__(32 * kWarps<NT>)
         L::codes(raw[i], step, k, codes);
         decode_half_run<F>(codes, scale[i][k], min_value[i][k], w[i]);
       }
-      if constexpr (NT > 4) load_x(k, 1);
-      const uint4(&xa)[NT] = x_run[k][0];
-      const uint4(&xb)[NT] = x_run[k][1];
+      if constexpr (NT > 4) load_x(xb, 1);
 #pragma unroll
       for (int s = 0; s < F::kRunLen / 4; ++s) {
 #pragma unroll
