@@ -15,11 +15,7 @@ namespace {
 // Warps a CTA: 16 up to two tiles of activation rows (more loads in flight; their registers
 // allow it), 8 beyond.
 template <int NT>
-constexpr int kWarps = 8;
-// CTAs an SM holds: two up to two tiles (128 registers a thread), so that a launch's CTAs
-// overlap the next launch's first loads (programmatic dependent launch) and each other.
-template <int NT>
-constexpr int kCtasPerSm = NT <= 2 ? 2 : 1;
+constexpr int kWarps = NT <= 2 ? 16 : 8;
 constexpr int kTileRows = 32;   // weight rows a CTA: two mma tiles of 16
 constexpr int kLaneRows = 4;    // rows a lane decodes: g, g + 8, g + 16, g + 24
 constexpr int kUnitsAStep = 4;  // one unit per lane of a quad
@@ -50,7 +46,7 @@ __device__ __forceinline__ void decode_half_run(const uint32_t (&codes)[4], __ha
 
 // One pass: the CTA's 32 weight rows times up to 8 * NT activation rows.
 template <TensorType T, int NT>
-__global__ void __launch_bounds__(32 * kWarps<NT>, kCtasPerSm<NT>)
+__global__ void __launch_bounds__(32 * kWarps<NT>)
     quant_mma_kernel(const __grid_constant__ QuantMmaArgs a, int units, int steps) {
   using F = Format<T>;
   using L = MmaLanes<T, NT>;
