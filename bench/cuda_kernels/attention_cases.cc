@@ -105,6 +105,35 @@ AttentionArgs bench_attention_args(const BenchKvCache& cache, const BenchRows& r
   return a;
 }
 
+// The query rows, outputs and flash-decoding workspace of `rows` rows of `heads` heads of
+// head_dim (random queries from `seed`), sized for up to `splits` splits, the split counters
+// zero.
+struct SplitRows {
+  float* q = nullptr;
+  float* out = nullptr;
+  float* partial = nullptr;
+  unsigned int* counters = nullptr;
+
+  SplitRows(int64_t rows, int heads, int head_dim, int splits, uint32_t seed) {
+    const int64_t q_dim = static_cast<int64_t>(heads) * head_dim;
+    q = upload(normal_floats(rows * q_dim, seed));
+    out = device_floats(rows * q_dim);
+    partial = device_floats(attention_workspace_floats(rows, heads, head_dim, splits));
+    const size_t counter_bytes = rows * heads * sizeof(unsigned int);
+    BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&counters), counter_bytes));
+    BENCH_CHECK(cudaMemset(counters, 0, counter_bytes));
+  }
+  SplitRows(const SplitRows&) = delete;
+  SplitRows& operator=(const SplitRows&) = delete;
+  ~SplitRows() {
+    for (void* p : std::initializer_list<void*>{q, out, partial, counters}) cudaFree(p);
+  }
+  void set(AttentionArgs& a) const {
+    a.partial = partial;
+    a.split_counters = counters;
+  }
+};
+
 }  // namespace
 
 // Prefill attention of one 512-token prompt (positions 0..511, tiles of kMaxAttentionQueries /
@@ -297,15 +326,7 @@ std::string bench_decode_attention_geometry(int groups, double copy, FILE* csv,
   std::string table =
       "\n| attention decode geometry | sequences x context | warps | splits | us | % of copy |\n"
       "| --- | --- | --- | ---: | ---: | ---: |\n";
-  const int64_t q_dim = static_cast<int64_t>(kHeads) * kHeadDim;
-  float* q = upload(normal_floats(kMaxSeqs * q_dim, 81));
-  float* out = device_floats(kMaxSeqs * q_dim);
-  float* partial =
-      device_floats(attention_workspace_floats(kMaxSeqs, kHeads, kHeadDim, kMaxSplits));
-  unsigned int* counters = nullptr;
-  BENCH_CHECK(
-      cudaMalloc(reinterpret_cast<void**>(&counters), kMaxSeqs * kHeads * sizeof(unsigned int)));
-  BENCH_CHECK(cudaMemset(counters, 0, kMaxSeqs * kHeads * sizeof(unsigned int)));
+  const SplitRows rows(kMaxSeqs, kHeads, kHeadDim, kMaxSplits, 81);
   for (const Shape& shape : kShapes) {
     const int blocks_per_seq = (shape.context + kBlockSize - 1) / kBlockSize;
     std::vector<int32_t> positions(shape.seqs, shape.context - 1), seq_index(shape.seqs),
@@ -325,16 +346,16 @@ std::string bench_decode_attention_geometry(int groups, double copy, FILE* csv,
     const BenchKvCache cache(KvType::kF16, cache_values);
     BENCH_CHECK(cudaMemset(cache.k, 0, cache_values * 2));
     BENCH_CHECK(cudaMemset(cache.v, 0, cache_values * 2));
-    AttentionArgs a = bench_attention_args(
-        cache, {q, out, positions_dev, seq_dev, table_dev, blocks_per_seq, kBlockSize, shape.seqs},
-        kHeads, kHeads, kHeadDim);
+    AttentionArgs a = bench_attention_args(cache,
+                                           {rows.q, rows.out, positions_dev, seq_dev, table_dev,
+                                            blocks_per_seq, kBlockSize, shape.seqs},
+                                           kHeads, kHeads, kHeadDim);
     a.tiles = tiles_dev;
     a.n_tiles = shape.seqs;
     a.max_tile_rows = 1;
     a.single_row_tiles = shape.seqs;
     a.kernel = AttentionKernel::kDecode;
-    a.partial = partial;
-    a.split_counters = counters;
+    rows.set(a);
     const double bytes = 2.0 * 2.0 * shape.seqs * shape.context * kHeads * kHeadDim;
     for (const int warps : {0, 4, 16}) {
       for (int splits = 1; splits <= kMaxSplits; splits *= 2) {
@@ -360,7 +381,6 @@ std::string bench_decode_attention_geometry(int groups, double copy, FILE* csv,
       BENCH_CHECK(cudaFree(p));
     }
   }
-  for (void* p : std::initializer_list<void*>{q, out, partial, counters}) BENCH_CHECK(cudaFree(p));
   return table;
 }
 
@@ -383,16 +403,8 @@ std::string bench_chunk_attention(int groups, FILE* csv, LaunchStream stream) {
   std::string table =
       "\n| attention chunk after C positions | C | KV cache | launch | splits | us |\n"
       "| --- | ---: | --- | --- | ---: | ---: |\n";
-  const int64_t q_dim = static_cast<int64_t>(kHeads) * kHeadDim;
-  float* q = upload(normal_floats(kRows * q_dim, 71));
-  float* out = device_floats(kRows * q_dim);
   constexpr int kLongDecodeSplits = 13;  // 8192 positions in splits of 640
-  float* partial = device_floats(
-      attention_workspace_floats(kRows, kHeads, kHeadDim, std::max(kMaxSplits, kLongDecodeSplits)));
-  unsigned int* counters = nullptr;
-  BENCH_CHECK(
-      cudaMalloc(reinterpret_cast<void**>(&counters), kRows * kHeads * sizeof(unsigned int)));
-  BENCH_CHECK(cudaMemset(counters, 0, kRows * kHeads * sizeof(unsigned int)));
+  const SplitRows rows(kRows, kHeads, kHeadDim, std::max(kMaxSplits, kLongDecodeSplits), 71);
   for (const int context : {0, 1024, 4096, 7936}) {
     const int blocks_per_seq = (context + kLongChunkRows + kBlockSize - 1) / kBlockSize;
     std::vector<int32_t> positions, seq_index, tables((kDecodes + 1) * blocks_per_seq);
@@ -437,10 +449,10 @@ std::string bench_chunk_attention(int groups, FILE* csv, LaunchStream stream) {
         BENCH_CHECK(cudaMemset(cache.v_scales, 0, cache_values / kKvQ8Block * 2));
       }
       AttentionArgs a = bench_attention_args(
-          cache, {q, out, positions_dev, seq_dev, table_dev, blocks_per_seq, kBlockSize, kRows},
+          cache,
+          {rows.q, rows.out, positions_dev, seq_dev, table_dev, blocks_per_seq, kBlockSize, kRows},
           kHeads, kHeads, kHeadDim);
-      a.partial = partial;
-      a.split_counters = counters;
+      rows.set(a);
       struct Launch {
         const char* name;
         int decodes, chunk_rows;
@@ -502,7 +514,6 @@ std::string bench_chunk_attention(int groups, FILE* csv, LaunchStream stream) {
       BENCH_CHECK(cudaFree(p));
     }
   }
-  for (void* p : std::initializer_list<void*>{q, out, partial, counters}) BENCH_CHECK(cudaFree(p));
   return table;
 }
 
