@@ -110,11 +110,6 @@ TEST_P(FormatsOnHost, EveryUnitDecodesLikeTheReference) {
 INSTANTIATE_TEST_SUITE_P(AllTypes, FormatsOnHost, ::testing::ValuesIn(weight_types()),
                          type_param_name);
 
-uint32_t half2_bits_of(__half2 h) {
-  const __half2_raw raw = h;
-  return static_cast<uint32_t>(raw.x) | (static_cast<uint32_t>(raw.y) << 16);
-}
-
 // quant_mma's lanes (quant_mma_lanes.cuh), both layouts where a type has two: over every step
 // and lane of a quad, each element of each row decodes once, from the lane's codes, scales and
 // mins, to the reference value at the column the lane reads its activation from; and the lane's
@@ -142,9 +137,9 @@ void check_mma_lanes(const HostMatrix& m, const HostLayout& h) {
         for (int k = 0; k < F::kRuns; ++k) {
           const __half2 want_scale = __floats2half2_rn(scale[k][0], scale[k][1]);
           const __half2 want_min = __floats2half2_rn(min[k][0], min[k][1]);
-          EXPECT_EQ(half2_bits_of(half_scale[k]), half2_bits_of(want_scale))
+          EXPECT_EQ(half2_bits(half_scale[k]), half2_bits(want_scale))
               << "row " << r << " step " << t << " lane " << q << " run " << k;
-          EXPECT_EQ(half2_bits_of(half_min[k]), half2_bits_of(want_min))
+          EXPECT_EQ(half2_bits(half_min[k]), half2_bits(want_min))
               << "row " << r << " step " << t << " lane " << q << " run " << k;
         }
         for (int k = 0; k < F::kRuns; ++k) {

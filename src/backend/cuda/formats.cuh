@@ -106,6 +106,36 @@ LS_FORMAT float byte_as_float(uint32_t w, int k, float bias) {
          (8388608.0f + bias);
 }
 
+// An f16 pair's bits (the low half in the low 16 bits) and back: a register reinterpreted on the
+// device (assembling the halves would cost instructions in the decode loops), the halves on the
+// host.
+LS_FORMAT uint32_t half2_bits(__half2 h) {
+#if defined(__CUDA_ARCH__)
+  return *reinterpret_cast<const uint32_t*>(&h);
+#else
+  const __half2_raw raw = h;
+  return static_cast<uint32_t>(raw.x) | (static_cast<uint32_t>(raw.y) << 16);
+#endif
+}
+LS_FORMAT __half2 bits_half2(uint32_t bits) {
+#if defined(__CUDA_ARCH__)
+  return *reinterpret_cast<const __half2*>(&bits);
+#else
+  __half2_raw raw;
+  raw.x = static_cast<unsigned short>(bits & 0xffffu);
+  raw.y = static_cast<unsigned short>(bits >> 16);
+  return __half2(raw);
+#endif
+}
+
+// Bytes i and j (0..3) of `word` (unsigned) minus `bias`, as an exact f16 pair (byte i in the low
+// half): a byte permute puts each byte under the exponent of 1024 (0x6400 | byte = 1024 + byte),
+// one subtraction of 1024 + bias leaves byte - bias.
+LS_FORMAT __half2 bytes_as_half2(uint32_t word, uint32_t i, uint32_t j, float bias) {
+  return __hsub2(bits_half2(byte_perm(word, 0x64646464u, 0x4040u | i | (j << 8))),
+                 __float2half2_rn(1024.0f + bias));
+}
+
 // 16 bytes of 4-bit or 8-bit codes (in four words) into 16 floats, byte i of the load → q[i].
 LS_FORMAT void bytes_as_floats(const uint32_t (&w)[4], float bias, float* q) {
   LS_UNROLL

@@ -16,6 +16,8 @@
 
 #include <cuda_fp16.h>
 
+#include "backend/cuda/formats.cuh"
+
 namespace llamaserve::cuda {
 
 // c += A · B for one m16n8k16 tile (layouts above).
@@ -34,25 +36,16 @@ __device__ __forceinline__ float exp2_approx(float x) {
   return y;
 }
 
-__device__ __forceinline__ uint32_t half2_bits(__half2 h) {
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-__device__ __forceinline__ __half2 bits_half2(uint32_t bits) {
-  return *reinterpret_cast<const __half2*>(&bits);
-}
-
 // Bytes 2 pair and 2 pair + 1 of `word` (unsigned codes, the lower address in the low half) minus
-// `bias`, as an exact f16 pair: a byte permute puts each byte under the exponent of 1024 (0x6400 |
-// byte = 1024 + byte), one subtraction of 1024 + bias leaves byte - bias.
+// `bias`, as an exact f16 pair (bytes_as_half2, formats.cuh).
 __device__ __forceinline__ __half2 byte_pair_as_half2(uint32_t word, int pair, float bias) {
-  return __hsub2(bits_half2(__byte_perm(word, 0x64646464u, pair == 0 ? 0x5150u : 0x5352u)),
-                 __float2half2_rn(1024.0f + bias));
+  const uint32_t first = 2 * static_cast<uint32_t>(pair);
+  return bytes_as_half2(word, first, first + 1, bias);
 }
 
 // Two floats as an f16 pair, the first in the low half (the lower column of a fragment).
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&h);
+  return half2_bits(__floats2half2_rn(lo, hi));
 }
 
 }  // namespace llamaserve::cuda

@@ -39,20 +39,6 @@ struct LaneStep {
   int u;  // WholeUnits: the lane's unit (clamped to the row's last)
 };
 
-LS_FORMAT __half2 half2_from_bits(uint32_t bits) {
-  __half2_raw raw;
-  raw.x = static_cast<unsigned short>(bits & 0xffffu);
-  raw.y = static_cast<unsigned short>(bits >> 16);
-  return __half2(raw);
-}
-
-// Bytes i and j of `word` (6-bit K-quant scales or mins) as the exact f16 pair (byte i, byte j):
-// each byte under the exponent of 1024, 1024 subtracted.
-LS_FORMAT __half2 scale_bytes_as_half2(uint32_t word, uint32_t i, uint32_t j) {
-  return __hsub2(half2_from_bits(byte_perm(word, 0x64646464u, 0x4040u | i | (j << 8))),
-                 half2_from_bits(0x64006400u));
-}
-
 // A K-quant super-block's d · (scale bytes i, j) and -dmin · (min bytes i, j) as f16 pairs: the
 // products of an f16 and a 6-bit integer are exact in fp32, so one f16 rounding of each is the
 // same value as rounding the fp32 product (lane_half_scales' fallback).
@@ -60,9 +46,9 @@ LS_FORMAT void k_quant_half_scales(const uint4& meta, bool high, uint32_t i, uin
                                    __half2& scale, __half2& min) {
   uint32_t sc, mn;
   k_quant_scale_bytes(meta, high, sc, mn);
-  const __half2 d_dmin = half2_from_bits(meta.x);
-  scale = __hmul2(scale_bytes_as_half2(sc, i, j), __low2half2(d_dmin));
-  min = __hmul2(scale_bytes_as_half2(mn, i, j), __hneg2(__high2half2(d_dmin)));
+  const __half2 d_dmin = bits_half2(meta.x);
+  scale = __hmul2(bytes_as_half2(sc, i, j, 0.0f), __low2half2(d_dmin));
+  min = __hmul2(bytes_as_half2(mn, i, j, 0.0f), __hneg2(__high2half2(d_dmin)));
 }
 
 template <TensorType T>
