@@ -6,9 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <set>
-#include <utility>
 
 #include "backend/cuda/act_quant.h"
 #include "backend/cuda/dequant.h"
@@ -590,50 +587,15 @@ GemmArgs gemm_args(const DeviceMatrix& w, const float* x, int64_t x_stride, int6
   return args;
 }
 
-// Room for quant_mma's split tiles on a pretend GPU of up to kSms SMs, counters zeroed.
-struct SplitRoom {
-  static constexpr int kSms = 8;
-  DeviceArray<float> partials{quant_mma_split_floats(kSms)};
-  DeviceArray<unsigned int> counters{quant_mma_split_counters(kSms)};
-  SplitRoom() { cudaMemset(counters.get(), 0, counters.size() * sizeof(unsigned int)); }
-  QuantMmaSplits on(int sms) const { return {partials.get(), counters.get(), sms}; }
-};
-
-// The smallest pretend SM count (1 to SplitRoom::kSms) whose waves leave some of w's tiles
-// split for a pass of n_rows rows, and that grid; {0, {}} if none does.
-std::pair<int, QuantMmaGrid> splitting_sms(const DeviceMatrix& w, int64_t n_rows,
-                                           const SplitRoom& room) {
-  QuantMmaArgs q;
-  q.w = w;
-  for (int sms = 1; sms <= SplitRoom::kSms; ++sms) {
-    q.splits = room.on(sms);
-    const QuantMmaGrid grid = quant_mma_grid(q, n_rows);
-    if (grid.pieces > 1) return {sms, grid};
-  }
-  return {0, {}};
-}
-
 // Runs `check` once on each path a GEMM of `type` weights can take (setting
-// args.quant_mma_rows, and for quant_mma's split tiles ws.splits), then restores the default.
+// args.quant_mma_rows), then restores the default.
 template <class Check>
-void for_each_gemm_path(TensorType type, GemmArgs& args, GemmWorkspace& ws, Check&& check) {
+void for_each_gemm_path(TensorType type, GemmArgs& args, Check&& check) {
   for (const int rows : quant_mma_settings(type)) {
     SCOPED_TRACE(rows == 0 ? std::string("weights dequantized for cuBLAS")
                            : "quant_mma up to " + std::to_string(rows) + " rows");
     args.quant_mma_rows = rows;
     check();
-  }
-  if (quant_mma_supported(type)) {
-    const SplitRoom room;
-    const auto [sms, grid] = splitting_sms(args.w, args.n_rows, room);
-    ASSERT_GT(sms, 0) << "no pretend GPU splits these tiles";
-    SCOPED_TRACE("quant_mma on " + std::to_string(sms) + " SMs: " + std::to_string(grid.whole) +
-                 " whole tiles of " + std::to_string(grid.tiles) + ", the others in " +
-                 std::to_string(grid.pieces) + " pieces");
-    args.quant_mma_rows = 4096;
-    ws.splits = room.on(sms);
-    check();
-    ws.splits = {};
   }
   args.quant_mma_rows = kDefaultQuantMmaRows;
 }
@@ -657,7 +619,7 @@ TEST_P(GemmTest, MatchesReference) {
   GemmWorkspace ws{act_half.get(), act_half.size(), weight_half.get(), weight_half.size()};
   GemmArgs args = gemm_args(w.view, x_dev.get(), x_stride, n_act, y_dev.get(), y_stride);
   const Reference want = reference_product(m, x, x_stride, n_act);
-  for_each_gemm_path(type, args, ws, [&] {
+  for_each_gemm_path(type, args, [&] {
     y_dev.poison();
     ASSERT_OK(gemm(handle_, args, ws, nullptr));
     ASSERT_CUDA(cudaDeviceSynchronize());
@@ -695,60 +657,9 @@ TEST_P(GemmTest, QuantMmaMatchesReferenceForEveryRowCount) {
   }
 }
 
-// Split tiles on pretend GPUs of 1 to 8 SMs: several pass widths, 2 to 8 pieces a tile (rows
-// whose last step holds fewer than four units for the 32-element types), each against the
-// reference, and the same bits when run again.
-TEST_P(GemmTest, QuantMmaSplitTilesMatchReference) {
-  const TensorType type = GetParam();
-  if (!quant_mma_supported(type)) GTEST_SKIP() << "float weights go to cuBLAS as they are";
-  const int64_t cols = round_cols(type, 4000);
-  const int64_t rows = 395;  // 13 tiles, the last of 11 rows
-  const HostMatrix m = make_matrix(type, rows, cols, 71);
-  UploadedMatrix w = upload(m);
-  ASSERT_NE(w.view.quants, nullptr);
-  const SplitRoom room;
-  std::set<int64_t> pieces_seen;
-  for (const int64_t n_act : {1, 9, 16, 23, 33, 64, 75}) {
-    const int64_t x_stride = cols + 8;
-    const int64_t y_stride = rows + 2;
-    const std::vector<float> x = random_floats(n_act * x_stride, 300 + n_act);
-    DeviceArray<float> x_dev(x);
-    DeviceArray<float> y_dev(n_act * y_stride);
-    DeviceArray<uint8_t> act_half(gemm_act_half_bytes(n_act, cols));
-    GemmWorkspace ws{act_half.get(), act_half.size(), nullptr, 0};
-    GemmArgs args = gemm_args(w.view, x_dev.get(), x_stride, n_act, y_dev.get(), y_stride);
-    args.quant_mma_rows = 4096;
-    const Reference want = reference_product(m, x, x_stride, n_act);
-    for (int sms = 1; sms <= SplitRoom::kSms; ++sms) {
-      QuantMmaArgs q;
-      q.w = w.view;
-      q.splits = room.on(sms);
-      const QuantMmaGrid grid = quant_mma_grid(q, n_act);
-      if (grid.pieces == 1) continue;
-      pieces_seen.insert(grid.pieces);
-      SCOPED_TRACE("activation rows " + std::to_string(n_act) + ", " + std::to_string(sms) +
-                   " SMs, " + std::to_string(grid.whole) + " whole tiles, the others in " +
-                   std::to_string(grid.pieces) + " pieces");
-      ws.splits = room.on(sms);
-      y_dev.poison();
-      ASSERT_OK(gemm(handle_, args, ws, nullptr));
-      ASSERT_CUDA(cudaDeviceSynchronize());
-      const std::vector<float> first = y_dev.download();
-      expect_close(first, y_stride, want, rows, n_act, gemm_tolerance(type));
-      y_dev.poison();
-      ASSERT_OK(gemm(handle_, args, ws, nullptr));
-      ASSERT_CUDA(cudaDeviceSynchronize());
-      const std::vector<float> again = y_dev.download();
-      ASSERT_EQ(std::memcmp(first.data(), again.data(), first.size() * sizeof(float)), 0);
-    }
-  }
-  EXPECT_GE(pieces_seen.size(), 3u);
-  EXPECT_GE(*pieces_seen.rbegin(), 4);
-}
-
 TEST_P(GemmTest, AccumulatesAndAddsBias) {
   const TensorType type = GetParam();
-  const int64_t cols = round_cols(type, 1300);  // enough steps to split a tile
+  const int64_t cols = round_cols(type, 640);
   const int64_t rows = 96;
   const int64_t n_act = 20;
   const HostMatrix m = make_matrix(type, rows, cols, 31);
@@ -769,7 +680,7 @@ TEST_P(GemmTest, AccumulatesAndAddsBias) {
     for (int64_t r = 0; r < rows; ++r) extra[b * rows + r] = y0[b * rows + r] + bias[r];
   }
   const Reference want = reference_product(m, x, cols, n_act);
-  for_each_gemm_path(type, args, ws, [&] {
+  for_each_gemm_path(type, args, [&] {
     y_dev.upload(y0);
     ASSERT_OK(gemm(handle_, args, ws, nullptr));
     ASSERT_CUDA(cudaDeviceSynchronize());
@@ -781,7 +692,7 @@ TEST_P(GemmTest, AccumulatesAndAddsBias) {
 // f16 (bf16 for BF16 weights), 2^-11 (2^-8) of |w x| at most.
 TEST_P(GemmTest, WritesHalfOutput) {
   const TensorType type = GetParam();
-  const int64_t cols = round_cols(type, 1300);  // enough steps to split a tile
+  const int64_t cols = round_cols(type, 640);
   const int64_t rows = 203, n_act = 19, y_stride = rows + 3;
   const HostMatrix m = make_matrix(type, rows, cols, 41);
   UploadedMatrix w = upload(m);
@@ -797,7 +708,7 @@ TEST_P(GemmTest, WritesHalfOutput) {
   GemmArgs args = gemm_args(w.view, x_dev.get(), cols, n_act, nullptr, y_stride);
   args.y_half = y_dev.get();
   const Reference want = reference_product(m, x, cols, n_act);
-  for_each_gemm_path(type, args, ws, [&] {
+  for_each_gemm_path(type, args, [&] {
     y_dev.poison();
     ASSERT_OK(gemm(handle_, args, ws, nullptr));
     ASSERT_CUDA(cudaDeviceSynchronize());

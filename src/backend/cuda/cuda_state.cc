@@ -6,7 +6,6 @@
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/device_matrix.h"
-#include "backend/cuda/launch.h"
 #include "quant/types.h"
 
 namespace llamaserve::cuda {
@@ -75,9 +74,6 @@ uint64_t CudaActivations::bytes(const ModelConfig& c, const CudaLimits& l) {
          q8_rows_bytes(l.max_matvec_rows, max_gemm_cols(c)) +
          align_up(gemm_act_half_bytes(l.max_tokens, max_gemm_cols(c)), kDeviceAlignment) +
          align_up(static_cast<uint64_t>(l.gemm_scratch_elems) * 2, kDeviceAlignment) +
-         floats_bytes(quant_mma_split_floats(current_device_sm_count())) +
-         align_up(quant_mma_split_counters(current_device_sm_count()) * sizeof(unsigned int),
-                  kDeviceAlignment) +
          align_up(staging_ints(l) * sizeof(int32_t), kDeviceAlignment);  // BatchStaging's mirror
 }
 
@@ -127,15 +123,6 @@ Result<CudaActivations> CudaActivations::allocate(DevicePool& pool, const ModelC
     LS_ASSIGN_OR_RETURN(a.gemm.weight_half,
                         pool.allocate(a.gemm.weight_half_bytes, "GEMM weights"));
   }
-  QuantMmaSplits& splits = a.gemm.splits;
-  splits.sms = current_device_sm_count();
-  LS_ASSIGN_OR_RETURN(
-      splits.partials,
-      pool.allocate_array<float>(quant_mma_split_floats(splits.sms), "quantized GEMM split tiles"));
-  const size_t counters = quant_mma_split_counters(splits.sms);
-  LS_ASSIGN_OR_RETURN(splits.counters,
-                      pool.allocate_array<unsigned int>(counters, "quantized GEMM split counters"));
-  LS_CUDA_CHECK(cudaMemset(splits.counters, 0, counters * sizeof(unsigned int)));
   return a;
 }
 

@@ -63,7 +63,6 @@ Status gemm(cublasHandle_t handle, const GemmArgs& g, const GemmWorkspace& ws,
     q.y_half = g.y_half;
     q.bias = g.bias;
     q.accumulate = g.accumulate;
-    q.splits = ws.splits;
     return quant_mma(q, stream);
   }
 

@@ -17,7 +17,6 @@
 
 #include "backend/cuda/device_matrix.h"
 #include "backend/cuda/launch.h"
-#include "backend/cuda/quant_mma.h"
 #include "core/status.h"
 
 namespace llamaserve::cuda {
@@ -31,7 +30,6 @@ struct GemmWorkspace {
   size_t act_half_bytes = 0;
   void* weight_half = nullptr;  // dequantized weight rows (unused for F16/BF16 weights)
   size_t weight_half_bytes = 0;
-  QuantMmaSplits splits;  // quant_mma's split tiles (none without)
 };
 
 struct GemmArgs {

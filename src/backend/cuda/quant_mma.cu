@@ -19,11 +19,6 @@ constexpr int kWarps = NT <= 2 ? 16 : 8;
 constexpr int kTileRows = 32;   // weight rows a CTA: two mma tiles of 16
 constexpr int kLaneRows = 4;    // rows a lane decodes: g, g + 8, g + 16, g + 24
 constexpr int kUnitsAStep = 4;  // one unit per lane of a quad
-// Split tiles (QuantMmaSplits): at most this many pieces a tile, each of at least this many
-// steps, and room for this many CTAs an SM.
-constexpr int kMaxPieces = 8;
-constexpr int kMinPieceSteps = 4;
-constexpr int kMaxCtasPerSm = 4;
 // Types whose rows are whole steps (super-blocks of 8 units): no lane of a step is past the row.
 template <TensorType T>
 constexpr bool kWholeSteps =
@@ -49,17 +44,10 @@ __device__ __forceinline__ void decode_half_run(const uint32_t (&codes)[4], __ha
   }
 }
 
-// The floats a piece's CTA leaves for its tile's last piece: both m tiles' sums.
-template <int NT>
-constexpr int kPieceFloats = 2 * NT * 4 * 32;
-
-// One pass: a tile's 32 weight rows (or a piece of its units, QuantMmaSplits) times up to
-// 8 * NT activation rows. CTAs below `whole` take tile blockIdx.x whole, the others pieces of
-// the later tiles.
+// One pass: the CTA's 32 weight rows times up to 8 * NT activation rows.
 template <TensorType T, int NT>
 __global__ void __launch_bounds__(32 * kWarps<NT>)
-    quant_mma_kernel(const __grid_constant__ QuantMmaArgs a, int units, int steps, int whole,
-                     int pieces) {
+    quant_mma_kernel(const __grid_constant__ QuantMmaArgs a, int units, int steps) {
   using F = Format<T>;
   using L = MmaLanes<T, NT>;
   using Raw = typename L::Raw;
@@ -71,19 +59,13 @@ __global__ void __launch_bounds__(32 * kWarps<NT>)
   const int warp = threadIdx.x >> 5;
   const int g = lane >> 2;
   const int q = lane & 3;
-  const int split_cta = static_cast<int>(blockIdx.x) - whole;  // >= 0: a piece
-  const int tile = split_cta < 0 ? static_cast<int>(blockIdx.x) : whole + split_cta / pieces;
-  const int piece = split_cta < 0 ? 0 : split_cta % pieces;
-  const int n_pieces = split_cta < 0 ? 1 : pieces;
-  const int64_t row0 = static_cast<int64_t>(tile) * kTileRows;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kTileRows;
   int64_t rows[kLaneRows];
 #pragma unroll
   for (int i = 0; i < kLaneRows; ++i) rows[i] = min(row0 + g + 8 * i, a.w.rows - 1);
-  // The CTA's steps (the piece's share of the row's), and the warp's: a contiguous share.
-  const int64_t first = static_cast<int64_t>(steps) * piece / n_pieces;
-  const int64_t count = static_cast<int64_t>(steps) * (piece + 1) / n_pieces - first;
-  const int t_begin = static_cast<int>(first + count * warp / kWarps<NT>);
-  const int t_end = static_cast<int>(first + count * (warp + 1) / kWarps<NT>);
+  // The warp's steps: a contiguous share of the row's units.
+  const int t_begin = static_cast<int>(static_cast<int64_t>(steps) * warp / kWarps<NT>);
+  const int t_end = static_cast<int>(static_cast<int64_t>(steps) * (warp + 1) / kWarps<NT>);
   auto lane_step = [&](int t) { return LaneStep{t, q, min(kUnitsAStep * t + q, units - 1)}; };
   auto load = [&](int t, Raw(&raw)[kLaneRows]) {
     const LaneStep s = lane_step(t);
@@ -163,27 +145,7 @@ __global__ void __launch_bounds__(32 * kWarps<NT>)
     for (int i = 0; i < kLaneRows; ++i) raw[i] = next[i];
   }
   // Fragment value j of lane (g, q) in tile (m, n): weight row 16 m + g + 8 (j / 2), activation
-  // row 8 n + 2 q + j % 2. Sum idx of m tile m is fragment value idx / 32 of lane idx % 32.
-  auto store = [&](int m, int idx, float sum) {
-    const int value = idx >> 5;
-    const int l = idx & 31;
-    const int n = value / 4;
-    const int j = value % 4;
-    const int64_t row = row0 + 16 * m + (l >> 2) + 8 * (j >> 1);
-    const int64_t b = 8 * n + 2 * (l & 3) + (j & 1);
-    if (row >= a.w.rows || b >= a.n_rows) return;
-    if (a.y_half != nullptr) {
-      static_cast<__half*>(a.y_half)[b * a.y_stride + row] = __float2half_rn(sum);
-    } else {
-      if (a.bias != nullptr) sum += a.bias[row];
-      float* y = a.y + b * a.y_stride + row;
-      *y = a.accumulate ? *y + sum : sum;
-    }
-  };
-  constexpr int kTileSums = NT * 4 * 32;
-  float* piece_sums =
-      split_cta < 0 ? nullptr : a.splits.partials + int64_t{split_cta} * kPieceFloats<NT>;
-  // The warps' partials are added one m tile at a time, in warp order.
+  // row 8 n + 2 q + j % 2. The warps' partials are added one m tile at a time, in warp order.
 #pragma unroll
   for (int m = 0; m < 2; ++m) {
     if (m > 0) __syncthreads();  // the previous tile's sums have been read
@@ -193,116 +155,34 @@ __global__ void __launch_bounds__(32 * kWarps<NT>)
       for (int j = 0; j < 4; ++j) partial[warp][n * 4 + j][lane] = acc[m][n][j];
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < kTileSums; idx += 32 * kWarps<NT>) {
+    for (int idx = threadIdx.x; idx < NT * 4 * 32; idx += 32 * kWarps<NT>) {
+      const int value = idx >> 5;
+      const int l = idx & 31;
       float sum = 0.0f;
 #pragma unroll
-      for (int wp = 0; wp < kWarps<NT>; ++wp) sum += partial[wp][idx >> 5][idx & 31];
-      if (piece_sums != nullptr) {
-        piece_sums[m * kTileSums + idx] = sum;
+      for (int wp = 0; wp < kWarps<NT>; ++wp) sum += partial[wp][value][l];
+      const int n = value / 4;
+      const int j = value % 4;
+      const int64_t row = row0 + 16 * m + (l >> 2) + 8 * (j >> 1);
+      const int64_t b = 8 * n + 2 * (l & 3) + (j & 1);
+      if (row >= a.w.rows || b >= a.n_rows) continue;
+      if (a.y_half != nullptr) {
+        static_cast<__half*>(a.y_half)[b * a.y_stride + row] = __float2half_rn(sum);
       } else {
-        store(m, idx, sum);
+        if (a.bias != nullptr) sum += a.bias[row];
+        float* y = a.y + b * a.y_stride + row;
+        *y = a.accumulate ? *y + sum : sum;
       }
     }
   }
-  if (piece_sums == nullptr) return;
-  // A piece: the tile's last piece to count itself adds every piece's sums in piece order (the
-  // others' stores fenced before they counted, read past the L1) and resets the counter.
-  __shared__ bool last;
-  __syncthreads();
-  __threadfence();
-  if (threadIdx.x == 0) {
-    unsigned int* counter = a.splits.counters + (tile - whole);
-    last = atomicAdd(counter, 1u) == static_cast<unsigned int>(n_pieces - 1);
-    if (last) *counter = 0;
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  const float* tile_pieces = a.splits.partials + int64_t{split_cta - piece} * kPieceFloats<NT>;
-  for (int idx = threadIdx.x; idx < 2 * kTileSums; idx += 32 * kWarps<NT>) {
-    float sum = 0.0f;
-    for (int p = 0; p < n_pieces; ++p) sum += __ldcg(tile_pieces + p * kPieceFloats<NT> + idx);
-    store(idx / kTileSums, idx % kTileSums, sum);
-  }
-}
-
-// fn.template operator()<T>() for a quant_mma_supported type.
-template <class Fn>
-auto with_quant_type(TensorType type, Fn&& fn) {
-  switch (type) {
-    case TensorType::Q8_0: return fn.template operator()<TensorType::Q8_0>();
-    case TensorType::Q4_0: return fn.template operator()<TensorType::Q4_0>();
-    case TensorType::Q4_1: return fn.template operator()<TensorType::Q4_1>();
-    case TensorType::Q4_K: return fn.template operator()<TensorType::Q4_K>();
-    case TensorType::Q5_K: return fn.template operator()<TensorType::Q5_K>();
-    default: return fn.template operator()<TensorType::Q6_K>();
-  }
-}
-
-// fn.template operator()<NT>() for a pass of n_rows activation rows: tiles of 8, where 5 and 7
-// run as 6 and 8 (fewer kernels to build).
-template <class Fn>
-auto with_tiles(int64_t n_rows, Fn&& fn) {
-  switch ((n_rows + 7) / 8) {
-    case 1: return fn.template operator()<1>();
-    case 2: return fn.template operator()<2>();
-    case 3: return fn.template operator()<3>();
-    case 4: return fn.template operator()<4>();
-    case 5:
-    case 6: return fn.template operator()<6>();
-    default: return fn.template operator()<8>();
-  }
-}
-
-// CTAs of quant_mma_kernel<T, NT> an SM holds at once (asked of the runtime once).
-template <TensorType T, int NT>
-int ctas_per_sm() {
-  static const int n = [] {
-    int blocks = 1;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, quant_mma_kernel<T, NT>,
-                                                      32 * kWarps<NT>, 0) != cudaSuccess) {
-      blocks = 1;
-    }
-    return std::clamp(blocks, 1, kMaxCtasPerSm);
-  }();
-  return n;
-}
-
-template <TensorType T>
-int64_t steps_of(const QuantMmaArgs& args) {
-  const int64_t units = args.w.cols / kUnitElems<T>;
-  return (units + kUnitsAStep - 1) / kUnitsAStep;
-}
-
-// The tiles past the last whole wave of `slots` CTAs split into as many pieces as fill that
-// wave, each of at least kMinPieceSteps steps (none without room for the pieces' sums).
-template <TensorType T, int NT>
-QuantMmaGrid grid_for(const QuantMmaArgs& args) {
-  const int64_t tiles = (args.w.rows + kTileRows - 1) / kTileRows;
-  QuantMmaGrid grid{tiles, tiles, 1, tiles};
-  const QuantMmaSplits& s = args.splits;
-  if (s.partials == nullptr || s.counters == nullptr || s.sms <= 0) return grid;
-  const int64_t slots = static_cast<int64_t>(s.sms) * ctas_per_sm<T, NT>();
-  const int64_t tail = tiles % slots;
-  if (tail == 0) return grid;
-  const int64_t pieces =
-      std::min({slots / tail, steps_of<T>(args) / kMinPieceSteps, int64_t{kMaxPieces}});
-  if (pieces < 2) return grid;
-  grid.whole = tiles - tail;
-  grid.pieces = pieces;
-  grid.ctas = grid.whole + tail * pieces;
-  return grid;
 }
 
 // One pass of up to 8 * NT activation rows, on kWarps<NT> warps a CTA.
 template <TensorType T, int NT>
-Status launch_pass(const QuantMmaArgs& pass, LaunchStream stream) {
-  const QuantMmaGrid grid = grid_for<T, NT>(pass);
-  LS_CUDA_REQUIRE(grid.ctas <= 0x7fffffff);
-  LS_CUDA_CHECK(launch_kernel(
-      quant_mma_kernel<T, NT>, static_cast<unsigned>(grid.ctas), 32 * kWarps<NT>, 0, stream, pass,
-      static_cast<int>(pass.w.cols / kUnitElems<T>), static_cast<int>(steps_of<T>(pass)),
-      static_cast<int>(grid.whole), static_cast<int>(grid.pieces)));
+Status launch_pass(const QuantMmaArgs& pass, int64_t ctas, int64_t units, int64_t steps,
+                   LaunchStream stream) {
+  LS_CUDA_CHECK(launch_kernel(quant_mma_kernel<T, NT>, static_cast<unsigned>(ctas), 32 * kWarps<NT>,
+                              0, stream, pass, static_cast<int>(units), static_cast<int>(steps)));
   return Status::ok();
 }
 
@@ -312,6 +192,9 @@ Status launch_passes(const QuantMmaArgs& args, LaunchStream stream) {
   LS_CUDA_REQUIRE(units * kUnitElems<T> == args.w.cols && units <= 0x7fffffff);
   // Quad pieces and K-quant rows take every step whole (a super-block is 8 units).
   LS_CUDA_REQUIRE((!kQuadPieces<T> && !kWholeSteps<T>) || units % kUnitsAStep == 0);
+  const int64_t steps = (units + kUnitsAStep - 1) / kUnitsAStep;
+  const int64_t ctas = (args.w.rows + kTileRows - 1) / kTileRows;
+  LS_CUDA_REQUIRE(ctas <= 0x7fffffff);
   for (int64_t first = 0; first < args.n_rows; first += kQuantMmaRows) {
     QuantMmaArgs pass = args;
     pass.n_rows = std::min<int64_t>(kQuantMmaRows, args.n_rows - first);
@@ -321,8 +204,16 @@ Status launch_passes(const QuantMmaArgs& args, LaunchStream stream) {
     } else {
       pass.y = args.y + first * args.y_stride;
     }
-    LS_RETURN_IF_ERROR(
-        with_tiles(pass.n_rows, [&]<int NT>() { return launch_pass<T, NT>(pass, stream); }));
+    // Tiles of 8 activation rows: 5 and 7 run as 6 and 8 (fewer kernels to build).
+    switch ((pass.n_rows + 7) / 8) {
+      case 1: LS_RETURN_IF_ERROR((launch_pass<T, 1>(pass, ctas, units, steps, stream))); break;
+      case 2: LS_RETURN_IF_ERROR((launch_pass<T, 2>(pass, ctas, units, steps, stream))); break;
+      case 3: LS_RETURN_IF_ERROR((launch_pass<T, 3>(pass, ctas, units, steps, stream))); break;
+      case 4: LS_RETURN_IF_ERROR((launch_pass<T, 4>(pass, ctas, units, steps, stream))); break;
+      case 5:
+      case 6: LS_RETURN_IF_ERROR((launch_pass<T, 6>(pass, ctas, units, steps, stream))); break;
+      default: LS_RETURN_IF_ERROR((launch_pass<T, 8>(pass, ctas, units, steps, stream))); break;
+    }
   }
   return Status::ok();
 }
@@ -340,23 +231,14 @@ Status quant_mma(const QuantMmaArgs& a, LaunchStream stream) {
                   a.y_stride >= a.w.rows);
   LS_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.x_half) % 16 == 0);
   if (a.n_rows == 0) return Status::ok();
-  return with_quant_type(a.w.type, [&]<TensorType T>() { return launch_passes<T>(a, stream); });
-}
-
-size_t quant_mma_split_floats(int sms) {
-  return static_cast<size_t>(std::max(sms, 0)) * kMaxCtasPerSm * kPieceFloats<8>;
-}
-
-size_t quant_mma_split_counters(int sms) {
-  return static_cast<size_t>(std::max(sms, 0)) * kMaxCtasPerSm;
-}
-
-QuantMmaGrid quant_mma_grid(const QuantMmaArgs& args, int64_t n_rows) {
-  if (!quant_mma_supported(args.w.type) || n_rows <= 0) return {};
-  return with_quant_type(args.w.type, [&]<TensorType T>() {
-    return with_tiles(std::min<int64_t>(n_rows, kQuantMmaRows),
-                      [&]<int NT>() { return grid_for<T, NT>(args); });
-  });
+  switch (a.w.type) {
+    case TensorType::Q8_0: return launch_passes<TensorType::Q8_0>(a, stream);
+    case TensorType::Q4_0: return launch_passes<TensorType::Q4_0>(a, stream);
+    case TensorType::Q4_1: return launch_passes<TensorType::Q4_1>(a, stream);
+    case TensorType::Q4_K: return launch_passes<TensorType::Q4_K>(a, stream);
+    case TensorType::Q5_K: return launch_passes<TensorType::Q5_K>(a, stream);
+    default: return launch_passes<TensorType::Q6_K>(a, stream);
+  }
 }
 
 }  // namespace llamaserve::cuda

@@ -40,23 +40,6 @@ namespace llamaserve::cuda {
 // Activation rows one pass of the kernel multiplies; larger batches take several passes.
 inline constexpr int kQuantMmaRows = 64;
 
-// Room for split tiles. A pass runs its CTAs (32 weight rows each, a tile) in waves of as many
-// as the SMs hold at once, and a CTA's time is mostly latency: a last wave that is partly empty
-// takes about as long as a full one (7B gate/up at 16 rows: 5.21 waves cost as much as 6,
-// bench/results/2026-12-04-h200-quant-mma-split-tiles.md). So the tiles beyond the last whole
-// wave are split along their units into pieces that fill that wave; each piece writes its sums
-// to `partials`, and the tile's last piece to arrive (counted in `counters`) adds the pieces in
-// their order and writes the tile: the result does not depend on timing. Without partials no
-// tile is split.
-struct QuantMmaSplits {
-  float* partials = nullptr;         // quant_mma_split_floats(sms) floats
-  unsigned int* counters = nullptr;  // quant_mma_split_counters(sms), zeros between launches
-  int32_t sms = 0;                   // the SMs whose waves the pieces fill
-};
-
-size_t quant_mma_split_floats(int sms);
-size_t quant_mma_split_counters(int sms);
-
 struct QuantMmaArgs {
   DeviceMatrix w;                // quantized (quant_mma_supported)
   const void* x_half = nullptr;  // f16, 16-byte aligned, row b at x_half + b * x_stride elements
@@ -67,15 +50,7 @@ struct QuantMmaArgs {
   void* y_half = nullptr;  // instead of y: f16 outputs (no bias, no accumulate)
   const float* bias = nullptr;
   bool accumulate = false;
-  QuantMmaSplits splits;
 };
-
-// How a pass of `n_rows` activation rows lays out its CTAs: the first `whole` tiles each on one
-// CTA, every later tile on `pieces` CTAs (1: none split).
-struct QuantMmaGrid {
-  int64_t tiles = 0, whole = 0, pieces = 1, ctas = 0;
-};
-QuantMmaGrid quant_mma_grid(const QuantMmaArgs& args, int64_t n_rows);
 
 // The weight types the kernel reads: the quantized ones.
 bool quant_mma_supported(TensorType type);
