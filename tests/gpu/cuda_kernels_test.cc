@@ -10,7 +10,6 @@
 #include "backend/cuda/act_quant.h"
 #include "backend/cuda/dequant.h"
 #include "backend/cuda/gemm.h"
-#include "backend/cuda/launch.h"
 #include "backend/cuda/matvec.h"
 #include "backend/cuda/matvec_launch.h"
 #include "backend/cuda/quant_mma.h"
@@ -654,32 +653,6 @@ TEST_P(GemmTest, QuantMmaMatchesReferenceForEveryRowCount) {
     ASSERT_OK(gemm(handle_, args, ws, nullptr));
     ASSERT_CUDA(cudaDeviceSynchronize());
     expect_close(y_dev.download(), y_stride, reference_product(m, x, x_stride, n_act), rows, n_act,
-                 gemm_tolerance(type));
-  }
-}
-
-// More tiles of 32 weight rows than the SMs hold CTAs: a CTA takes several, loading the next
-// one's weights before it adds the last one's sums.
-TEST_P(GemmTest, QuantMmaTakesSeveralTilesPerCta) {
-  const TensorType type = GetParam();
-  if (!quant_mma_supported(type)) GTEST_SKIP() << "float weights go to cuBLAS as they are";
-  const int64_t cols = round_cols(type, 300);
-  const int64_t rows = 32 * (4 * int64_t{current_device_sm_count()} + 1) + 13;
-  const HostMatrix m = make_matrix(type, rows, cols, 83);
-  UploadedMatrix w = upload(m);
-  ASSERT_NE(w.view.quants, nullptr);
-  for (const int64_t n_act : {3, 16, 40}) {
-    SCOPED_TRACE("activation rows " + std::to_string(n_act));
-    const std::vector<float> x = random_floats(n_act * cols, 200 + n_act);
-    DeviceArray<float> x_dev(x);
-    DeviceArray<float> y_dev(n_act * rows);
-    y_dev.poison();
-    DeviceArray<uint8_t> act_half(gemm_act_half_bytes(n_act, cols));
-    GemmWorkspace ws{act_half.get(), act_half.size(), nullptr, 0};
-    GemmArgs args = gemm_args(w.view, x_dev.get(), cols, n_act, y_dev.get(), rows);
-    ASSERT_OK(gemm(handle_, args, ws, nullptr));
-    ASSERT_CUDA(cudaDeviceSynchronize());
-    expect_close(y_dev.download(), rows, reference_product(m, x, cols, n_act), rows, n_act,
                  gemm_tolerance(type));
   }
 }

@@ -44,12 +44,10 @@ __device__ __forceinline__ void decode_half_run(const uint32_t (&codes)[4], __ha
   }
 }
 
-// One pass: tiles of 32 weight rows times up to 8 * NT activation rows. CTA c takes tiles c,
-// c + gridDim.x, ...; each warp's first loads of the next tile go out before the tile's sums
-// are added, so that an SM's stream of weights does not stop between its tiles.
+// One pass: the CTA's 32 weight rows times up to 8 * NT activation rows.
 template <TensorType T, int NT>
 __global__ void __launch_bounds__(32 * kWarps<NT>)
-    quant_mma_kernel(const __grid_constant__ QuantMmaArgs a, int units, int steps, int tiles) {
+    quant_mma_kernel(const __grid_constant__ QuantMmaArgs a, int units, int steps) {
   using F = Format<T>;
   using L = MmaLanes<T, NT>;
   using Raw = typename L::Raw;
@@ -61,154 +59,130 @@ __global__ void __launch_bounds__(32 * kWarps<NT>)
   const int warp = threadIdx.x >> 5;
   const int g = lane >> 2;
   const int q = lane & 3;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kTileRows;
+  int64_t rows[kLaneRows];
+#pragma unroll
+  for (int i = 0; i < kLaneRows; ++i) rows[i] = min(row0 + g + 8 * i, a.w.rows - 1);
   // The warp's steps: a contiguous share of the row's units.
   const int t_begin = static_cast<int>(static_cast<int64_t>(steps) * warp / kWarps<NT>);
   const int t_end = static_cast<int>(static_cast<int64_t>(steps) * (warp + 1) / kWarps<NT>);
   auto lane_step = [&](int t) { return LaneStep{t, q, min(kUnitsAStep * t + q, units - 1)}; };
-  auto load = [&](int tile, int t, Raw(&raw)[kLaneRows]) {
+  auto load = [&](int t, Raw(&raw)[kLaneRows]) {
     const LaneStep s = lane_step(t);
-    const int64_t row0 = static_cast<int64_t>(tile) * kTileRows;
 #pragma unroll
-    for (int i = 0; i < kLaneRows; ++i)
-      raw[i] = L::load(a.w, min(row0 + g + 8 * i, a.w.rows - 1), s);
+    for (int i = 0; i < kLaneRows; ++i) raw[i] = L::load(a.w, rows[i], s);
   };
+  float acc[2][NT][4];
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[m][n][j] = 0.0f;
+    }
+  }
   Raw raw[kLaneRows];
   // The weights are constant: the first step's loads go out before the wait for the kernel
   // that writes the activations (launch.cuh).
-  if (t_begin < t_end) load(blockIdx.x, t_begin, raw);
+  if (t_begin < t_end) load(t_begin, raw);
   pdl_wait();
   const __half* x = static_cast<const __half*>(a.x_half);
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const int64_t row0 = static_cast<int64_t>(tile) * kTileRows;
-    float acc[2][NT][4];
+  for (int t = t_begin; t < t_end; ++t) {
+    Raw next[kLaneRows];
+    if (t + 1 < t_end) load(t + 1, next);
+    // The row's last step may hold fewer than four units (whole units only): the others
+    // repeat the last unit (finite weights) against zero activations. K-quant rows are whole
+    // super-blocks of 8 units, so every step is full.
+    const bool valid = kWholeSteps<T> || kUnitsAStep * t + q < units;
+    const LaneStep step = lane_step(t);
+    // Each run's scales (and mins) of its two halves, in the low and high halves of a half2.
+    __half2 scale[kLaneRows][F::kRuns], min_value[kLaneRows][F::kRuns];
 #pragma unroll
-    for (int m = 0; m < 2; ++m) {
-#pragma unroll
-      for (int n = 0; n < NT; ++n) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) acc[m][n][j] = 0.0f;
-      }
+    for (int i = 0; i < kLaneRows; ++i) {
+      lane_half_scales<L>(raw[i], step, scale[i], min_value[i]);
     }
-    for (int t = t_begin; t < t_end; ++t) {
-      Raw next[kLaneRows];
-      if (t + 1 < t_end) {
-        load(tile, t + 1, next);
-      } else if (tile + static_cast<int>(gridDim.x) < tiles) {
-        load(tile + gridDim.x, t_begin, next);
-      }
-      // The row's last step may hold fewer than four units (whole units only): the others
-      // repeat the last unit (finite weights) against zero activations. K-quant rows are whole
-      // super-blocks of 8 units, so every step is full.
-      const bool valid = kWholeSteps<T> || kUnitsAStep * t + q < units;
-      const LaneStep step = lane_step(t);
-      // Each run's scales (and mins) of its two halves, in the low and high halves of a half2.
-      __half2 scale[kLaneRows][F::kRuns], min_value[kLaneRows][F::kRuns];
+#pragma unroll
+    for (int k = 0; k < F::kRuns; ++k) {
+      // The run's 16 activations of each row, two 16-byte loads: the first pair goes out before
+      // the weights are decoded, which hides its latency; with 8 tiles the second pair waits
+      // until then (registers).
+      uint4 xa[NT], xb[NT];
+      auto load_x = [&](uint4(&v)[NT], int half) {
+        const int col = L::x_col(step, k, half);
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+          const int64_t x_row = min(static_cast<int64_t>(8 * n + g), a.n_rows - 1) * a.x_stride;
+          v[n] = __ldg(reinterpret_cast<const uint4*>(x + x_row + col));
+        }
+      };
+      load_x(xa, 0);
+      if constexpr (NT <= 4) load_x(xb, 1);
+      uint32_t w[kLaneRows][F::kRunLen / 2];
 #pragma unroll
       for (int i = 0; i < kLaneRows; ++i) {
-        lane_half_scales<L>(raw[i], step, scale[i], min_value[i]);
+        uint32_t codes[4];
+        L::codes(raw[i], step, k, codes);
+        decode_half_run<F>(codes, scale[i][k], min_value[i][k], w[i]);
       }
+      if constexpr (NT > 4) load_x(xb, 1);
 #pragma unroll
-      for (int k = 0; k < F::kRuns; ++k) {
-        // The run's 16 activations of each row, two 16-byte loads: the first pair goes out before
-        // the weights are decoded, which hides its latency; with 8 tiles the second pair waits
-        // until then (registers).
-        uint4 xa[NT], xb[NT];
-        auto load_x = [&](uint4(&v)[NT], int half) {
-          const int col = L::x_col(step, k, half);
+      for (int s = 0; s < F::kRunLen / 4; ++s) {
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+          const uint32_t frag[4] = {w[2 * m][2 * s], w[2 * m + 1][2 * s], w[2 * m][2 * s + 1],
+                                    w[2 * m + 1][2 * s + 1]};
 #pragma unroll
           for (int n = 0; n < NT; ++n) {
-            const int64_t x_row = min(static_cast<int64_t>(8 * n + g), a.n_rows - 1) * a.x_stride;
-            v[n] = __ldg(reinterpret_cast<const uint4*>(x + x_row + col));
-          }
-        };
-        load_x(xa, 0);
-        if constexpr (NT <= 4) load_x(xb, 1);
-        uint32_t w[kLaneRows][F::kRunLen / 2];
-#pragma unroll
-        for (int i = 0; i < kLaneRows; ++i) {
-          uint32_t codes[4];
-          L::codes(raw[i], step, k, codes);
-          decode_half_run<F>(codes, scale[i][k], min_value[i][k], w[i]);
-        }
-        if constexpr (NT > 4) load_x(xb, 1);
-#pragma unroll
-        for (int s = 0; s < F::kRunLen / 4; ++s) {
-#pragma unroll
-          for (int m = 0; m < 2; ++m) {
-            const uint32_t frag[4] = {w[2 * m][2 * s], w[2 * m + 1][2 * s], w[2 * m][2 * s + 1],
-                                      w[2 * m + 1][2 * s + 1]};
-#pragma unroll
-            for (int n = 0; n < NT; ++n) {
-              const uint4& v = s < 2 ? xa[n] : xb[n];
-              const uint32_t b0 = (s & 1) == 0 ? v.x : v.z;
-              const uint32_t b1 = (s & 1) == 0 ? v.y : v.w;
-              mma_16816(acc[m][n], frag, valid ? b0 : 0u, valid ? b1 : 0u);
-            }
+            const uint4& v = s < 2 ? xa[n] : xb[n];
+            const uint32_t b0 = (s & 1) == 0 ? v.x : v.z;
+            const uint32_t b1 = (s & 1) == 0 ? v.y : v.w;
+            mma_16816(acc[m][n], frag, valid ? b0 : 0u, valid ? b1 : 0u);
           }
         }
       }
-#pragma unroll
-      for (int i = 0; i < kLaneRows; ++i) raw[i] = next[i];
     }
-    // Fragment value j of lane (g, q) in tile (m, n): weight row 16 m + g + 8 (j / 2), activation
-    // row 8 n + 2 q + j % 2. The warps' partials are added one m tile at a time, in warp order.
 #pragma unroll
-    for (int m = 0; m < 2; ++m) {
-      // The previous m tile's (or weight tile's) sums have been read.
-      if (m > 0 || tile != static_cast<int>(blockIdx.x)) __syncthreads();
+    for (int i = 0; i < kLaneRows; ++i) raw[i] = next[i];
+  }
+  // Fragment value j of lane (g, q) in tile (m, n): weight row 16 m + g + 8 (j / 2), activation
+  // row 8 n + 2 q + j % 2. The warps' partials are added one m tile at a time, in warp order.
 #pragma unroll
-      for (int n = 0; n < NT; ++n) {
+  for (int m = 0; m < 2; ++m) {
+    if (m > 0) __syncthreads();  // the previous tile's sums have been read
 #pragma unroll
-        for (int j = 0; j < 4; ++j) partial[warp][n * 4 + j][lane] = acc[m][n][j];
-      }
-      __syncthreads();
-      for (int idx = threadIdx.x; idx < NT * 4 * 32; idx += 32 * kWarps<NT>) {
-        const int value = idx >> 5;
-        const int l = idx & 31;
-        float sum = 0.0f;
+    for (int n = 0; n < NT; ++n) {
 #pragma unroll
-        for (int wp = 0; wp < kWarps<NT>; ++wp) sum += partial[wp][value][l];
-        const int n = value / 4;
-        const int j = value % 4;
-        const int64_t row = row0 + 16 * m + (l >> 2) + 8 * (j >> 1);
-        const int64_t b = 8 * n + 2 * (l & 3) + (j & 1);
-        if (row >= a.w.rows || b >= a.n_rows) continue;
-        if (a.y_half != nullptr) {
-          static_cast<__half*>(a.y_half)[b * a.y_stride + row] = __float2half_rn(sum);
-        } else {
-          if (a.bias != nullptr) sum += a.bias[row];
-          float* y = a.y + b * a.y_stride + row;
-          *y = a.accumulate ? *y + sum : sum;
-        }
+      for (int j = 0; j < 4; ++j) partial[warp][n * 4 + j][lane] = acc[m][n][j];
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < NT * 4 * 32; idx += 32 * kWarps<NT>) {
+      const int value = idx >> 5;
+      const int l = idx & 31;
+      float sum = 0.0f;
+#pragma unroll
+      for (int wp = 0; wp < kWarps<NT>; ++wp) sum += partial[wp][value][l];
+      const int n = value / 4;
+      const int j = value % 4;
+      const int64_t row = row0 + 16 * m + (l >> 2) + 8 * (j >> 1);
+      const int64_t b = 8 * n + 2 * (l & 3) + (j & 1);
+      if (row >= a.w.rows || b >= a.n_rows) continue;
+      if (a.y_half != nullptr) {
+        static_cast<__half*>(a.y_half)[b * a.y_stride + row] = __float2half_rn(sum);
+      } else {
+        if (a.bias != nullptr) sum += a.bias[row];
+        float* y = a.y + b * a.y_stride + row;
+        *y = a.accumulate ? *y + sum : sum;
       }
     }
   }
 }
 
-// CTAs of quant_mma_kernel<T, NT> an SM holds at once (asked of the runtime once).
-template <TensorType T, int NT>
-int ctas_per_sm() {
-  static const int n = [] {
-    int blocks = 1;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, quant_mma_kernel<T, NT>,
-                                                      32 * kWarps<NT>, 0) != cudaSuccess) {
-      blocks = 1;
-    }
-    return std::max(blocks, 1);
-  }();
-  return n;
-}
-
 // One pass of up to 8 * NT activation rows, on kWarps<NT> warps a CTA.
-// As many CTAs as the SMs hold at once, or one a tile.
 template <TensorType T, int NT>
-Status launch_pass(const QuantMmaArgs& pass, int64_t tiles, int64_t units, int64_t steps,
+Status launch_pass(const QuantMmaArgs& pass, int64_t ctas, int64_t units, int64_t steps,
                    LaunchStream stream) {
-  const int64_t ctas = std::min<int64_t>(
-      tiles, static_cast<int64_t>(current_device_sm_count()) * ctas_per_sm<T, NT>());
   LS_CUDA_CHECK(launch_kernel(quant_mma_kernel<T, NT>, static_cast<unsigned>(ctas), 32 * kWarps<NT>,
-                              0, stream, pass, static_cast<int>(units), static_cast<int>(steps),
-                              static_cast<int>(tiles)));
+                              0, stream, pass, static_cast<int>(units), static_cast<int>(steps)));
   return Status::ok();
 }
 
@@ -219,8 +193,8 @@ Status launch_passes(const QuantMmaArgs& args, LaunchStream stream) {
   // Quad pieces and K-quant rows take every step whole (a super-block is 8 units).
   LS_CUDA_REQUIRE((!kQuadPieces<T> && !kWholeSteps<T>) || units % kUnitsAStep == 0);
   const int64_t steps = (units + kUnitsAStep - 1) / kUnitsAStep;
-  const int64_t tiles = (args.w.rows + kTileRows - 1) / kTileRows;
-  LS_CUDA_REQUIRE(tiles <= 0x7fffffff);
+  const int64_t ctas = (args.w.rows + kTileRows - 1) / kTileRows;
+  LS_CUDA_REQUIRE(ctas <= 0x7fffffff);
   for (int64_t first = 0; first < args.n_rows; first += kQuantMmaRows) {
     QuantMmaArgs pass = args;
     pass.n_rows = std::min<int64_t>(kQuantMmaRows, args.n_rows - first);
@@ -232,13 +206,13 @@ Status launch_passes(const QuantMmaArgs& args, LaunchStream stream) {
     }
     // Tiles of 8 activation rows: 5 and 7 run as 6 and 8 (fewer kernels to build).
     switch ((pass.n_rows + 7) / 8) {
-      case 1: LS_RETURN_IF_ERROR((launch_pass<T, 1>(pass, tiles, units, steps, stream))); break;
-      case 2: LS_RETURN_IF_ERROR((launch_pass<T, 2>(pass, tiles, units, steps, stream))); break;
-      case 3: LS_RETURN_IF_ERROR((launch_pass<T, 3>(pass, tiles, units, steps, stream))); break;
-      case 4: LS_RETURN_IF_ERROR((launch_pass<T, 4>(pass, tiles, units, steps, stream))); break;
+      case 1: LS_RETURN_IF_ERROR((launch_pass<T, 1>(pass, ctas, units, steps, stream))); break;
+      case 2: LS_RETURN_IF_ERROR((launch_pass<T, 2>(pass, ctas, units, steps, stream))); break;
+      case 3: LS_RETURN_IF_ERROR((launch_pass<T, 3>(pass, ctas, units, steps, stream))); break;
+      case 4: LS_RETURN_IF_ERROR((launch_pass<T, 4>(pass, ctas, units, steps, stream))); break;
       case 5:
-      case 6: LS_RETURN_IF_ERROR((launch_pass<T, 6>(pass, tiles, units, steps, stream))); break;
-      default: LS_RETURN_IF_ERROR((launch_pass<T, 8>(pass, tiles, units, steps, stream))); break;
+      case 6: LS_RETURN_IF_ERROR((launch_pass<T, 6>(pass, ctas, units, steps, stream))); break;
+      default: LS_RETURN_IF_ERROR((launch_pass<T, 8>(pass, ctas, units, steps, stream))); break;
     }
   }
   return Status::ok();
