@@ -78,6 +78,26 @@ struct DeviceKvArray {
   }
 };
 
+// Elements of `h` (rows of halves of `type`) that are not the conversion of x's (convert_to_half:
+// f16 saturated to ±65504, bf16 rounded to nearest even).
+int count_half_mismatches(const std::vector<float>& x, int64_t x_stride, int64_t rows, int64_t n,
+                          const std::vector<uint16_t>& h, int64_t h_stride, HalfType type) {
+  int mismatches = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < n; ++c) {
+      const float v = x[r * x_stride + c];
+      const uint16_t want = type == HalfType::kF16
+                                ? float_to_half(std::clamp(v, -65504.0f, 65504.0f)).bits
+                                : float_to_bf16(v).bits;
+      if (h[r * h_stride + c] != want && ++mismatches <= 5) {
+        ADD_FAILURE() << "half [" << r << "][" << c << "] is 0x" << std::hex << h[r * h_stride + c]
+                      << ", want 0x" << want << std::dec << " (" << v << ")";
+      }
+    }
+  }
+  return mismatches;
+}
+
 struct AttentionCase {
   const char* name;
   int head_dim;
@@ -290,9 +310,20 @@ TEST_P(AttentionTest, MatchesReference) {
     }
   }
   if (q8_output) a.out_q = q8_rows_view(out_q8.get(), rows, q_dim);
+  // The output also as halves (a GEMM output projection's input), written by the decode kernel
+  // or converted after the others: f16, or bf16 for the Q8_0 cache's cases.
+  const int64_t half_stride = q_dim + 6;
+  DeviceArray<uint16_t> out_half(rows * half_stride);
+  out_half.poison();
+  const HalfType half_type = c.kv_type == KvType::kQ8_0 ? HalfType::kBF16 : HalfType::kF16;
+  a.out_half = HalfRows{out_half.get(), half_stride, half_type};
   ASSERT_OK(configure_attention_kernels());
   ASSERT_OK(attention(a, stream));
   ASSERT_CUDA(cudaDeviceSynchronize());
+  EXPECT_EQ(count_half_mismatches(out_dev.download(), out_stride, rows, q_dim, out_half.download(),
+                                  half_stride, half_type),
+            0)
+      << "half output";
   if (q8_output) {
     EXPECT_EQ(count_q8_mismatches(out_dev.download(), out_stride, rows, q_dim, out_q8, a.out_q), 0)
         << "8-bit output";
@@ -310,6 +341,7 @@ TEST_P(AttentionTest, MatchesReference) {
     for (int launch = 0; launch < 2; ++launch) {
       out_dev.poison();
       out_q8.poison();
+      out_half.poison();
       ASSERT_OK(attention(a, nullptr));
       ASSERT_CUDA(cudaDeviceSynchronize());
       const std::vector<float> combined = out_dev.download();
@@ -319,6 +351,10 @@ TEST_P(AttentionTest, MatchesReference) {
       EXPECT_EQ(counters.download(), zeros) << "launch " << launch;
       EXPECT_EQ(count_q8_mismatches(combined, out_stride, rows, q_dim, out_q8, a.out_q), 0)
           << "8-bit output, split counters";
+      EXPECT_EQ(count_half_mismatches(combined, out_stride, rows, q_dim, out_half.download(),
+                                      half_stride, half_type),
+                0)
+          << "half output, split counters";
     }
     a.split_counters = nullptr;
   }

@@ -504,6 +504,9 @@ Status attention(const AttentionArgs& a, LaunchStream stream) {
   LS_CUDA_REQUIRE(a.q_stride % 4 == 0 && a.out_stride % 2 == 0);
   LS_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.q) % 16 == 0 &&
                   reinterpret_cast<uintptr_t>(a.out) % 8 == 0);
+  LS_CUDA_REQUIRE(a.out_half.data == nullptr ||
+                  (a.n_batch_rows > 0 && a.out_half.stride % 2 == 0 &&
+                   a.out_half.stride >= static_cast<int64_t>(a.n_head) * a.head_dim));
   LS_CUDA_REQUIRE(a.out_q.qs == nullptr ||
                   (a.out_q.ds != nullptr && a.out_q.qs_stride % 16 == 0 &&
                    a.out_q.qs_stride >= static_cast<int64_t>(a.n_head) * a.head_dim));
@@ -535,8 +538,21 @@ Status attention(const AttentionArgs& a, LaunchStream stream) {
                       (a.kernel == AttentionKernel::kDecode || a.kernel == AttentionKernel::kAuto);
   if (a.n_tiles == 0) return Status::ok();
   LS_CUDA_REQUIRE(a.single_row_tiles >= 0 && a.single_row_tiles <= a.n_tiles);
-  if (a.kernel == AttentionKernel::kAuto && a.single_row_tiles > 0 &&
-      a.single_row_tiles < a.n_tiles && group_size <= kMaxDecodeGroup && decode_blocks) {
+  const bool mixed = a.kernel == AttentionKernel::kAuto && a.single_row_tiles > 0 &&
+                     a.single_row_tiles < a.n_tiles && group_size <= kMaxDecodeGroup &&
+                     decode_blocks;
+  // Halves of the output: the decode kernel writes them where it writes `out` itself (one
+  // split, or its own combination of the splits); elsewhere they are converted after the pass.
+  if (a.out_half.data != nullptr &&
+      (mixed || tensor_cores || !decode || (a.n_splits > 1 && a.split_counters == nullptr))) {
+    AttentionArgs plain = a;
+    plain.out_half = HalfRows{};
+    LS_RETURN_IF_ERROR(attention(plain, stream));
+    return convert_to_half(a.out, a.out_stride, a.n_batch_rows,
+                           static_cast<int64_t>(a.n_head) * a.head_dim, a.out_half.data,
+                           a.out_half.stride, a.out_half.type, stream);
+  }
+  if (mixed) {
     // The one-row tiles on the decode kernel, then the others. Both write disjoint rows.
     AttentionArgs single = a;
     single.n_tiles = a.single_row_tiles;

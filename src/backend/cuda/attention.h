@@ -29,6 +29,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/act_quant.h"
+#include "backend/cuda/elementwise.h"
 #include "backend/cuda/launch.h"
 #include "core/status.h"
 
@@ -123,6 +124,10 @@ struct AttentionArgs {
   // When set (out_q.qs not null), out's rows are also written as 8-bit blocks (act_quant.h):
   // the input of an integer matvec of the output projection.
   Q8Rows out_q;
+  // When set (out_half.data not null), out's rows are also written as halves (elementwise.h):
+  // the input of a GEMM of the output projection. The decode kernel writes them itself (the
+  // same conversion as convert_to_half); a pass on other kernels converts `out` after them.
+  HalfRows out_half;
   // Flash decoding. With n_splits > 1 the partials go to `partial` (see attention_workspace
   // _floats) and a reduce kernel writes `out`; or, for the decode kernel given split_counters
   // (n_batch_rows x n_head_kv of them, zero), the last split's block of each (row, KV head)

@@ -10,6 +10,7 @@
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/attention.h"
 #include "backend/cuda/attention_splits.cuh"
+#include "backend/cuda/half_rows.cuh"
 
 namespace llamaserve::cuda {
 
@@ -58,11 +59,11 @@ __device__ __forceinline__ DecodeBlock decode_block(const AttentionArgs& a) {
 // The block's end. m_s, l_s and acc_s hold each warp's running max, sum and P·V sums per query
 // head (of `group` <= kGroupCap; a warp that saw no position: max -inf, sum 0); warp w's sums of
 // head g at acc_s + w * acc_warp_stride + g * D. The warps' results
-// are combined per head; with one split they are the output (and its 8-bit blocks, given
-// out_q), else the split's partials, and with split counters the last split's block of the
-// (row, KV head) combines the splits (the fence-and-counter pattern: every block fences its
-// partials before it counts itself, the last one fences after). Every thread of the block calls
-// it after a barrier that follows the writes of m_s, l_s and acc_s.
+// are combined per head; with one split they are the output (and its 8-bit blocks and halves,
+// given out_q and out_half), else the split's partials, and with split counters the last split's
+// block of the (row, KV head) combines the splits (the fence-and-counter pattern: every block
+// fences its partials before it counts itself, the last one fences after). Every thread of the
+// block calls it after a barrier that follows the writes of m_s, l_s and acc_s.
 template <int D, int kWarps, int kGroupCap>
 __device__ __forceinline__ void finish_decode_block(const AttentionArgs& a, const DecodeBlock& b,
                                                     int group,
@@ -93,6 +94,7 @@ __device__ __forceinline__ void finish_decode_block(const AttentionArgs& a, cons
     if (b.row_splits == 1) {
       const float o = num / den;
       a.out[static_cast<int64_t>(b.row) * a.out_stride + head * D + d] = o;
+      if (a.out_half.data != nullptr) store_half(a.out_half, b.row, head * D + d, o);
       if (a.out_q.qs != nullptr) {
         quantize_q8_warp(o, lane, a.out_q.qs + b.row * a.out_q.qs_stride + head * D + (d & ~31),
                          a.out_q.ds + b.row * a.out_q.ds_stride + (head * D + d) / kQ8Block);
@@ -125,6 +127,7 @@ __device__ __forceinline__ void finish_decode_block(const AttentionArgs& a, cons
     const int d = i % D;
     const float o = combine_attention_splits<D>(a, b.row, head, d, b.row_splits);
     a.out[static_cast<int64_t>(b.row) * a.out_stride + head * D + d] = o;
+    if (a.out_half.data != nullptr) store_half(a.out_half, b.row, head * D + d, o);
     if (a.out_q.qs != nullptr) {
       quantize_q8_warp(o, lane, a.out_q.qs + b.row * a.out_q.qs_stride + head * D + (d & ~31),
                        a.out_q.ds + b.row * a.out_q.ds_stride + (head * D + d) / kQ8Block);

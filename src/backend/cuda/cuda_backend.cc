@@ -307,10 +307,15 @@ Status CudaBackend::attention_block(const DeviceBatch& b, int32_t layer, const C
   at.n_batch_rows = n;
   const bool wo_q8 = wants_q8(n, {&w.wo});
   at.out_q = wo_q8 ? act.q8 : Q8Rows{};
+  // A GEMM output projection reads the attention's rows as halves, written by attention itself.
+  const std::optional<HalfType> wo_half = gemm_input(n, {&w.wo});
+  if (wo_half) {
+    at.out_half = HalfRows{act.gemm.act_half, gemm_act_half_stride(w.wo.cols), *wo_half};
+  }
   LS_RETURN_IF_ERROR(attention(at, stream));
   LS_RETURN_IF_ERROR(timed("attention", stream));
   return output_projection(w, w.wo, act.attn, act.attn_stride, n, wo_q8, act, stream, pending,
-                           "o-proj");
+                           "o-proj", wo_half);
 }
 
 Status CudaBackend::ffn_block(const DeviceBatch& b, int32_t layer, const CudaKvCache& kv,
