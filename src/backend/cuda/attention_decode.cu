@@ -31,7 +31,7 @@ namespace {
 // groups wider than kDecodeManyWarpsGroup do not fit an SM.
 constexpr int kFewWarps = 4;
 constexpr int kManyWarps = 16;
-constexpr int kUnroll = 8;  // positions per warp per step, their loads in flight together
+constexpr int kUnroll = 4;  // positions per warp per step, their loads in flight together
 
 // One lane's E = D / 32 halves of a row.
 template <int E>

@@ -18,11 +18,11 @@ inline constexpr int kMaxDecodeGroup = 8;
 // Blocks per SM (kernel_bench's decode attention geometry table,
 // bench/results/2026-12-04-h200-decode-attention-geometry.md): over an f16 cache the kernel takes
 // 16 warps a block (one block an SM, 72 registers) for up to kDecodeManyWarpsGroup query heads a
-// KV head where its blocks fit one wave of the SMs, else 4 warps a block (96 registers:
+// KV head where its blocks fit one wave of the SMs, else 4 warps a block (64 registers:
 // kDecodeF16BlocksPerSm blocks an SM); the Q8_0 kernel takes 4 warps a block (128 registers:
 // kDecodeQ8BlocksPerSm). The executor's splits (executor/attention_splits.h) aim at one wave.
 inline constexpr int kDecodeManyWarpsGroup = 4;
-inline constexpr int kDecodeF16BlocksPerSm = 5;
+inline constexpr int kDecodeF16BlocksPerSm = 8;
 inline constexpr int kDecodeQ8BlocksPerSm = 4;
 
 // Positions a warp of the Q8_0 kernel takes at once; its splits start at multiples of it, and
