@@ -310,7 +310,7 @@ std::string bench_decode_attention(int groups, double copy, FILE* csv, LaunchStr
 }
 
 // Decode steps of few sequences (1 to 64 of 192 to 2048 positions, 32 query heads of head_dim
-// 128 over 32 KV heads, f16 cache): the decode kernel with 4 and 16 warps a block and 1 to 8
+// 128 over 32 KV heads, f16 cache): the decode kernel with 4, 8 and 16 warps a block and 1 to 8
 // flash-decoding splits (combined by each row's last block), and the kernel's own block size.
 // Where (sequences x KV heads x splits) blocks of 16 warps outnumber the SMs, those run in
 // waves; the table shows which geometry such steps should take.
@@ -357,7 +357,7 @@ std::string bench_decode_attention_geometry(int groups, double copy, FILE* csv,
     a.kernel = AttentionKernel::kDecode;
     rows.set(a);
     const double bytes = 2.0 * 2.0 * shape.seqs * shape.context * kHeads * kHeadDim;
-    for (const int warps : {0, 4, 16}) {
+    for (const int warps : {0, 4, 8, 16}) {
       for (int splits = 1; splits <= kMaxSplits; splits *= 2) {
         a.decode_warps = warps;
         a.n_splits = splits;

@@ -28,8 +28,10 @@ int32_t choose_attention_splits(const AttentionSplitShape& s) {
   // ahead of a mixed pass's prompt tiles).
   const int64_t decode_pairs =
       std::max<int64_t>(s.one_row_tiles ? s.n_tiles : s.single_row_tiles, 1) * heads;
-  const int64_t wave = s.decode_many_warps && decode_pairs <= sms
-                           ? sms
+  const int64_t mid_wave = std::max<int64_t>(s.decode_mid_blocks_per_sm, 1) * sms;
+  const int64_t wave = s.decode_many_warps && decode_pairs <= sms ? sms
+                       : s.decode_mid_warps && decode_pairs <= mid_wave
+                           ? mid_wave
                            : std::max<int64_t>(s.decode_blocks_per_sm, 1) * sms;
   int64_t fill = 1;
   if (s.one_row_tiles) {

@@ -23,9 +23,12 @@ struct AttentionSplitShape {
   int32_t sm_count = 1;
   bool one_row_tiles = false;  // every tile one row: the decode kernel
   // The decode kernel's blocks (backend/cuda/attention_decode.h): 16 warps a block, one an SM,
-  // where the (tile, KV head) pairs fit the SMs and it may (decode_many_warps); else
-  // decode_blocks_per_sm blocks of 4 warps an SM.
+  // where the (tile, KV head) pairs fit the SMs and it may (decode_many_warps); else 8 warps,
+  // decode_mid_blocks_per_sm an SM, where the pairs fit those and it may (decode_mid_warps);
+  // else decode_blocks_per_sm blocks of 4 warps an SM.
   bool decode_many_warps = false;
+  bool decode_mid_warps = false;
+  int32_t decode_mid_blocks_per_sm = 1;
   int32_t decode_blocks_per_sm = 1;
   int64_t max_split_rows = 0;  // rows x splits the partials' workspace holds
   int64_t max_tiles = 0;       // split tiles the staging holds
@@ -41,7 +44,8 @@ inline constexpr int32_t kPromptBlocksPerSm = 2;
 
 // A power of two (so that few CUDA graphs are captured), at least 1:
 //   - a decode step: as many (tile, KV head, split) blocks as the SMs run in one wave, not more:
-//     16-warp blocks one an SM, 4-warp blocks decode_blocks_per_sm (in waves a step waits for
+//     16-warp blocks one an SM, 8-warp blocks decode_mid_blocks_per_sm, 4-warp blocks
+//     decode_blocks_per_sm (in waves a step waits for
 //     its slowest blocks; 4 sequences of 640 positions 14.2 us in one split of 16-warp blocks
 //     against 25.3 in the four that filled the GPU twice, 16 of 640 53.0 in two splits of 4-warp
 //     blocks against 63.1 in one: bench/results/2026-12-04-h200-decode-attention-geometry.md);

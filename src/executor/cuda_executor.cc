@@ -358,6 +358,8 @@ AttentionSplitShape CudaExecutor::split_shape(const Batch& piece) const {
   shape.max_tiles = limits_.max_tokens;
   const bool f16_cache = request_.kv_type == cuda::KvType::kF16;
   shape.decode_many_warps = f16_cache && model_->config.group_size() <= cuda::kDecodeManyWarpsGroup;
+  shape.decode_mid_warps = f16_cache && model_->config.group_size() <= cuda::kDecodeMidWarpsGroup;
+  shape.decode_mid_blocks_per_sm = cuda::kDecodeMidWarpsBlocksPerSm;
   shape.decode_blocks_per_sm = f16_cache ? cuda::kDecodeF16BlocksPerSm : cuda::kDecodeQ8BlocksPerSm;
   return shape;
 }

@@ -93,10 +93,14 @@ TEST_F(AttentionKernelChoiceTest, TensorCoresRefuseShapesTheyDoNotHandle) {
   many_warps.n_tiles = 1;             // the block size is checked before the launch
   many_warps.decode_warps = 16;
   expect_decode_refused(many_warps, "16 warps for 8 query heads per KV head");
+  AttentionArgs mid_warps = decode;  // 8 warps: one query head per KV head only
+  mid_warps.n_tiles = 1;
+  mid_warps.decode_warps = 8;
+  expect_decode_refused(mid_warps, "8 warps for 8 query heads per KV head");
   AttentionArgs odd_warps = decode;
   odd_warps.n_tiles = 1;
-  odd_warps.decode_warps = 8;
-  expect_decode_refused(odd_warps, "8 warps");
+  odd_warps.decode_warps = 12;
+  expect_decode_refused(odd_warps, "12 warps");
   // A Q8_0 cache's decode kernel: 4 warps, KV blocks of a multiple of 16 positions.
   DeviceArray<uint16_t> scales(4096);
   AttentionArgs q8_decode = decode;

@@ -514,6 +514,16 @@ INSTANTIATE_TEST_SUITE_P(
                       16},
         AttentionCase{
             "DecodeKernel16WarpsMhaHd64", 64, 3, 3, {{5, 1}, {64, 1}, {1000, 1}}, 1, kDecode, 16},
+        AttentionCase{"DecodeKernel8WarpsMhaHd128Split2",
+                      128,
+                      5,
+                      5,
+                      {{0, 1}, {77, 1}, {1200, 1}, {9, 1}},
+                      2,
+                      kDecode,
+                      8},
+        AttentionCase{
+            "DecodeKernel8WarpsMhaHd64", 64, 3, 3, {{5, 1}, {64, 1}, {333, 1}}, 1, kDecode, 8},
         AttentionCase{"DecodeKernel4WarpsGqa3Hd64Split3",
                       64,
                       9,

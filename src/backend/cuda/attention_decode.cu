@@ -30,6 +30,7 @@ namespace {
 // sequences of 192 positions 24.9 against 21.5 us with 4 warps a block). Registers: 16 warps of
 // groups wider than kDecodeManyWarpsGroup do not fit an SM.
 constexpr int kFewWarps = 4;
+constexpr int kMidWarps = 8;
 constexpr int kManyWarps = 16;
 constexpr int kUnroll = 4;  // positions per warp per step, their loads in flight together
 
@@ -205,9 +206,10 @@ Status launch_group(const AttentionArgs& a, LaunchStream stream) {
   int warps = a.decode_warps;
   if (warps == 0) {
     const int64_t blocks = static_cast<int64_t>(a.n_tiles) * a.n_head_kv * z;
-    warps = G <= kDecodeManyWarpsGroup && blocks <= static_cast<int64_t>(current_device_sm_count())
-                ? kManyWarps
-                : kFewWarps;
+    const int64_t sms = current_device_sm_count();
+    warps = G <= kDecodeManyWarpsGroup && blocks <= sms                               ? kManyWarps
+            : G <= kDecodeMidWarpsGroup && blocks <= kDecodeMidWarpsBlocksPerSm * sms ? kMidWarps
+                                                                                      : kFewWarps;
   }
   if constexpr (G <= kDecodeManyWarpsGroup) {
     if (warps == kManyWarps) {
@@ -216,11 +218,18 @@ Status launch_group(const AttentionArgs& a, LaunchStream stream) {
       return Status::ok();
     }
   }
+  if constexpr (G <= kDecodeMidWarpsGroup) {
+    if (warps == kMidWarps) {
+      LS_CUDA_CHECK(launch_kernel(attention_decode_kernel<D, G, kMidWarps>, grid, 32 * kMidWarps, 0,
+                                  stream, a));
+      return Status::ok();
+    }
+  }
   if (warps != kFewWarps) {
     return make_error(StatusCode::kInvalidArgument,
-                      "attention: the decode kernel runs 4 warps per block, or 16 for up to {} "
-                      "query heads per KV head; not {} for {}",
-                      kDecodeManyWarpsGroup, warps, G);
+                      "attention: the decode kernel runs 4 warps per block, 8 for up to {} and 16 "
+                      "for up to {} query heads per KV head; not {} for {}",
+                      kDecodeMidWarpsGroup, kDecodeManyWarpsGroup, warps, G);
   }
   LS_CUDA_CHECK(
       launch_kernel(attention_decode_kernel<D, G, kFewWarps>, grid, 32 * kFewWarps, 0, stream, a));

@@ -22,6 +22,11 @@ inline constexpr int kMaxDecodeGroup = 8;
 // kDecodeF16BlocksPerSm blocks an SM); the Q8_0 kernel takes 4 warps a block (128 registers:
 // kDecodeQ8BlocksPerSm). The executor's splits (executor/attention_splits.h) aim at one wave.
 inline constexpr int kDecodeManyWarpsGroup = 4;
+// 8 warps a block (64 registers: kDecodeMidWarpsBlocksPerSm blocks an SM) for up to
+// kDecodeMidWarpsGroup query heads a KV head where those blocks fit one wave and 16-warp ones do
+// not: as many warps an SM as 4-warp blocks in two waves, each walking half the positions.
+inline constexpr int kDecodeMidWarpsGroup = 1;
+inline constexpr int kDecodeMidWarpsBlocksPerSm = 4;
 inline constexpr int kDecodeF16BlocksPerSm = 8;
 inline constexpr int kDecodeQ8BlocksPerSm = 4;
 

@@ -17,13 +17,16 @@ int64_t pow2_at_least(int64_t n) {
 }
 
 // The decode kernel's blocks: over an f16 cache (the 7B shape's one query head a KV head) 16
-// warps a block where they fit one wave, else 8 blocks of 4 warps an SM; over a Q8_0 cache 4.
+// warps a block where they fit one wave, else 8 warps (4 blocks an SM) where those do, else 8
+// blocks of 4 warps an SM; over a Q8_0 cache 4.
 struct DecodeBlocks {
   bool many_warps;
+  bool mid_warps;
   int32_t per_sm;
 };
-constexpr DecodeBlocks kF16Blocks{true, 8};
-constexpr DecodeBlocks kQ8Blocks{false, 4};
+constexpr int32_t kMidPerSm = 4;
+constexpr DecodeBlocks kF16Blocks{true, true, 8};
+constexpr DecodeBlocks kQ8Blocks{false, false, 4};
 
 // A decode step: one row (and tile) per sequence.
 int32_t decode_splits(const std::vector<int32_t>& lengths, int64_t max_split_rows = 2048,
@@ -38,13 +41,15 @@ int32_t decode_splits(const std::vector<int32_t>& lengths, int64_t max_split_row
   s.one_row_tiles = true;
   s.max_split_rows = max_split_rows;
   s.decode_many_warps = blocks.many_warps;
+  s.decode_mid_warps = blocks.mid_warps;
+  s.decode_mid_blocks_per_sm = kMidPerSm;
   s.decode_blocks_per_sm = blocks.per_sm;
   return choose_attention_splits(s);
 }
 
 // Contexts of one length: as many blocks as one wave of the SMs holds (16-warp blocks one an SM
-// while the sequences' heads fit the SMs, else the 4-warp blocks an SM holds), no split under 64
-// positions.
+// while the sequences' heads fit the SMs, else 8-warp blocks four an SM while they fit those,
+// else the 4-warp blocks an SM holds), no split under 64 positions.
 TEST(AttentionSplits, EqualContextsFillOneWave) {
   for (const DecodeBlocks blocks : {kF16Blocks, kQ8Blocks}) {
     for (const int32_t n : {1, 2, 4, 16, 64, 256}) {
@@ -52,7 +57,9 @@ TEST(AttentionSplits, EqualContextsFillOneWave) {
         SCOPED_TRACE("sequences " + std::to_string(n) + ", context " + std::to_string(len) +
                      (blocks.many_warps ? ", f16" : ", q8_0"));
         const int64_t pairs = int64_t{n} * kHeads;
-        const int64_t wave = blocks.many_warps && pairs <= kSms ? kSms : blocks.per_sm * kSms;
+        const int64_t wave = blocks.many_warps && pairs <= kSms              ? kSms
+                             : blocks.mid_warps && pairs <= kMidPerSm * kSms ? kMidPerSm * kSms
+                                                                             : blocks.per_sm * kSms;
         int64_t fill = 1;
         while (2 * fill * pairs <= wave) fill *= 2;
         const int64_t by_length =
@@ -63,11 +70,12 @@ TEST(AttentionSplits, EqualContextsFillOneWave) {
     }
   }
   // The shapes the kernel benchmark timed (one KV head a query head, f16): 1 x 2048 four splits
-  // (128 blocks of 16 warps), 4 x 640 one (128), 16 x 640 two (1024 blocks of 4 warps), 32 x 192
+  // (128 blocks of 16 warps), 4 x 640 one (128), 16 x 640 one (512 blocks of 8 warps), 32 x 192
   // one; a Q8_0 cache's 1 x 2048 sixteen (512 blocks of 4 warps).
   EXPECT_EQ(decode_splits({2048}), 4);
   EXPECT_EQ(decode_splits(std::vector<int32_t>(4, 640)), 1);
-  EXPECT_EQ(decode_splits(std::vector<int32_t>(16, 640)), 2);
+  EXPECT_EQ(decode_splits(std::vector<int32_t>(16, 640)), 1);
+  EXPECT_EQ(decode_splits(std::vector<int32_t>(16, 192)), 1);
   EXPECT_EQ(decode_splits(std::vector<int32_t>(32, 192)), 1);
   EXPECT_EQ(decode_splits({2048}, 2048, kQ8Blocks), 16);
 }
