@@ -130,16 +130,16 @@ std::string bench_quant_mma_waves(int sms, size_t rotate_bytes, int groups, doub
     make_weights(TensorType::Q4_K, rows, kCols, rotate_bytes, w);
     const double bytes = static_cast<double>(matvec_weight_bytes(w.views[0]));
     std::string line = fmt::format("| Q4_K | {} | {:.2f} |", rows, rows / 32.0 / sms);
+    QuantMmaArgs a;
+    a.x_half = x_half;
+    a.x_stride = kCols;
+    a.y = y;
+    a.y_stride = rows;
     for (int n : {16, 64}) {
+      a.n_rows = n;
       const double s = time_launches(
           [&](int i) {
-            QuantMmaArgs a;
             a.w = w.views[i % w.views.size()];
-            a.x_half = x_half;
-            a.x_stride = kCols;
-            a.n_rows = n;
-            a.y = y;
-            a.y_stride = rows;
             BENCH_OK(quant_mma(a, stream));
           },
           groups, 10, stream);
