@@ -229,8 +229,6 @@ LS_FORMAT void lane_half_scales(const Raw& raw, LaneStep s, __half2 (&scale)[R],
 template <TensorType T>
 inline constexpr bool kQuadPieces = T == TensorType::Q4_K || T == TensorType::Q6_K;
 template <TensorType T, int NT>
-using MmaLanes =
-    std::conditional_t<kQuadPieces<T> && (NT > 4 || (T == TensorType::Q6_K && NT == 2)),
-                       QuadPieces<T>, WholeUnits<T>>;
+using MmaLanes = std::conditional_t<kQuadPieces<T> && (NT > 4), QuadPieces<T>, WholeUnits<T>>;
 
 }  // namespace llamaserve::cuda
