@@ -78,26 +78,6 @@ struct DeviceKvArray {
   }
 };
 
-// Elements of `h` (rows of halves of `type`) that are not the conversion of x's (convert_to_half:
-// f16 saturated to ±65504, bf16 rounded to nearest even).
-int count_half_mismatches(const std::vector<float>& x, int64_t x_stride, int64_t rows, int64_t n,
-                          const std::vector<uint16_t>& h, int64_t h_stride, HalfType type) {
-  int mismatches = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < n; ++c) {
-      const float v = x[r * x_stride + c];
-      const uint16_t want = type == HalfType::kF16
-                                ? float_to_half(std::clamp(v, -65504.0f, 65504.0f)).bits
-                                : float_to_bf16(v).bits;
-      if (h[r * h_stride + c] != want && ++mismatches <= 5) {
-        ADD_FAILURE() << "half [" << r << "][" << c << "] is 0x" << std::hex << h[r * h_stride + c]
-                      << ", want 0x" << want << std::dec << " (" << v << ")";
-      }
-    }
-  }
-  return mismatches;
-}
-
 struct AttentionCase {
   const char* name;
   int head_dim;

@@ -152,8 +152,8 @@ struct AttentionArgs {
   // copies): the decode kernel loads them before it waits for the kernel that wrote the queries
   // (launch.cuh). Leave false where a kernel of this pass may have written them.
   bool earlier_kv_settled = false;
-  // The decode kernel's warps per block (4, or 16 for up to 4 query heads per KV head; with a
-  // Q8_0 cache 4); 0: 16 where the blocks fit one wave of the SMs (at most one an SM), else 4
+  // The decode kernel's warps per block (4, 8 for one query head per KV head, 16 for up to 4;
+  // with a Q8_0 cache 4); 0: the largest whose blocks fit one wave of the SMs, else 4
   // (attention_decode.h). Tests name it.
   int32_t decode_warps = 0;
 };

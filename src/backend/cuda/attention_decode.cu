@@ -25,10 +25,11 @@
 namespace llamaserve::cuda {
 namespace {
 
-// Warps per block: 4, or 16 where the blocks fit one wave of the SMs (few rows: each warp then
-// takes fewer positions; in waves the SMs would wait for a 16-warp block's last warp, 16
-// sequences of 192 positions 24.9 against 21.5 us with 4 warps a block). Registers: 16 warps of
-// groups wider than kDecodeManyWarpsGroup do not fit an SM.
+// Warps per block: 4, or 16 (8) where those blocks fit one wave of the SMs (few rows: each warp
+// then takes fewer positions; in waves the SMs would wait for a 16-warp block's last warp, 16
+// sequences of 192 positions 24.9 against 21.5 us with 4 warps a block, 16.8 with 8).
+// Registers: 16 warps of groups wider than kDecodeManyWarpsGroup do not fit an SM, 8 warps
+// four an SM only for kDecodeMidWarpsGroup.
 constexpr int kFewWarps = 4;
 constexpr int kMidWarps = 8;
 constexpr int kManyWarps = 16;
