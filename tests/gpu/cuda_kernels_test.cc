@@ -725,6 +725,62 @@ TEST_P(GemmTest, WritesHalfOutput) {
   EXPECT_FALSE(gemm(handle_, args, ws, nullptr).is_ok());
 }
 
+// SwiGLU output (GemmArgs::swiglu): the rows silu(gate) * up as halves, on quant_mma.h's kernel
+// in its epilogue (every pass width, columns that end inside a CTA's 16) and on cuBLAS through
+// silu_mul; bit for bit what the product to fp32 and silu_mul to halves give.
+TEST_P(GemmTest, WritesSwiGluHalves) {
+  const TensorType type = GetParam();
+  const int64_t cols = round_cols(type, 640);
+  const int64_t n_ff = 101, rows = 2 * n_ff, y_stride = rows + 3, h_stride = n_ff + 5;
+  const HostMatrix m = make_matrix(type, rows, cols, 43);
+  UploadedMatrix w = upload(m);
+  ASSERT_NE(w.view.quants, nullptr);
+  const HalfType half = type == TensorType::BF16 ? HalfType::kBF16 : HalfType::kF16;
+  for (const int64_t n_act : {1, 9, 16, 33, 64, 70}) {
+    SCOPED_TRACE("activation rows " + std::to_string(n_act));
+    const std::vector<float> x = random_floats(n_act * cols, 44 + n_act);
+    DeviceArray<float> x_dev(x), y_dev(n_act * y_stride);
+    DeviceArray<uint16_t> want_dev(n_act * h_stride), got_dev(n_act * h_stride);
+    DeviceArray<uint8_t> act_half(gemm_act_half_bytes(n_act, cols));
+    DeviceArray<uint8_t> weight_half(64 * ((cols + 7) / 8 * 8) * 2);
+    GemmWorkspace ws{act_half.get(), act_half.size(), weight_half.get(), weight_half.size()};
+    GemmArgs args = gemm_args(w.view, x_dev.get(), cols, n_act, y_dev.get(), y_stride);
+    for_each_gemm_path(type, args, [&] {
+      want_dev.poison();
+      got_dev.poison();
+      args.swiglu = HalfRows{};
+      ASSERT_OK(gemm(handle_, args, ws, nullptr));
+      ASSERT_OK(silu_mul(y_dev.get(), y_stride, y_dev.get() + n_ff, y_stride, n_act, n_ff, nullptr,
+                         0, nullptr, {}, HalfRows{want_dev.get(), h_stride, half}));
+      y_dev.poison();
+      args.swiglu = HalfRows{got_dev.get(), h_stride, half};
+      ASSERT_OK(gemm(handle_, args, ws, nullptr));
+      ASSERT_CUDA(cudaDeviceSynchronize());
+      const std::vector<uint16_t> want = want_dev.download(), got = got_dev.download();
+      int mismatches = 0;
+      for (int64_t b = 0; b < n_act; ++b) {
+        for (int64_t c = 0; c < n_ff; ++c) {
+          const size_t i = static_cast<size_t>(b * h_stride + c);
+          if (got[i] != want[i] && ++mismatches <= 5) {
+            ADD_FAILURE() << "[" << b << "][" << c << "] is 0x" << std::hex << got[i] << ", want 0x"
+                          << want[i];
+          }
+        }
+      }
+      EXPECT_EQ(mismatches, 0);
+    });
+  }
+  // SwiGLU's halves take the whole product: no half partial, bias or accumulate beside them.
+  DeviceArray<float> x_dev(cols), y_dev(y_stride);
+  DeviceArray<uint16_t> h_dev(h_stride);
+  GemmArgs args = gemm_args(w.view, x_dev.get(), cols, 1, y_dev.get(), y_stride);
+  args.swiglu = HalfRows{h_dev.get(), h_stride, half};
+  args.accumulate = true;
+  DeviceArray<uint8_t> act_half(gemm_act_half_bytes(1, cols));
+  GemmWorkspace ws{act_half.get(), act_half.size(), nullptr, 0};
+  EXPECT_FALSE(gemm(handle_, args, ws, nullptr).is_ok());
+}
+
 INSTANTIATE_TEST_SUITE_P(AllTypes, GemmTest, ::testing::ValuesIn(weight_types()), type_param_name);
 
 }  // namespace

@@ -329,21 +329,47 @@ Status CudaBackend::ffn_block(const DeviceBatch& b, int32_t layer, const CudaKvC
   // Feed-forward block: hidden += w_down · (silu(w_gate · x) * (w_up · x)), x = norm(hidden)
   const bool ffn_q8 = wants_q8(n, {&w.w_gate, &w.w_up});
   const std::optional<HalfType> ffn_half = gemm_input(n, {&w.w_gate, &w.w_up});
-  LS_RETURN_IF_ERROR(norm_hidden(w.ffn_norm, n, ffn_q8, act, stream, pending, ffn_half));
-  LS_RETURN_IF_ERROR(project({{&w.w_gate, act.gate, act.ff_stride, nullptr, false},
-                              {&w.w_up, act.up, act.ff_stride, nullptr, false}},
-                             act.normed, act.embd_stride, n, ffn_q8, act, stream, ffn_half));
-  LS_RETURN_IF_ERROR(timed("norm+gate/up", stream));
+  const Projection gate{&w.w_gate, act.gate, act.ff_stride, nullptr, false};
+  const Projection up{&w.w_up, act.up, act.ff_stride, nullptr, false};
   const bool down_q8 = wants_q8(n, {&w.w_down});
-  // A GEMM down projection reads the SwiGLU's rows as halves, written by silu_mul itself.
+  // A GEMM down projection reads the SwiGLU's rows as halves, written by their producer.
   const std::optional<HalfType> down_half = gemm_input(n, {&w.w_down});
   const HalfRows down_input =
       down_half ? HalfRows{act.gemm.act_half, gemm_act_half_stride(c.n_ff), *down_half}
                 : HalfRows{};
-  LS_RETURN_IF_ERROR(silu_mul(act.gate, act.ff_stride, act.up, act.ff_stride, n, c.n_ff,
-                              down_half ? nullptr : act.gate, act.ff_stride, stream,
-                              down_q8 ? act.q8 : Q8Rows{}, down_input));
-  LS_RETURN_IF_ERROR(timed("silu", stream));
+  // Gate and up in one GEMM that writes the SwiGLU's halves itself (gemm.h): they are the down
+  // projection's input at the start of act.gemm.act_half, so the GEMM reads its own input as
+  // halves after them (where the workspace has room for both).
+  const size_t swiglu_bytes = gemm_act_half_bytes(n, c.n_ff);
+  if (ffn_half && down_half && continues_gemm(gate, up) &&
+      act.gemm.act_half_bytes >= swiglu_bytes + gemm_act_half_bytes(n, c.n_embd)) {
+    GemmWorkspace ws = act.gemm;
+    ws.act_half = static_cast<uint8_t*>(act.gemm.act_half) + swiglu_bytes;
+    ws.act_half_bytes -= swiglu_bytes;
+    LS_RETURN_IF_ERROR(
+        norm_hidden(w.ffn_norm, n, ffn_q8, act, stream, pending, ffn_half, ws.act_half));
+    GemmArgs g;
+    g.w = w.w_gate;
+    g.w.rows += w.w_up.rows;
+    g.x = act.normed;
+    g.x_stride = act.embd_stride;
+    g.x_half_ready = true;
+    g.n_rows = n;
+    g.y = act.gate;
+    g.y_stride = act.ff_stride;
+    g.swiglu = down_input;
+    LS_RETURN_IF_ERROR(gemm(cublas_, g, ws, stream));
+    LS_RETURN_IF_ERROR(timed("norm+gate/up+silu", stream));
+  } else {
+    LS_RETURN_IF_ERROR(norm_hidden(w.ffn_norm, n, ffn_q8, act, stream, pending, ffn_half));
+    LS_RETURN_IF_ERROR(
+        project({gate, up}, act.normed, act.embd_stride, n, ffn_q8, act, stream, ffn_half));
+    LS_RETURN_IF_ERROR(timed("norm+gate/up", stream));
+    LS_RETURN_IF_ERROR(silu_mul(act.gate, act.ff_stride, act.up, act.ff_stride, n, c.n_ff,
+                                down_half ? nullptr : act.gate, act.ff_stride, stream,
+                                down_q8 ? act.q8 : Q8Rows{}, down_input));
+    LS_RETURN_IF_ERROR(timed("silu", stream));
+  }
   return output_projection(w, w.w_down, act.gate, act.ff_stride, n, down_q8, act, stream, pending,
                            "down", down_half);
 }
@@ -372,7 +398,7 @@ Status CudaBackend::forward(const DeviceBatch& b, const LayerRange& range, const
 
 Status CudaBackend::norm_hidden(const float* weight, int64_t n_rows, bool q8, CudaActivations& act,
                                 LaunchStream stream, PendingSum* pending,
-                                std::optional<HalfType> half) const {
+                                std::optional<HalfType> half, void* half_rows) const {
   RmsNormArgs norm;
   norm.x = act.hidden;
   norm.x_stride = act.embd_stride;
@@ -385,7 +411,8 @@ Status CudaBackend::norm_hidden(const float* weight, int64_t n_rows, bool q8, Cu
   norm.yq = q8 ? act.q8 : Q8Rows{};
   if (half) {
     norm.y = nullptr;
-    norm.y_half = HalfRows{act.gemm.act_half, gemm_act_half_stride(config_.n_embd), *half};
+    norm.y_half = HalfRows{half_rows != nullptr ? half_rows : act.gemm.act_half,
+                           gemm_act_half_stride(config_.n_embd), *half};
   }
   if (pending != nullptr) {
     LS_RETURN_IF_ERROR(rank_sum_->consume(*pending, sum_rows(n_rows, act, stream), norm));

@@ -142,10 +142,11 @@ class CudaBackend {
   // act.normed = rmsnorm(act.hidden) with `weight` over n_rows rows, also as 8-bit blocks in
   // act.q8 when `q8` (the next products run as integer matvecs). With *pending, first adds
   // what act.hidden lacks (RankSum::consume, which clears it).
-  // With `half`, the normalized rows go to act.gemm.act_half as those halves instead.
+  // With `half`, the normalized rows go as those halves to half_rows instead (null:
+  // act.gemm.act_half), row stride gemm_act_half_stride(n_embd).
   Status norm_hidden(const float* weight, int64_t n_rows, bool q8, CudaActivations& act,
                      LaunchStream stream, PendingSum* pending = nullptr,
-                     std::optional<HalfType> half = {}) const;
+                     std::optional<HalfType> half = {}, void* half_rows = nullptr) const;
 
   ModelConfig config_;
   CudaWeights weights_;

@@ -9,6 +9,7 @@
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/half_rows.cuh"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/swiglu.cuh"
 
 namespace llamaserve::cuda {
 namespace {
@@ -97,8 +98,7 @@ struct SiluMul {
   float* out;
   int64_t out_stride;
   __device__ float value(int64_t r, int64_t c) const {
-    const float g = gate[r * gate_stride + c];
-    return g / (1.0f + __expf(-g)) * up[r * up_stride + c];
+    return silu_times(gate[r * gate_stride + c], up[r * up_stride + c]);
   }
   __device__ void operator()(int64_t r, int64_t c) const { out[r * out_stride + c] = value(r, c); }
 };
@@ -110,9 +110,9 @@ struct SiluMulToHalf {
   __device__ void quad(int64_t r, int64_t c) const {
     const float4 g = *reinterpret_cast<const float4*>(op.gate + r * op.gate_stride + c);
     const float4 u = *reinterpret_cast<const float4*>(op.up + r * op.up_stride + c);
-    auto silu = [](float x) { return x / (1.0f + __expf(-x)); };
     store_half4(out, r, c,
-                make_float4(silu(g.x) * u.x, silu(g.y) * u.y, silu(g.z) * u.z, silu(g.w) * u.w));
+                make_float4(silu_times(g.x, u.x), silu_times(g.y, u.y), silu_times(g.z, u.z),
+                            silu_times(g.w, u.w)));
   }
   bool quads() const {
     return quad_aligned(op.gate, op.gate_stride, 4, 16) &&

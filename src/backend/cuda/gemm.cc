@@ -29,6 +29,13 @@ Status gemm_slice(cublasHandle_t handle, const void* a, int64_t lda, int64_t m, 
   return Status::ok();
 }
 
+// GemmArgs::swiglu from the product's fp32 gate and up in y.
+Status swiglu_halves(const GemmArgs& g, LaunchStream stream) {
+  const int64_t n = g.w.rows / 2;
+  return silu_mul(g.y, g.y_stride, g.y + n, g.y_stride, g.n_rows, n, nullptr, 0, stream, {},
+                  g.swiglu);
+}
+
 }  // namespace
 
 int64_t gemm_act_half_stride(int64_t cols) { return padded_cols(cols); }
@@ -42,6 +49,9 @@ Status gemm(cublasHandle_t handle, const GemmArgs& g, const GemmWorkspace& ws,
   LS_CUDA_REQUIRE(handle != nullptr && g.w.quants != nullptr && g.x != nullptr);
   LS_CUDA_REQUIRE(g.y_half != nullptr ? g.y == nullptr && g.bias == nullptr && !g.accumulate
                                       : g.y != nullptr);
+  const bool swiglu = g.swiglu.data != nullptr;
+  LS_CUDA_REQUIRE(!swiglu || (g.y_half == nullptr && g.bias == nullptr && !g.accumulate &&
+                              g.w.rows % 2 == 0 && g.swiglu.stride >= g.w.rows / 2));
   LS_CUDA_REQUIRE(g.n_rows >= 0 && g.x_stride >= g.w.cols && g.y_stride >= g.w.rows);
   if (g.n_rows == 0) return Status::ok();
   const int64_t ldx = padded_cols(g.w.cols);
@@ -58,12 +68,17 @@ Status gemm(cublasHandle_t handle, const GemmArgs& g, const GemmWorkspace& ws,
     q.x_half = ws.act_half;
     q.x_stride = ldx;
     q.n_rows = g.n_rows;
-    q.y = g.y;
     q.y_stride = g.y_stride;
     q.y_half = g.y_half;
     q.bias = g.bias;
     q.accumulate = g.accumulate;
-    return quant_mma(q, stream);
+    if (swiglu && quant_mma_swiglu_supported(g.w.type)) {
+      q.swiglu = g.swiglu;
+      return quant_mma(q, stream);
+    }
+    q.y = g.y;
+    LS_RETURN_IF_ERROR(quant_mma(q, stream));
+    return swiglu ? swiglu_halves(g, stream) : Status::ok();
   }
 
   // cublasSetStream also resets the handle's workspace to cuBLAS's own pool (which may then
@@ -104,7 +119,7 @@ Status gemm(cublasHandle_t handle, const GemmArgs& g, const GemmWorkspace& ws,
   if (g.bias != nullptr) {
     LS_RETURN_IF_ERROR(add_bias(g.y, g.y_stride, g.bias, g.n_rows, g.w.rows, stream));
   }
-  return Status::ok();
+  return swiglu ? swiglu_halves(g, stream) : Status::ok();
 }
 
 }  // namespace llamaserve::cuda

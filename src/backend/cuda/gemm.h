@@ -16,6 +16,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/device_matrix.h"
+#include "backend/cuda/elementwise.h"
 #include "backend/cuda/launch.h"
 #include "core/status.h"
 
@@ -43,6 +44,12 @@ struct GemmArgs {
   // saturating to inf beyond their range), row stride y_stride: a tensor-parallel partial
   // summed in half precision. Not with bias or accumulate.
   void* y_half = nullptr;
+  // When set, w's first rows / 2 rows are a gate and the others its up projection, and the
+  // product goes on to SwiGLU's rows silu(gate) * up, written here as halves (rows / 2 columns;
+  // elementwise.h's silu_mul to_half, bit for bit): on quant_mma.h's kernel in its epilogue
+  // where it has that output (quant_mma_swiglu_supported), else through y (required: the fp32
+  // gate and up) and silu_mul. Not with y_half, bias or accumulate.
+  HalfRows swiglu;
   const float* bias = nullptr;
   bool accumulate = false;
   // The workspace's act_half already holds x converted for this weight type (a previous gemm

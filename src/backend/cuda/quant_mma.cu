@@ -4,10 +4,12 @@
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/formats.cuh"
+#include "backend/cuda/half_rows.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/matvec.h"
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/quant_mma_lanes.cuh"
+#include "backend/cuda/swiglu.cuh"
 
 namespace llamaserve::cuda {
 namespace {
@@ -44,8 +46,9 @@ __device__ __forceinline__ void decode_half_run(const uint32_t (&codes)[4], __ha
   }
 }
 
-// One pass: the CTA's 32 weight rows times up to 8 * NT activation rows.
-template <TensorType T, int NT>
+// One pass: the CTA's 32 weight rows times up to 8 * NT activation rows; with kSwiGlu, 16 gate
+// rows and their up rows, written as SwiGLU's halves (QuantMmaArgs::swiglu).
+template <TensorType T, int NT, bool kSwiGlu>
 __global__ void __launch_bounds__(32 * kWarps<NT>)
     quant_mma_kernel(const __grid_constant__ QuantMmaArgs a, int units, int steps) {
   using F = Format<T>;
@@ -59,10 +62,16 @@ __global__ void __launch_bounds__(32 * kWarps<NT>)
   const int warp = threadIdx.x >> 5;
   const int g = lane >> 2;
   const int q = lane & 3;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kTileRows;
+  // The CTA's 32 weight rows: 32 consecutive ones, or with SwiGLU output 16 gate rows from row0
+  // (m tile 0) and the up rows of the same columns (m tile 1).
+  const int64_t out_rows = kSwiGlu ? a.w.rows / 2 : a.w.rows;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * (kSwiGlu ? kTileRows / 2 : kTileRows);
   int64_t rows[kLaneRows];
 #pragma unroll
-  for (int i = 0; i < kLaneRows; ++i) rows[i] = min(row0 + g + 8 * i, a.w.rows - 1);
+  for (int i = 0; i < kLaneRows; ++i) {
+    rows[i] = kSwiGlu ? min(row0 + g + 8 * (i % 2), out_rows - 1) + (i < 2 ? 0 : out_rows)
+                      : min(row0 + g + 8 * i, out_rows - 1);
+  }
   // The warp's steps: a contiguous share of the row's units.
   const int t_begin = static_cast<int>(static_cast<int64_t>(steps) * warp / kWarps<NT>);
   const int t_end = static_cast<int>(static_cast<int64_t>(steps) * (warp + 1) / kWarps<NT>);
@@ -144,8 +153,13 @@ __global__ void __launch_bounds__(32 * kWarps<NT>)
 #pragma unroll
     for (int i = 0; i < kLaneRows; ++i) raw[i] = next[i];
   }
-  // Fragment value j of lane (g, q) in tile (m, n): weight row 16 m + g + 8 (j / 2), activation
-  // row 8 n + 2 q + j % 2. The warps' partials are added one m tile at a time, in warp order.
+  // Fragment value j of lane (g, q) in tile (m, n): weight row 16 m + g + 8 (j / 2) of the
+  // CTA's, activation row 8 n + 2 q + j % 2. The warps' partials are added one m tile at a time,
+  // in warp order; a thread's values are the same ones in both tiles, so with SwiGLU output it
+  // keeps its gate sums for the up sums of the same columns.
+  constexpr int kValues = NT * 4 * 32;
+  constexpr int kThreadValues = (kValues + 32 * kWarps<NT> - 1) / (32 * kWarps<NT>);
+  float gate_sum[kThreadValues];
 #pragma unroll
   for (int m = 0; m < 2; ++m) {
     if (m > 0) __syncthreads();  // the previous tile's sums have been read
@@ -155,7 +169,10 @@ __global__ void __launch_bounds__(32 * kWarps<NT>)
       for (int j = 0; j < 4; ++j) partial[warp][n * 4 + j][lane] = acc[m][n][j];
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < NT * 4 * 32; idx += 32 * kWarps<NT>) {
+#pragma unroll
+    for (int v = 0; v < kThreadValues; ++v) {
+      const int idx = threadIdx.x + v * 32 * kWarps<NT>;
+      if (idx >= kValues) break;
       const int value = idx >> 5;
       const int l = idx & 31;
       float sum = 0.0f;
@@ -163,8 +180,17 @@ __global__ void __launch_bounds__(32 * kWarps<NT>)
       for (int wp = 0; wp < kWarps<NT>; ++wp) sum += partial[wp][value][l];
       const int n = value / 4;
       const int j = value % 4;
-      const int64_t row = row0 + 16 * m + (l >> 2) + 8 * (j >> 1);
       const int64_t b = 8 * n + 2 * (l & 3) + (j & 1);
+      if constexpr (kSwiGlu) {
+        const int64_t column = row0 + (l >> 2) + 8 * (j >> 1);
+        if (m == 0) {
+          gate_sum[v] = sum;
+        } else if (column < out_rows && b < a.n_rows) {
+          store_half(a.swiglu, b, column, silu_times(gate_sum[v], sum));
+        }
+        continue;
+      }
+      const int64_t row = row0 + 16 * m + (l >> 2) + 8 * (j >> 1);
       if (row >= a.w.rows || b >= a.n_rows) continue;
       if (a.y_half != nullptr) {
         static_cast<__half*>(a.y_half)[b * a.y_stride + row] = __float2half_rn(sum);
@@ -178,41 +204,59 @@ __global__ void __launch_bounds__(32 * kWarps<NT>)
 }
 
 // One pass of up to 8 * NT activation rows, on kWarps<NT> warps a CTA.
-template <TensorType T, int NT>
+template <TensorType T, int NT, bool kSwiGlu>
 Status launch_pass(const QuantMmaArgs& pass, int64_t ctas, int64_t units, int64_t steps,
                    LaunchStream stream) {
-  LS_CUDA_CHECK(launch_kernel(quant_mma_kernel<T, NT>, static_cast<unsigned>(ctas), 32 * kWarps<NT>,
-                              0, stream, pass, static_cast<int>(units), static_cast<int>(steps)));
+  LS_CUDA_CHECK(launch_kernel(quant_mma_kernel<T, NT, kSwiGlu>, static_cast<unsigned>(ctas),
+                              32 * kWarps<NT>, 0, stream, pass, static_cast<int>(units),
+                              static_cast<int>(steps)));
   return Status::ok();
 }
 
-template <TensorType T>
+template <TensorType T, bool kSwiGlu = false>
 Status launch_passes(const QuantMmaArgs& args, LaunchStream stream) {
   const int64_t units = args.w.cols / kUnitElems<T>;
   LS_CUDA_REQUIRE(units * kUnitElems<T> == args.w.cols && units <= 0x7fffffff);
   // Quad pieces and K-quant rows take every step whole (a super-block is 8 units).
   LS_CUDA_REQUIRE((!kQuadPieces<T> && !kWholeSteps<T>) || units % kUnitsAStep == 0);
   const int64_t steps = (units + kUnitsAStep - 1) / kUnitsAStep;
-  const int64_t ctas = (args.w.rows + kTileRows - 1) / kTileRows;
+  // A CTA's output rows: 32, or 16 columns of SwiGLU output (its gate and up rows).
+  const int64_t out_rows = kSwiGlu ? args.w.rows / 2 : args.w.rows;
+  const int64_t tile_rows = kSwiGlu ? kTileRows / 2 : kTileRows;
+  const int64_t ctas = (out_rows + tile_rows - 1) / tile_rows;
   LS_CUDA_REQUIRE(ctas <= 0x7fffffff);
   for (int64_t first = 0; first < args.n_rows; first += kQuantMmaRows) {
     QuantMmaArgs pass = args;
     pass.n_rows = std::min<int64_t>(kQuantMmaRows, args.n_rows - first);
     pass.x_half = static_cast<const __half*>(args.x_half) + first * args.x_stride;
-    if (args.y_half != nullptr) {
+    if (kSwiGlu) {
+      pass.swiglu.data = static_cast<__half*>(args.swiglu.data) + first * args.swiglu.stride;
+    } else if (args.y_half != nullptr) {
       pass.y_half = static_cast<__half*>(args.y_half) + first * args.y_stride;
     } else {
       pass.y = args.y + first * args.y_stride;
     }
     // Tiles of 8 activation rows: 5 and 7 run as 6 and 8 (fewer kernels to build).
     switch ((pass.n_rows + 7) / 8) {
-      case 1: LS_RETURN_IF_ERROR((launch_pass<T, 1>(pass, ctas, units, steps, stream))); break;
-      case 2: LS_RETURN_IF_ERROR((launch_pass<T, 2>(pass, ctas, units, steps, stream))); break;
-      case 3: LS_RETURN_IF_ERROR((launch_pass<T, 3>(pass, ctas, units, steps, stream))); break;
-      case 4: LS_RETURN_IF_ERROR((launch_pass<T, 4>(pass, ctas, units, steps, stream))); break;
+      case 1:
+        LS_RETURN_IF_ERROR((launch_pass<T, 1, kSwiGlu>(pass, ctas, units, steps, stream)));
+        break;
+      case 2:
+        LS_RETURN_IF_ERROR((launch_pass<T, 2, kSwiGlu>(pass, ctas, units, steps, stream)));
+        break;
+      case 3:
+        LS_RETURN_IF_ERROR((launch_pass<T, 3, kSwiGlu>(pass, ctas, units, steps, stream)));
+        break;
+      case 4:
+        LS_RETURN_IF_ERROR((launch_pass<T, 4, kSwiGlu>(pass, ctas, units, steps, stream)));
+        break;
       case 5:
-      case 6: LS_RETURN_IF_ERROR((launch_pass<T, 6>(pass, ctas, units, steps, stream))); break;
-      default: LS_RETURN_IF_ERROR((launch_pass<T, 8>(pass, ctas, units, steps, stream))); break;
+      case 6:
+        LS_RETURN_IF_ERROR((launch_pass<T, 6, kSwiGlu>(pass, ctas, units, steps, stream)));
+        break;
+      default:
+        LS_RETURN_IF_ERROR((launch_pass<T, 8, kSwiGlu>(pass, ctas, units, steps, stream)));
+        break;
     }
   }
   return Status::ok();
@@ -223,14 +267,25 @@ Status launch_passes(const QuantMmaArgs& args, LaunchStream stream) {
 // The quantized types: those whose matvec meets 8-bit activations.
 bool quant_mma_supported(TensorType type) { return matvec_uses_q8(type); }
 
+bool quant_mma_swiglu_supported(TensorType type) {
+  return type == TensorType::Q4_K || type == TensorType::Q5_K;
+}
+
 Status quant_mma(const QuantMmaArgs& a, LaunchStream stream) {
   LS_CUDA_REQUIRE(quant_mma_supported(a.w.type) && a.w.quants != nullptr && a.x_half != nullptr);
-  LS_CUDA_REQUIRE(a.y_half != nullptr ? a.y == nullptr && a.bias == nullptr && !a.accumulate
-                                      : a.y != nullptr);
+  const bool swiglu = a.swiglu.data != nullptr;
+  const bool halves = swiglu || a.y_half != nullptr;
+  LS_CUDA_REQUIRE(halves ? a.y == nullptr && a.bias == nullptr && !a.accumulate : a.y != nullptr);
+  LS_CUDA_REQUIRE(!swiglu || (quant_mma_swiglu_supported(a.w.type) && a.y_half == nullptr &&
+                              a.w.rows % 2 == 0 && a.swiglu.stride >= a.w.rows / 2));
   LS_CUDA_REQUIRE(a.n_rows >= 0 && a.x_stride >= a.w.cols && a.x_stride % 8 == 0 &&
-                  a.y_stride >= a.w.rows);
+                  (swiglu || a.y_stride >= a.w.rows));
   LS_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.x_half) % 16 == 0);
   if (a.n_rows == 0) return Status::ok();
+  if (swiglu) {
+    return a.w.type == TensorType::Q4_K ? launch_passes<TensorType::Q4_K, true>(a, stream)
+                                        : launch_passes<TensorType::Q5_K, true>(a, stream);
+  }
   switch (a.w.type) {
     case TensorType::Q8_0: return launch_passes<TensorType::Q8_0>(a, stream);
     case TensorType::Q4_0: return launch_passes<TensorType::Q4_0>(a, stream);

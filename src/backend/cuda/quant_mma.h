@@ -32,6 +32,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/device_matrix.h"
+#include "backend/cuda/elementwise.h"
 #include "backend/cuda/launch.h"
 #include "core/status.h"
 
@@ -48,12 +49,22 @@ struct QuantMmaArgs {
   float* y = nullptr;  // y[b * y_stride + r]
   int64_t y_stride = 0;
   void* y_half = nullptr;  // instead of y: f16 outputs (no bias, no accumulate)
+  // Instead of y: w's first rows / 2 rows are a gate, the others its up projection, and the
+  // kernel writes SwiGLU's rows silu(gate) * up (swiglu.cuh) as halves here, rows / 2 columns
+  // (no bias, no accumulate; quant_mma_swiglu_supported types). A CTA then owns 16 rows of
+  // each, so that both sums of a column meet in its epilogue: no fp32 gate and up, no separate
+  // SwiGLU kernel.
+  HalfRows swiglu;
   const float* bias = nullptr;
   bool accumulate = false;
 };
 
 // The weight types the kernel reads: the quantized ones.
 bool quant_mma_supported(TensorType type);
+
+// The types with SwiGLU output (QuantMmaArgs::swiglu): those whose gate and up weights can be
+// one matrix (blocks that carry their scales, no separate scale array).
+bool quant_mma_swiglu_supported(TensorType type);
 
 // PRECONDITIONS: as above; w.cols a whole number of units of its type.
 Status quant_mma(const QuantMmaArgs& args, LaunchStream stream);
