@@ -169,6 +169,7 @@ int run(const Options& options) {
   cudaStream_t created = nullptr;
   BENCH_CHECK(cudaStreamCreateWithFlags(&created, cudaStreamNonBlocking));
   const LaunchStream stream(created, options.pdl);
+  BENCH_OK(configure_gemm_kernels());
   const std::string intro = fmt::format(
       "{}, {} SMs; device-to-device copy {:.1f} GB/s (read + write, 4 GiB); weights rotate "
       "through {:.0f} MiB; median of groups of launches on one stream, programmatic dependent "

@@ -15,6 +15,7 @@
 #include "backend/cuda/attention_decode.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/gemm.h"
 #include "backend/cuda/memory_plan.h"
 #include "backend/cuda/sampling.h"
 #include "executor/attention_splits.h"
@@ -258,6 +259,7 @@ Status CudaExecutor::init(int32_t kv_blocks) {
                       pool_->allocate(kCublasWorkspaceBytes, "cuBLAS workspace"));
 
   LS_RETURN_IF_ERROR(cuda::configure_attention_kernels());
+  LS_RETURN_IF_ERROR(cuda::configure_gemm_kernels());
   if (cublasCreate(&cublas_) != CUBLAS_STATUS_SUCCESS) {
     return make_error(StatusCode::kInternal, "cuda:{}: cublasCreate failed", options_.device);
   }

@@ -554,6 +554,7 @@ class GemmTest : public GpuTest, public ::testing::WithParamInterface<TensorType
   void SetUp() override {
     GpuTest::SetUp();
     if (IsSkipped()) return;
+    ASSERT_OK(configure_gemm_kernels());
     ASSERT_EQ(cublasCreate(&handle_), CUBLAS_STATUS_SUCCESS);
   }
   void TearDown() override {

@@ -38,6 +38,8 @@ Status swiglu_halves(const GemmArgs& g, LaunchStream stream) {
 
 }  // namespace
 
+Status configure_gemm_kernels() { return configure_quant_mma_kernels(); }
+
 int64_t gemm_act_half_stride(int64_t cols) { return padded_cols(cols); }
 
 size_t gemm_act_half_bytes(int64_t n_rows, int64_t max_cols) {

@@ -68,9 +68,14 @@ size_t gemm_act_half_bytes(int64_t n_rows, int64_t max_cols);
 // producer writes the converted input itself (GemmArgs::x_half_ready).
 int64_t gemm_act_half_stride(int64_t cols);
 
-// PRECONDITIONS: the workspace holds the converted activations and at least one dequantized
-// weight row (more rows, fewer and larger GEMMs). For CUDA graph capture, `handle` must already
-// be bound to `stream` with a workspace set (cublasSetWorkspace), so nothing allocates.
+// The kernels' settings gemm needs on the current device (quant_mma.h's shared memory); once
+// per device before gemm.
+Status configure_gemm_kernels();
+
+// PRECONDITIONS: configure_gemm_kernels() ran on this device; the workspace holds the converted
+// activations and at least one dequantized weight row (more rows, fewer and larger GEMMs). For CUDA
+// graph capture, `handle` must already be bound to `stream` with a workspace set
+// (cublasSetWorkspace), so nothing allocates.
 Status gemm(cublasHandle_t handle, const GemmArgs& args, const GemmWorkspace& workspace,
             LaunchStream stream);
 

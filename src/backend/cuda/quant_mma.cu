@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/check.h"
 #include "backend/cuda/formats.cuh"
 #include "backend/cuda/half_rows.cuh"
@@ -21,6 +22,14 @@ constexpr int kWarps = NT <= 2 ? 16 : 8;
 constexpr int kTileRows = 32;   // weight rows a CTA: two mma tiles of 16
 constexpr int kLaneRows = 4;    // rows a lane decodes: g, g + 8, g + 16, g + 24
 constexpr int kUnitsAStep = 4;  // one unit per lane of a quad
+// Whether the activations go through a ring in shared memory (quant_mma_kernel), of kRingSlots
+// half runs (8 elements a lane) a warp.
+template <int NT>
+constexpr bool kRing = NT > 4;
+constexpr int kRingSlots = 4;
+// Dynamic shared memory of a CTA: its warps' rings of activations.
+template <int NT>
+constexpr int kRingBytes = kRing<NT> ? kWarps<NT>* kRingSlots* NT * 32 * 16 : 0;
 // Types whose rows are whole steps (super-blocks of 8 units): no lane of a step is past the row.
 template <TensorType T>
 constexpr bool kWholeSteps =
@@ -95,7 +104,40 @@ __global__ void __launch_bounds__(32 * kWarps<NT>)
   // that writes the activations (launch.cuh).
   if (t_begin < t_end) load(t_begin, raw);
   pdl_wait();
+  // The activations a lane meets, half a run at a time (one 16-byte load a row tile). With up to
+  // 4 tiles a run's are loaded into registers before its decode, which hides their latency (and
+  // the 16 or 32 rows stay in L1 for the SM's next CTA). With more, registers are short (252
+  // with 8 tiles, one CTA an SM) and the second half waited after the decode: they go through
+  // the warp's ring of kRingSlots half runs by cp.async, kRingSlots - 1 ahead, which hides their
+  // latency without registers. Each lane reads back only what it copied itself, so no barrier
+  // orders the ring.
+  constexpr int kStepHalves = 2 * F::kRuns;
+  static_assert(kRingSlots % kStepHalves == 0);
+  extern __shared__ uint4 quant_mma_ring[];
+  uint4* ring = quant_mma_ring + warp * kRingSlots * NT * 32 + lane;
+  auto slot = [](int t, int p) { return (t * kStepHalves + p) % kRingSlots; };
+  // The lane's activation row of each tile (the last row for tiles past n_rows: finite values
+  // whose products are not stored).
   const __half* x = static_cast<const __half*>(a.x_half);
+  uint32_t x_rows[NT];  // element offsets (a pass is at most 64 rows of 32-bit-sized strides)
+#pragma unroll
+  for (int n = 0; n < NT; ++n) {
+    x_rows[n] =
+        static_cast<uint32_t>(min(static_cast<int64_t>(8 * n + g), a.n_rows - 1) * a.x_stride);
+  }
+  // Half run p of step t into its slot, always the one consumed last; past the warp's steps it
+  // copies the last step's again (no branch in the loop; never read).
+  auto stage = [&](int t, int p) {
+    const int col = L::x_col(lane_step(min(t, t_end - 1)), p / 2, p % 2);
+    uint4* dst = ring + slot(t, p) * NT * 32;
+#pragma unroll
+    for (int n = 0; n < NT; ++n) cp_async_16(dst + 32 * n, x + (x_rows[n] + col));
+    cp_async_commit();
+  };
+  if (kRing<NT> && t_begin < t_end) {
+#pragma unroll
+    for (int i = 0; i < kRingSlots - 1; ++i) stage(t_begin + i / kStepHalves, i % kStepHalves);
+  }
   for (int t = t_begin; t < t_end; ++t) {
     Raw next[kLaneRows];
     if (t + 1 < t_end) load(t + 1, next);
@@ -112,20 +154,17 @@ __global__ void __launch_bounds__(32 * kWarps<NT>)
     }
 #pragma unroll
     for (int k = 0; k < F::kRuns; ++k) {
-      // The run's 16 activations of each row, two 16-byte loads: the first pair goes out before
-      // the weights are decoded, which hides its latency; with 8 tiles the second pair waits
-      // until then (registers).
-      uint4 xa[NT], xb[NT];
-      auto load_x = [&](uint4(&v)[NT], int half) {
-        const int col = L::x_col(step, k, half);
+      uint4 x_run[2][NT];  // without the ring: the run's two halves
+      if constexpr (!kRing<NT>) {
 #pragma unroll
-        for (int n = 0; n < NT; ++n) {
-          const int64_t x_row = min(static_cast<int64_t>(8 * n + g), a.n_rows - 1) * a.x_stride;
-          v[n] = __ldg(reinterpret_cast<const uint4*>(x + x_row + col));
+        for (int half = 0; half < 2; ++half) {
+          const int col = L::x_col(step, k, half);
+#pragma unroll
+          for (int n = 0; n < NT; ++n) {
+            x_run[half][n] = __ldg(reinterpret_cast<const uint4*>(x + (x_rows[n] + col)));
+          }
         }
-      };
-      load_x(xa, 0);
-      if constexpr (NT <= 4) load_x(xb, 1);
+      }
       uint32_t w[kLaneRows][F::kRunLen / 2];
 #pragma unroll
       for (int i = 0; i < kLaneRows; ++i) {
@@ -133,19 +172,30 @@ __global__ void __launch_bounds__(32 * kWarps<NT>)
         L::codes(raw[i], step, k, codes);
         decode_half_run<F>(codes, scale[i][k], min_value[i][k], w[i]);
       }
-      if constexpr (NT > 4) load_x(xb, 1);
+      // Half `half` of the run meets the mma k-steps s = 2 half, 2 half + 1.
 #pragma unroll
-      for (int s = 0; s < F::kRunLen / 4; ++s) {
+      for (int half = 0; half < 2; ++half) {
+        const int p = 2 * k + half;
+        const uint4* staged = ring + slot(t, p) * NT * 32;
+        if constexpr (kRing<NT>) {
+          // kRingSlots - 1 half runs ahead: into the slot consumed just before this one.
+          constexpr int kAhead = kRingSlots - 1;
+          stage(t + (p + kAhead) / kStepHalves, (p + kAhead) % kStepHalves);
+          cp_async_wait<kAhead>();  // half run p of step t has landed
+        }
 #pragma unroll
-        for (int m = 0; m < 2; ++m) {
-          const uint32_t frag[4] = {w[2 * m][2 * s], w[2 * m + 1][2 * s], w[2 * m][2 * s + 1],
-                                    w[2 * m + 1][2 * s + 1]};
+        for (int n = 0; n < NT; ++n) {
+          const uint4 v = kRing<NT> ? staged[32 * n] : x_run[half][n];
 #pragma unroll
-          for (int n = 0; n < NT; ++n) {
-            const uint4& v = s < 2 ? xa[n] : xb[n];
+          for (int s = 2 * half; s < 2 * half + 2; ++s) {
             const uint32_t b0 = (s & 1) == 0 ? v.x : v.z;
             const uint32_t b1 = (s & 1) == 0 ? v.y : v.w;
-            mma_16816(acc[m][n], frag, valid ? b0 : 0u, valid ? b1 : 0u);
+#pragma unroll
+            for (int m = 0; m < 2; ++m) {
+              const uint32_t frag[4] = {w[2 * m][2 * s], w[2 * m + 1][2 * s], w[2 * m][2 * s + 1],
+                                        w[2 * m + 1][2 * s + 1]};
+              mma_16816(acc[m][n], frag, valid ? b0 : 0u, valid ? b1 : 0u);
+            }
           }
         }
       }
@@ -208,8 +258,8 @@ template <TensorType T, int NT, bool kSwiGlu>
 Status launch_pass(const QuantMmaArgs& pass, int64_t ctas, int64_t units, int64_t steps,
                    LaunchStream stream) {
   LS_CUDA_CHECK(launch_kernel(quant_mma_kernel<T, NT, kSwiGlu>, static_cast<unsigned>(ctas),
-                              32 * kWarps<NT>, 0, stream, pass, static_cast<int>(units),
-                              static_cast<int>(steps)));
+                              32 * kWarps<NT>, kRingBytes<NT>, stream, pass,
+                              static_cast<int>(units), static_cast<int>(steps)));
   return Status::ok();
 }
 
@@ -262,7 +312,33 @@ Status launch_passes(const QuantMmaArgs& args, LaunchStream stream) {
   return Status::ok();
 }
 
+// Every pass width of one type and output: its ring's shared memory allowed.
+template <TensorType T, bool kSwiGlu>
+Status configure_type() {
+  auto allow = [](auto kernel, int bytes) {
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  };
+  LS_CUDA_CHECK(allow(quant_mma_kernel<T, 1, kSwiGlu>, kRingBytes<1>));
+  LS_CUDA_CHECK(allow(quant_mma_kernel<T, 2, kSwiGlu>, kRingBytes<2>));
+  LS_CUDA_CHECK(allow(quant_mma_kernel<T, 3, kSwiGlu>, kRingBytes<3>));
+  LS_CUDA_CHECK(allow(quant_mma_kernel<T, 4, kSwiGlu>, kRingBytes<4>));
+  LS_CUDA_CHECK(allow(quant_mma_kernel<T, 6, kSwiGlu>, kRingBytes<6>));
+  LS_CUDA_CHECK(allow(quant_mma_kernel<T, 8, kSwiGlu>, kRingBytes<8>));
+  return Status::ok();
+}
+
 }  // namespace
+
+Status configure_quant_mma_kernels() {
+  LS_RETURN_IF_ERROR((configure_type<TensorType::Q8_0, false>()));
+  LS_RETURN_IF_ERROR((configure_type<TensorType::Q4_0, false>()));
+  LS_RETURN_IF_ERROR((configure_type<TensorType::Q4_1, false>()));
+  LS_RETURN_IF_ERROR((configure_type<TensorType::Q4_K, false>()));
+  LS_RETURN_IF_ERROR((configure_type<TensorType::Q5_K, false>()));
+  LS_RETURN_IF_ERROR((configure_type<TensorType::Q6_K, false>()));
+  LS_RETURN_IF_ERROR((configure_type<TensorType::Q4_K, true>()));
+  return configure_type<TensorType::Q5_K, true>();
+}
 
 // The quantized types: those whose matvec meets 8-bit activations.
 bool quant_mma_supported(TensorType type) { return matvec_uses_q8(type); }

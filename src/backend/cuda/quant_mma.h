@@ -24,7 +24,10 @@
 // two units, so that a quad's activation loads are contiguous), and feeds its elements to the
 // mma k-slots 2q, 2q + 1, 2q + 8, 2q + 9 four at a time: the k dimension is the row's elements
 // in an order of the lanes' making, and the activations are read in that same order (8
-// elements a 16-byte load).
+// elements a 16-byte load): into registers before each run's decode with up to 4 tiles of
+// activation rows, and with 6 or 8 (252 registers, one CTA an SM) through a ring in shared
+// memory that each warp fills by cp.async three half runs ahead (7B Q4_K_M at 64 sequences
+// 8437-8468 against 7981-7996 tok/s, bench/results/2026-12-04-h200-quant-mma-activation-ring.md).
 #pragma once
 
 #include <cstdint>
@@ -66,7 +69,12 @@ bool quant_mma_supported(TensorType type);
 // one matrix (blocks that carry their scales, no separate scale array).
 bool quant_mma_swiglu_supported(TensorType type);
 
-// PRECONDITIONS: as above; w.cols a whole number of units of its type.
+// Allows the kernels the shared memory of their activation rings; once per device before
+// quant_mma (gemm.h's configure_gemm_kernels does it).
+Status configure_quant_mma_kernels();
+
+// PRECONDITIONS: as above; w.cols a whole number of units of its type;
+// configure_quant_mma_kernels() ran on this device.
 Status quant_mma(const QuantMmaArgs& args, LaunchStream stream);
 
 }  // namespace llamaserve::cuda
