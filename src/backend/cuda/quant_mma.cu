@@ -312,18 +312,15 @@ Status launch_passes(const QuantMmaArgs& args, LaunchStream stream) {
   return Status::ok();
 }
 
-// Every pass width of one type and output: its ring's shared memory allowed.
+// The pass widths with a ring (6 and 8 tiles) of one type and output: their dynamic shared
+// memory allowed (the others take none).
 template <TensorType T, bool kSwiGlu>
 Status configure_type() {
-  auto allow = [](auto kernel, int bytes) {
-    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  };
-  LS_CUDA_CHECK(allow(quant_mma_kernel<T, 1, kSwiGlu>, kRingBytes<1>));
-  LS_CUDA_CHECK(allow(quant_mma_kernel<T, 2, kSwiGlu>, kRingBytes<2>));
-  LS_CUDA_CHECK(allow(quant_mma_kernel<T, 3, kSwiGlu>, kRingBytes<3>));
-  LS_CUDA_CHECK(allow(quant_mma_kernel<T, 4, kSwiGlu>, kRingBytes<4>));
-  LS_CUDA_CHECK(allow(quant_mma_kernel<T, 6, kSwiGlu>, kRingBytes<6>));
-  LS_CUDA_CHECK(allow(quant_mma_kernel<T, 8, kSwiGlu>, kRingBytes<8>));
+  static_assert(kRing<6> && kRing<8> && !kRing<4>);
+  LS_CUDA_CHECK(cudaFuncSetAttribute(quant_mma_kernel<T, 6, kSwiGlu>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kRingBytes<6>));
+  LS_CUDA_CHECK(cudaFuncSetAttribute(quant_mma_kernel<T, 8, kSwiGlu>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kRingBytes<8>));
   return Status::ok();
 }
 
