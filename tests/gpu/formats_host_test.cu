@@ -3,6 +3,7 @@
 // reference dequantize_row, and the units cover each row exactly once. Likewise the matvec's
 // per-item dot products (dot_formats.cuh) against 8-bit activation blocks. Needs no GPU, so the
 // bit-level layout logic is checked wherever the tests build.
+#include <cstring>
 #include <vector>
 
 #include "backend/cuda/dot_formats.cuh"
@@ -15,6 +16,19 @@
 
 namespace llamaserve::cuda::testing {
 namespace {
+
+// launch_swap_q4_k_codes of one row in host memory.
+void swap_q4_k_codes(uint8_t* row, int64_t blocks) {
+  for (int64_t b = 0; b < blocks; ++b) {
+    uint8_t* codes = row + b * Format<TensorType::Q4_K>::kBlockBytes + kQ4KCodeOffset;
+    for (int i = 0; i < kQ4KCodeBytes; i += 4) {
+      uint32_t w;
+      std::memcpy(&w, codes + i, 4);
+      w = swap_middle_bytes(w);
+      std::memcpy(codes + i, &w, 4);
+    }
+  }
+}
 
 // The device layout of `m` built in host memory, as upload_matrix builds it on the device.
 struct HostLayout {
@@ -34,7 +48,9 @@ HostLayout host_layout(const HostMatrix& m) {
   for (int64_t r = 0; r < m.rows; ++r) {
     const uint8_t* src = m.bytes.data() + r * src_row;
     if (!split) {
-      std::copy_n(src, src_row, h.quants.begin() + r * layout->quant_row_bytes);
+      uint8_t* dst = h.quants.data() + r * layout->quant_row_bytes;
+      std::copy_n(src, src_row, dst);
+      if (m.type == TensorType::Q4_K) swap_q4_k_codes(dst, m.cols / traits(m.type).block_elems);
       continue;
     }
     const int64_t blocks = m.cols / traits(m.type).block_elems;
@@ -54,6 +70,30 @@ HostLayout host_layout(const HostMatrix& m) {
   h.view.quant_row_bytes = layout->quant_row_bytes;
   h.view.scale_row_bytes = layout->scale_row_bytes;
   return h;
+}
+
+// Q4_K's device words (bytes [b0, b2, b1, b3]) give the codes of elements 0, 1 and 2, 3 of either
+// nibble as exact f16 pairs, for every nibble value in every place.
+TEST(Q4KWordPairs, EveryNibbleInEveryPlace) {
+  for (uint32_t v = 0; v < 16; ++v) {
+    for (int place = 0; place < 8; ++place) {
+      for (const uint32_t background : {0u, 0xffffffffu, 0x5a3c96e1u}) {
+        const uint32_t gguf = (background & ~(0xfu << (4 * place))) | (v << (4 * place));
+        const uint32_t device = swap_middle_bytes(gguf);
+        for (int k = 0; k < 2; ++k) {
+          __half2 first, second;
+          q4_k_word_pairs(device, k, first, second);
+          const float got[4] = {__half2float(__low2half(first)), __half2float(__high2half(first)),
+                                __half2float(__low2half(second)),
+                                __half2float(__high2half(second))};
+          for (int e = 0; e < 4; ++e) {
+            EXPECT_EQ(got[e], static_cast<float>((gguf >> (8 * e + 4 * k)) & 0xf))
+                << std::hex << gguf << " run " << k << " element " << e;
+          }
+        }
+      }
+    }
+  }
 }
 
 class FormatsOnHost : public ::testing::TestWithParam<TensorType> {};
@@ -113,7 +153,8 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, FormatsOnHost, ::testing::ValuesIn(weight_typ
 // quant_mma's lanes (quant_mma_lanes.cuh), both layouts where a type has two: over every step
 // and lane of a quad, each element of each row decodes once, from the lane's codes, scales and
 // mins, to the reference value at the column the lane reads its activation from; and the lane's
-// f16 scales and mins are its fp32 ones rounded.
+// f16 scales and mins are its fp32 ones rounded. The codes are the f16 pairs the kernel converts
+// (lane_code_pairs), which must hold the codes exactly.
 template <TensorType T, class L>
 void check_mma_lanes(const HostMatrix& m, const HostLayout& h) {
   using F = Format<T>;
@@ -143,15 +184,16 @@ void check_mma_lanes(const HostMatrix& m, const HostLayout& h) {
               << "row " << r << " step " << t << " lane " << q << " run " << k;
         }
         for (int k = 0; k < F::kRuns; ++k) {
-          uint32_t w[4];
-          L::codes(raw, s, k, w);
+          __half2 pairs[8];  // the codes the kernel converts, minus kCodeBias
+          lane_code_pairs<L>(raw, s, k, pairs);
           for (int e = 0; e < 16; ++e) {
             const int half = e / 8;
             const int64_t c = L::x_col(s, k, half) + e % 8;
             EXPECT_TRUE(c >= 0 && c < cols) << "step " << t << " lane " << q << " run " << k;
             if (c < 0 || c >= cols) return;
-            const float code = static_cast<float>((w[e / 4] >> (8 * (e % 4))) & 0xff);
-            decoded[r * cols + c] = (code - F::kCodeBias) * scale[k][half] + min[k][half];
+            const __half2 pair = pairs[e / 2];
+            const float code = __half2float(e % 2 == 0 ? __low2half(pair) : __high2half(pair));
+            decoded[r * cols + c] = code * scale[k][half] + min[k][half];
             ++hits[r * cols + c];
           }
         }

@@ -108,6 +108,10 @@ Result<DeviceMatrix> upload_matrix(TensorType type, int64_t rows, int64_t cols,
     }
     LS_CUDA_CHECK(cudaMemcpy2DAsync(dst, layout.quant_row_bytes, src, src_row_bytes, src_row_bytes,
                                     rows, cudaMemcpyHostToDevice, stream));
+    if (type == TensorType::Q4_K) {
+      LS_RETURN_IF_ERROR(launch_swap_q4_k_codes(dst, rows, cols / traits(type).block_elems,
+                                                layout.quant_row_bytes, stream));
+    }
     LS_CUDA_CHECK(cudaStreamSynchronize(stream));
     return m;
   }

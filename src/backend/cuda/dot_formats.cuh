@@ -223,9 +223,11 @@ struct DotFormat<TensorType::Q4_K> {
   using Act = KQuantAct;
   LS_FORMAT static Raw load(const DeviceMatrix& m, int64_t row, int i) {
     const uint8_t* block = quant_row(m, row) + (i >> 2) * kBlockBytes;
-    const uint8_t* q = block + 16 + 32 * (i & 3);
+    const uint8_t* q = block + kQ4KCodeOffset + 32 * (i & 3);
     return {load_cached<uint4>(block), load_weights_16(q), load_weights_16(q + 16)};
   }
+  // The codes' words back in the GGUF order (formats.cuh: the device swaps their middle bytes)
+  // to meet the activation words: one byte permute a word, for all activation rows at once.
   LS_FORMAT static Decoded decode(const Raw& raw, int i) {
     Decoded w;
     const uint4 q[2] = {raw.q0, raw.q1};
@@ -233,7 +235,7 @@ struct DotFormat<TensorType::Q4_K> {
     for (int h = 0; h < 2; ++h) {
       LS_UNROLL
       for (int k = 0; k < 4; ++k) {
-        const uint32_t v = word(q[h], k);
+        const uint32_t v = swap_middle_bytes(word(q[h], k));
         w.lo[h][k] = v & 0x0f0f0f0fu;
         w.hi[h][k] = (v >> 4) & 0x0f0f0f0fu;
       }

@@ -342,8 +342,49 @@ LS_FORMAT void k_quant_scales(const uint4& meta, int c, float (&scale)[2], float
   min[1] = -dmin * byte_as_float(m, 1, 0.0f);
 }
 
+// Q4_K's codes on the device: every 4-byte word of a super-block's 128 code bytes holds the GGUF
+// word's bytes in the order [b0, b2, b1, b3] (upload_matrix swaps the middle bytes; the swap is
+// its own inverse). Bytes 0 and 2, and 1 and 3, then hold consecutive elements, so one mask of a
+// word (one LOP3) puts two consecutive codes into the two halves of an f16 pair (code_pairs).
+inline constexpr int kQ4KCodeOffset = 16;  // the codes' first byte in a super-block
+inline constexpr int kQ4KCodeBytes = 128;
+LS_FORMAT uint32_t swap_middle_bytes(uint32_t w) { return byte_perm(w, 0, 0x3120u); }
+
+// The four codes of run k in a device-order Q4_K word (low nibbles k = 0, high k = 1) as two
+// exact f16 pairs: the elements of bytes 0 and 2 in `first`, of bytes 1 and 3 in `second`. Each
+// nibble goes into the mantissa under an exponent that gives its lowest bit the weight 1 (1024
+// for bits 0..3, 64 for bits 4..7), and one subtraction of that base leaves the code: a LOP3 and
+// a half2 subtraction a pair, with no byte permute and no shift of the high nibbles.
+template <uint32_t kMask, uint32_t kBits>
+LS_FORMAT uint32_t and_or(uint32_t w) {
+#if defined(__CUDA_ARCH__)
+  // One LOP3 ((a & b) | c: lookup table 0xea); written as C++ the compiler takes two.
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(r) : "r"(w), "n"(kMask), "n"(kBits));
+  return r;
+#else
+  return (w & kMask) | kBits;
+#endif
+}
+template <int k>
+LS_FORMAT void q4_k_word_pairs(uint32_t w, __half2& first, __half2& second) {
+  constexpr uint32_t kMask = k == 0 ? 0x000f000fu : 0x00f000f0u;
+  constexpr uint32_t kBaseBits = k == 0 ? 0x64006400u : 0x54005400u;
+  const __half2 base = bits_half2(kBaseBits);  // 1024 or 64 in both halves
+  first = __hsub2(bits_half2(and_or<kMask, kBaseBits>(w)), base);
+  second = __hsub2(bits_half2(and_or<kMask, kBaseBits>(w >> 8)), base);
+}
+LS_FORMAT void q4_k_word_pairs(uint32_t w, int k, __half2& first, __half2& second) {
+  if (k == 0) {
+    q4_k_word_pairs<0>(w, first, second);
+  } else {
+    q4_k_word_pairs<1>(w, first, second);
+  }
+}
+
 // Unit u of a row: super-block u / 8, quant chunk c = (u / 2) % 4 (32 bytes holding sub-block
-// 2c in the low nibbles and 2c + 1 in the high nibbles), half h = u % 2 of that chunk.
+// 2c in the low nibbles and 2c + 1 in the high nibbles), half h = u % 2 of that chunk; its codes
+// in the device order above.
 template <>
 struct Format<TensorType::Q4_K> {
   static constexpr int kRunLen = 16, kRuns = 2;
@@ -355,14 +396,21 @@ struct Format<TensorType::Q4_K> {
   };
   LS_FORMAT static Raw load(const DeviceMatrix& m, int64_t row, int u) {
     const uint8_t* block = quant_row(m, row) + (u >> 3) * kBlockBytes;
-    return {load_cached<uint4>(block), load_weights_16(block + 16 + 16 * (u & 7))};
+    return {load_cached<uint4>(block), load_weights_16(block + kQ4KCodeOffset + 16 * (u & 7))};
   }
   LS_FORMAT static int run_base(int u, int k) {
     return 256 * (u >> 3) + 64 * ((u >> 1) & 3) + 32 * k + 16 * (u & 1);
   }
   static constexpr float kCodeBias = 0.0f;
   LS_FORMAT static void codes(const Raw& raw, int, int k, uint32_t (&w)[4]) {
-    nibbles(raw.q, k, w);
+    nibbles(make_uint4(swap_middle_bytes(raw.q.x), swap_middle_bytes(raw.q.y),
+                       swap_middle_bytes(raw.q.z), swap_middle_bytes(raw.q.w)),
+            k, w);
+  }
+  // Run k's 16 codes as f16 pairs, pair p holding elements 2p and 2p + 1.
+  LS_FORMAT static void code_pairs(const Raw& raw, int, int k, __half2 (&pairs)[8]) {
+    LS_UNROLL
+    for (int i = 0; i < 4; ++i) q4_k_word_pairs(word(raw.q, i), k, pairs[2 * i], pairs[2 * i + 1]);
   }
   LS_FORMAT static void scales(const Raw& raw, int u, float (&scale)[kRuns], float (&min)[kRuns]) {
     k_quant_scales(raw.meta, (u >> 1) & 3, scale, min);

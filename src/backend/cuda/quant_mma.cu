@@ -35,23 +35,20 @@ template <TensorType T>
 constexpr bool kWholeSteps =
     T == TensorType::Q4_K || T == TensorType::Q5_K || T == TensorType::Q6_K;
 
-// A run's weights as f16 pairs (elements 2p, 2p + 1 in pair p): each code byte becomes the
-// half 1024 + code (its bits 0x6400 | code, one byte permute a pair), the bias 1024 + kCodeBias
-// is subtracted exactly, and one f16 multiply or fma applies the scale (and min) of the run's
-// half (the low and high halves of `scales` and `mins`), both rounded to f16 once per run:
-// about 1.6 instructions a weight against 4 for the fp32 decode.
+// A run's weights as f16 pairs (elements 2p, 2p + 1 in pair p) from its codes as exact f16 pairs
+// (lane_code_pairs: each code byte becomes the half 1024 + code, one byte permute a pair, and the
+// bias 1024 + kCodeBias is subtracted exactly; Q4_K's codes need no permute): one f16 multiply
+// or fma applies the scale (and min) of the run's half (the low and high halves of `scales` and
+// `mins`), both rounded to f16 once per run. About 1.6 instructions a weight against 4 for the
+// fp32 decode.
 template <class F>
-__device__ __forceinline__ void decode_half_run(const uint32_t (&codes)[4], __half2 scales,
+__device__ __forceinline__ void decode_half_run(const __half2 (&codes)[8], __half2 scales,
                                                 __half2 mins, uint32_t (&w)[F::kRunLen / 2]) {
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const __half2 scale = i < 2 ? __low2half2(scales) : __high2half2(scales);
-    const __half2 min = i < 2 ? __low2half2(mins) : __high2half2(mins);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const __half2 q = byte_pair_as_half2(codes[i], h, F::kCodeBias);
-      w[2 * i + h] = half2_bits(F::kHasMin ? __hfma2(q, scale, min) : __hmul2(q, scale));
-    }
+  for (int p = 0; p < 8; ++p) {
+    const __half2 scale = p < 4 ? __low2half2(scales) : __high2half2(scales);
+    const __half2 min = p < 4 ? __low2half2(mins) : __high2half2(mins);
+    w[p] = half2_bits(F::kHasMin ? __hfma2(codes[p], scale, min) : __hmul2(codes[p], scale));
   }
 }
 
@@ -168,8 +165,8 @@ __global__ void __launch_bounds__(32 * kWarps<NT>)
       uint32_t w[kLaneRows][F::kRunLen / 2];
 #pragma unroll
       for (int i = 0; i < kLaneRows; ++i) {
-        uint32_t codes[4];
-        L::codes(raw[i], step, k, codes);
+        __half2 codes[8];
+        lane_code_pairs<L>(raw[i], step, k, codes);
         decode_half_run<F>(codes, scale[i][k], min_value[i][k], w[i]);
       }
       // Half `half` of the run meets the mma k-steps s = 2 half, 2 half + 1.

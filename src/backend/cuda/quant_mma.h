@@ -10,11 +10,12 @@
 // (m16n8k16, f16 inputs, fp32 sums): the weights are the A operand (16 rows an mma), the
 // activations B (8 rows an mma).
 //
-// The decode runs in half precision: a code c becomes the half (c - bias) exactly and one f16
-// multiply (Q8_0, Q4_0, Q6_K) or fma (Q4_1, Q4_K, Q5_K) applies its run's scale and min, each
-// rounded to f16. Where the scale is itself an f16 (Q8_0, Q4_0) the weight is exactly
-// dequantize_rows' f16 copy; for the others it is within an f16 rounding of the run's scale
-// and min of it (2^-11 of |c scale| + |min|, once more than the copy).
+// The decode runs in half precision: a code c becomes the half (c - bias) exactly (two codes a
+// byte permute and a subtraction; Q4_K's, kept in pair order on the device, a LOP3 and a
+// subtraction) and one f16 multiply (Q8_0, Q4_0, Q6_K) or fma (Q4_1, Q4_K, Q5_K) applies its
+// run's scale and min, each rounded to f16. Where the scale is itself an f16 (Q8_0, Q4_0) the
+// weight is exactly dequantize_rows' f16 copy; for the others it is within an f16 rounding of
+// the run's scale and min of it (2^-11 of |c scale| + |min|, once more than the copy).
 //
 // Geometry: a CTA of 8 warps (16 for up to 16 activation rows) owns 32 weight rows; its warps
 // split the row's units (formats.cuh) into contiguous ranges, and their fp32 partials are added

@@ -24,6 +24,10 @@
 //                                    half 1), each rounded once as lane_half_scales does; worked
 //                                    out in f16 arithmetic, a third of the instructions
 //   codes(raw, s, k, w)              run k's 16 codes, byte i of w[i / 4] holding element i
+//   code_pairs(raw, s, k, pairs)     (Q4_K) the same as exact f16 pairs minus kCodeBias, pair p
+//                                    holding elements 2p and 2p + 1, from the device order of its
+//                                    codes without a byte permute (formats.cuh); lane_code_pairs
+//                                    gives them for every type
 //   x_col(s, k, half)                the row element of the half's first activation
 #pragma once
 
@@ -86,6 +90,10 @@ struct WholeUnits {
   LS_FORMAT static void codes(const Raw& raw, LaneStep s, int k, uint32_t (&w)[4]) {
     F::codes(raw, s.u, k, w);
   }
+  LS_FORMAT static void code_pairs(const Raw& raw, LaneStep s, int k,
+                                   __half2 (&pairs)[8]) requires(T == TensorType::Q4_K) {
+    F::code_pairs(raw, s.u, k, pairs);
+  }
   LS_FORMAT static int x_col(LaneStep s, int k, int half) { return F::run_base(s.u, k) + 8 * half; }
 };
 
@@ -143,8 +151,10 @@ struct QuadPieces<TensorType::Q4_K> {
       k_quant_half_scales(raw.meta, (s.t & 1) != 0, k, 2 + k, scale[k], min[k]);
     }
   }
-  LS_FORMAT static void codes(const Raw& raw, LaneStep, int k, uint32_t (&w)[4]) {
-    nibbles(make_uint4(raw.half0.x, raw.half0.y, raw.half1.x, raw.half1.y), k, w);
+  LS_FORMAT static void code_pairs(const Raw& raw, LaneStep, int k, __half2 (&pairs)[8]) {
+    const uint32_t words[4] = {raw.half0.x, raw.half0.y, raw.half1.x, raw.half1.y};
+    LS_UNROLL
+    for (int i = 0; i < 4; ++i) q4_k_word_pairs(words[i], k, pairs[2 * i], pairs[2 * i + 1]);
   }
   LS_FORMAT static int x_col(LaneStep s, int k, int half) {
     return 128 * s.t + 64 * half + 32 * k + 8 * s.q;
@@ -218,6 +228,24 @@ LS_FORMAT void lane_half_scales(const Raw& raw, LaneStep s, __half2 (&scale)[R],
     for (int k = 0; k < R; ++k) {
       scale[k] = __floats2half2_rn(sc[k][0], sc[k][1]);
       min[k] = __floats2half2_rn(mn[k][0], mn[k][1]);
+    }
+  }
+}
+
+// A lane's run k as exact f16 pairs minus kCodeBias (pair p: elements 2p and 2p + 1 of the run,
+// in the order of codes()): code_pairs where the lanes have it, else codes() a byte pair at a
+// time (bytes_as_half2: a byte permute and a subtraction a pair).
+template <class L, class Raw>
+LS_FORMAT void lane_code_pairs(const Raw& raw, LaneStep s, int k, __half2 (&pairs)[8]) {
+  if constexpr (requires { L::code_pairs(raw, s, k, pairs); }) {
+    L::code_pairs(raw, s, k, pairs);
+  } else {
+    uint32_t w[4];
+    L::codes(raw, s, k, w);
+    LS_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      pairs[2 * i] = bytes_as_half2(w[i], 0, 1, L::F::kCodeBias);
+      pairs[2 * i + 1] = bytes_as_half2(w[i], 2, 3, L::F::kCodeBias);
     }
   }
 }

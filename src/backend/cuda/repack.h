@@ -1,4 +1,5 @@
-// Conversion of GGUF blocks to the split quants/scales layout of device_matrix.h. Internal.
+// Conversion of GGUF blocks to the device layout of device_matrix.h (the split quants/scales,
+// Q4_K's order of codes). Internal.
 #pragma once
 
 #include <cstdint>
@@ -29,5 +30,10 @@ std::optional<BlockSplit> block_split(TensorType type);
 Status launch_split_blocks(const BlockSplit& split, const uint8_t* src, int64_t n_rows,
                            int64_t blocks_per_row, uint8_t* quants, int64_t quant_row_bytes,
                            uint8_t* scales, int64_t scale_row_bytes, cudaStream_t stream);
+
+// Puts the codes of n_rows rows of Q4_K super-blocks (GGUF bytes, row pitch quant_row_bytes) in
+// place into the device order of formats.cuh: each word's middle bytes swapped.
+Status launch_swap_q4_k_codes(uint8_t* quants, int64_t n_rows, int64_t blocks_per_row,
+                              int64_t quant_row_bytes, cudaStream_t stream);
 
 }  // namespace llamaserve::cuda
