@@ -226,16 +226,34 @@ struct DotFormat<TensorType::Q4_K> {
     const uint8_t* q = block + kQ4KCodeOffset + 32 * (i & 3);
     return {load_cached<uint4>(block), load_weights_16(q), load_weights_16(q + 16)};
   }
-  // The codes' words back in the GGUF order (formats.cuh: the device swaps their middle bytes)
-  // to meet the activation words: one byte permute a word, for all activation rows at once.
-  LS_FORMAT static Decoded decode(const Raw& raw, int i) {
+  // The device keeps the codes' words with their middle bytes swapped (formats.cuh), so one
+  // side of each dp4a is put in the other's order: decode turns the codes back to the GGUF
+  // order (a byte permute a word: 8 an item and weight row), or decode_device_order leaves them
+  // and load_act_device_order swaps the activation words instead (16 an item and activation
+  // row). accumulate_item (matvec_kernel.cuh) takes whichever costs fewer.
+  LS_FORMAT static Decoded decode(const Raw& raw, int i) { return decode_words<true>(raw, i); }
+  LS_FORMAT static Decoded decode_device_order(const Raw& raw, int i) {
+    return decode_words<false>(raw, i);
+  }
+  LS_FORMAT static Act load_act(const Q8Row& x, int i) { return load_k_quant_act(x, i); }
+  LS_FORMAT static Act load_act_device_order(const Q8Row& x, int i) {
+    Act a = load_k_quant_act(x, i);
+    LS_UNROLL
+    for (int j = 0; j < 4; ++j) {
+      a.a[j] = make_uint4(swap_middle_bytes(a.a[j].x), swap_middle_bytes(a.a[j].y),
+                          swap_middle_bytes(a.a[j].z), swap_middle_bytes(a.a[j].w));
+    }
+    return a;
+  }
+  template <bool kGgufOrder>
+  LS_FORMAT static Decoded decode_words(const Raw& raw, int i) {
     Decoded w;
     const uint4 q[2] = {raw.q0, raw.q1};
     LS_UNROLL
     for (int h = 0; h < 2; ++h) {
       LS_UNROLL
       for (int k = 0; k < 4; ++k) {
-        const uint32_t v = swap_middle_bytes(word(q[h], k));
+        const uint32_t v = kGgufOrder ? swap_middle_bytes(word(q[h], k)) : word(q[h], k);
         w.lo[h][k] = v & 0x0f0f0f0fu;
         w.hi[h][k] = (v >> 4) & 0x0f0f0f0fu;
       }
@@ -243,7 +261,6 @@ struct DotFormat<TensorType::Q4_K> {
     k_quant_scales(raw.meta, i & 3, w.scale, w.min);
     return w;
   }
-  LS_FORMAT static Act load_act(const Q8Row& x, int i) { return load_k_quant_act(x, i); }
   LS_FORMAT static float dot(const Decoded& w, const Act& x) { return k_quant_dot(w, x); }
 };
 
