@@ -55,6 +55,12 @@ LS_FORMAT void k_quant_half_scales(const uint4& meta, bool high, uint32_t i, uin
   min = __hmul2(bytes_as_half2(mn, i, j, 0.0f), __hneg2(__high2half2(d_dmin)));
 }
 
+// Formats that give their runs' codes as f16 pairs themselves (Q4_K).
+template <class F>
+inline constexpr bool kHasCodePairs = requires {
+  &F::code_pairs;
+};
+
 template <TensorType T>
 struct WholeUnits {
   using F = Format<T>;
@@ -91,7 +97,7 @@ struct WholeUnits {
     F::codes(raw, s.u, k, w);
   }
   LS_FORMAT static void code_pairs(const Raw& raw, LaneStep s, int k,
-                                   __half2 (&pairs)[8]) requires(T == TensorType::Q4_K) {
+                                   __half2 (&pairs)[8]) requires kHasCodePairs<F> {
     F::code_pairs(raw, s.u, k, pairs);
   }
   LS_FORMAT static int x_col(LaneStep s, int k, int half) { return F::run_base(s.u, k) + 8 * half; }
