@@ -17,15 +17,15 @@
 namespace llamaserve::cuda::testing {
 namespace {
 
-// launch_swap_q4_k_codes of one row in host memory.
-void swap_q4_k_codes(uint8_t* row, int64_t blocks) {
+// launch_pair_order_codes of one row in host memory.
+void pair_order_codes_on_host(const PairOrderCodes& codes, uint8_t* row, int64_t blocks) {
   for (int64_t b = 0; b < blocks; ++b) {
-    uint8_t* codes = row + b * Format<TensorType::Q4_K>::kBlockBytes + kQ4KCodeOffset;
-    for (int i = 0; i < kQ4KCodeBytes; i += 4) {
+    uint8_t* block_codes = row + b * codes.block_bytes + codes.offset;
+    for (int i = 0; i < codes.bytes; i += 4) {
       uint32_t w;
-      std::memcpy(&w, codes + i, 4);
+      std::memcpy(&w, block_codes + i, 4);
       w = swap_middle_bytes(w);
-      std::memcpy(codes + i, &w, 4);
+      std::memcpy(block_codes + i, &w, 4);
     }
   }
 }
@@ -47,19 +47,20 @@ HostLayout host_layout(const HostMatrix& m) {
   const std::optional<BlockSplit> split = block_split(m.type);
   for (int64_t r = 0; r < m.rows; ++r) {
     const uint8_t* src = m.bytes.data() + r * src_row;
-    if (!split) {
-      uint8_t* dst = h.quants.data() + r * layout->quant_row_bytes;
-      std::copy_n(src, src_row, dst);
-      if (m.type == TensorType::Q4_K) swap_q4_k_codes(dst, m.cols / traits(m.type).block_elems);
-      continue;
-    }
+    uint8_t* dst = h.quants.data() + r * layout->quant_row_bytes;
     const int64_t blocks = m.cols / traits(m.type).block_elems;
-    for (int64_t b = 0; b < blocks; ++b) {
-      const uint8_t* block = src + b * split->block_bytes;
-      std::copy_n(block + split->body_offset, split->body_bytes,
-                  h.quants.begin() + r * layout->quant_row_bytes + b * split->body_bytes);
-      std::copy_n(block + split->scale_offset, split->scale_bytes,
-                  h.scales.begin() + r * layout->scale_row_bytes + b * split->scale_bytes);
+    if (!split) {
+      std::copy_n(src, src_row, dst);
+    } else {
+      for (int64_t b = 0; b < blocks; ++b) {
+        const uint8_t* block = src + b * split->block_bytes;
+        std::copy_n(block + split->body_offset, split->body_bytes, dst + b * split->body_bytes);
+        std::copy_n(block + split->scale_offset, split->scale_bytes,
+                    h.scales.begin() + r * layout->scale_row_bytes + b * split->scale_bytes);
+      }
+    }
+    if (const std::optional<PairOrderCodes> codes = pair_order_codes(m.type)) {
+      pair_order_codes_on_host(*codes, dst, blocks);
     }
   }
   h.view.type = m.type;
@@ -72,28 +73,34 @@ HostLayout host_layout(const HostMatrix& m) {
   return h;
 }
 
-// Q4_K's device words (bytes [b0, b2, b1, b3]) give the codes of elements 0, 1 and 2, 3 of either
-// nibble as exact f16 pairs, for every nibble value in every place.
-TEST(Q4KWordPairs, EveryNibbleInEveryPlace) {
+// A word in pair order (bytes [b0, b2, b1, b3]) gives the codes of elements 0, 1 and 2, 3 of
+// either nibble, minus the bias, as exact f16 pairs, for every nibble value in every place.
+template <int kBias>
+void check_nibble_pairs() {
   for (uint32_t v = 0; v < 16; ++v) {
     for (int place = 0; place < 8; ++place) {
       for (const uint32_t background : {0u, 0xffffffffu, 0x5a3c96e1u}) {
         const uint32_t gguf = (background & ~(0xfu << (4 * place))) | (v << (4 * place));
-        const uint32_t device = swap_middle_bytes(gguf);
+        const uint32_t words[4] = {swap_middle_bytes(gguf), 0, 0, 0};
         for (int k = 0; k < 2; ++k) {
-          __half2 first, second;
-          q4_k_word_pairs(device, k, first, second);
-          const float got[4] = {__half2float(__low2half(first)), __half2float(__high2half(first)),
-                                __half2float(__low2half(second)),
-                                __half2float(__high2half(second))};
+          __half2 pairs[8];
+          nibble_run_pairs<kBias>(words, k, pairs);
           for (int e = 0; e < 4; ++e) {
-            EXPECT_EQ(got[e], static_cast<float>((gguf >> (8 * e + 4 * k)) & 0xf))
-                << std::hex << gguf << " run " << k << " element " << e;
+            const __half2 pair = pairs[e / 2];
+            const float got = __half2float(e % 2 == 0 ? __low2half(pair) : __high2half(pair));
+            const int code = static_cast<int>((gguf >> (8 * e + 4 * k)) & 0xf);
+            EXPECT_EQ(got, static_cast<float>(code - kBias))
+                << std::hex << gguf << " run " << k << " element " << e << " bias " << kBias;
           }
         }
       }
     }
   }
+}
+
+TEST(NibblePairs, EveryNibbleInEveryPlace) {
+  check_nibble_pairs<0>();  // Q4_1, Q4_K
+  check_nibble_pairs<8>();  // Q4_0
 }
 
 class FormatsOnHost : public ::testing::TestWithParam<TensorType> {};

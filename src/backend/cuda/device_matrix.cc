@@ -32,6 +32,17 @@ std::optional<BlockSplit> block_split(TensorType type) {
   }
 }
 
+// The 4-bit codes kept in pair order: Q4_0's and Q4_1's split quants, Q4_K's GGUF blocks past
+// their 16 bytes of scales.
+std::optional<PairOrderCodes> pair_order_codes(TensorType type) {
+  switch (type) {
+    case TensorType::Q4_0:
+    case TensorType::Q4_1: return PairOrderCodes{16, 0, 16};
+    case TensorType::Q4_K: return PairOrderCodes{144, 16, 128};
+    default: return std::nullopt;
+  }
+}
+
 uint64_t DeviceMatrixLayout::total_bytes() const {
   return align_up(quant_bytes, kDeviceAlignment) + align_up(scale_bytes, kDeviceAlignment);
 }
@@ -81,6 +92,35 @@ Result<DeviceMatrixLayout> device_matrix_layout(TensorType type, int64_t rows, i
   return layout;
 }
 
+namespace {
+
+// The split of upload_matrix: GGUF rows through `staging` into quants and scales.
+Status split_rows(const BlockSplit& split, TensorType type, int64_t rows, int64_t cols,
+                  const uint8_t* src, size_t src_row_bytes, const DeviceMatrixLayout& layout,
+                  uint8_t* quants, uint8_t* scales, void* staging, size_t staging_bytes,
+                  cudaStream_t stream) {
+  const int64_t rows_per_step = static_cast<int64_t>(staging_bytes / src_row_bytes);
+  if (staging == nullptr || rows_per_step < 1) {
+    return make_error(
+        StatusCode::kInvalidArgument,
+        "upload_matrix: staging buffer of {} bytes is smaller than one {} row ({} bytes)",
+        staging_bytes, type_name(type), src_row_bytes);
+  }
+  auto* stage = static_cast<uint8_t*>(staging);
+  for (int64_t row = 0; row < rows; row += rows_per_step) {
+    const int64_t n = std::min(rows_per_step, rows - row);
+    LS_CUDA_CHECK(cudaMemcpyAsync(stage, src + row * src_row_bytes, n * src_row_bytes,
+                                  cudaMemcpyHostToDevice, stream));
+    LS_RETURN_IF_ERROR(
+        launch_split_blocks(split, stage, n, cols / traits(type).block_elems,
+                            quants + row * layout.quant_row_bytes, layout.quant_row_bytes,
+                            scales + row * layout.scale_row_bytes, layout.scale_row_bytes, stream));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Result<DeviceMatrix> upload_matrix(TensorType type, int64_t rows, int64_t cols,
                                    const void* host_data, uint8_t* dst, void* staging,
                                    size_t staging_bytes, cudaStream_t stream) {
@@ -108,30 +148,13 @@ Result<DeviceMatrix> upload_matrix(TensorType type, int64_t rows, int64_t cols,
     }
     LS_CUDA_CHECK(cudaMemcpy2DAsync(dst, layout.quant_row_bytes, src, src_row_bytes, src_row_bytes,
                                     rows, cudaMemcpyHostToDevice, stream));
-    if (type == TensorType::Q4_K) {
-      LS_RETURN_IF_ERROR(launch_swap_q4_k_codes(dst, rows, cols / traits(type).block_elems,
-                                                layout.quant_row_bytes, stream));
-    }
-    LS_CUDA_CHECK(cudaStreamSynchronize(stream));
-    return m;
+  } else {
+    LS_RETURN_IF_ERROR(split_rows(*split, type, rows, cols, src, src_row_bytes, layout, dst, scales,
+                                  staging, staging_bytes, stream));
   }
-
-  const int64_t rows_per_step = static_cast<int64_t>(staging_bytes / src_row_bytes);
-  if (staging == nullptr || rows_per_step < 1) {
-    return make_error(
-        StatusCode::kInvalidArgument,
-        "upload_matrix: staging buffer of {} bytes is smaller than one {} row ({} bytes)",
-        staging_bytes, type_name(type), src_row_bytes);
-  }
-  auto* stage = static_cast<uint8_t*>(staging);
-  for (int64_t row = 0; row < rows; row += rows_per_step) {
-    const int64_t n = std::min(rows_per_step, rows - row);
-    LS_CUDA_CHECK(cudaMemcpyAsync(stage, src + row * src_row_bytes, n * src_row_bytes,
-                                  cudaMemcpyHostToDevice, stream));
-    LS_RETURN_IF_ERROR(
-        launch_split_blocks(*split, stage, n, cols / traits(type).block_elems,
-                            dst + row * layout.quant_row_bytes, layout.quant_row_bytes,
-                            scales + row * layout.scale_row_bytes, layout.scale_row_bytes, stream));
+  if (const std::optional<PairOrderCodes> codes = pair_order_codes(type)) {
+    LS_RETURN_IF_ERROR(launch_pair_order_codes(*codes, dst, rows, cols / traits(type).block_elems,
+                                               layout.quant_row_bytes, stream));
   }
   LS_CUDA_CHECK(cudaStreamSynchronize(stream));
   return m;

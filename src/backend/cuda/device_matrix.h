@@ -5,7 +5,8 @@
 // must start 16-byte aligned and the quants of a unit must be 16 contiguous bytes. Blocks of
 // 34 (Q8_0), 18 (Q4_0), 20 (Q4_1) and 210 (Q6_K) bytes break that, so at upload those types are
 // split into a quant array and a scale array ("structure of arrays"); the others keep their
-// GGUF bytes (Q4_K with the bytes of its codes in a different order):
+// GGUF bytes. The 4-bit codes (Q4_0, Q4_1, Q4_K) are kept in pair order: each word of codes as
+// its bytes [b0, b2, b1, b3] (formats.cuh says why).
 //
 //   type   quants (per row)                            scales (per row)
 //   F32    cols floats, row pitch padded to 16 bytes   -
@@ -14,8 +15,7 @@
 //   Q8_0   cols int8 (block b at 32 b)                 half d per block
 //   Q4_0   cols/2 bytes, the 16 qs bytes of each block half d per block
 //   Q4_1   cols/2 bytes, as Q4_0                       half2 (d, m) per block
-//   Q4_K   the GGUF blocks (144 bytes), each word of   -
-//          codes as bytes [b0, b2, b1, b3] (formats.cuh)
+//   Q4_K   the GGUF blocks (144 bytes)                 -
 //   Q5_K   the GGUF blocks (176 bytes)                 -
 //   Q6_K   208 bytes per block: ql, qh, scales         half d per block
 //

@@ -19,6 +19,9 @@
 //   kCodeBias         q = code - kCodeBias
 //   codes(raw, u, k, w)          run k's codes, byte i of w[i / 4] holding element i's
 //   scales(raw, u, scale, min)   every run's scale (and min)
+//   code_pairs(raw, u, k, pairs) (4-bit types, whose codes the device keeps in pair order) run
+//                                k's codes minus kCodeBias as exact f16 pairs, pair p holding
+//                                elements 2p and 2p + 1
 //
 // The element orders follow quant/blocks.h exactly (the tests compare against its decoder).
 // Everything here also compiles for the host (LS_FORMAT), where loads are plain memcpys: the
@@ -162,6 +165,70 @@ LS_FORMAT void nibbles(const uint4& q, int k, uint32_t (&w)[4]) {
   for (int i = 0; i < 4; ++i) w[i] = (word(q, i) >> shift) & 0x0f0f0f0fu;
 }
 
+// The 4-bit codes that the device keeps in pair order (Q4_0, Q4_1, Q4_K; device_matrix.h): every
+// 4-byte word of codes holds the GGUF word's bytes in the order [b0, b2, b1, b3] (upload_matrix
+// swaps the middle bytes; the swap is its own inverse). Bytes 0 and 2, and 1 and 3, then hold
+// consecutive elements, so one mask of a word (one LOP3) puts two consecutive codes into the two
+// halves of an f16 pair (nibble_pairs).
+LS_FORMAT uint32_t swap_middle_bytes(uint32_t w) { return byte_perm(w, 0, 0x3120u); }
+LS_FORMAT uint4 swap_middle_bytes(const uint4& v) {
+  return make_uint4(swap_middle_bytes(v.x), swap_middle_bytes(v.y), swap_middle_bytes(v.z),
+                    swap_middle_bytes(v.w));
+}
+
+// (w & kMask) | kBits.
+template <uint32_t kMask, uint32_t kBits>
+LS_FORMAT uint32_t and_or(uint32_t w) {
+#if defined(__CUDA_ARCH__)
+  // One LOP3 (lookup table 0xea); written as C++ the compiler takes two.
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(r) : "r"(w), "n"(kMask), "n"(kBits));
+  return r;
+#else
+  return (w & kMask) | kBits;
+#endif
+}
+
+// The four codes of run k (low nibbles k = 0, high k = 1) of a word in pair order, minus kBias,
+// as two exact f16 pairs: the elements of bytes 0 and 2 in `first`, of bytes 1 and 3 in
+// `second`. Each nibble goes into the mantissa under an exponent that gives its lowest bit the
+// weight 1 (1024 for bits 0..3, 64 for bits 4..7), and one subtraction of that base plus the bias
+// leaves the code: a LOP3 and a half2 subtraction a pair, with no byte permute and no shift of
+// the high nibbles.
+template <int k, int kBias>
+LS_FORMAT void nibble_pairs(uint32_t w, __half2& first, __half2& second) {
+  static_assert(k == 0 || k == 1);
+  static_assert(kBias >= 0 && kBias < 16);
+  constexpr uint32_t kMask = k == 0 ? 0x000f000fu : 0x00f000f0u;
+  constexpr uint32_t kBaseBits = k == 0 ? 0x64006400u : 0x54005400u;
+  // 1024 + b is the base's bits with mantissa b, 64 + b with mantissa 16 b.
+  constexpr uint32_t kSubtractBits =
+      kBaseBits | static_cast<uint32_t>(kBias) * (k == 0 ? 0x00010001u : 0x00100010u);
+  const __half2 subtract = bits_half2(kSubtractBits);
+  first = __hsub2(bits_half2(and_or<kMask, kBaseBits>(w)), subtract);
+  second = __hsub2(bits_half2(and_or<kMask, kBaseBits>(w >> 8)), subtract);
+}
+
+// Run k of four words in pair order as exact f16 pairs minus kBias, pair p holding elements
+// 2p and 2p + 1 of the run (byte i of word i / 4 in the GGUF order holding element i).
+template <int kBias>
+LS_FORMAT void nibble_run_pairs(const uint32_t (&words)[4], int k, __half2 (&pairs)[8]) {
+  LS_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    if (k == 0) {
+      nibble_pairs<0, kBias>(words[i], pairs[2 * i], pairs[2 * i + 1]);
+    } else {
+      nibble_pairs<1, kBias>(words[i], pairs[2 * i], pairs[2 * i + 1]);
+    }
+  }
+}
+LS_FORMAT void words_of(const uint4& q, uint32_t (&w)[4]) {
+  w[0] = q.x;
+  w[1] = q.y;
+  w[2] = q.z;
+  w[3] = q.w;
+}
+
 // decode() of a quantized format from its codes() and scales().
 template <class F>
 LS_FORMAT void decode_codes(const typename F::Raw& raw, int u, int k, float (&q)[F::kRunLen],
@@ -263,7 +330,8 @@ struct Format<TensorType::Q8_0> {
   }
 };
 
-// Unit = one block: byte j holds element j (low nibble) and element j + 16 (high nibble).
+// Unit = one block: byte j holds element j (low nibble) and element j + 16 (high nibble), the
+// words in pair order.
 template <>
 struct Format<TensorType::Q4_0> {
   static constexpr int kRunLen = 16, kRuns = 2;
@@ -278,7 +346,12 @@ struct Format<TensorType::Q4_0> {
   LS_FORMAT static int run_base(int u, int k) { return 32 * u + 16 * k; }
   static constexpr float kCodeBias = 8.0f;
   LS_FORMAT static void codes(const Raw& raw, int, int k, uint32_t (&w)[4]) {
-    nibbles(raw.q, k, w);
+    nibbles(swap_middle_bytes(raw.q), k, w);
+  }
+  LS_FORMAT static void code_pairs(const Raw& raw, int, int k, __half2 (&pairs)[8]) {
+    uint32_t w[4];
+    words_of(raw.q, w);
+    nibble_run_pairs<8>(w, k, pairs);
   }
   LS_FORMAT static void scales(const Raw& raw, int, float (&scale)[kRuns], float (&)[kRuns]) {
     scale[0] = scale[1] = raw.d;
@@ -289,6 +362,7 @@ struct Format<TensorType::Q4_0> {
   }
 };
 
+// As Q4_0 (pair order too), with w = d·q + m.
 template <>
 struct Format<TensorType::Q4_1> {
   static constexpr int kRunLen = 16, kRuns = 2;
@@ -304,7 +378,12 @@ struct Format<TensorType::Q4_1> {
   LS_FORMAT static int run_base(int u, int k) { return 32 * u + 16 * k; }
   static constexpr float kCodeBias = 0.0f;
   LS_FORMAT static void codes(const Raw& raw, int, int k, uint32_t (&w)[4]) {
-    nibbles(raw.q, k, w);
+    nibbles(swap_middle_bytes(raw.q), k, w);
+  }
+  LS_FORMAT static void code_pairs(const Raw& raw, int, int k, __half2 (&pairs)[8]) {
+    uint32_t w[4];
+    words_of(raw.q, w);
+    nibble_run_pairs<0>(w, k, pairs);
   }
   LS_FORMAT static void scales(const Raw& raw, int, float (&scale)[kRuns], float (&min)[kRuns]) {
     scale[0] = scale[1] = half_bits_to_float(raw.dm);
@@ -342,49 +421,10 @@ LS_FORMAT void k_quant_scales(const uint4& meta, int c, float (&scale)[2], float
   min[1] = -dmin * byte_as_float(m, 1, 0.0f);
 }
 
-// Q4_K's codes on the device: every 4-byte word of a super-block's 128 code bytes holds the GGUF
-// word's bytes in the order [b0, b2, b1, b3] (upload_matrix swaps the middle bytes; the swap is
-// its own inverse). Bytes 0 and 2, and 1 and 3, then hold consecutive elements, so one mask of a
-// word (one LOP3) puts two consecutive codes into the two halves of an f16 pair (code_pairs).
-inline constexpr int kQ4KCodeOffset = 16;  // the codes' first byte in a super-block
-inline constexpr int kQ4KCodeBytes = 128;
-LS_FORMAT uint32_t swap_middle_bytes(uint32_t w) { return byte_perm(w, 0, 0x3120u); }
-
-// The four codes of run k in a device-order Q4_K word (low nibbles k = 0, high k = 1) as two
-// exact f16 pairs: the elements of bytes 0 and 2 in `first`, of bytes 1 and 3 in `second`. Each
-// nibble goes into the mantissa under an exponent that gives its lowest bit the weight 1 (1024
-// for bits 0..3, 64 for bits 4..7), and one subtraction of that base leaves the code: a LOP3 and
-// a half2 subtraction a pair, with no byte permute and no shift of the high nibbles.
-template <uint32_t kMask, uint32_t kBits>
-LS_FORMAT uint32_t and_or(uint32_t w) {
-#if defined(__CUDA_ARCH__)
-  // One LOP3 ((a & b) | c: lookup table 0xea); written as C++ the compiler takes two.
-  uint32_t r;
-  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(r) : "r"(w), "n"(kMask), "n"(kBits));
-  return r;
-#else
-  return (w & kMask) | kBits;
-#endif
-}
-template <int k>
-LS_FORMAT void q4_k_word_pairs(uint32_t w, __half2& first, __half2& second) {
-  constexpr uint32_t kMask = k == 0 ? 0x000f000fu : 0x00f000f0u;
-  constexpr uint32_t kBaseBits = k == 0 ? 0x64006400u : 0x54005400u;
-  const __half2 base = bits_half2(kBaseBits);  // 1024 or 64 in both halves
-  first = __hsub2(bits_half2(and_or<kMask, kBaseBits>(w)), base);
-  second = __hsub2(bits_half2(and_or<kMask, kBaseBits>(w >> 8)), base);
-}
-LS_FORMAT void q4_k_word_pairs(uint32_t w, int k, __half2& first, __half2& second) {
-  if (k == 0) {
-    q4_k_word_pairs<0>(w, first, second);
-  } else {
-    q4_k_word_pairs<1>(w, first, second);
-  }
-}
-
 // Unit u of a row: super-block u / 8, quant chunk c = (u / 2) % 4 (32 bytes holding sub-block
-// 2c in the low nibbles and 2c + 1 in the high nibbles), half h = u % 2 of that chunk; its codes
-// in the device order above.
+// 2c in the low nibbles and 2c + 1 in the high nibbles), half h = u % 2 of that chunk; the codes
+// (from byte kQ4KCodeOffset of a super-block) in pair order.
+inline constexpr int kQ4KCodeOffset = 16;
 template <>
 struct Format<TensorType::Q4_K> {
   static constexpr int kRunLen = 16, kRuns = 2;
@@ -403,14 +443,12 @@ struct Format<TensorType::Q4_K> {
   }
   static constexpr float kCodeBias = 0.0f;
   LS_FORMAT static void codes(const Raw& raw, int, int k, uint32_t (&w)[4]) {
-    nibbles(make_uint4(swap_middle_bytes(raw.q.x), swap_middle_bytes(raw.q.y),
-                       swap_middle_bytes(raw.q.z), swap_middle_bytes(raw.q.w)),
-            k, w);
+    nibbles(swap_middle_bytes(raw.q), k, w);
   }
-  // Run k's 16 codes as f16 pairs, pair p holding elements 2p and 2p + 1.
   LS_FORMAT static void code_pairs(const Raw& raw, int, int k, __half2 (&pairs)[8]) {
-    LS_UNROLL
-    for (int i = 0; i < 4; ++i) q4_k_word_pairs(word(raw.q, i), k, pairs[2 * i], pairs[2 * i + 1]);
+    uint32_t w[4];
+    words_of(raw.q, w);
+    nibble_run_pairs<0>(w, k, pairs);
   }
   LS_FORMAT static void scales(const Raw& raw, int u, float (&scale)[kRuns], float (&min)[kRuns]) {
     k_quant_scales(raw.meta, (u >> 1) & 3, scale, min);

@@ -113,7 +113,7 @@ __device__ __forceinline__ void accumulate_item(const MatvecLaunch& a,
                                                 const typename DotFormat<T>::Raw (&raw)[RW],
                                                 int item, float (&acc)[RW][B]) {
   using F = DotFormat<T>;
-  // Q4_K's codes in their device order meet activation words put in that order where the
+  // 4-bit codes in their pair order meet activation words put in that order where the
   // activation rows are fewer than half the weight rows (dot_formats.cuh).
   constexpr bool kDeviceOrder = requires(const typename F::Raw& w) { F::decode_device_order(w, 0); }
   &&2 * B < RW;

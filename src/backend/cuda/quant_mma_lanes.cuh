@@ -24,10 +24,10 @@
 //                                    half 1), each rounded once as lane_half_scales does; worked
 //                                    out in f16 arithmetic, a third of the instructions
 //   codes(raw, s, k, w)              run k's 16 codes, byte i of w[i / 4] holding element i
-//   code_pairs(raw, s, k, pairs)     (Q4_K) the same as exact f16 pairs minus kCodeBias, pair p
-//                                    holding elements 2p and 2p + 1, from the device order of its
-//                                    codes without a byte permute (formats.cuh); lane_code_pairs
-//                                    gives them for every type
+//   code_pairs(raw, s, k, pairs)     (4-bit types) the same as exact f16 pairs minus kCodeBias,
+//                                    pair p holding elements 2p and 2p + 1, from the pair order
+//                                    of their codes without a byte permute (formats.cuh);
+//                                    lane_code_pairs gives them for every type
 //   x_col(s, k, half)                the row element of the half's first activation
 #pragma once
 
@@ -55,7 +55,7 @@ LS_FORMAT void k_quant_half_scales(const uint4& meta, bool high, uint32_t i, uin
   min = __hmul2(bytes_as_half2(mn, i, j, 0.0f), __hneg2(__high2half2(d_dmin)));
 }
 
-// Formats that give their runs' codes as f16 pairs themselves (Q4_K).
+// Formats that give their runs' codes as f16 pairs themselves (the 4-bit types).
 template <class F>
 inline constexpr bool kHasCodePairs = requires {
   &F::code_pairs;
@@ -159,8 +159,7 @@ struct QuadPieces<TensorType::Q4_K> {
   }
   LS_FORMAT static void code_pairs(const Raw& raw, LaneStep, int k, __half2 (&pairs)[8]) {
     const uint32_t words[4] = {raw.half0.x, raw.half0.y, raw.half1.x, raw.half1.y};
-    LS_UNROLL
-    for (int i = 0; i < 4; ++i) q4_k_word_pairs(words[i], k, pairs[2 * i], pairs[2 * i + 1]);
+    nibble_run_pairs<0>(words, k, pairs);
   }
   LS_FORMAT static int x_col(LaneStep s, int k, int half) {
     return 128 * s.t + 64 * half + 32 * k + 8 * s.q;

@@ -23,30 +23,32 @@ __global__ void split_blocks_kernel(BlockSplit split, const uint8_t* __restrict_
 }
 
 // One thread per word of codes.
-__global__ void swap_q4_k_codes_kernel(uint8_t* __restrict__ quants, int64_t n_words,
-                                       int64_t blocks_per_row, int64_t quant_row_bytes) {
-  constexpr int kWords = kQ4KCodeBytes / 4;
+__global__ void pair_order_codes_kernel(PairOrderCodes codes, uint8_t* __restrict__ quants,
+                                        int64_t n_words, int64_t blocks_per_row,
+                                        int64_t quant_row_bytes) {
+  const int words = codes.bytes / 4;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n_words) return;
-  const int64_t block = i / kWords;
+  const int64_t block = i / words;
   uint8_t* row = quants + block / blocks_per_row * quant_row_bytes;
-  auto* w = reinterpret_cast<uint32_t*>(
-      row + block % blocks_per_row * Format<TensorType::Q4_K>::kBlockBytes + kQ4KCodeOffset +
-      4 * (i % kWords));
+  auto* w = reinterpret_cast<uint32_t*>(row + block % blocks_per_row * codes.block_bytes +
+                                        codes.offset + 4 * (i % words));
   *w = swap_middle_bytes(*w);
 }
 
 }  // namespace
 
-Status launch_swap_q4_k_codes(uint8_t* quants, int64_t n_rows, int64_t blocks_per_row,
-                              int64_t quant_row_bytes, cudaStream_t stream) {
+Status launch_pair_order_codes(const PairOrderCodes& codes, uint8_t* quants, int64_t n_rows,
+                               int64_t blocks_per_row, int64_t quant_row_bytes,
+                               cudaStream_t stream) {
   LS_CUDA_REQUIRE(blocks_per_row > 0 && n_rows > 0 && quant_row_bytes % 4 == 0);
-  const int64_t n_words = n_rows * blocks_per_row * (kQ4KCodeBytes / 4);
+  LS_CUDA_REQUIRE(codes.block_bytes % 4 == 0 && codes.offset % 4 == 0 && codes.bytes % 4 == 0);
+  const int64_t n_words = n_rows * blocks_per_row * (codes.bytes / 4);
   constexpr int kThreads = 256;
   const int64_t grid = (n_words + kThreads - 1) / kThreads;
   LS_CUDA_REQUIRE(grid <= 0x7fffffff);
-  swap_q4_k_codes_kernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(
-      quants, n_words, blocks_per_row, quant_row_bytes);
+  pair_order_codes_kernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(
+      codes, quants, n_words, blocks_per_row, quant_row_bytes);
   LS_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }

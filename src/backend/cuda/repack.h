@@ -31,9 +31,22 @@ Status launch_split_blocks(const BlockSplit& split, const uint8_t* src, int64_t 
                            int64_t blocks_per_row, uint8_t* quants, int64_t quant_row_bytes,
                            uint8_t* scales, int64_t scale_row_bytes, cudaStream_t stream);
 
-// Puts the codes of n_rows rows of Q4_K super-blocks (GGUF bytes, row pitch quant_row_bytes) in
-// place into the device order of formats.cuh: each word's middle bytes swapped.
-Status launch_swap_q4_k_codes(uint8_t* quants, int64_t n_rows, int64_t blocks_per_row,
-                              int64_t quant_row_bytes, cudaStream_t stream);
+// Where the 4-bit codes lie in each block of a type's device quants (after any split): `bytes`
+// bytes from `offset` of every block of block_bytes.
+struct PairOrderCodes {
+  int block_bytes;
+  int offset;
+  int bytes;
+};
+
+// The codes that the device keeps in pair order (formats.cuh: each word's middle bytes swapped),
+// or nullopt for a type whose codes keep the GGUF order.
+std::optional<PairOrderCodes> pair_order_codes(TensorType type);
+
+// Puts the codes of n_rows rows of blocks_per_row blocks of device quants (row pitch
+// quant_row_bytes) in place into pair order.
+Status launch_pair_order_codes(const PairOrderCodes& codes, uint8_t* quants, int64_t n_rows,
+                               int64_t blocks_per_row, int64_t quant_row_bytes,
+                               cudaStream_t stream);
 
 }  // namespace llamaserve::cuda
