@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Instructions in the main loop of each quant_mma and matvec kernel of a CUDA object or binary.
+"""Instructions in the main loop of each quant_mma and matvec kernel of a CUDA object or binary,
+and the kernel's registers.
 
 The main loop is the span of the kernel's longest backward branch in `cuobjdump -sass`; its
 length is the instructions a warp issues per step of the loop (per step of 4 units of a row for
@@ -37,6 +38,23 @@ def kernels(path, cuobjdump):
         m = re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
         if m and name:
             result[name].append((int(m.group(1), 16), m.group(2).strip()))
+    return result
+
+
+def registers(path, cuobjdump):
+    """Registers and stack bytes of each kernel, by mangled name."""
+    out = subprocess.run([cuobjdump, "-res-usage", path], capture_output=True, text=True,
+                         check=True)
+    result, name = {}, None
+    for line in out.stdout.splitlines():
+        m = re.search(r"Function (\S+):", line)
+        if m:
+            name = m.group(1)
+            continue
+        m = re.search(r"REG:(\d+) STACK:(\d+)", line)
+        if m and name:
+            result[name] = (int(m.group(1)), int(m.group(2)))
+            name = None
     return result
 
 
@@ -78,20 +96,29 @@ def main():
     parser.add_argument("--cuobjdump", default=shutil.which("cuobjdump") or "cuobjdump")
     args = parser.parse_args()
     types = set(filter(None, args.types.split(",")))
-    tables = []
+    tables, resources = [], []
     for path in args.objects:
-        loops = {}
+        loops, used = {}, {}
+        regs = registers(path, args.cuobjdump)
         for mangled, instructions in kernels(path, args.cuobjdump).items():
             name = label(mangled)
             if name is None or (types and name.split()[1] not in types):
                 continue
             loops[name] = main_loop(instructions)
+            used[name] = regs.get(mangled)
         tables.append(loops)
+        resources.append(used)
     names = sorted(set().union(*tables))
-    print("| kernel | " + " | ".join(args.objects) + " |")
-    print("| --- |" + " ---: |" * len(args.objects))
+    # Each build's loop instructions, then its registers (and stack bytes where it spills).
+    print("| kernel | " + " | ".join(f"{p} | regs" for p in args.objects) + " |")
+    print("| --- |" + " ---: | ---: |" * len(args.objects))
     for name in names:
-        print(f"| {name} | " + " | ".join(str(len(t[name])) if name in t else "-" for t in tables) + " |")
+        cells = []
+        for t, used in zip(tables, resources):
+            r = used.get(name)
+            cells.append(str(len(t[name])) if name in t else "-")
+            cells.append("-" if r is None else f"{r[0]}" + (f" (stack {r[1]})" if r[1] else ""))
+        print(f"| {name} | " + " | ".join(cells) + " |")
     if args.ops:
         for name in names:
             print(f"\n{name}")
