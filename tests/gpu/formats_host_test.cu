@@ -103,6 +103,23 @@ TEST(NibblePairs, EveryNibbleInEveryPlace) {
   check_nibble_pairs<8>();  // Q4_0
 }
 
+// The types whose codes the upload puts in pair order are the ones whose decoders read them so:
+// Format's code_pairs and DotFormat's device-order decode exactly where pair_order_codes says.
+TEST(PairOrder, UploadAndDecodersAgree) {
+  for (const TensorType type : weight_types()) {
+    const Status status = dispatch_weight_type(type, "test", [&]<TensorType T>() -> Status {
+      const bool uploaded = pair_order_codes(T).has_value();
+      EXPECT_EQ(kHasCodePairs<Format<T>>, uploaded) << type_name(T);
+      constexpr bool kDotDeviceOrder = requires(const typename DotFormat<T>::Raw& w) {
+        DotFormat<T>::decode_device_order(w, 0);
+      };
+      EXPECT_EQ(kDotDeviceOrder, uploaded) << type_name(T);
+      return Status::ok();
+    });
+    EXPECT_TRUE(status.is_ok()) << status.to_string();
+  }
+}
+
 class FormatsOnHost : public ::testing::TestWithParam<TensorType> {};
 
 TEST_P(FormatsOnHost, EveryUnitDecodesLikeTheReference) {
