@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test: set-up and cpu build, unit tests (cpu), Python reference and e2e tests
 # (the chat page in headless Chromium, promtool on rules and a live scrape, a loadtest
-# sweep), Java tests, the deploy manifests and the CPU container image, CUDA compile check,
-# ASan/UBSan unit tests, TSan engine tests, and a bounded fuzz run.
+# sweep), Java tests, the deploy manifests and the CPU container image, CUDA compile check and
+# the CUDA tests that need no GPU, ASan/UBSan unit tests, TSan engine tests, and a bounded fuzz
+# run.
 # Ends with one summary line "N passed, N failed". Exit status 0 only if nothing failed.
 #
 # Environment: FUZZ_SECONDS per fuzz target (default 30), SKIP_SANITIZERS=1 and SKIP_CUDA=1 to shorten a
@@ -67,6 +68,11 @@ stage "cpu image (podman)" scripts/check_image.sh --mode prebuilt --timeout 600
 if [[ "${SKIP_CUDA:-0}" != 1 ]]; then
   if [[ -x /usr/local/cuda/bin/nvcc ]]; then
     stage "cuda build (compile only)" bash -c "cmake --preset cuda >/dev/null && cmake --build --preset cuda -j $jobs --target cuda_check"
+    # The device code's layout logic (weight formats, quant_mma's lanes, the matvec's dot
+    # formats) compiled for the host: no GPU needed.
+    stage "cuda host tests" build/cuda/tests/gpu/cuda_kernels_test \
+      --gtest_filter='*OnHost*:NibblePairs.*:PairOrder.*:Q8Reference.*' \
+      --gtest_output="xml:$reports/gtest-cuda-host.xml"
   else
     echo "=== cuda build skipped: no /usr/local/cuda/bin/nvcc"
   fi
