@@ -76,7 +76,7 @@ MatvecInput prepare_input(TensorType type, const std::vector<float>& x, int64_t 
   for (int64_t b = 0; b < n_act; ++b) {
     quantize_q8_reference(x.data() + b * x_stride, cols, qs.data(), ds.data());
     for (int64_t c = 0; c < cols; ++c) {
-      in.seen[b * x_stride + c] = ds[c / kQ8Block].x * static_cast<float>(qs[c]);
+      in.seen[b * x_stride + c] = ds[c / kQ8Block].x * static_cast<float>(qs[pair_order_byte(c)]);
     }
   }
   return in;

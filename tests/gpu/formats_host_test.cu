@@ -103,17 +103,15 @@ TEST(NibblePairs, EveryNibbleInEveryPlace) {
   check_nibble_pairs<8>();  // Q4_0
 }
 
-// The types whose codes the upload puts in pair order are the ones whose decoders read them so:
-// Format's code_pairs and DotFormat's device-order decode exactly where pair_order_codes says.
-TEST(PairOrder, UploadAndDecodersAgree) {
+// Every quantized type's codes are put in pair order at upload; the 4-bit ones are decoded from it
+// by code_pairs.
+TEST(PairOrder, EveryQuantizedTypeAndTheFourBitPairs) {
   for (const TensorType type : weight_types()) {
     const Status status = dispatch_weight_type(type, "test", [&]<TensorType T>() -> Status {
-      const bool uploaded = pair_order_codes(T).has_value();
-      EXPECT_EQ(kHasCodePairs<Format<T>>, uploaded) << type_name(T);
-      constexpr bool kDotDeviceOrder = requires(const typename DotFormat<T>::Raw& w) {
-        DotFormat<T>::decode_device_order(w, 0);
-      };
-      EXPECT_EQ(kDotDeviceOrder, uploaded) << type_name(T);
+      constexpr bool kQuantized = requires { Format<T>::kCodeBias; };
+      EXPECT_EQ(pair_order_codes(T).has_value(), kQuantized) << type_name(T);
+      const bool four_bit = T == TensorType::Q4_0 || T == TensorType::Q4_1 || T == TensorType::Q4_K;
+      EXPECT_EQ(kHasCodePairs<Format<T>>, four_bit) << type_name(T);
       return Status::ok();
     });
     EXPECT_TRUE(status.is_ok()) << status.to_string();
@@ -274,7 +272,9 @@ TEST_P(DotFormatsOnHost, ItemDotsSumToTheRowProduct) {
   std::vector<double> x_seen(x.begin(), x.end());
   if (matvec_uses_q8(type)) {
     quantize_q8_reference(x.data(), cols, qs.data(), ds.data());
-    for (int64_t c = 0; c < cols; ++c) x_seen[c] = static_cast<double>(ds[c / kQ8Block].x) * qs[c];
+    for (int64_t c = 0; c < cols; ++c) {
+      x_seen[c] = static_cast<double>(ds[c / kQ8Block].x) * qs[pair_order_byte(c)];
+    }
   }
   const Status status = dispatch_weight_type(type, "test", [&]<TensorType T>() -> Status {
     using F = DotFormat<T>;
@@ -297,15 +297,6 @@ TEST_P(DotFormatsOnHost, ItemDotsSumToTheRowProduct) {
         }
       }
       EXPECT_NEAR(got, want, 1e-5 * bound) << "row " << r;
-      // Codes left in their device order against activations put in it (Q4_K).
-      if constexpr (requires(const typename F::Raw& w) { F::decode_device_order(w, 0); }) {
-        double device_order = 0.0;
-        for (int i = 0; i < items; ++i) {
-          device_order += F::dot(F::decode_device_order(F::load(h.view, r, i), i),
-                                 F::load_act_device_order(Q8Row{qs.data(), ds.data()}, i));
-        }
-        EXPECT_NEAR(device_order, want, 1e-5 * bound) << "row " << r << ", device order";
-      }
     }
     return Status::ok();
   });
@@ -315,7 +306,8 @@ TEST_P(DotFormatsOnHost, ItemDotsSumToTheRowProduct) {
 INSTANTIATE_TEST_SUITE_P(AllTypes, DotFormatsOnHost, ::testing::ValuesIn(weight_types()),
                          type_param_name);
 
-// The host reference quantizer: codes within ±127, x ≈ d q to half a step, and the sums.
+// The host reference quantizer: codes within ±127 (in pair order), x ≈ d q to half a step, and
+// the sums.
 TEST(Q8Reference, CodesScalesAndSums) {
   std::vector<float> x = random_floats(96, 3, 2.0f);
   for (int i = 32; i < 64; ++i) x[i] = 0.0f;  // an all-zero block: d = 0, codes 0
@@ -327,7 +319,7 @@ TEST(Q8Reference, CodesScalesAndSums) {
     float amax = 0.0f;
     for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[32 * b + i]));
     for (int i = 0; i < 32; ++i) {
-      const int q = qs[32 * b + i];
+      const int q = qs[32 * b + pair_order_byte(i)];
       EXPECT_LE(std::abs(q), 127);
       EXPECT_NEAR(ds[b].x * q, x[32 * b + i], 0.5001f * ds[b].x + 1e-30f);
       sums[i / 16] += q;

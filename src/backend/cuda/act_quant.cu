@@ -75,7 +75,7 @@ void quantize_q8_reference(const float* x, int64_t n, int8_t* qs, float4* ds) {
     int sums[2] = {0, 0};
     for (int i = 0; i < kQ8Block; ++i) {
       const int code = q8_code(v[i], inv);
-      qs[b * kQ8Block + i] = static_cast<int8_t>(code);
+      qs[b * kQ8Block + pair_order_byte(i)] = static_cast<int8_t>(code);
       sums[i / 16] += code;
     }
     ds[b] = q8_block_sums(d, sums[0], sums[1]);

@@ -29,7 +29,8 @@ __host__ __device__ __forceinline__ float4 q8_block_sums(float d, int sum_low, i
 }
 
 #if defined(__CUDACC__)
-// One warp quantizes one block: lane i holds element i (v) and writes q[i]; lane 0 writes ds.
+// One warp quantizes one block: lane i holds element i (v) and writes its code (in pair order);
+// lane 0 writes ds.
 // PRECONDITION: all 32 lanes of the warp call it together.
 __device__ __forceinline__ void quantize_q8_warp(float v, int lane, int8_t* q, float4* ds) {
   float amax = fabsf(v);
@@ -38,7 +39,7 @@ __device__ __forceinline__ void quantize_q8_warp(float v, int lane, int8_t* q, f
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
   const float d = q8_scale(amax);
   const int code = q8_code(v, q8_inverse(d));
-  q[lane] = static_cast<int8_t>(code);
+  q[pair_order_byte(lane)] = static_cast<int8_t>(code);
   int sum = code;  // over the lane's half-warp after offsets 1..8
 #pragma unroll
   for (int offset = 1; offset < 16; offset <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
@@ -58,8 +59,9 @@ __device__ __forceinline__ void quantize_q8_pairs(float2 v, int lane, int8_t* q,
   const float inv = q8_inverse(d);
   const int c0 = q8_code(v.x, inv), c1 = q8_code(v.y, inv);
   const int l = lane & 15;
-  *reinterpret_cast<char2*>(q + 2 * l) =
-      make_char2(static_cast<signed char>(c0), static_cast<signed char>(c1));
+  // Elements 2l and 2l + 1 are two bytes apart in pair order.
+  q[pair_order_byte(2 * l)] = static_cast<int8_t>(c0);
+  q[pair_order_byte(2 * l + 1)] = static_cast<int8_t>(c1);
   int sum = c0 + c1;  // over the lane's eight lanes (16 elements) after offsets 1..4
 #pragma unroll
   for (int offset = 1; offset < 8; offset <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);

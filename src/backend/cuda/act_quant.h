@@ -5,6 +5,8 @@
 // The sums let a weight format with an offset (Q4_0's -8, Q4_1's and the K-quants' mins,
 // Q6_K's -32 per 16 elements) apply it once per block instead of once per element.
 //
+// The codes are in pair order (pair_order.h): code i of a block at byte pair_order_byte(i).
+//
 // Rounding: q = round-to-nearest-even(x · (1 / d)), every step in IEEE fp32, so that
 // quantize_q8_reference on the host produces the same bytes as the device kernels (the kernel
 // tests rely on it). The fused producers (rmsnorm, silu_mul) use the same arithmetic.
@@ -15,6 +17,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/launch.h"
+#include "backend/cuda/pair_order.h"
 #include "core/status.h"
 
 namespace llamaserve::cuda {

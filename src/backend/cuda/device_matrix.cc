@@ -32,13 +32,17 @@ std::optional<BlockSplit> block_split(TensorType type) {
   }
 }
 
-// The 4-bit codes kept in pair order: Q4_0's and Q4_1's split quants, Q4_K's GGUF blocks past
-// their 16 bytes of scales.
+// Where each quantized type's codes lie in its device blocks (device_matrix.h): the split quants
+// of Q8_0, Q4_0 and Q4_1; Q4_K's and Q5_K's GGUF blocks past their 16 bytes of scales (Q5_K's
+// high bits, then its low nibbles); Q6_K's ql and qh before its scales.
 std::optional<PairOrderCodes> pair_order_codes(TensorType type) {
   switch (type) {
+    case TensorType::Q8_0: return PairOrderCodes{32, 0, 32};
     case TensorType::Q4_0:
     case TensorType::Q4_1: return PairOrderCodes{16, 0, 16};
     case TensorType::Q4_K: return PairOrderCodes{144, 16, 128};
+    case TensorType::Q5_K: return PairOrderCodes{176, 16, 160};
+    case TensorType::Q6_K: return PairOrderCodes{208, 0, 192};
     default: return std::nullopt;
   }
 }

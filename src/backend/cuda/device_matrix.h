@@ -5,8 +5,8 @@
 // must start 16-byte aligned and the quants of a unit must be 16 contiguous bytes. Blocks of
 // 34 (Q8_0), 18 (Q4_0), 20 (Q4_1) and 210 (Q6_K) bytes break that, so at upload those types are
 // split into a quant array and a scale array ("structure of arrays"); the others keep their
-// GGUF bytes. The 4-bit codes (Q4_0, Q4_1, Q4_K) are kept in pair order: each word of codes as
-// its bytes [b0, b2, b1, b3] (formats.cuh says why).
+// GGUF bytes. Every quantized type's codes are kept in pair order: each word of codes as its
+// bytes [b0, b2, b1, b3] (pair_order.h says why).
 //
 //   type   quants (per row)                            scales (per row)
 //   F32    cols floats, row pitch padded to 16 bytes   -

@@ -16,9 +16,11 @@
 //   Act  load_act(x, i)       the activation elements item i meets, from one activation row
 //   float dot(decoded, act)   Σ w·x over the item
 //
-// The weight layouts are those of device_matrix.h, element orders as quant/blocks.h; everything
-// compiles for the host too (formats.cuh's LS_FORMAT), where a test checks each type's items
-// against the reference decoder without a GPU.
+// The weight layouts are those of device_matrix.h, element orders as quant/blocks.h except that
+// the codes of weights and 8-bit activations alike are in pair order (pair_order.h), so each
+// dp4a multiplies bytes of the same elements; everything compiles for the host too
+// (formats.cuh's LS_FORMAT), where a test checks each type's items against the reference decoder
+// without a GPU.
 #pragma once
 
 #include "backend/cuda/act_quant.h"
@@ -129,18 +131,10 @@ struct DotFormat<TensorType::Q4_0> {
   LS_FORMAT static Raw load(const DeviceMatrix& m, int64_t row, int i) {
     return {load_weights_16(quant_row(m, row) + 16 * i), load_half(scale_row(m, row) + 2 * i)};
   }
-  // The codes are in pair order (formats.cuh): decode turns them back to the GGUF order, or
-  // decode_device_order leaves them and load_act_device_order puts the activation words in
-  // theirs (as Q4_K's, below).
-  LS_FORMAT static Decoded decode(const Raw& raw, int) { return decode_codes(raw, true); }
-  LS_FORMAT static Decoded decode_device_order(const Raw& raw, int) {
-    return decode_codes(raw, false);
-  }
-  LS_FORMAT static Decoded decode_codes(const Raw& raw, bool gguf_order) {
+  LS_FORMAT static Decoded decode(const Raw& raw, int) {
     Decoded w;
-    const uint4 q = gguf_order ? swap_middle_bytes(raw.q) : raw.q;
-    low_nibbles(q, w.lo);
-    high_nibbles(q, w.hi);
+    low_nibbles(raw.q, w.lo);
+    high_nibbles(raw.q, w.hi);
     w.d = raw.d;
     return w;
   }
@@ -148,19 +142,13 @@ struct DotFormat<TensorType::Q4_0> {
     const float2 ds = load_cached<float2>(x.ds + i);
     return {load_act_16(x.qs + 32 * i), load_act_16(x.qs + 32 * i + 16), ds.x, ds.y};
   }
-  LS_FORMAT static Act load_act_device_order(const Q8Row& x, int i) {
-    Act a = load_act(x, i);
-    a.a0 = swap_middle_bytes(a.a0);
-    a.a1 = swap_middle_bytes(a.a1);
-    return a;
-  }
   LS_FORMAT static float dot(const Decoded& w, const Act& x) {
     const int s = dot_words(w.hi, x.a1, dot_words(w.lo, x.a0, 0));
     return w.d * fmaf(x.d, static_cast<float>(s), -8.0f * x.sum);
   }
 };
 
-// As Q4_0 (pair order too) with w = d·q + m.
+// As Q4_0 with w = d·q + m.
 template <>
 struct DotFormat<TensorType::Q4_1> {
   static constexpr bool kQ8 = true;
@@ -178,24 +166,16 @@ struct DotFormat<TensorType::Q4_1> {
     return {load_weights_16(quant_row(m, row) + 16 * i),
             load_cached<uint32_t>(scale_row(m, row) + 4 * i)};
   }
-  LS_FORMAT static Decoded decode(const Raw& raw, int) { return decode_codes(raw, true); }
-  LS_FORMAT static Decoded decode_device_order(const Raw& raw, int) {
-    return decode_codes(raw, false);
-  }
-  LS_FORMAT static Decoded decode_codes(const Raw& raw, bool gguf_order) {
+  LS_FORMAT static Decoded decode(const Raw& raw, int) {
     Decoded w;
-    const uint4 q = gguf_order ? swap_middle_bytes(raw.q) : raw.q;
-    low_nibbles(q, w.lo);
-    high_nibbles(q, w.hi);
+    low_nibbles(raw.q, w.lo);
+    high_nibbles(raw.q, w.hi);
     w.d = half_bits_to_float(raw.dm);
     w.m = half_bits_to_float(raw.dm >> 16);
     return w;
   }
   LS_FORMAT static Act load_act(const Q8Row& x, int i) {
     return DotFormat<TensorType::Q4_0>::load_act(x, i);
-  }
-  LS_FORMAT static Act load_act_device_order(const Q8Row& x, int i) {
-    return DotFormat<TensorType::Q4_0>::load_act_device_order(x, i);
   }
   LS_FORMAT static float dot(const Decoded& w, const Act& x) {
     const int s = dot_words(w.hi, x.a1, dot_words(w.lo, x.a0, 0));
@@ -248,34 +228,22 @@ struct DotFormat<TensorType::Q4_K> {
     const uint8_t* q = block + kQ4KCodeOffset + 32 * (i & 3);
     return {load_cached<uint4>(block), load_weights_16(q), load_weights_16(q + 16)};
   }
-  // The device keeps the codes in pair order (formats.cuh), so one side of each dp4a is put in
-  // the other's order: decode turns the codes back to the GGUF order (a byte permute a word: 8
-  // an item and weight row), or decode_device_order leaves them and load_act_device_order swaps
-  // the activation words instead (16 an item and activation row). accumulate_item
-  // (matvec_kernel.cuh) takes whichever costs fewer.
-  LS_FORMAT static Decoded decode(const Raw& raw, int i) { return decode_codes(raw, i, true); }
-  LS_FORMAT static Decoded decode_device_order(const Raw& raw, int i) {
-    return decode_codes(raw, i, false);
-  }
-  LS_FORMAT static Decoded decode_codes(const Raw& raw, int i, bool gguf_order) {
+  LS_FORMAT static Decoded decode(const Raw& raw, int i) {
     Decoded w;
-    const uint4 q[2] = {gguf_order ? swap_middle_bytes(raw.q0) : raw.q0,
-                        gguf_order ? swap_middle_bytes(raw.q1) : raw.q1};
+    const uint4 q[2] = {raw.q0, raw.q1};
     LS_UNROLL
     for (int h = 0; h < 2; ++h) {
-      low_nibbles(q[h], w.lo[h]);
-      high_nibbles(q[h], w.hi[h]);
+      LS_UNROLL
+      for (int k = 0; k < 4; ++k) {
+        const uint32_t v = word(q[h], k);
+        w.lo[h][k] = v & 0x0f0f0f0fu;
+        w.hi[h][k] = (v >> 4) & 0x0f0f0f0fu;
+      }
     }
     k_quant_scales(raw.meta, i & 3, w.scale, w.min);
     return w;
   }
   LS_FORMAT static Act load_act(const Q8Row& x, int i) { return load_k_quant_act(x, i); }
-  LS_FORMAT static Act load_act_device_order(const Q8Row& x, int i) {
-    Act a = load_k_quant_act(x, i);
-    LS_UNROLL
-    for (int j = 0; j < 4; ++j) a.a[j] = swap_middle_bytes(a.a[j]);
-    return a;
-  }
   LS_FORMAT static float dot(const Decoded& w, const Act& x) { return k_quant_dot(w, x); }
 };
 

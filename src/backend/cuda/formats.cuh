@@ -17,11 +17,12 @@
 // the codes their own way (quant_mma.cu, in half precision):
 //
 //   kCodeBias         q = code - kCodeBias
-//   codes(raw, u, k, w)          run k's codes, byte i of w[i / 4] holding element i's
+//   codes(raw, u, k, w)          run k's codes in pair order (pair_order.h): byte b of w[b / 4]
+//                                holding element pair_order_byte(b)'s
 //   scales(raw, u, scale, min)   every run's scale (and min)
-//   code_pairs(raw, u, k, pairs) (4-bit types, whose codes the device keeps in pair order) run
-//                                k's codes minus kCodeBias as exact f16 pairs, pair p holding
-//                                elements 2p and 2p + 1
+//   code_pairs(raw, u, k, pairs) (4-bit types) run k's codes minus kCodeBias as exact f16 pairs,
+//                                pair p holding elements 2p and 2p + 1, straight from the words
+//                                of codes (nibble_pairs)
 //
 // The element orders follow quant/blocks.h exactly (the tests compare against its decoder).
 // Everything here also compiles for the host (LS_FORMAT), where loads are plain memcpys: the
@@ -35,6 +36,7 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda/device_matrix.h"
+#include "backend/cuda/pair_order.h"
 #include "core/status.h"
 #include "quant/blocks.h"
 #include "quant/types.h"
@@ -139,12 +141,13 @@ LS_FORMAT __half2 bytes_as_half2(uint32_t word, uint32_t i, uint32_t j, float bi
                  __float2half2_rn(1024.0f + bias));
 }
 
-// 16 bytes of 4-bit or 8-bit codes (in four words) into 16 floats, byte i of the load → q[i].
+// 16 codes in pair order (four words) into 16 floats in element order: byte b →
+// q[pair_order_byte(b)].
 LS_FORMAT void bytes_as_floats(const uint32_t (&w)[4], float bias, float* q) {
   LS_UNROLL
   for (int i = 0; i < 4; ++i) {
     LS_UNROLL
-    for (int k = 0; k < 4; ++k) q[4 * i + k] = byte_as_float(w[i], k, bias);
+    for (int k = 0; k < 4; ++k) q[pair_order_byte(4 * i + k)] = byte_as_float(w[i], k, bias);
   }
 }
 
@@ -165,16 +168,9 @@ LS_FORMAT void nibbles(const uint4& q, int k, uint32_t (&w)[4]) {
   for (int i = 0; i < 4; ++i) w[i] = (word(q, i) >> shift) & 0x0f0f0f0fu;
 }
 
-// The 4-bit codes that the device keeps in pair order (Q4_0, Q4_1, Q4_K; device_matrix.h): every
-// 4-byte word of codes holds the GGUF word's bytes in the order [b0, b2, b1, b3] (upload_matrix
-// swaps the middle bytes; the swap is its own inverse). Bytes 0 and 2, and 1 and 3, then hold
-// consecutive elements, so one mask of a word (one LOP3) puts two consecutive codes into the two
-// halves of an f16 pair (nibble_pairs).
+// A word's bytes between pair order and the GGUF order (pair_order.h: the swap of the middle
+// bytes is its own inverse).
 LS_FORMAT uint32_t swap_middle_bytes(uint32_t w) { return byte_perm(w, 0, 0x3120u); }
-LS_FORMAT uint4 swap_middle_bytes(const uint4& v) {
-  return make_uint4(swap_middle_bytes(v.x), swap_middle_bytes(v.y), swap_middle_bytes(v.z),
-                    swap_middle_bytes(v.w));
-}
 
 // (w & kMask) | kBits.
 template <uint32_t kMask, uint32_t kBits>
@@ -189,11 +185,11 @@ LS_FORMAT uint32_t and_or(uint32_t w) {
 #endif
 }
 
-// The four codes of run k (low nibbles k = 0, high k = 1) of a word in pair order, minus kBias,
-// as two exact f16 pairs: the elements of bytes 0 and 2 in `first`, of bytes 1 and 3 in
-// `second`. Each nibble goes into the mantissa under an exponent that gives its lowest bit the
-// weight 1 (1024 for bits 0..3, 64 for bits 4..7), and one subtraction of that base plus the bias
-// leaves the code: a LOP3 and a half2 subtraction a pair, with no byte permute and no shift of
+// The four codes of run k (low nibbles k = 0, high k = 1) of a word of 4-bit codes in pair
+// order, minus kBias, as two exact f16 pairs: the elements of bytes 0 and 2 in `first`, of bytes 1
+// and 3 in `second`. Each nibble goes into the mantissa under an exponent that gives its lowest bit
+// the weight 1 (1024 for bits 0..3, 64 for bits 4..7), and one subtraction of that base plus the
+// bias leaves the code: a LOP3 and a half2 subtraction a pair, with no byte permute and no shift of
 // the high nibbles.
 template <int k, int kBias>
 LS_FORMAT void nibble_pairs(uint32_t w, __half2& first, __half2& second) {
@@ -209,8 +205,8 @@ LS_FORMAT void nibble_pairs(uint32_t w, __half2& first, __half2& second) {
   second = __hsub2(bits_half2(and_or<kMask, kBaseBits>(w >> 8)), subtract);
 }
 
-// Run k of four words in pair order as exact f16 pairs minus kBias, pair p holding elements
-// 2p and 2p + 1 of the run (byte i of word i / 4 in the GGUF order holding element i).
+// Run k of four words of 4-bit codes in pair order as exact f16 pairs minus kBias, pair p holding
+// elements 2p and 2p + 1 of the run.
 template <int kBias>
 LS_FORMAT void nibble_run_pairs(const uint32_t (&words)[4], int k, __half2 (&pairs)[8]) {
   LS_UNROLL
@@ -330,8 +326,8 @@ struct Format<TensorType::Q8_0> {
   }
 };
 
-// Unit = one block: byte j holds element j (low nibble) and element j + 16 (high nibble), the
-// words in pair order.
+// Unit = one block: byte pair_order_byte(j) holds element j (low nibble) and element j + 16
+// (high nibble).
 template <>
 struct Format<TensorType::Q4_0> {
   static constexpr int kRunLen = 16, kRuns = 2;
@@ -346,7 +342,7 @@ struct Format<TensorType::Q4_0> {
   LS_FORMAT static int run_base(int u, int k) { return 32 * u + 16 * k; }
   static constexpr float kCodeBias = 8.0f;
   LS_FORMAT static void codes(const Raw& raw, int, int k, uint32_t (&w)[4]) {
-    nibbles(swap_middle_bytes(raw.q), k, w);
+    nibbles(raw.q, k, w);
   }
   LS_FORMAT static void code_pairs(const Raw& raw, int, int k, __half2 (&pairs)[8]) {
     uint32_t w[4];
@@ -362,7 +358,7 @@ struct Format<TensorType::Q4_0> {
   }
 };
 
-// As Q4_0 (pair order too), with w = d·q + m.
+// As Q4_0, with w = d·q + m.
 template <>
 struct Format<TensorType::Q4_1> {
   static constexpr int kRunLen = 16, kRuns = 2;
@@ -378,7 +374,7 @@ struct Format<TensorType::Q4_1> {
   LS_FORMAT static int run_base(int u, int k) { return 32 * u + 16 * k; }
   static constexpr float kCodeBias = 0.0f;
   LS_FORMAT static void codes(const Raw& raw, int, int k, uint32_t (&w)[4]) {
-    nibbles(swap_middle_bytes(raw.q), k, w);
+    nibbles(raw.q, k, w);
   }
   LS_FORMAT static void code_pairs(const Raw& raw, int, int k, __half2 (&pairs)[8]) {
     uint32_t w[4];
@@ -423,7 +419,7 @@ LS_FORMAT void k_quant_scales(const uint4& meta, int c, float (&scale)[2], float
 
 // Unit u of a row: super-block u / 8, quant chunk c = (u / 2) % 4 (32 bytes holding sub-block
 // 2c in the low nibbles and 2c + 1 in the high nibbles), half h = u % 2 of that chunk; the codes
-// (from byte kQ4KCodeOffset of a super-block) in pair order.
+// from byte kQ4KCodeOffset of a super-block.
 inline constexpr int kQ4KCodeOffset = 16;
 template <>
 struct Format<TensorType::Q4_K> {
@@ -443,7 +439,7 @@ struct Format<TensorType::Q4_K> {
   }
   static constexpr float kCodeBias = 0.0f;
   LS_FORMAT static void codes(const Raw& raw, int, int k, uint32_t (&w)[4]) {
-    nibbles(swap_middle_bytes(raw.q), k, w);
+    nibbles(raw.q, k, w);
   }
   LS_FORMAT static void code_pairs(const Raw& raw, int, int k, __half2 (&pairs)[8]) {
     uint32_t w[4];

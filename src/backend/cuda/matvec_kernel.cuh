@@ -113,27 +113,12 @@ __device__ __forceinline__ void accumulate_item(const MatvecLaunch& a,
                                                 const typename DotFormat<T>::Raw (&raw)[RW],
                                                 int item, float (&acc)[RW][B]) {
   using F = DotFormat<T>;
-  // 4-bit codes in their pair order meet activation words put in that order where the
-  // activation rows are fewer than half the weight rows (dot_formats.cuh).
-  constexpr bool kDeviceOrder = requires(const typename F::Raw& w) { F::decode_device_order(w, 0); }
-  &&2 * B < RW;
   typename F::Decoded dec[RW];
 #pragma unroll
-  for (int r = 0; r < RW; ++r) {
-    if constexpr (kDeviceOrder) {
-      dec[r] = F::decode_device_order(raw[r], item);
-    } else {
-      dec[r] = F::decode(raw[r], item);
-    }
-  }
+  for (int r = 0; r < RW; ++r) dec[r] = F::decode(raw[r], item);
 #pragma unroll
   for (int b = 0; b < B; ++b) {
-    typename F::Act x;
-    if constexpr (kDeviceOrder) {
-      x = F::load_act_device_order(activation_row<T>(a, b), item);
-    } else {
-      x = F::load_act(activation_row<T>(a, b), item);
-    }
+    const typename F::Act x = F::load_act(activation_row<T>(a, b), item);
 #pragma unroll
     for (int r = 0; r < RW; ++r) acc[r][b] += F::dot(dec[r], x);
   }

@@ -23,11 +23,11 @@
 //   half_scales(raw, s, scale, min)  (Q4_K, Q5_K) the same as f16 pairs [run k] = (half 0,
 //                                    half 1), each rounded once as lane_half_scales does; worked
 //                                    out in f16 arithmetic, a third of the instructions
-//   codes(raw, s, k, w)              run k's 16 codes, byte i of w[i / 4] holding element i
+//   codes(raw, s, k, w)              run k's 16 codes in pair order (formats.cuh)
 //   code_pairs(raw, s, k, pairs)     (4-bit types) the same as exact f16 pairs minus kCodeBias,
-//                                    pair p holding elements 2p and 2p + 1, from the pair order
-//                                    of their codes without a byte permute (formats.cuh);
-//                                    lane_code_pairs gives them for every type
+//                                    pair p holding elements 2p and 2p + 1, without a byte
+//                                    permute (formats.cuh); lane_code_pairs gives them for every
+//                                    type
 //   x_col(s, k, half)                the row element of the half's first activation
 #pragma once
 
@@ -237,9 +237,9 @@ LS_FORMAT void lane_half_scales(const Raw& raw, LaneStep s, __half2 (&scale)[R],
   }
 }
 
-// A lane's run k as exact f16 pairs minus kCodeBias (pair p: elements 2p and 2p + 1 of the run,
-// in the order of codes()): code_pairs where the lanes have it, else codes() a byte pair at a
-// time (bytes_as_half2: a byte permute and a subtraction a pair).
+// A lane's run k as exact f16 pairs minus kCodeBias (pair p: elements 2p and 2p + 1 of the run):
+// code_pairs where the lanes have it, else codes() a byte pair at a time (bytes_as_half2: a byte
+// permute and a subtraction a pair; bytes 0, 2 and 1, 3 of a word in pair order).
 template <class L, class Raw>
 LS_FORMAT void lane_code_pairs(const Raw& raw, LaneStep s, int k, __half2 (&pairs)[8]) {
   if constexpr (requires { L::code_pairs(raw, s, k, pairs); }) {
@@ -249,8 +249,8 @@ LS_FORMAT void lane_code_pairs(const Raw& raw, LaneStep s, int k, __half2 (&pair
     L::codes(raw, s, k, w);
     LS_UNROLL
     for (int i = 0; i < 4; ++i) {
-      pairs[2 * i] = bytes_as_half2(w[i], 0, 1, L::F::kCodeBias);
-      pairs[2 * i + 1] = bytes_as_half2(w[i], 2, 3, L::F::kCodeBias);
+      pairs[2 * i] = bytes_as_half2(w[i], 0, 2, L::F::kCodeBias);
+      pairs[2 * i + 1] = bytes_as_half2(w[i], 1, 3, L::F::kCodeBias);
     }
   }
 }

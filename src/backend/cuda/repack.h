@@ -39,8 +39,8 @@ struct PairOrderCodes {
   int bytes;
 };
 
-// The codes that the device keeps in pair order (formats.cuh: each word's middle bytes swapped),
-// or nullopt for a type whose codes keep the GGUF order.
+// Where a quantized type's codes lie, to be put in pair order (pair_order.h), or nullopt for the
+// float types.
 std::optional<PairOrderCodes> pair_order_codes(TensorType type);
 
 // Puts the codes of n_rows rows of blocks_per_row blocks of device quants (row pitch
