@@ -17,16 +17,16 @@
 namespace llamaserve::cuda::testing {
 namespace {
 
-// launch_pair_order_codes of one row in host memory.
-void pair_order_codes_on_host(const PairOrderCodes& codes, uint8_t* row, int64_t blocks) {
-  for (int64_t b = 0; b < blocks; ++b) {
-    uint8_t* block_codes = row + b * codes.block_bytes + codes.offset;
-    for (int i = 0; i < codes.bytes; i += 4) {
-      uint32_t w;
-      std::memcpy(&w, block_codes + i, 4);
-      w = swap_middle_bytes(w);
-      std::memcpy(block_codes + i, &w, 4);
-    }
+// launch_pair_order_codes in host memory: every thread's word, by the kernel's own offsets.
+void pair_order_codes_on_host(const PairOrderCodes& codes, uint8_t* quants, int64_t rows,
+                              int64_t blocks_per_row, int64_t quant_row_bytes) {
+  const int64_t n_words = rows * blocks_per_row * (codes.bytes / 4);
+  for (int64_t i = 0; i < n_words; ++i) {
+    uint8_t* p = quants + pair_order_word_offset(codes, i, blocks_per_row, quant_row_bytes);
+    uint32_t w;
+    std::memcpy(&w, p, 4);
+    w = swap_middle_bytes(w);
+    std::memcpy(p, &w, 4);
   }
 }
 
@@ -59,9 +59,10 @@ HostLayout host_layout(const HostMatrix& m) {
                     h.scales.begin() + r * layout->scale_row_bytes + b * split->scale_bytes);
       }
     }
-    if (const std::optional<PairOrderCodes> codes = pair_order_codes(m.type)) {
-      pair_order_codes_on_host(*codes, dst, blocks);
-    }
+  }
+  if (const std::optional<PairOrderCodes> codes = pair_order_codes(m.type)) {
+    pair_order_codes_on_host(*codes, h.quants.data(), m.rows, m.cols / traits(m.type).block_elems,
+                             layout->quant_row_bytes);
   }
   h.view.type = m.type;
   h.view.rows = m.rows;

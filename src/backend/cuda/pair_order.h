@@ -19,4 +19,24 @@ __host__ __device__ constexpr int64_t pair_order_byte(int64_t i) {
   return (i & ~int64_t{3}) | ((i & 1) << 1) | ((i >> 1) & 1);
 }
 
+// Where the codes lie in each block of a type's device quants (after any split): `bytes` bytes
+// from `offset` of every block of block_bytes (repack.h's pair_order_codes).
+struct PairOrderCodes {
+  int block_bytes;
+  int offset;
+  int bytes;
+};
+
+// The byte offset in a matrix's device quants of word i of its codes (block i / (bytes / 4) in
+// row-major order, rows quant_row_bytes apart): the word that thread i of the upload's swap
+// turns, and the host tests' layout too.
+__host__ __device__ inline int64_t pair_order_word_offset(const PairOrderCodes& codes, int64_t i,
+                                                          int64_t blocks_per_row,
+                                                          int64_t quant_row_bytes) {
+  const int64_t words = codes.bytes / 4;
+  const int64_t block = i / words;
+  return block / blocks_per_row * quant_row_bytes + block % blocks_per_row * codes.block_bytes +
+         codes.offset + 4 * (i % words);
+}
+
 }  // namespace llamaserve::cuda

@@ -26,13 +26,10 @@ __global__ void split_blocks_kernel(BlockSplit split, const uint8_t* __restrict_
 __global__ void pair_order_codes_kernel(PairOrderCodes codes, uint8_t* __restrict__ quants,
                                         int64_t n_words, int64_t blocks_per_row,
                                         int64_t quant_row_bytes) {
-  const int words = codes.bytes / 4;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n_words) return;
-  const int64_t block = i / words;
-  uint8_t* row = quants + block / blocks_per_row * quant_row_bytes;
-  auto* w = reinterpret_cast<uint32_t*>(row + block % blocks_per_row * codes.block_bytes +
-                                        codes.offset + 4 * (i % words));
+  auto* w = reinterpret_cast<uint32_t*>(
+      quants + pair_order_word_offset(codes, i, blocks_per_row, quant_row_bytes));
   *w = swap_middle_bytes(*w);
 }
 

@@ -7,6 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "backend/cuda/pair_order.h"
 #include "core/status.h"
 #include "quant/types.h"
 
@@ -30,14 +31,6 @@ std::optional<BlockSplit> block_split(TensorType type);
 Status launch_split_blocks(const BlockSplit& split, const uint8_t* src, int64_t n_rows,
                            int64_t blocks_per_row, uint8_t* quants, int64_t quant_row_bytes,
                            uint8_t* scales, int64_t scale_row_bytes, cudaStream_t stream);
-
-// Where the 4-bit codes lie in each block of a type's device quants (after any split): `bytes`
-// bytes from `offset` of every block of block_bytes.
-struct PairOrderCodes {
-  int block_bytes;
-  int offset;
-  int bytes;
-};
 
 // Where a quantized type's codes lie, to be put in pair order (pair_order.h), or nullopt for the
 // float types.
