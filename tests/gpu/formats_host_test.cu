@@ -82,7 +82,7 @@ void check_nibble_pairs() {
     for (int place = 0; place < 8; ++place) {
       for (const uint32_t background : {0u, 0xffffffffu, 0x5a3c96e1u}) {
         const uint32_t gguf = (background & ~(0xfu << (4 * place))) | (v << (4 * place));
-        const uint32_t words[4] = {swap_middle_bytes(gguf), 0, 0, 0};
+        const uint4 words = make_uint4(swap_middle_bytes(gguf), 0, 0, 0);
         for (int k = 0; k < 2; ++k) {
           __half2 pairs[8];
           nibble_run_pairs<kBias>(words, k, pairs);

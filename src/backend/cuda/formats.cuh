@@ -208,21 +208,15 @@ LS_FORMAT void nibble_pairs(uint32_t w, __half2& first, __half2& second) {
 // Run k of four words of 4-bit codes in pair order as exact f16 pairs minus kBias, pair p holding
 // elements 2p and 2p + 1 of the run.
 template <int kBias>
-LS_FORMAT void nibble_run_pairs(const uint32_t (&words)[4], int k, __half2 (&pairs)[8]) {
+LS_FORMAT void nibble_run_pairs(const uint4& q, int k, __half2 (&pairs)[8]) {
   LS_UNROLL
   for (int i = 0; i < 4; ++i) {
     if (k == 0) {
-      nibble_pairs<0, kBias>(words[i], pairs[2 * i], pairs[2 * i + 1]);
+      nibble_pairs<0, kBias>(word(q, i), pairs[2 * i], pairs[2 * i + 1]);
     } else {
-      nibble_pairs<1, kBias>(words[i], pairs[2 * i], pairs[2 * i + 1]);
+      nibble_pairs<1, kBias>(word(q, i), pairs[2 * i], pairs[2 * i + 1]);
     }
   }
-}
-LS_FORMAT void words_of(const uint4& q, uint32_t (&w)[4]) {
-  w[0] = q.x;
-  w[1] = q.y;
-  w[2] = q.z;
-  w[3] = q.w;
 }
 
 // decode() of a quantized format from its codes() and scales().
@@ -345,9 +339,7 @@ struct Format<TensorType::Q4_0> {
     nibbles(raw.q, k, w);
   }
   LS_FORMAT static void code_pairs(const Raw& raw, int, int k, __half2 (&pairs)[8]) {
-    uint32_t w[4];
-    words_of(raw.q, w);
-    nibble_run_pairs<8>(w, k, pairs);
+    nibble_run_pairs<8>(raw.q, k, pairs);
   }
   LS_FORMAT static void scales(const Raw& raw, int, float (&scale)[kRuns], float (&)[kRuns]) {
     scale[0] = scale[1] = raw.d;
@@ -377,9 +369,7 @@ struct Format<TensorType::Q4_1> {
     nibbles(raw.q, k, w);
   }
   LS_FORMAT static void code_pairs(const Raw& raw, int, int k, __half2 (&pairs)[8]) {
-    uint32_t w[4];
-    words_of(raw.q, w);
-    nibble_run_pairs<0>(w, k, pairs);
+    nibble_run_pairs<0>(raw.q, k, pairs);
   }
   LS_FORMAT static void scales(const Raw& raw, int, float (&scale)[kRuns], float (&min)[kRuns]) {
     scale[0] = scale[1] = half_bits_to_float(raw.dm);
@@ -442,9 +432,7 @@ struct Format<TensorType::Q4_K> {
     nibbles(raw.q, k, w);
   }
   LS_FORMAT static void code_pairs(const Raw& raw, int, int k, __half2 (&pairs)[8]) {
-    uint32_t w[4];
-    words_of(raw.q, w);
-    nibble_run_pairs<0>(w, k, pairs);
+    nibble_run_pairs<0>(raw.q, k, pairs);
   }
   LS_FORMAT static void scales(const Raw& raw, int u, float (&scale)[kRuns], float (&min)[kRuns]) {
     k_quant_scales(raw.meta, (u >> 1) & 3, scale, min);

@@ -158,8 +158,7 @@ struct QuadPieces<TensorType::Q4_K> {
     }
   }
   LS_FORMAT static void code_pairs(const Raw& raw, LaneStep, int k, __half2 (&pairs)[8]) {
-    const uint32_t words[4] = {raw.half0.x, raw.half0.y, raw.half1.x, raw.half1.y};
-    nibble_run_pairs<0>(words, k, pairs);
+    nibble_run_pairs<0>(make_uint4(raw.half0.x, raw.half0.y, raw.half1.x, raw.half1.y), k, pairs);
   }
   LS_FORMAT static int x_col(LaneStep s, int k, int half) {
     return 128 * s.t + 64 * half + 32 * k + 8 * s.q;
