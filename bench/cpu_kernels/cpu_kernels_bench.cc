@@ -3,12 +3,13 @@
 // each kernel instruction set (docs/cpu.md) with the rate a pure read of its weights sets, and
 // the cost of one parallel region.
 //
-//   build/<dir>/bench/cpu_kernels/cpu_kernels_bench [--cpu-isa=both|avx2|auto]
+//   build/<dir>/bench/cpu_kernels/cpu_kernels_bench [--cpu-isa=both|avx2|avx512|auto]
 //       [--threads=1,2,16] [--benchmark_filter=Matvec]
 //
 // --cpu-isa: both (default) runs every case with the AVX2 kernels and, where the CPU has
-// AVX-512 VNNI, again with the AVX-512 ones, side by side (the ISA is part of each name);
-// avx2 or auto runs them once with what the executor's setting of that name picks.
+// AVX-512 VNNI (and AMX), again with the AVX-512 ones (and with AMX), side by side (the ISA is
+// part of each name); avx2, avx512 or auto runs them once with what the executor's setting of
+// that name picks.
 // --threads: the thread counts of PoolRun and the decode cases (default 1, 2, 4, 8 where the
 // process has that many CPUs, and all of them), also more threads than CPUs.
 //
@@ -49,9 +50,14 @@ constexpr int64_t kCols = 2048;
 constexpr size_t kRotationBytes = 64ull << 20;
 constexpr int64_t kPromptTokens = 64;
 
-// The executor setting that runs the kernels of `isa` (kAuto picks AVX-512 where it can).
+// The executor setting that runs the kernels of `isa` (kAuto picks AMX where it can).
 cpu::CpuIsa setting_for(cpu::KernelIsa isa) {
-  return isa == cpu::KernelIsa::kAvx2 ? cpu::CpuIsa::kAvx2 : cpu::CpuIsa::kAuto;
+  switch (isa) {
+    case cpu::KernelIsa::kAvx2: return cpu::CpuIsa::kAvx2;
+    case cpu::KernelIsa::kAvx512Vnni: return cpu::CpuIsa::kAvx512;
+    case cpu::KernelIsa::kAvx512Amx: return cpu::CpuIsa::kAuto;
+  }
+  return cpu::CpuIsa::kAuto;
 }
 
 struct MatrixSet {
@@ -434,17 +440,19 @@ std::string take_flag(int* argc, char** argv, std::string_view name) {
   return value;
 }
 
-// The kernel sets --cpu-isa asks for: both = AVX2 and, where the CPU has it, AVX-512; avx2 or
-// auto = what the executor setting of that name resolves to. Empty on a bad value.
+// The kernel sets --cpu-isa asks for: both = AVX2 and, where the CPU has them, AVX-512 and AMX;
+// avx2, avx512 or auto = what the executor setting of that name resolves to. Empty on a bad
+// value.
 std::vector<cpu::KernelIsa> parse_isas(std::string value) {
   if (value.empty() || value == "both") {
     std::vector<cpu::KernelIsa> isas = {cpu::KernelIsa::kAvx2};
     if (cpu::cpu_has_avx512_vnni()) isas.push_back(cpu::KernelIsa::kAvx512Vnni);
+    if (cpu::cpu_has_amx_int8()) isas.push_back(cpu::KernelIsa::kAvx512Amx);
     return isas;
   }
   auto setting = cpu::parse_cpu_isa(value);
   if (!setting.is_ok()) {
-    std::fprintf(stderr, "--cpu-isa=%s: expected both, avx2 or auto\n", value.c_str());
+    std::fprintf(stderr, "--cpu-isa=%s: expected both, avx2, avx512 or auto\n", value.c_str());
     return {};
   }
   return {cpu::resolve_kernel_isa(*setting)};

@@ -1,7 +1,7 @@
 // llamaserve run: raw completion of a prompt (no chat template), streamed to stdout.
 //
 //   llamaserve run -m MODEL -p PROMPT [-n N] [--temp T] [--seed S] [--top-k K] [--top-p P]
-//                  [--threads N] [--cpu-isa auto|avx2] [--verbose]
+//                  [--threads N] [--cpu-isa auto|avx512|avx2] [--verbose]
 //
 // stdout carries only the generated text, written as it is generated; logs and --verbose
 // speed figures go to stderr. Exit code 0 on success, 1 on any error.

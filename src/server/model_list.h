@@ -1,7 +1,7 @@
 // The models of `serve`: `-m PATH` (one model, as always), `--model NAME=PATH[,key=value...]`
 // repeated, or a "models" list in the --config file. Every model starts from the values of
 // the flags (device, context, max-running, ...) and overrides what its entry names:
-//   path name device tp pp replicas threads cpu-isa (auto|avx2) ctx-size max-running
+//   path name device tp pp replicas threads cpu-isa (auto|avx512|avx2) ctx-size max-running
 //   max-batch-tokens prefill-chunk-tokens prefill-context-per-row no-prefix-cache (true|false)
 //   kv-cache-tokens chat-template warmup-tokens keep-alive (seconds, or 30s/5m/2h)
 //   required (true|false; default false: /ready waits only for required models, and one that

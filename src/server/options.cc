@@ -18,8 +18,9 @@ void add_cpu_isa_option(CLI::App& app, LayoutSpec& layout) {
   app.add_option_function<std::string>(
          "--cpu-isa",
          [&layout](const std::string& isa) { layout.cpu_isa = cpu::parse_cpu_isa(isa).value(); },
-         "CPU kernels: auto (AVX-512 VNNI where the CPU has it, else AVX2) or avx2 (AVX2 only)")
-      ->check(CLI::IsMember({"auto", "avx2"}))
+         "CPU kernels: auto (AVX-512 VNNI and AMX where the CPU has them, else AVX2), avx512 "
+         "(AVX-512 VNNI where the CPU has it, no AMX) or avx2 (AVX2 only)")
+      ->check(CLI::IsMember({"auto", "avx512", "avx2"}))
       ->default_str("auto");
 }
 

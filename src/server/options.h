@@ -16,7 +16,7 @@ namespace llamaserve::server {
 // because it may come from the config file; finalize_service_config() checks it.
 void add_service_options(CLI::App& app, ServiceConfig& config);
 
-// --cpu-isa auto|avx2, bound to layout.cpu_isa: serve, run, chat and bench declare it here.
+// --cpu-isa auto|avx512|avx2, bound to layout.cpu_isa: serve, run, chat and bench declare it here.
 void add_cpu_isa_option(CLI::App& app, LayoutSpec& layout);
 
 // --kv-cache-type f16|q8_0 into m.kv_cache_type (serve, run, chat and bench share it).

@@ -58,6 +58,18 @@ void quantize_q8_32(const float* x, ActBlockQ8_32* out, int64_t n) {
   }
 }
 
+void quantize_q8_32_planar(const float* x, void* out, int64_t n) {
+  const int64_t n_blocks = n / 32;
+  const ActRowQ8_32Planar row = planar_row(out, n_blocks);
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    ActBlockQ8_32 block;
+    quantize_q8_32(x + 32 * b, &block, 32);
+    std::memcpy(row.qs + 32 * b, block.qs, 32);
+    row.d[b] = block.d;
+    row.sum[b] = block.sum;
+  }
+}
+
 void quantize_q8_256(const float* x, ActBlockQ8_256* out, int64_t n) {
   for (int64_t b = 0; b < n / 256; ++b, x += 256) {
     const float amax = absmax(x, 256);
@@ -92,6 +104,12 @@ void quantize_q8_32x2(const float* x, ActBlockQ8_32x2* out, int64_t n) {
 
 }  // namespace
 
+ActRowQ8_32Planar planar_row(void* row, int64_t n_blocks) {
+  auto* codes = static_cast<int8_t*>(row);
+  auto* scales = reinterpret_cast<float*>(codes + 32 * n_blocks);
+  return {codes, scales, scales + n_blocks};
+}
+
 size_t act_row_bytes(ActFormat format, int64_t n) {
   switch (format) {
     case ActFormat::kF32: return static_cast<size_t>(n) * sizeof(float);
@@ -99,6 +117,8 @@ size_t act_row_bytes(ActFormat format, int64_t n) {
     case ActFormat::kQ8_32x2:
       return static_cast<size_t>((n / 32 + 1) / 2) * sizeof(ActBlockQ8_32x2);
     case ActFormat::kQ8_256: return static_cast<size_t>(n / 256) * sizeof(ActBlockQ8_256);
+    case ActFormat::kQ8_32Planar:
+      return (static_cast<size_t>(n / 32) * sizeof(ActBlockQ8_32) + 63) / 64 * 64;
   }
   return 0;
 }
@@ -109,6 +129,7 @@ void quantize_act_row(ActFormat format, const float* x, void* out, int64_t n) {
     case ActFormat::kQ8_32: quantize_q8_32(x, static_cast<ActBlockQ8_32*>(out), n); return;
     case ActFormat::kQ8_32x2: quantize_q8_32x2(x, static_cast<ActBlockQ8_32x2*>(out), n); return;
     case ActFormat::kQ8_256: quantize_q8_256(x, static_cast<ActBlockQ8_256*>(out), n); return;
+    case ActFormat::kQ8_32Planar: quantize_q8_32_planar(x, out, n); return;
   }
 }
 

@@ -36,12 +36,32 @@ struct ActBlockQ8_32x2 {
   int8_t high[32];     // block 0 elements 16..31, block 1 elements 16..31
 };
 
+// ActBlockQ8_32's blocks of a row taken apart, for the AMX kernels, which load one block's
+// codes of sixteen rows as a tile (rows act_row_bytes apart): every block's 32 codes first, each
+// 32-byte piece within one cache line of a 64-byte aligned row, then the blocks' scales d, then
+// their sums; the row padded to a multiple of 64 bytes. The same values as kQ8_32.
+struct ActRowQ8_32Planar {
+  int8_t* qs;
+  float* d;
+  float* sum;
+};
+ActRowQ8_32Planar planar_row(void* row, int64_t n_blocks);
+inline const int8_t* planar_codes(const void* row, int64_t block) {
+  return static_cast<const int8_t*>(row) + 32 * block;
+}
+inline const float* planar_scales(const void* row, int64_t n_blocks) {
+  return reinterpret_cast<const float*>(static_cast<const int8_t*>(row) + 32 * n_blocks);
+}
+inline const float* planar_sums(const void* row, int64_t n_blocks) {
+  return planar_scales(row, n_blocks) + n_blocks;
+}
+
 static_assert(sizeof(ActBlockQ8_32) == 40);
 static_assert(sizeof(ActBlockQ8_32x2) == 80);
 static_assert(sizeof(ActBlockQ8_256) == 292);
 
 // Which representation of the activation row a weight type's dot product consumes.
-enum class ActFormat { kF32, kQ8_32, kQ8_32x2, kQ8_256 };
+enum class ActFormat { kF32, kQ8_32, kQ8_32x2, kQ8_256, kQ8_32Planar };
 
 // Bytes of one activation row of n elements. PRECONDITION: n is a multiple of the block.
 size_t act_row_bytes(ActFormat format, int64_t n);

@@ -404,8 +404,7 @@ void attention(const Batch& batch, const AttentionShape& shape, const float* q,
   const TensorType type = cache.geometry().type;
   // (A Q8_0 row is whole blocks of 32 values.)
   const bool heads_together =
-      isa == KernelIsa::kAvx512Vnni &&
-      ((type == TensorType::F16 && hd % 16 == 0) || type == TensorType::Q8_0);
+      uses_avx512(isa) && ((type == TensorType::F16 && hd % 16 == 0) || type == TensorType::Q8_0);
   pool.run([&](int part, int n_parts) {
     float* buffer = scratch.part_buffer(part);
     float* own_state = buffer + scratch_floats(group, bs);

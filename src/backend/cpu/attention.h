@@ -60,7 +60,7 @@ class AttentionScratch {
 // with an online softmax per cache block, and chunks of a long row are merged at the end.
 // When those units are too few for the threads, they are split by query heads too. A row's
 // result depends only on the row, never on the rest of the batch or the thread count.
-// `isa`: with kAvx512Vnni (only where the CPU has it) an f16 cache is read with the AVX-512
+// `isa`: with the AVX-512 ones (only where the CPU has them) an f16 cache is read with the AVX-512
 // pieces of attention_avx512.h, the same bits as kAvx2.
 void attention(const Batch& batch, const AttentionShape& shape, const float* q,
                const CpuKvCache& cache, int32_t layer, float* out, ThreadPool& pool,

@@ -1,6 +1,7 @@
 #include "backend/cpu/matmul.h"
 
 #include <algorithm>
+#include <array>
 #include <cassert>
 #include <iterator>
 
@@ -42,6 +43,21 @@ constexpr MatmulKernel kAvx512Kernels[] = {
     {TensorType::Q6_K, ActFormat::kQ8_256, 256, nullptr, nullptr, nullptr, packed_tile_q6_k_avx512},
 };
 
+// The AVX-512 table with the AMX kernels of the types that have them.
+std::span<const MatmulKernel> amx_kernels() {
+  static const auto table = [] {
+    std::array<MatmulKernel, std::size(kAvx512Kernels)> t;
+    std::copy(std::begin(kAvx512Kernels), std::end(kAvx512Kernels), t.begin());
+    for (MatmulKernel& k : t) {
+      if (k.type == TensorType::Q8_0) k.packed_tile_pair_amx = packed_tile_pair_q8_0_amx;
+      if (k.type == TensorType::Q4_0) k.packed_tile_pair_amx = packed_tile_pair_q4_0_amx;
+      if (k.type == TensorType::Q4_1) k.packed_tile_pair_amx = packed_tile_pair_q4_1_amx;
+    }
+    return t;
+  }();
+  return table;
+}
+
 // One ActCache serves both tables, check_matmul_supported does not ask which one runs, and
 // a PackedWeight serves both. (That a type has either row kernels or a packed-tile kernel is
 // tested: function addresses are no constant expressions in every build.)
@@ -61,11 +77,15 @@ static_assert(same_types_and_formats());
 // Rows handled per pass over the tokens: small enough that the tile's weight bytes stay in
 // L1 while each activation row is read once per tile; a packed tile's rows.
 constexpr int64_t kRowTile = kPackedRows;
+// The threads take the tiles of each output two at a time (a unit), so that a pair of whole tiles
+// always meets in one pass of the kernels that take two (packed_tile_pair, the AMX ones).
+constexpr int64_t kUnitTiles = 2;
 
 }  // namespace
 
 const MatmulKernel* find_matmul_kernel(TensorType type, KernelIsa isa) {
-  const std::span<const MatmulKernel> table = isa == KernelIsa::kAvx512Vnni
+  const std::span<const MatmulKernel> table = isa == KernelIsa::kAvx512Amx ? amx_kernels()
+                                              : isa == KernelIsa::kAvx512Vnni
                                                   ? std::span<const MatmulKernel>(kAvx512Kernels)
                                                   : std::span<const MatmulKernel>(kAvx2Kernels);
   for (const MatmulKernel& kernel : table) {
@@ -94,9 +114,11 @@ ActCache::ActCache(int64_t max_tokens, int64_t max_cols)
     : max_tokens_(max_tokens), max_cols_(max_cols) {
   // Room for the row rounded up to whole blocks of every format.
   const int64_t padded_cols = (max_cols + 255) / 256 * 256;
-  for (ActFormat format : {ActFormat::kQ8_32, ActFormat::kQ8_32x2, ActFormat::kQ8_256}) {
-    buffers_[static_cast<int>(format)].resize(static_cast<size_t>(max_tokens) *
-                                              act_row_bytes(format, padded_cols));
+  for (ActFormat format :
+       {ActFormat::kQ8_32, ActFormat::kQ8_32x2, ActFormat::kQ8_256, ActFormat::kQ8_32Planar}) {
+    // (Slack for the alignment of rows().)
+    buffers_[static_cast<int>(format)].resize(
+        static_cast<size_t>(max_tokens) * act_row_bytes(format, padded_cols) + 64);
   }
 }
 
@@ -112,6 +134,7 @@ const uint8_t* ActCache::rows(ActFormat format, ThreadPool& pool) {
   if (format == ActFormat::kF32) return reinterpret_cast<const uint8_t*>(x_);
   const int index = static_cast<int>(format);
   uint8_t* out = buffers_[index].data();
+  out += (64 - reinterpret_cast<uintptr_t>(out) % 64) % 64;
   if (!have_[index]) {
     const size_t stride = act_row_bytes(format, cols_);
     pool.parallel_for(static_cast<size_t>(n_tokens_), 4, [&](size_t begin, size_t end) {
@@ -127,77 +150,117 @@ const uint8_t* ActCache::rows(ActFormat format, ThreadPool& pool) {
 void matmul(std::span<const MatmulOutput> outputs, ActCache& act, ThreadPool& pool, KernelIsa isa) {
   struct Prepared {
     const MatmulKernel* kernel;
-    const uint8_t* act_rows;
+    const uint8_t* act_rows;  // in kernel->act_format, where a kernel but the AMX one reads them
     size_t act_stride;
     const uint8_t* weights;
     size_t weight_stride;
-    int64_t first_tile;  // in the concatenated tile space
     int64_t n_tiles;
+    int64_t first_unit;  // in the concatenated unit space
+    int64_t n_units;
+    // The rows packed_tile_pair_amx reads, where it runs: at least kAmxTokens tokens.
+    const uint8_t* amx_act_rows;
+    size_t amx_act_stride;
   };
   // A handful of outputs share one input (Q/K/V, gate/up).
   constexpr size_t kMaxOutputs = 8;
   assert(outputs.size() <= kMaxOutputs);
   Prepared prepared[kMaxOutputs];
   const size_t n_outputs = std::min(outputs.size(), kMaxOutputs);
-  int64_t total_tiles = 0;
-  for (size_t i = 0; i < n_outputs; ++i) {
-    const MatmulKernel* kernel = find_matmul_kernel(outputs[i].weight->type, isa);
-    const QTensor& w = *outputs[i].weight;
-    assert((outputs[i].packed != nullptr) == (kernel->packed_tile != nullptr));
-    const int64_t n_tiles = (w.rows() + kRowTile - 1) / kRowTile;
-    prepared[i] = {kernel,
-                   act.rows(kernel->act_format, pool),
-                   act_row_bytes(kernel->act_format, act.cols()),
-                   static_cast<const uint8_t*>(w.data),
-                   w.bytes_per_row(),
-                   total_tiles,
-                   n_tiles};
-    total_tiles += n_tiles;
-  }
+  int64_t total_units = 0;
   const int64_t n_tokens = act.n_tokens();
   const int64_t cols = act.cols();
-  pool.parallel_for(static_cast<size_t>(total_tiles), 1, [&](size_t begin, size_t end) {
-    size_t o = 0;
-    for (auto tile = static_cast<int64_t>(begin); tile < static_cast<int64_t>(end); ++tile) {
-      while (tile >= prepared[o].first_tile + prepared[o].n_tiles) ++o;
-      const MatmulOutput& out = outputs[o];
-      const Prepared& p = prepared[o];
-      const int64_t local0 = (tile - p.first_tile) * kRowTile;
-      const int64_t n_rows = std::min(kRowTile, out.weight->rows() - local0);
-      float* y = out.y + local0;
-      // Two whole tiles of one output in this range: one pass where the table has one.
-      const bool pair = out.packed != nullptr && p.kernel->packed_tile_pair != nullptr &&
-                        out.bias == nullptr && tile + 1 < static_cast<int64_t>(end) &&
-                        tile + 1 < p.first_tile + p.n_tiles &&
-                        local0 + 2 * kRowTile <= out.weight->rows();
-      if (pair) {
-        p.kernel->packed_tile_pair(
-            out.packed->tile(tile - p.first_tile), out.packed->tile(tile + 1 - p.first_tile),
-            out.packed->n_blocks(), p.act_rows, p.act_stride, n_tokens, y, out.y_stride);
-        ++tile;
-      } else if (out.packed != nullptr) {
-        p.kernel->packed_tile(out.packed->tile(tile - p.first_tile), out.packed->n_blocks(),
-                              p.act_rows, p.act_stride, n_tokens, y, out.y_stride, n_rows);
-      } else {
-        const uint8_t* w = p.weights + static_cast<size_t>(local0) * p.weight_stride;
-        int64_t t = 0;
-        if (p.kernel->dot_rows4 != nullptr) {
-          for (; t + 4 <= n_tokens; t += 4) {
-            p.kernel->dot_rows4(w, p.weight_stride, n_rows,
-                                p.act_rows + static_cast<size_t>(t) * p.act_stride, p.act_stride,
-                                cols, y + t * out.y_stride, out.y_stride);
-          }
-        }
-        for (; t < n_tokens; ++t) {
-          p.kernel->dot_rows(w, p.weight_stride, n_rows,
-                             p.act_rows + static_cast<size_t>(t) * p.act_stride, cols,
-                             y + t * out.y_stride);
+  for (size_t i = 0; i < n_outputs; ++i) {
+    const MatmulOutput& out = outputs[i];
+    const MatmulKernel* kernel = find_matmul_kernel(out.weight->type, isa);
+    const QTensor& w = *out.weight;
+    assert((out.packed != nullptr) == (kernel->packed_tile != nullptr));
+    const int64_t n_tiles = (w.rows() + kRowTile - 1) / kRowTile;
+    const int64_t n_units = (n_tiles + kUnitTiles - 1) / kUnitTiles;
+    Prepared& p = prepared[i];
+    p = {kernel,
+         nullptr,
+         act_row_bytes(kernel->act_format, cols),
+         static_cast<const uint8_t*>(w.data),
+         w.bytes_per_row(),
+         n_tiles,
+         total_units,
+         n_units,
+         nullptr,
+         0};
+    const bool amx = kernel->packed_tile_pair_amx != nullptr && n_tokens >= kAmxTokens;
+    if (amx) {
+      p.amx_act_rows = act.rows(ActFormat::kQ8_32Planar, pool);
+      p.amx_act_stride = act_row_bytes(ActFormat::kQ8_32Planar, cols);
+    }
+    // Every unit of an AMX output is a pair taking its tokens sixteen at a time, unless tokens or
+    // rows are left over or the bias keeps the tiles apart.
+    if (!amx || n_tokens % kAmxTokens != 0 || w.rows() % (kUnitTiles * kRowTile) != 0 ||
+        out.bias != nullptr) {
+      p.act_rows = act.rows(kernel->act_format, pool);
+    }
+    total_units += n_units;
+  }
+  // Tile `tile` of output o alone.
+  auto run_tile = [&](const MatmulOutput& out, const Prepared& p, int64_t tile) {
+    const int64_t local0 = tile * kRowTile;
+    const int64_t n_rows = std::min(kRowTile, out.weight->rows() - local0);
+    float* y = out.y + local0;
+    if (out.packed != nullptr) {
+      p.kernel->packed_tile(out.packed->tile(tile), out.packed->n_blocks(), p.act_rows,
+                            p.act_stride, n_tokens, y, out.y_stride, n_rows);
+    } else {
+      const uint8_t* w = p.weights + static_cast<size_t>(local0) * p.weight_stride;
+      int64_t t = 0;
+      if (p.kernel->dot_rows4 != nullptr) {
+        for (; t + 4 <= n_tokens; t += 4) {
+          p.kernel->dot_rows4(w, p.weight_stride, n_rows,
+                              p.act_rows + static_cast<size_t>(t) * p.act_stride, p.act_stride,
+                              cols, y + t * out.y_stride, out.y_stride);
         }
       }
-      if (out.bias) {
-        for (int64_t t = 0; t < n_tokens; ++t) {
-          for (int64_t r = 0; r < n_rows; ++r) y[t * out.y_stride + r] += out.bias[local0 + r];
-        }
+      for (; t < n_tokens; ++t) {
+        p.kernel->dot_rows(w, p.weight_stride, n_rows,
+                           p.act_rows + static_cast<size_t>(t) * p.act_stride, cols,
+                           y + t * out.y_stride);
+      }
+    }
+    if (out.bias) {
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        for (int64_t r = 0; r < n_rows; ++r) y[t * out.y_stride + r] += out.bias[local0 + r];
+      }
+    }
+  };
+  // Tiles `tile` and `tile` + 1 of output o, both whole, in one pass.
+  auto run_pair = [&](const MatmulOutput& out, const Prepared& p, int64_t tile) {
+    const uint8_t* tile_a = out.packed->tile(tile);
+    const uint8_t* tile_b = out.packed->tile(tile + 1);
+    const int64_t n_blocks = out.packed->n_blocks();
+    float* y = out.y + tile * kRowTile;
+    int64_t t = 0;
+    if (p.amx_act_rows != nullptr) {
+      t = n_tokens / kAmxTokens * kAmxTokens;
+      p.kernel->packed_tile_pair_amx(tile_a, tile_b, n_blocks, p.amx_act_rows, p.amx_act_stride, t,
+                                     y, out.y_stride);
+    }
+    if (t < n_tokens) {
+      p.kernel->packed_tile_pair(tile_a, tile_b, n_blocks, p.act_rows + t * p.act_stride,
+                                 p.act_stride, n_tokens - t, y + t * out.y_stride, out.y_stride);
+    }
+  };
+  pool.parallel_for(static_cast<size_t>(total_units), 1, [&](size_t begin, size_t end) {
+    size_t o = 0;
+    for (auto unit = static_cast<int64_t>(begin); unit < static_cast<int64_t>(end); ++unit) {
+      while (unit >= prepared[o].first_unit + prepared[o].n_units) ++o;
+      const MatmulOutput& out = outputs[o];
+      const Prepared& p = prepared[o];
+      const int64_t first = (unit - p.first_unit) * kUnitTiles;
+      const int64_t tiles = std::min(kUnitTiles, p.n_tiles - first);
+      // Two whole tiles: one pass where the table has one.
+      if (tiles == 2 && out.packed != nullptr && p.kernel->packed_tile_pair != nullptr &&
+          out.bias == nullptr && (first + 2) * kRowTile <= out.weight->rows()) {
+        run_pair(out, p, first);
+      } else {
+        for (int64_t k = 0; k < tiles; ++k) run_tile(out, p, first + k);
       }
     }
   });

@@ -10,7 +10,10 @@
 // one parallel region over their concatenated rows.
 //
 // Two kernel tables, AVX2 and AVX-512 (cpu_isa.h): the caller passes the KernelIsa its
-// backend resolved once; both tables have the same types, activation formats and results.
+// backend resolved once; both tables have the same types, activation formats and results. With
+// AMX (KernelIsa::kAvx512Amx) the AVX-512 table's Q8_0, Q4_0 and Q4_1 entries also have
+// packed_tile_pair_amx, which takes a pair of tiles' tokens sixteen at a time on the tile unit,
+// with the same results; the tokens past the last sixteen go through packed_tile_pair.
 #pragma once
 
 #include <cstdint>
@@ -39,10 +42,14 @@ struct MatmulKernel {
   Rows4DotFn dot_rows4 = nullptr;  // optional: four tokens per weight pass
   PackedTileFn packed_tile = nullptr;
   PackedTilePairFn packed_tile_pair = nullptr;  // optional: two whole tiles at once
+  // Optional, AMX only: packed_tile_pair for kAmxTokens tokens at a time, its activation rows in
+  // ActFormat::kQ8_32Planar.
+  PackedTilePairFn packed_tile_pair_amx = nullptr;
 };
 
 // The kernel of `type` in the table of `isa`, or nullptr when the CPU backend cannot multiply
-// with it. The kAvx512Vnni table's functions may only be called where cpu_has_avx512_vnni().
+// with it. The AVX-512 table's functions may only be called where cpu_has_avx512_vnni(), and
+// packed_tile_pair_amx (set in kAvx512Amx's table only) where cpu_has_amx_int8().
 const MatmulKernel* find_matmul_kernel(TensorType type, KernelIsa isa);
 
 // Ok when `tensor` can be multiplied on the CPU; otherwise an error naming it and its type.
@@ -57,7 +64,8 @@ class ActCache {
   // PRECONDITION: n_tokens <= max_tokens, cols <= max_cols; x stays valid until the next reset.
   void reset(const float* x, int64_t n_tokens, int64_t cols);
 
-  // Rows in `format` (row i at i * act_row_bytes(format, cols())), converted on first use.
+  // Rows in `format` (row i at i * act_row_bytes(format, cols())), converted on first use; the
+  // first row 64-byte aligned.
   const uint8_t* rows(ActFormat format, ThreadPool& pool);
 
   int64_t n_tokens() const { return n_tokens_; }
@@ -69,7 +77,7 @@ class ActCache {
   int64_t cols_ = 0;
   int64_t max_tokens_;
   int64_t max_cols_;
-  static constexpr int kFormats = 4;  // ActFormat values
+  static constexpr int kFormats = 5;  // ActFormat values
   bool have_[kFormats] = {};
   std::vector<uint8_t> buffers_[kFormats];
 };
@@ -86,8 +94,8 @@ struct MatmulOutput {
 
 // Computes every output over the input held by `act` with the kernels of `isa`.
 // PRECONDITIONS: each weight's cols == act.cols(); each weight passed check_matmul_supported;
-// each output of a type PackedWeight::packs has its `packed`; isa is kAvx2, or
-// cpu_has_avx512_vnni().
+// each output of a type PackedWeight::packs has its `packed`; isa is kAvx2, or kAvx512Vnni where
+// cpu_has_avx512_vnni(), or kAvx512Amx where cpu_has_amx_int8().
 void matmul(std::span<const MatmulOutput> outputs, ActCache& act, ThreadPool& pool, KernelIsa isa);
 
 // Plain reference: each output element through quant's dot_row on float activations.

@@ -150,4 +150,10 @@ using PackedTilePairFn = PackedTilePair*;
 PackedTilePair packed_tile_pair_q4_0_avx512, packed_tile_pair_q4_1_avx512,
     packed_tile_pair_q8_0_avx512;
 
+// The AMX versions (dot_packed_amx.cc): n_tokens a multiple of kAmxTokens, activation rows in
+// ActFormat::kQ8_32Planar for every type, 64-byte aligned; each output the bits of the AVX-512
+// pair kernel's. Only where cpu_has_amx_int8().
+inline constexpr int64_t kAmxTokens = 16;
+PackedTilePair packed_tile_pair_q4_0_amx, packed_tile_pair_q4_1_amx, packed_tile_pair_q8_0_amx;
+
 }  // namespace llamaserve::cpu

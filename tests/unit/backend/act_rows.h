@@ -24,6 +24,9 @@ inline std::vector<float> dequantize_act(ActFormat format, const uint8_t* row, i
       const int8_t q = j < 16 ? p.low[16 * half + j] : p.high[16 * half + j - 16];
       out[i] = p.scale_sum[2 * half] * q;
     }
+  } else if (format == ActFormat::kQ8_32Planar) {
+    const float* d = planar_scales(row, n / 32);
+    for (int64_t i = 0; i < n; ++i) out[i] = d[i / 32] * planar_codes(row, i / 32)[i % 32];
   } else if (format == ActFormat::kQ8_256) {
     const auto* blocks = reinterpret_cast<const ActBlockQ8_256*>(row);
     for (int64_t i = 0; i < n; ++i) out[i] = blocks[i / 256].d * blocks[i / 256].qs[i % 256];

@@ -1,10 +1,12 @@
-// The AVX-512 kernels (dot_avx512.h) against the AVX2 ones and the reference kernels, on odd
-// sizes, random and extreme data, and a whole forward pass with the kernels forced to AVX2
-// against auto. The AVX-512 kernels keep the AVX2 kernels' float operations and order, so
-// these tests ask for the same bits, not for closeness: any difference is a bug.
+// The AVX-512 kernels (dot_avx512.h) and the AMX ones (packed_weight.h) against the AVX2 ones
+// and the reference kernels, on odd sizes, random and extreme data, and a whole forward pass
+// with the kernels forced to AVX2 and to AVX-512 against auto. The AVX-512 and AMX kernels keep
+// the AVX2 kernels' float operations and order, so these tests ask for the same bits, not for
+// closeness: any difference is a bug.
 //
 // Everything that runs AVX-512 code skips on a CPU without AVX-512 VNNI (the message says
-// so); run the suite on such a CPU to test those paths:
+// so), and what runs AMX code on a CPU without AMX-INT8; run the suite on such a CPU to test
+// those paths:
 //   ctest --test-dir build/<dir> -R 'Avx512|CpuIsa' --output-on-failure
 // Forcing avx2 is tested on every machine.
 #include <gtest/gtest.h>
@@ -39,6 +41,11 @@ namespace fs = std::filesystem;
   if (!cpu_has_avx512_vnni()) {                                                            \
     GTEST_SKIP() << "this CPU (or its OS) lacks AVX512F/BW/VL + AVX512-VNNI: the AVX-512 " \
                     "kernels cannot run here; run this test on an AVX-512 machine";        \
+  }
+#define SKIP_WITHOUT_AMX()                                                                      \
+  if (!cpu_has_amx_int8()) {                                                                    \
+    GTEST_SKIP() << "this CPU (or its OS) lacks AMX-TILE + AMX-INT8 (or AVX-512 VNNI): the "    \
+                    "AMX kernels cannot run here; run this test on a Sapphire Rapids or newer"; \
   }
 
 bool same_bits(float a, float b) {
@@ -133,17 +140,26 @@ std::vector<float> make_activations(int64_t n, uint32_t seed) {
 
 TEST(CpuIsa, Detection) {
   // Printed so that a log shows which kernels the other tests ran.
-  std::printf("this CPU: AVX-512 VNNI %s\n", cpu_has_avx512_vnni() ? "yes" : "no");
+  std::printf("this CPU: AVX-512 VNNI %s, AMX-INT8 %s\n", cpu_has_avx512_vnni() ? "yes" : "no",
+              cpu_has_amx_int8() ? "yes" : "no");
+  const KernelIsa avx512 = cpu_has_avx512_vnni() ? KernelIsa::kAvx512Vnni : KernelIsa::kAvx2;
   EXPECT_EQ(resolve_kernel_isa(CpuIsa::kAvx2), KernelIsa::kAvx2);
-  EXPECT_EQ(resolve_kernel_isa(CpuIsa::kAuto),
-            cpu_has_avx512_vnni() ? KernelIsa::kAvx512Vnni : KernelIsa::kAvx2);
+  EXPECT_EQ(resolve_kernel_isa(CpuIsa::kAvx512), avx512);
+  EXPECT_EQ(resolve_kernel_isa(CpuIsa::kAuto), cpu_has_amx_int8() ? KernelIsa::kAvx512Amx : avx512);
+  EXPECT_TRUE(!cpu_has_amx_int8() || cpu_has_avx512_vnni());
   EXPECT_EQ(parse_cpu_isa("auto").value(), CpuIsa::kAuto);
+  EXPECT_EQ(parse_cpu_isa("avx512").value(), CpuIsa::kAvx512);
   EXPECT_EQ(parse_cpu_isa("avx2").value(), CpuIsa::kAvx2);
-  const auto bad = parse_cpu_isa("avx512");
+  const auto bad = parse_cpu_isa("amx");
   ASSERT_FALSE(bad.is_ok());
-  EXPECT_NE(bad.status().message().find("expected auto or avx2"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("expected auto, avx512 or avx2"), std::string::npos);
   EXPECT_STREQ(cpu_isa_name(CpuIsa::kAvx2), "avx2");
+  EXPECT_STREQ(cpu_isa_name(CpuIsa::kAvx512), "avx512");
   EXPECT_STREQ(kernel_isa_name(KernelIsa::kAvx512Vnni), "avx512-vnni");
+  EXPECT_STREQ(kernel_isa_name(KernelIsa::kAvx512Amx), "avx512-amx");
+  EXPECT_FALSE(uses_avx512(KernelIsa::kAvx2));
+  EXPECT_TRUE(uses_avx512(KernelIsa::kAvx512Vnni));
+  EXPECT_TRUE(uses_avx512(KernelIsa::kAvx512Amx));
 }
 
 TEST(CpuIsa, TablesAgreeOnTypesAndFormats) {
@@ -151,10 +167,21 @@ TEST(CpuIsa, TablesAgreeOnTypesAndFormats) {
   for (TensorType type : kWeightTypes) {
     const MatmulKernel* avx2 = find_matmul_kernel(type, KernelIsa::kAvx2);
     const MatmulKernel* avx512 = find_matmul_kernel(type, KernelIsa::kAvx512Vnni);
+    const MatmulKernel* amx = find_matmul_kernel(type, KernelIsa::kAvx512Amx);
     ASSERT_NE(avx2, nullptr);
     ASSERT_NE(avx512, nullptr);
+    ASSERT_NE(amx, nullptr);
     EXPECT_EQ(avx2->act_format, avx512->act_format) << type_name(type);
     EXPECT_EQ(avx2->block_elems, avx512->block_elems) << type_name(type);
+    // The AMX table is the AVX-512 one with the AMX pair kernels of the 32-element block types.
+    EXPECT_EQ(amx->act_format, avx512->act_format) << type_name(type);
+    EXPECT_EQ(amx->packed_tile, avx512->packed_tile) << type_name(type);
+    EXPECT_EQ(amx->packed_tile_pair, avx512->packed_tile_pair) << type_name(type);
+    const bool has_amx =
+        type == TensorType::Q8_0 || type == TensorType::Q4_0 || type == TensorType::Q4_1;
+    EXPECT_EQ(amx->packed_tile_pair_amx != nullptr, has_amx) << type_name(type);
+    EXPECT_EQ(avx512->packed_tile_pair_amx, nullptr) << type_name(type);
+    EXPECT_EQ(avx2->packed_tile_pair_amx, nullptr) << type_name(type);
     for (const MatmulKernel* kernel : {avx2, avx512}) {
       // Row kernels or a packed-tile kernel, as PackedWeight::packs says.
       const bool packed = PackedWeight::packs(type);
@@ -286,6 +313,71 @@ TEST_P(Avx512KernelTest, MatmulEqualsAvx2) {
   }
 }
 
+class AmxKernelTest : public ::testing::TestWithParam<TensorType> {};
+
+// matmul over 16 to 40 tokens (AMX passes of sixteen, the rest through the AVX-512 pair kernel)
+// on every odd row length, with 37 rows (pairs of tiles, then a lone and a partial tile), 64 rows
+// and 11 with a bias (which take no pairs) sharing the input, and three threads (whose ranges cut
+// the pairs in other places): the same bits with each table.
+TEST_P(AmxKernelTest, MatmulEqualsAvx2) {
+  SKIP_WITHOUT_AMX();
+  const TensorType type = GetParam();
+  constexpr int64_t kRows[] = {37, 64, 11};
+  constexpr int64_t kMaxTokens = 40;
+  ThreadPool pool(3);
+  for (const int64_t cols : odd_lengths(type)) {
+    std::vector<std::vector<uint8_t>> bytes;
+    std::vector<QTensor> tensors;
+    std::vector<PackedWeight> packed;
+    for (size_t i = 0; i < std::size(kRows); ++i) {
+      bytes.push_back(make_weights(type, kRows[i], cols, static_cast<uint32_t>(cols + i)));
+    }
+    for (size_t i = 0; i < std::size(kRows); ++i) {
+      QTensor t;
+      t.name = "test";
+      t.type = type;
+      t.shape = {kRows[i], cols};
+      t.data = bytes[i].data();
+      t.n_bytes = bytes[i].size();
+      tensors.push_back(t);
+    }
+    for (const QTensor& t : tensors) packed.push_back(PackedWeight::pack(t, pool).value());
+    std::mt19937 rng(static_cast<uint32_t>(cols));
+    const std::vector<float> bias = random_floats(kRows[2], rng, 1.0f);
+    std::vector<float> x = random_floats(kMaxTokens * cols, rng, 2.0f);
+    for (int64_t i = 0; i < cols; ++i) x[5 * cols + i] *= 1e-3f;  // a row of small values
+    for (const int64_t n_tokens : {16, 17, 31, 32, 40}) {
+      std::vector<float> y[3][std::size(kRows)];  // [isa][output]
+      const KernelIsa isas[] = {KernelIsa::kAvx2, KernelIsa::kAvx512Vnni, KernelIsa::kAvx512Amx};
+      for (int i = 0; i < 3; ++i) {
+        ActCache act(kMaxTokens, cols);
+        act.reset(x.data(), n_tokens, cols);
+        MatmulOutput outputs[std::size(kRows)];
+        for (size_t o = 0; o < std::size(kRows); ++o) {
+          y[i][o].assign(static_cast<size_t>(n_tokens * kRows[o]), 0.0f);
+          outputs[o] = {&tensors[o], y[i][o].data(), kRows[o], o == 2 ? bias.data() : nullptr,
+                        &packed[o]};
+        }
+        matmul(outputs, act, pool, isas[i]);
+      }
+      for (int i = 1; i < 3; ++i) {
+        for (size_t o = 0; o < std::size(kRows); ++o) {
+          for (size_t k = 0; k < y[0][o].size(); ++k) {
+            ASSERT_TRUE(same_bits(y[i][o][k], y[0][o][k]))
+                << type_name(type) << " " << kernel_isa_name(isas[i]) << ", " << cols
+                << " columns, " << n_tokens << " tokens, output " << o << " token " << k / kRows[o]
+                << " row " << k % kRows[o] << ": " << y[i][o][k] << " vs " << y[0][o][k];
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(BlockTypes, AmxKernelTest,
+                         ::testing::Values(TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1),
+                         [](const auto& info) { return std::string(type_name(info.param)); });
+
 INSTANTIATE_TEST_SUITE_P(AllTypes, Avx512KernelTest, ::testing::ValuesIn(kWeightTypes),
                          [](const auto& info) { return std::string(type_name(info.param)); });
 INSTANTIATE_TEST_SUITE_P(RowTypes, Avx512RowKernelTest,
@@ -307,53 +399,61 @@ std::unique_ptr<Executor> make_executor(std::shared_ptr<const LoadedModel> model
   return executor.is_ok() ? std::move(executor).value() : nullptr;
 }
 
-// A 13-token prompt (three four-token passes and one more row) and one decode step of one
-// sequence; the logits of every row.
+// A 37-token prompt (two sixteen-token AMX passes, then one four-token pass and one more row;
+// nine four-token passes and one row without AMX) and one decode step of one sequence; the
+// logits of every row.
+constexpr int32_t kPromptTokens = 37;
 std::vector<float> prompt_and_step(Executor& ex) {
   const int64_t n_vocab = ex.config().n_vocab;
   Batch batch;
   batch.blocks_per_seq = 4;
   batch.block_tables = {2, 0, 3, 1};
-  for (int32_t i = 0; i < 13; ++i) {
+  for (int32_t i = 0; i < kPromptTokens; ++i) {
     batch.tokens.push_back(static_cast<int32_t>((i * 7919 + 11) % n_vocab));
     batch.positions.push_back(i);
     batch.seq_index.push_back(0);
     batch.logit_rows.push_back(i);
   }
-  batch.seq_lengths = {13};
-  std::vector<float> logits(13 * static_cast<size_t>(n_vocab));
+  batch.seq_lengths = {kPromptTokens};
+  std::vector<float> logits(kPromptTokens * static_cast<size_t>(n_vocab));
   EXPECT_TRUE(ex.forward(batch, logits).is_ok());
   batch.tokens = {5};
-  batch.positions = {13};
+  batch.positions = {kPromptTokens};
   batch.seq_index = {0};
   batch.logit_rows = {0};
-  batch.seq_lengths = {14};
+  batch.seq_lengths = {kPromptTokens + 1};
   std::vector<float> step(static_cast<size_t>(n_vocab));
   EXPECT_TRUE(ex.forward(batch, step).is_ok());
   logits.insert(logits.end(), step.begin(), step.end());
   return logits;
 }
 
+// The logits with the kernels forced to AVX-512 and with auto (AMX where the CPU has it)
+// against those with AVX2.
 void expect_same_logits(const std::shared_ptr<const LoadedModel>& model, const std::string& what) {
   auto avx2 = make_executor(model, CpuIsa::kAvx2);
-  auto avx512 = make_executor(model, CpuIsa::kAuto);
   ASSERT_NE(avx2, nullptr);
-  ASSERT_NE(avx512, nullptr);
-  EXPECT_NE(avx512->describe().find("avx512-vnni kernels"), std::string::npos)
-      << avx512->describe();
   const std::vector<float> a = prompt_and_step(*avx2);
-  const std::vector<float> b = prompt_and_step(*avx512);
-  ASSERT_EQ(a.size(), b.size());
-  size_t differing = 0;
-  double worst = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!same_bits(a[i], b[i])) {
-      ++differing;
-      worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]));
+  for (const CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAuto}) {
+    auto ex = make_executor(model, isa);
+    ASSERT_NE(ex, nullptr);
+    const KernelIsa kernels = resolve_kernel_isa(isa);
+    EXPECT_NE(ex->describe().find(std::string(kernel_isa_name(kernels)) + " kernels"),
+              std::string::npos)
+        << ex->describe();
+    const std::vector<float> b = prompt_and_step(*ex);
+    ASSERT_EQ(a.size(), b.size());
+    size_t differing = 0;
+    double worst = 0.0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (!same_bits(a[i], b[i])) {
+        ++differing;
+        worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]));
+      }
     }
+    EXPECT_EQ(differing, 0u) << what << " (" << kernel_isa_name(kernels) << "): " << differing
+                             << " of " << a.size() << " logits differ, by up to " << worst;
   }
-  EXPECT_EQ(differing, 0u) << what << ": " << differing << " of " << a.size()
-                           << " logits differ, by up to " << worst;
 }
 
 class Avx512ForwardTest : public ::testing::TestWithParam<const char*> {};

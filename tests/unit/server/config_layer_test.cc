@@ -229,8 +229,13 @@ TEST_F(ConfigPrecedence, CpuIsaFlagBeatsEnv) {
   CLI::App app{"test"};
   ServiceConfig options;
   add_service_options(app, options);
-  EXPECT_THROW(app.parse(std::vector<std::string>{"avx512", "--cpu-isa", "m.gguf", "-m"}),
+  EXPECT_THROW(app.parse(std::vector<std::string>{"amx", "--cpu-isa", "m.gguf", "-m"}),
                CLI::ParseError);
+  CLI::App avx512{"test"};
+  ServiceConfig avx512_options;
+  add_service_options(avx512, avx512_options);
+  avx512.parse(std::vector<std::string>{"avx512", "--cpu-isa", "m.gguf", "-m"});
+  EXPECT_EQ(avx512_options.models.at(0).layout.cpu_isa, cpu::CpuIsa::kAvx512);
 }
 
 // Each case is checked before the model loads, with a message that names what is wrong.
