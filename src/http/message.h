@@ -32,6 +32,10 @@ struct Request {
   }
 };
 
+// HEAD asks for the head GET would answer with: a response to it carries no body (RFC 9110
+// 9.3.2), whatever its Content-Length says. The transport leaves the body out.
+inline bool is_head_request(std::string_view method) { return method == "HEAD"; }
+
 struct Response {
   int status = 200;
   Headers headers;  // besides Content-Length / Transfer-Encoding / Connection (the transport's)

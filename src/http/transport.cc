@@ -255,6 +255,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         case RequestReader::State::kFailed: return refuse(reader_.error());
         case RequestReader::State::kHeadReady: {
           request_version_ = reader_.head().version;
+          reader_head_method_ = reader_.head().method;
           if (auto refusal = transport_->handler.check_head(reader_.head())) {
             // With its body unread, what follows on the connection is not a request.
             answer_from_loop(std::move(*refusal), reader_.has_body() || !reader_.keep_alive());
@@ -306,12 +307,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
     disarm();
     std::string bytes =
         serialize_head(response, response.body.size(), Framing::kLength, request_version_, close);
-    bytes += response.body;
+    if (!is_head_request(reader_head_method_)) bytes += response.body;
     queue(std::move(bytes), true, close);
   }
 
   void refuse(const HttpError& error) {
     request_version_ = reader_.head().version;
+    reader_head_method_ = reader_.head().method;
     answer_from_loop(transport_->handler.refusal(error, reader_.head()), true);
   }
 
@@ -384,7 +386,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool request_started_ = false;  // a byte of the next request has arrived
   bool peer_eof_ = false;
   size_t lingered_bytes_ = 0;
-  int request_version_ = 11;  // of the request being read or refused
+  int request_version_ = 11;        // of the request being read or refused
+  std::string reader_head_method_;  // likewise (a HEAD request's answer has no body)
 
   std::mutex mutex_;
   std::condition_variable drained_;
@@ -422,7 +425,7 @@ void Exchange::respond(Response response) {
   const bool close = asks_to_close(response) || !keep_alive_;
   std::string bytes =
       serialize_head(response, response.body.size(), Framing::kLength, request_.version, close);
-  bytes += response.body;
+  if (!is_head_request(request_.method)) bytes += response.body;
   connection_->queue(std::move(bytes), true, close);
 }
 
@@ -442,6 +445,11 @@ bool Exchange::write(std::string_view bytes) {
   if (bytes.empty()) return !connection_->client_gone(true, request_.version);
   std::string framed = std::move(stream_head_);
   stream_head_.clear();
+  if (is_head_request(request_.method)) {
+    // The head alone answers HEAD; the producer may stop.
+    if (!framed.empty()) connection_->queue(std::move(framed), false, false);
+    return false;
+  }
   framed += stream_chunked_ ? chunk(bytes) : std::string(bytes);
   return connection_->queue(std::move(framed), false, false) && connection_->wait_writable();
 }
@@ -450,7 +458,7 @@ void Exchange::end_stream() {
   if (phase_ != Phase::kStreaming) return;
   phase_ = Phase::kDone;
   std::string bytes = std::move(stream_head_);
-  if (stream_chunked_) bytes += kLastChunk;
+  if (stream_chunked_ && !is_head_request(request_.method)) bytes += kLastChunk;
   connection_->queue(std::move(bytes), true, stream_close_);
 }
 

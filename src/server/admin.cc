@@ -16,25 +16,30 @@ namespace {
 using nlohmann::json;
 
 struct AdminTarget {
-  std::string model;   // empty for GET /admin/models
-  std::string action;  // load | unload | reload
+  std::string_view method;  // the one the operation takes
+  std::string model;        // empty for GET /admin/models
+  std::string action;       // load | unload | reload
 };
 
 // Parses the admin path; nullopt when it names no admin operation.
-std::optional<AdminTarget> admin_target(const std::string& method, const std::string& path) {
-  if (path == "/admin/models") {
-    if (method != "GET") return std::nullopt;
-    return AdminTarget{};
-  }
+std::optional<AdminTarget> admin_operation(const std::string& path) {
+  if (path == "/admin/models") return AdminTarget{"GET", {}, {}};
   constexpr std::string_view kPrefix = "/admin/models/";
-  if (!path.starts_with(kPrefix) || method != "POST") return std::nullopt;
+  if (!path.starts_with(kPrefix)) return std::nullopt;
   const std::string rest = path.substr(kPrefix.size());
   const size_t slash = rest.rfind('/');
   if (slash == std::string::npos || slash == 0) return std::nullopt;
-  AdminTarget target{http::percent_decode(rest.substr(0, slash)), rest.substr(slash + 1)};
+  AdminTarget target{"POST", http::percent_decode(rest.substr(0, slash)), rest.substr(slash + 1)};
   if (target.action != "load" && target.action != "unload" && target.action != "reload") {
     return std::nullopt;
   }
+  return target;
+}
+
+// The operation of `path` when `method` is the one it takes (HEAD for GET), else nullopt.
+std::optional<AdminTarget> admin_target(const std::string& method, const std::string& path) {
+  std::optional<AdminTarget> target = admin_operation(path);
+  if (!target || target->method != (method == "HEAD" ? "GET" : method)) return std::nullopt;
   return target;
 }
 
@@ -65,12 +70,23 @@ json admin_entry(const ModelStatus& status) {
 
 std::optional<http::Response> HttpServer::check_admin_head(const http::Request& head) {
   if (options_.admin_api_keys.empty() || !is_admin_path(head.path)) return std::nullopt;
-  if (!admin_target(head.method, head.path)) {
+  const std::optional<AdminTarget> operation = admin_operation(head.path);
+  if (!operation) {
     return refuse(not_found(fmt::format("no admin operation {} {}",
                                         unicode::sanitize_utf8(head.method.substr(0, 32)),
                                         unicode::sanitize_utf8(head.path.substr(0, 256))),
                             "route_not_found"),
                   head, "/admin/models", "admin-");
+  }
+  if (!admin_target(head.method, head.path)) {
+    const std::string allowed = operation->method == "GET" ? "GET, HEAD" : "POST";
+    http::Response response = refuse(
+        method_not_allowed(fmt::format("{} does not accept {}; use {}",
+                                       unicode::sanitize_utf8(head.path.substr(0, 256)),
+                                       unicode::sanitize_utf8(head.method.substr(0, 32)), allowed)),
+        head, "/admin/models", "admin-");
+    response.set_header("Allow", allowed);
+    return response;
   }
   const std::string_view header = head.header("Authorization").value_or("");
   const size_t space = header.find(' ');

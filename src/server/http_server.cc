@@ -280,6 +280,7 @@ std::optional<http::Response> HttpServer::check_head(const http::Request& head) 
       if (find_route(candidate.method, head.path) == &candidate) {
         allowed += allowed.empty() ? "" : ", ";
         allowed += candidate.method;
+        if (candidate.method == "GET") allowed += ", HEAD";
       }
     }
     const std::string method = unicode::sanitize_utf8(head.method.substr(0, 32));

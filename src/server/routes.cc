@@ -54,6 +54,7 @@ bool pattern_matches(const Route& route, std::string_view path) {
 std::span<const Route> route_table() { return kRoutes; }
 
 const Route* find_route(std::string_view method, std::string_view path) {
+  if (method == "HEAD") method = "GET";
   for (const Route& route : kRoutes) {
     if (route.method == method && pattern_matches(route, path)) return &route;
   }

@@ -35,7 +35,8 @@ struct Route {
 
 std::span<const Route> route_table();
 
-// The route for `method` and `path`, or nullptr.
+// The route for `method` and `path`, or nullptr. HEAD finds the GET routes (the transport answers
+// it with their heads alone).
 const Route* find_route(std::string_view method, std::string_view path);
 // The first route whose pattern matches `path` with any method, or nullptr. Used for metrics
 // labels (unknown paths share one label) and to tell 405 from 404.

@@ -127,11 +127,13 @@ TEST_F(HttpServerTest, ChatPageIsServedWithoutAKeyAndWithItsHeaders) {
   auto posted = client_->Post("/", "x", "text/plain");
   ASSERT_TRUE(posted);
   EXPECT_EQ(posted->status, 405);
-  EXPECT_EQ(posted->get_header_value("Allow"), "GET");
+  EXPECT_EQ(posted->get_header_value("Allow"), "GET, HEAD");
   auto head = client_->Head("/");
-  auto head_health = client_->Head("/health");
-  ASSERT_TRUE(head && head_health);
-  EXPECT_EQ(head->status, head_health->status);
+  ASSERT_TRUE(head);
+  EXPECT_EQ(head->status, 200);
+  EXPECT_EQ(head->get_header_value("Content-Type"), "text/html; charset=utf-8");
+  EXPECT_EQ(head->get_header_value("Content-Length"), std::to_string(page->body.size()));
+  EXPECT_TRUE(head->body.empty());
 }
 
 TEST_F(HttpServerTest, UnknownRouteWrongMethodAndModel) {
@@ -151,7 +153,7 @@ TEST_F(HttpServerTest, UnknownRouteWrongMethodAndModel) {
   auto traced = client_->send(trace);
   ASSERT_TRUE(traced);
   EXPECT_EQ(traced->status, 405);
-  EXPECT_EQ(traced->get_header_value("Allow"), "GET");
+  EXPECT_EQ(traced->get_header_value("Allow"), "GET, HEAD");
   httplib::Request query;
   query.method = "QUERY";  // a method cpp-httplib does not parse
   query.path = "/v1/completions?x=1";
@@ -211,6 +213,41 @@ class RawConnection {
   bool closed_ = false;
 };
 
+// HEAD answers with the head GET would get and no body (RFC 9110 9.3.2), so the next response on
+// the connection starts right after it; HEAD on a POST route is refused without a body too.
+TEST_F(HttpServerTest, HeadGetsTheHeadOfGetAndNoBody) {
+  start({});
+  const std::string get = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+  RawConnection connection(server_->port());
+  connection.send_text("HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n" + get);
+  std::string received;
+  for (int i = 0; i < 20 && received.find("{\"status\":\"ok\"}") == std::string::npos; ++i) {
+    received += connection.receive();
+  }
+  ASSERT_EQ(received.rfind("HTTP/1.1 200", 0), 0u) << received;
+  const size_t end_of_head = received.find("\r\n\r\n");
+  ASSERT_NE(end_of_head, std::string::npos) << received;
+  // The GET's answer follows the HEAD's head at once, and has the length the HEAD announced.
+  const size_t second = end_of_head + 4;
+  EXPECT_EQ(received.compare(second, 12, "HTTP/1.1 200"), 0) << received;
+  const std::string length_field = "Content-Length: ";
+  const size_t head_length = received.find(length_field);
+  const size_t get_length = received.find(length_field, second);
+  ASSERT_TRUE(head_length < second && get_length != std::string::npos) << received;
+  EXPECT_EQ(received.substr(head_length, received.find("\r\n", head_length) - head_length),
+            received.substr(get_length, received.find("\r\n", get_length) - get_length));
+  EXPECT_FALSE(connection.closed());
+
+  connection.send_text("HEAD /v1/completions HTTP/1.1\r\nHost: x\r\n\r\n" + get);
+  received.clear();
+  for (int i = 0; i < 20 && received.find("{\"status\":\"ok\"}") == std::string::npos; ++i) {
+    received += connection.receive();
+  }
+  ASSERT_EQ(received.rfind("HTTP/1.1 405", 0), 0u) << received;
+  EXPECT_NE(received.find("Allow: POST\r\n"), std::string::npos) << received;
+  EXPECT_EQ(received.find("method_not_allowed"), std::string::npos) << received;
+}
+
 TEST_F(HttpServerTest, BodiesAreReadOrTheConnectionCloses) {
   start({});
   const std::string body = "{\"tokens\": []}";
@@ -252,6 +289,24 @@ TEST_F(HttpServerTest, BodiesAreReadOrTheConnectionCloses) {
     EXPECT_EQ(received.rfind("HTTP/1.1 200", 0), 0u) << received;
     EXPECT_FALSE(connection.closed());
   }
+}
+
+// The admin routes answer a wrong method as the public ones do: 405 with the method they take.
+TEST_F(HttpServerTest, AdminRoutesRefuseAWrongMethodWith405) {
+  ServerConfig options;
+  options.admin_api_keys = {"admin-key"};
+  start(options);
+  auto reload = client_->Get("/admin/models/a/reload");
+  ASSERT_TRUE(reload);
+  EXPECT_EQ(reload->status, 405);
+  EXPECT_EQ(reload->get_header_value("Allow"), "POST");
+  EXPECT_EQ(error_of(reload)["code"], "method_not_allowed");
+  auto list = client_->Post("/admin/models", "", "application/json");
+  ASSERT_TRUE(list);
+  EXPECT_EQ(list->status, 405);
+  EXPECT_EQ(list->get_header_value("Allow"), "GET, HEAD");
+  EXPECT_EQ(client_->Post("/admin/models/a/explode", "", "application/json")->status, 404);
+  EXPECT_EQ(client_->Get("/admin/models")->status, 401);  // the right method: on to the key
 }
 
 TEST_F(HttpServerTest, DrainingRefusesNewRequests) {
