@@ -42,6 +42,19 @@ ApiError internal_error(std::string message) {
   return make(500, "server_error", "internal_error", std::move(message));
 }
 
+std::string error_field(const Status& status) {
+  const std::string& message = status.message();
+  if (message.size() < 2 || message.front() != '\'') return {};
+  const size_t end = message.find_first_of("'[.", 1);
+  return end == std::string::npos ? std::string() : message.substr(1, end - 1);
+}
+
+ApiError request_error(const Status& status) {
+  ApiError error = api_error_from_status(status);
+  if (error.http_status == 400 && error.param.empty()) error.param = error_field(status);
+  return error;
+}
+
 ApiError api_error_from_status(const Status& status) {
   const std::string& message = status.message();
   switch (status.code()) {

@@ -35,6 +35,14 @@ ApiError internal_error(std::string message);
 // -> 499 (client gone; never sent, only counted), everything else -> 500.
 ApiError api_error_from_status(const Status& status);
 
+// The request field an error message of the request parsers names first ("input" for
+// "'input[3]' ...", "max_tokens" for "'max_tokens' must be ..."); empty when it names none.
+std::string error_field(const Status& status);
+
+// A request that failed to parse: api_error_from_status with the field the message names
+// (error_field) as `param`, as OpenAI's SDKs show it.
+ApiError request_error(const Status& status);
+
 nlohmann::json error_json(const ApiError& error);
 // The serialized body; never throws (invalid UTF-8 in a message is replaced).
 std::string error_body(const ApiError& error);

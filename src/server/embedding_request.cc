@@ -96,13 +96,6 @@ Result<ParsedEmbeddings> parse_embeddings(const nlohmann::json& body) {
   return out;
 }
 
-std::string error_field(const Status& status) {
-  const std::string& message = status.message();
-  if (message.size() < 2 || message.front() != '\'') return {};
-  const size_t end = message.find_first_of("'[.", 1);
-  return end == std::string::npos ? std::string() : message.substr(1, end - 1);
-}
-
 std::string base64_floats(std::span<const float> values) {
   static constexpr char kAlphabet[] =
       "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";

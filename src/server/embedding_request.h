@@ -41,10 +41,6 @@ struct ParsedEmbeddings {
 // non-string "model" or "user".
 Result<ParsedEmbeddings> parse_embeddings(const nlohmann::json& body);
 
-// The request field an error message of parse_embeddings() names first ("input" for
-// "'input[3]' ..."); empty when it names none.
-std::string error_field(const Status& status);
-
 // Standard base64 (RFC 4648, padded) of the values as little-endian float32 bytes: OpenAI's
 // encoding_format "base64".
 std::string base64_floats(std::span<const float> values);

@@ -15,11 +15,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-ApiError with_param(ApiError error, std::string param) {
-  error.param = std::move(param);
-  return error;
-}
-
 // Why an embedding request's finish event is not a result, as the error to answer with.
 ApiError embedding_failure(const GenerationEvent& finish, const ServerConfig& options) {
   switch (finish.finish_reason) {
@@ -58,8 +53,7 @@ bool HttpServer::handle_embeddings(http::Exchange& exchange, http::Response& res
   }
   Result<ParsedEmbeddings> parsed = parse_embeddings(*body);
   if (!parsed) {
-    send_error(res,
-               with_param(api_error_from_status(parsed.status()), error_field(parsed.status())));
+    send_error(res, request_error(parsed.status()));
     return false;
   }
   auto lease = lease_model(parsed->model);

@@ -348,7 +348,7 @@ bool HttpServer::handle_generation(const Route& route, http::Exchange& exchange,
     default: parsed = parse_simple_chat(*body, limits); break;
   }
   if (!parsed) {
-    send_error(res, api_error_from_status(parsed.status()));
+    send_error(res, request_error(parsed.status()));
     return false;
   }
   if (parsed->tools.tools.is_array()) {

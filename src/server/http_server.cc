@@ -564,7 +564,7 @@ void HttpServer::handle_tokenize(const http::Request& req, http::Response& res) 
   auto body = parse_json_object(req.body);
   if (!body) return send_error(res, api_error_from_status(body.status()));
   auto parsed = parse_tokenize(*body);
-  if (!parsed) return send_error(res, api_error_from_status(parsed.status()));
+  if (!parsed) return send_error(res, request_error(parsed.status()));
   auto lease = lease_model(model_field(*body));
   if (!lease) return send_error(res, model_unavailable(lease.status()));
   std::vector<int32_t> tokens = lease->service().tokenizer().encode(
@@ -576,7 +576,7 @@ void HttpServer::handle_detokenize(const http::Request& req, http::Response& res
   auto body = parse_json_object(req.body);
   if (!body) return send_error(res, api_error_from_status(body.status()));
   auto tokens = parse_detokenize(*body);
-  if (!tokens) return send_error(res, api_error_from_status(tokens.status()));
+  if (!tokens) return send_error(res, request_error(tokens.status()));
   auto lease = lease_model(model_field(*body));
   if (!lease) return send_error(res, model_unavailable(lease.status()));
   const Tokenizer& tokenizer = lease->service().tokenizer();

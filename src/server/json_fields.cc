@@ -57,10 +57,20 @@ Status read_int(const json& object, std::string_view key, int64_t min_value, int
                 std::optional<int64_t>& out, std::string_view limit_note) {
   const json* value = find_field(object, key);
   if (value == nullptr) return Status::ok();
-  if (!value->is_number_integer()) return wrong_type(key, "an integer", *value);
   bool in_range;
   std::string shown;
-  if (value->is_number_unsigned()) {
+  if (value->is_number_float()) {
+    // A whole number written with a fraction or an exponent (2.0, 1e3: JSON Schema counts them
+    // as integers, and some serializers write them so), or one past 64 bits (which the parser
+    // keeps as a double).
+    const double v = value->get<double>();
+    if (!std::isfinite(v) || v != std::floor(v)) return wrong_type(key, "an integer", *value);
+    in_range = v >= static_cast<double>(min_value) && v <= static_cast<double>(max_value);
+    shown = fmt::format("{:.0f}", v);
+    if (in_range) out = static_cast<int64_t>(v);
+  } else if (!value->is_number_integer()) {
+    return wrong_type(key, "an integer", *value);
+  } else if (value->is_number_unsigned()) {
     const auto v = value->get<uint64_t>();
     in_range =
         v <= static_cast<uint64_t>(max_value) && (min_value <= 0 || v >= uint64_t(min_value));

@@ -20,6 +20,7 @@
 #include <string>
 #include <string_view>
 
+#include "server/api_error.h"
 #include "server/embedding_request.h"
 #include "server/request_parser.h"
 #include "server/utf8.h"

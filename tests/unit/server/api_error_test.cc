@@ -36,5 +36,20 @@ TEST(ApiError, StatusMapping) {
   EXPECT_EQ(api_error_from_status(Status(StatusCode::kIo, "x")).http_status, 500);
 }
 
+// A request that failed to parse names the field its message starts with, as OpenAI's `param`.
+TEST(ApiError, RequestErrorNamesTheField) {
+  EXPECT_EQ(request_error(Status(StatusCode::kInvalidArgument, "'max_tokens' must be ...")).param,
+            "max_tokens");
+  EXPECT_EQ(request_error(Status(StatusCode::kInvalidArgument, "'tokens[0]' is negative")).param,
+            "tokens");
+  EXPECT_EQ(request_error(Status(StatusCode::kUnsupported, "'n' must be 1")).param, "n");
+  EXPECT_EQ(request_error(Status(StatusCode::kInvalidArgument, "'messages[1].content' bad")).param,
+            "messages");
+  EXPECT_EQ(request_error(Status(StatusCode::kInvalidArgument, "invalid JSON at 3")).param, "");
+  EXPECT_EQ(request_error(Status(StatusCode::kUnavailable, "'x' later")).param, "");
+  EXPECT_EQ(error_json(request_error(Status(StatusCode::kInvalidArgument, "'")))["error"]["param"],
+            nullptr);
+}
+
 }  // namespace
 }  // namespace llamaserve::server

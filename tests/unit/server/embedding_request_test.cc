@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "server/api_error.h"
+
 namespace llamaserve::server {
 namespace {
 

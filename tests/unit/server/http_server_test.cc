@@ -309,6 +309,21 @@ TEST_F(HttpServerTest, AdminRoutesRefuseAWrongMethodWith405) {
   EXPECT_EQ(client_->Get("/admin/models")->status, 401);  // the right method: on to the key
 }
 
+// A request that fails to parse names the field in `param`.
+TEST_F(HttpServerTest, ParseErrorsNameTheirField) {
+  start({});
+  for (const std::string body : {R"({"tokens": [-1]})", R"({"tokens": "x"})"}) {
+    auto refused = client_->Post("/detokenize", body, "application/json");
+    ASSERT_TRUE(refused);
+    EXPECT_EQ(refused->status, 400) << body;
+    EXPECT_EQ(error_of(refused)["param"], "tokens") << refused->body;
+  }
+  auto malformed = client_->Post("/detokenize", "{", "application/json");
+  ASSERT_TRUE(malformed);
+  EXPECT_EQ(malformed->status, 400);
+  EXPECT_TRUE(error_of(malformed)["param"].is_null()) << malformed->body;
+}
+
 TEST_F(HttpServerTest, DrainingRefusesNewRequests) {
   start({});
   server_->begin_drain();

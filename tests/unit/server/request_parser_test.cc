@@ -269,6 +269,17 @@ TEST(ParseChat, RejectsWrongTypes) {
                   "'max_tokens' must be an integer, got a string");
   expect_rejected(parse_chat_completion(chat_body({{"max_tokens", 1.5}}), limits()),
                   "'max_tokens' must be an integer");
+  // Whole numbers written as floats are integers; one past 64 bits is out of range, not a
+  // non-integer.
+  auto whole = parse_chat_completion(chat_body({{"max_tokens", 2.0}}), limits());
+  ASSERT_TRUE(whole.is_ok()) << whole.status().to_string();
+  EXPECT_EQ(whole->max_tokens, 2);
+  expect_rejected(parse_chat_completion(json::parse(R"({"messages": [{"role": "user",
+                      "content": "x"}], "max_tokens": 99999999999999999999999})"),
+                                        limits()),
+                  "'max_tokens' must be between 1 and");
+  expect_rejected(parse_chat_completion(chat_body({{"max_tokens", -1e30}}), limits()),
+                  "'max_tokens' must be between 1 and");
   expect_rejected(parse_chat_completion(chat_body({{"temperature", "hot"}}), limits()),
                   "'temperature' must be a number");
   expect_rejected(parse_chat_completion(chat_body({{"stream", "yes"}}), limits()),
