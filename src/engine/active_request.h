@@ -51,6 +51,12 @@ struct ActiveRequest {
   // Generated but not yet streamed: tokens whose text is still held back ride along with
   // the next delta that has text.
   GenerationEvent pending;
+  // Where the text of each token of pending.logprobs starts in the text given to the stop
+  // matcher, and how much of that text it has released: the tokens of a matched stop string
+  // start past the released text, and lose their logprobs as they lose their text.
+  std::vector<size_t> pending_text_starts;
+  size_t text_pushed = 0;
+  size_t text_released = 0;
 
   Clock::time_point submitted;
   Clock::time_point first_scheduled;

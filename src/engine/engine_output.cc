@@ -68,10 +68,20 @@ void Engine::on_token(ActiveRequest& active, const SampledToken& sampled) {
       entry.push_back({alternative, token_text(alternative), logprob});
     }
     active.pending.logprobs.push_back(std::move(entry));
+    active.pending_text_starts.push_back(active.text_pushed);
   }
-  StopStringMatcher::Output released = active.stop_matcher.push(active.decoder.push(token));
+  const std::string piece = active.decoder.push(token);
+  active.text_pushed += piece.size();
+  StopStringMatcher::Output released = active.stop_matcher.push(piece);
+  active.text_released += released.text.size();
   active.pending.text += released.text;
   if (released.stopped) {
+    // The tokens that start at the stop string (or after it) gave no text to the output.
+    while (!active.pending_text_starts.empty() &&
+           active.pending_text_starts.back() >= active.text_released) {
+      active.pending_text_starts.pop_back();
+      active.pending.logprobs.pop_back();
+    }
     finish(seq.id, FinishReason::kStop, Status::ok(), /*flush_text=*/false);
   } else if (seq.n_generated() >= active.max_new_tokens) {
     finish(seq.id, FinishReason::kLength, Status::ok(), /*flush_text=*/true);
@@ -84,6 +94,7 @@ void Engine::emit_pending(ActiveRequest& active) {
   active.pending.kind = GenerationEvent::Kind::kDelta;
   active.channel->push(std::move(active.pending));
   active.pending = GenerationEvent{};
+  active.pending_text_starts.clear();
 }
 
 void Engine::finish(SeqId id, FinishReason reason, Status error, bool flush_text) {

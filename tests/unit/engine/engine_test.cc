@@ -89,6 +89,24 @@ TEST(EngineTest, StopStringSplitAcrossTokensIsNeverEmitted) {
   EXPECT_EQ(out.finish.finish_reason, FinishReason::kStop);  // eos
 }
 
+// The logprobs follow the text: the tokens of a matched stop string lose theirs with their text,
+// those of a held-back prefix that turns out to be no stop string keep theirs.
+TEST(EngineTest, StopStringTokensHaveNoLogprobs) {
+  Harness h = make_engine(testing::reply_with("Hello STOP world"));
+  for (const auto& [stop, text] : {std::pair<std::string, std::string>{"STOP", "Hello "},
+                                   {"STOPPED", "Hello STOP world"},
+                                   {"o S", "Hell"}}) {
+    GenerationRequest request = greedy_request("|", 50);
+    request.stop_strings = {stop};
+    request.sampling.logprobs = true;
+    Collected out = run_one(*h.engine, std::move(request));
+    EXPECT_EQ(out.text, text) << stop;
+    std::string joined;
+    for (const auto& entry : out.logprobs) joined += entry.at(0).text;
+    EXPECT_EQ(joined, text) << stop;
+  }
+}
+
 TEST(EngineTest, HeldBackTextIsReleasedAtTheLengthLimit) {
   Harness h = make_engine(testing::reply_with("abcST"));
   GenerationRequest request = greedy_request("|", 5);
