@@ -221,6 +221,19 @@ TEST_F(ConfigPrecedence, CpuIsaReachesTheExecutorOptions) {
   EXPECT_EQ(executor_options(model(), 0).cpu_isa, cpu::CpuIsa::kAvx2);
 }
 
+// 0 turns the warm-up off, from the file as from the flag; more than 64 is refused.
+TEST_F(ConfigPrecedence, WarmupTokensZeroTurnsTheWarmUpOff) {
+  write_config(R"({"model": "m.gguf", "warmup-tokens": 0})");
+  Status status = parse({"--config", config_path_.string()});
+  ASSERT_TRUE(status.is_ok()) << status.to_string();
+  EXPECT_EQ(model().warmup_tokens, 0);
+  CLI::App app{"test"};
+  ServiceConfig options;
+  add_service_options(app, options);
+  EXPECT_THROW(app.parse(std::vector<std::string>{"65", "--warmup-tokens", "m.gguf", "-m"}),
+               CLI::ParseError);
+}
+
 TEST_F(ConfigPrecedence, CpuIsaFlagBeatsEnv) {
   env_.set("LLAMASERVE_CPU_ISA", "avx2");
   Status status = parse({"-m", "m.gguf", "--cpu-isa", "auto"});
