@@ -189,7 +189,13 @@ std::function<int()> setup_tokenize(CLI::App& sub) {
                "batch mode: one JSON string per input line, one line of ids per input line");
   sub.add_flag("--decode", options->decode, "input is token ids; print the decoded text");
   sub.add_flag("--skip-special", options->skip_special, "with --decode: leave out control tokens");
-  return [options] {
+  return [options, text, file] {
+    if (text->count() == 0 && file->count() == 0) {
+      std::fprintf(stderr,
+                   "llamaserve tokenize: no input: give the text, or --file F ('-' = "
+                   "standard input)\n");
+      return 2;
+    }
     const Status status = run_tokenize(*options);
     if (!status.is_ok()) {
       std::fprintf(stderr, "llamaserve tokenize: %s\n", status.to_string().c_str());
