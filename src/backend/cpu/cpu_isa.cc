@@ -35,15 +35,17 @@ bool detect_avx512_vnni() {
          os_saves_avx512_state();
 }
 
-// CPUID leaf 7 EDX: bit 24 AMX-TILE, bit 25 AMX-INT8. Linux hands a process the tile state
-// only once it asks (arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA, 18): before that a
-// tile instruction faults.
+// CPUID leaf 7 EDX: bit 24 AMX-TILE, bit 25 AMX-INT8 (and ECX bit 1, AVX512-VBMI, which the AMX
+// kernels use too). Linux hands a process the tile state only once it asks (arch_prctl
+// ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA, 18): before that a tile instruction faults.
 bool detect_amx_int8() {
   if (!cpu_has_avx512_vnni()) return false;
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
   constexpr unsigned kAmxTileInt8 = (1u << 24) | (1u << 25);
-  if ((edx & kAmxTileInt8) != kAmxTileInt8 || (xcr0() & kXcr0TileState) != kXcr0TileState) {
+  constexpr unsigned kAvx512Vbmi = 1u << 1;  // ECX; every CPU with AMX has it
+  if ((edx & kAmxTileInt8) != kAmxTileInt8 || (ecx & kAvx512Vbmi) == 0 ||
+      (xcr0() & kXcr0TileState) != kXcr0TileState) {
     return false;
   }
   constexpr long kArchReqXcompPerm = 0x1023;

@@ -2,8 +2,8 @@
 // and every kernel has that version; the hot dot products also have an AVX-512 version
 // (AVX512F/BW/VL + VNNI, dot_avx512.h), which a backend picks once, at creation, when the
 // setting allows it and this CPU and its OS support it; where the CPU also has AMX (tile
-// registers with 8-bit products), the products of 16 or more tokens with Q8_0, Q4_0 and Q4_1
-// weights run on the tile unit. The same binary therefore runs on AVX2-only machines.
+// registers with 8-bit products), the products of 16 or more tokens with Q8_0, Q4_0, Q4_1, Q4_K
+// and Q5_K weights run on the tile unit. The same binary therefore runs on AVX2-only machines.
 #pragma once
 
 #include <string_view>
@@ -31,8 +31,9 @@ const char* kernel_isa_name(KernelIsa isa);
 // opmask and ZMM registers on context switches (XCR0). Detected once per process.
 bool cpu_has_avx512_vnni();
 
-// True when cpu_has_avx512_vnni() and the CPU has AMX-TILE and AMX-INT8, the OS saves the tile
-// state (XCR0) and grants it to this process (asked for once, the first time this is called).
+// True when cpu_has_avx512_vnni() and the CPU has AMX-TILE, AMX-INT8 and AVX512-VBMI, the OS
+// saves the tile state (XCR0) and grants it to this process (asked for once, the first time this
+// is called).
 bool cpu_has_amx_int8();
 
 // Whether kernels of `isa` may use AVX-512 instructions.

@@ -17,13 +17,16 @@
 // Only where cpu_has_amx_int8(): the process has asked the kernel for the tile state then.
 #include "backend/cpu/simd_avx512.h"
 
+#include <array>
+#include <cstddef>
 #include <cstdlib>
 #include <type_traits>
 
 #include "backend/cpu/act_quant.h"
 #include "backend/cpu/packed_weight.h"
 
-#define LS_AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8")))
+#define LS_AMX \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,amx-tile,amx-int8")))
 
 namespace llamaserve::cpu {
 namespace {
@@ -89,16 +92,16 @@ LS_AMX inline void weight_tile(const Block& a, const Block& b, uint8_t* out) {
   }
 }
 
-// The thread's weight tiles of the pair being multiplied, block b's at b * kWeightTileBytes.
+// The thread's weight tiles of the pair being multiplied.
 struct WeightTiles {
   uint8_t* data = nullptr;
-  size_t blocks = 0;
+  size_t capacity = 0;
   ~WeightTiles() { std::free(data); }
-  uint8_t* reserve(int64_t n_blocks) {
-    if (blocks < static_cast<size_t>(n_blocks)) {
+  uint8_t* reserve(size_t bytes) {
+    if (capacity < bytes) {
       std::free(data);
-      blocks = static_cast<size_t>(n_blocks);
-      data = static_cast<uint8_t*>(std::aligned_alloc(64, blocks * kWeightTileBytes));
+      capacity = bytes;
+      data = static_cast<uint8_t*>(std::aligned_alloc(64, capacity));
     }
     return data;
   }
@@ -206,23 +209,237 @@ LS_AMX void pair_tokens16(const Block* wa, const Block* wb, int64_t n_blocks,
 
 #undef LS_AMX_PRODUCT
 
+// --- The K-quants (Q4_K, Q5_K) --------------------------------------------------------------
+//
+// A super-block's eight sub-block scales are 6-bit integers under one float scale (d), so they
+// go into the weight tiles instead of the float work: scale = 8 hi + lo (both <= 7), and chunk
+// c of a super-block (64 elements: sub-blocks 2c and 2c + 1) has a tile of codes times lo and
+// one of codes times hi (at most 31 * 7 = 217: unsigned bytes). The products of the four chunks
+// accumulate in two sum tiles, lo-sums + 8 hi-sums = Σ_j scale_j Σ q x, the integer the AVX2
+// kernel reaches with its 16-bit steps, and the float work is once per super-block: acc +=
+// (d * dx) * Σ, then, in a pass of its own, mins += (dmin * dx) * Σ_j min_j x_j as the AVX2
+// kernel computes it; y = acc - mins. Same bits. Tiles: tmm0/1 and tmm2/3 the lo and hi sums of
+// even and odd super-blocks, tmm4/5 the activations (16 tokens x one 64-element chunk of their
+// ActBlockQ8_256 rows), tmm6/7 the lo and hi weights (16 rows of 64 bytes: row i < 8 holds
+// elements 4i..4i + 3 of sub-block 2c, row 8 + i those of sub-block 2c + 1, for tile a's rows and
+// then tile b's).
+constexpr int kChunkBytes = 64;
+constexpr int kKWeightRows = 16;
+constexpr size_t kKTileBytes = kKWeightRows * kChunkBytes;
+constexpr size_t kKBlockBytes = 8 * kKTileBytes;  // a super-block: 4 chunks x (lo, hi)
+
+constexpr TileConfig make_k_config() {
+  TileConfig c;
+  for (int t : {0, 1, 2, 3}) {
+    c.rows[t] = kTokens;
+    c.colsb[t] = 4 * kRows;
+  }
+  for (int t : {4, 5}) {
+    c.rows[t] = kTokens;
+    c.colsb[t] = kChunkBytes;
+  }
+  for (int t : {6, 7}) {
+    c.rows[t] = kKWeightRows;
+    c.colsb[t] = kChunkBytes;
+  }
+  return c;
+}
+constexpr TileConfig kKConfig = make_k_config();
+
+// Each byte of `v` times the same byte of `f` (unsigned, every product below 256).
+LS_AMX inline __m512i mul_bytes(__m512i v, __m512i f) {
+  const __m512i low = _mm512_set1_epi16(0x00ff);
+  const __m512i even = _mm512_and_si512(_mm512_mullo_epi16(v, _mm512_and_si512(f, low)), low);
+  const __m512i odd =
+      _mm512_slli_epi16(_mm512_mullo_epi16(_mm512_srli_epi16(v, 8), _mm512_srli_epi16(f, 8)), 8);
+  return _mm512_or_si512(even, odd);
+}
+
+// Sub-block j's scales of the pair spread over a tile row: byte k holds the scale of the row
+// that byte k of a 64-byte weight row belongs to (tile a's row k / 4 for k < 32, else tile b's).
+LS_AMX inline __m512i row_scales(const PackedQ4_KBlock& a, const PackedQ4_KBlock& b, int j) {
+  alignas(64) static constexpr auto kSpread = [] {
+    std::array<uint8_t, 64> index{};
+    for (int k = 0; k < 64; ++k) index[k] = static_cast<uint8_t>((k / 32) * 8 + (k % 32) / 4);
+    return index;
+  }();
+  const __m128i both =
+      _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a.scales[j])),
+                         _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales[j])));
+  return _mm512_permutexvar_epi8(_mm512_load_si512(kSpread.data()), _mm512_castsi128_si512(both));
+}
+
+// A pair's super-block as its eight weight tiles: chunk c's lo tile at 2c, its hi tile at 2c + 1.
+template <typename Block>
+LS_AMX void k_weight_tiles(const Block& a, const Block& b, uint8_t* out) {
+  constexpr bool kFifthBit = std::is_same_v<Block, PackedQ5_KBlock>;
+  const __m512i mask = _mm512_set1_epi8(0x0f);
+  const __m512i seven = _mm512_set1_epi8(7);
+  const __m512i bit4 = _mm512_set1_epi8(0x10);
+  for (int c = 0; c < 4; ++c) {
+    __m512i lo[2], hi[2];  // sub-blocks 2c and 2c + 1
+    for (int h = 0; h < 2; ++h) {
+      const __m512i scales = row_scales(a, b, 2 * c + h);
+      lo[h] = _mm512_and_si512(scales, seven);
+      hi[h] = _mm512_and_si512(_mm512_srli_epi16(scales, 3), seven);
+    }
+    uint8_t* lo_tile = out + 2 * c * kKTileBytes;
+    uint8_t* hi_tile = lo_tile + kKTileBytes;
+    for (int i = 0; i < 8; ++i) {
+      const int g = 8 * c + i;
+      const __m512i q = v::load2x32(a.qs + 32 * g, b.qs + 32 * g);
+      __m512i low = _mm512_and_si512(q, mask);
+      __m512i high = _mm512_and_si512(_mm512_srli_epi16(q, 4), mask);
+      if constexpr (kFifthBit) {
+        // Bits 2 (g % 4) and 2 (g % 4) + 1 of each byte of qh[g / 4] to bit 4.
+        const __m512i bits = _mm512_srli_epi16(v::load2x32(a.qh[g / 4], b.qh[g / 4]), 2 * (g % 4));
+        low = _mm512_or_si512(low, _mm512_and_si512(_mm512_slli_epi16(bits, 4), bit4));
+        high = _mm512_or_si512(high, _mm512_and_si512(_mm512_slli_epi16(bits, 3), bit4));
+      }
+      _mm512_store_si512(lo_tile + i * kChunkBytes, mul_bytes(low, lo[0]));
+      _mm512_store_si512(lo_tile + (8 + i) * kChunkBytes, mul_bytes(high, lo[1]));
+      _mm512_store_si512(hi_tile + i * kChunkBytes, mul_bytes(low, hi[0]));
+      _mm512_store_si512(hi_tile + (8 + i) * kChunkBytes, mul_bytes(high, hi[1]));
+    }
+  }
+}
+
+// The mins of a super-block for 16 tokens, as the AVX2 kernel's k_min_sums and its float step.
+template <typename Block>
+LS_AMX void k_mins(const Block* wa, const Block* wb, int64_t n_blocks, const uint8_t* act,
+                   size_t act_stride, __m512 (&mins)[kTokens]) {
+  for (int t = 0; t < kTokens; ++t) mins[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const __m512 dmin = v::load_f16x8_pair(wa[b].dmin, wb[b].dmin);
+    __m512i pair_mins[4];  // int16: row r's mins of sub-blocks 2p, 2p + 1 in lanes 2r, 2r + 1
+    for (int p = 0; p < 4; ++p) {
+      pair_mins[p] = _mm512_cvtepu8_epi16(_mm256_inserti128_si256(
+          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wa[b].mins[p]))),
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb[b].mins[p])), 1));
+    }
+    for (int t = 0; t < kTokens; ++t) {
+      const ActBlockQ8_256& x =
+          reinterpret_cast<const ActBlockQ8_256*>(act + static_cast<size_t>(t) * act_stride)[b];
+      const __m256i groups = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.group_sums));
+      const __m128i subs =
+          _mm_hadd_epi16(_mm256_castsi256_si128(groups), _mm256_extracti128_si256(groups, 1));
+      __m512i min_sum = _mm512_setzero_si512();
+      const __m512i pairs[4] = {_mm512_broadcastd_epi32(subs),
+                                _mm512_broadcastd_epi32(_mm_srli_si128(subs, 4)),
+                                _mm512_broadcastd_epi32(_mm_srli_si128(subs, 8)),
+                                _mm512_broadcastd_epi32(_mm_srli_si128(subs, 12))};
+      for (int p = 0; p < 4; ++p) {
+        min_sum = _mm512_add_epi32(min_sum, _mm512_madd_epi16(pair_mins[p], pairs[p]));
+      }
+      mins[t] = _mm512_fmadd_ps(_mm512_mul_ps(dmin, _mm512_set1_ps(x.d)),
+                                _mm512_cvtepi32_ps(min_sum), mins[t]);
+    }
+  }
+}
+
+// Super-block b's products into sum tiles LO and HI with activation tiles 4 and 5 and weight
+// tiles 6 (lo) and 7 (hi).
+#define LS_AMX_K_PRODUCTS(LO, HI, b)                                                          \
+  do {                                                                                        \
+    _tile_zero(LO);                                                                           \
+    _tile_zero(HI);                                                                           \
+    const uint8_t* codes = act + (b) * sizeof(ActBlockQ8_256) + offsetof(ActBlockQ8_256, qs); \
+    const uint8_t* w = weights + (b)*kKBlockBytes;                                            \
+    for (int c = 0; c < 4; c += 2) {                                                          \
+      _tile_loadd(4, codes + c * kChunkBytes, static_cast<long>(act_stride));                 \
+      _tile_loadd(6, w + 2 * c * kKTileBytes, kChunkBytes);                                   \
+      _tile_loadd(7, w + (2 * c + 1) * kKTileBytes, kChunkBytes);                             \
+      _tile_dpbsud(LO, 4, 6);                                                                 \
+      _tile_dpbsud(HI, 4, 7);                                                                 \
+      _tile_loadd(5, codes + (c + 1) * kChunkBytes, static_cast<long>(act_stride));           \
+      _tile_loadd(6, w + 2 * (c + 1) * kKTileBytes, kChunkBytes);                             \
+      _tile_loadd(7, w + (2 * (c + 1) + 1) * kKTileBytes, kChunkBytes);                       \
+      _tile_dpbsud(LO, 5, 6);                                                                 \
+      _tile_dpbsud(HI, 5, 7);                                                                 \
+    }                                                                                         \
+  } while (0)
+
+// Tokens t0..t0 + 15 of one pair of K-quant tiles (their ActBlockQ8_256 rows at act, act_stride
+// apart); y has the pair's 16 rows of each token. `weights`: k_weight_tiles of every super-block.
+// Pipelined as pair_tokens16: super-block b's products, b - 1's sums stored, b - 2's scaled.
+template <typename Block>
+LS_AMX void k_pair_tokens16(const Block* wa, const Block* wb, int64_t n_blocks,
+                            const uint8_t* weights, const uint8_t* act, size_t act_stride, float* y,
+                            int64_t y_stride) {
+  alignas(64) int32_t sums[2][2][kTokens][kRows];  // [parity][lo, hi]
+  __m512 acc[kTokens];
+  for (int t = 0; t < kTokens; ++t) acc[t] = _mm512_setzero_ps();
+  constexpr long kStride = sizeof sums[0][0][0];
+  for (int64_t b = 0; b < n_blocks + 2; ++b) {
+    if (b < n_blocks) {
+      prefetch_ahead(wa[b]);
+      prefetch_ahead(wb[b]);
+      if (b % 2 == 0) {
+        LS_AMX_K_PRODUCTS(0, 1, b);
+      } else {
+        LS_AMX_K_PRODUCTS(2, 3, b);
+      }
+    }
+    if (const int64_t stored = b - 1; stored >= 0 && stored < n_blocks) {
+      auto& to = sums[stored % 2];
+      if (stored % 2 == 0) {
+        _tile_stored(0, &to[0][0][0], kStride);
+        _tile_stored(1, &to[1][0][0], kStride);
+      } else {
+        _tile_stored(2, &to[0][0][0], kStride);
+        _tile_stored(3, &to[1][0][0], kStride);
+      }
+    }
+    if (const int64_t scaled = b - 2; scaled >= 0) {
+      const auto& from = sums[scaled % 2];
+      const __m512 d = v::load_f16x8_pair(wa[scaled].d, wb[scaled].d);
+      const uint8_t* x = act + scaled * sizeof(ActBlockQ8_256);
+      for (int t = 0; t < kTokens; ++t, x += act_stride) {
+        const __m512i sum = _mm512_add_epi32(_mm512_load_si512(from[0][t]),
+                                             _mm512_slli_epi32(_mm512_load_si512(from[1][t]), 3));
+        const float dx = reinterpret_cast<const ActBlockQ8_256*>(x)->d;
+        acc[t] =
+            _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(dx)), _mm512_cvtepi32_ps(sum), acc[t]);
+      }
+    }
+  }
+  __m512 mins[kTokens];
+  k_mins(wa, wb, n_blocks, act, act_stride, mins);
+  for (int t = 0; t < kTokens; ++t)
+    _mm512_storeu_ps(y + t * y_stride, _mm512_sub_ps(acc[t], mins[t]));
+}
+
+#undef LS_AMX_K_PRODUCTS
+
+// The pair's weights as tiles into the thread's buffer, then the tokens sixteen at a time.
 template <typename Block>
 LS_AMX void tile_pair_amx(const uint8_t* tile_a, const uint8_t* tile_b, int64_t n_blocks,
                           const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y,
                           int64_t y_stride) {
+  constexpr bool kKQuant =
+      std::is_same_v<Block, PackedQ4_KBlock> || std::is_same_v<Block, PackedQ5_KBlock>;
   const auto* wa = reinterpret_cast<const Block*>(tile_a);
   const auto* wb = reinterpret_cast<const Block*>(tile_b);
   thread_local WeightTiles tiles;
-  uint8_t* weights = tiles.reserve(n_blocks);
+  const size_t block_bytes = kKQuant ? kKBlockBytes : kWeightTileBytes;
+  uint8_t* weights = tiles.reserve(static_cast<size_t>(n_blocks) * block_bytes);
   for (int64_t b = 0; b < n_blocks; ++b) {
     prefetch_ahead(wa[b]);
     prefetch_ahead(wb[b]);
-    weight_tile(wa[b], wb[b], weights + b * kWeightTileBytes);
+    if constexpr (kKQuant) {
+      k_weight_tiles(wa[b], wb[b], weights + b * block_bytes);
+    } else {
+      weight_tile(wa[b], wb[b], weights + b * block_bytes);
+    }
   }
-  _tile_loadconfig(&kConfig);
+  _tile_loadconfig(kKQuant ? &kKConfig : &kConfig);
   for (int64_t t = 0; t < n_tokens; t += kTokens) {
-    pair_tokens16(wa, wb, n_blocks, weights, act + static_cast<size_t>(t) * act_stride, act_stride,
-                  y + t * y_stride, y_stride);
+    const uint8_t* rows = act + static_cast<size_t>(t) * act_stride;
+    if constexpr (kKQuant) {
+      k_pair_tokens16(wa, wb, n_blocks, weights, rows, act_stride, y + t * y_stride, y_stride);
+    } else {
+      pair_tokens16(wa, wb, n_blocks, weights, rows, act_stride, y + t * y_stride, y_stride);
+    }
   }
   _tile_release();
 }
@@ -245,6 +462,18 @@ void packed_tile_pair_q4_1_amx(const uint8_t* tile_a, const uint8_t* tile_b, int
                                const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y,
                                int64_t y_stride) {
   tile_pair_amx<PackedQ4_1Block>(tile_a, tile_b, n_blocks, act, act_stride, n_tokens, y, y_stride);
+}
+
+void packed_tile_pair_q4_k_amx(const uint8_t* tile_a, const uint8_t* tile_b, int64_t n_blocks,
+                               const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y,
+                               int64_t y_stride) {
+  tile_pair_amx<PackedQ4_KBlock>(tile_a, tile_b, n_blocks, act, act_stride, n_tokens, y, y_stride);
+}
+
+void packed_tile_pair_q5_k_amx(const uint8_t* tile_a, const uint8_t* tile_b, int64_t n_blocks,
+                               const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y,
+                               int64_t y_stride) {
+  tile_pair_amx<PackedQ5_KBlock>(tile_a, tile_b, n_blocks, act, act_stride, n_tokens, y, y_stride);
 }
 
 }  // namespace llamaserve::cpu

@@ -52,6 +52,12 @@ std::span<const MatmulKernel> amx_kernels() {
       if (k.type == TensorType::Q8_0) k.packed_tile_pair_amx = packed_tile_pair_q8_0_amx;
       if (k.type == TensorType::Q4_0) k.packed_tile_pair_amx = packed_tile_pair_q4_0_amx;
       if (k.type == TensorType::Q4_1) k.packed_tile_pair_amx = packed_tile_pair_q4_1_amx;
+      if (k.type == TensorType::Q4_K) k.packed_tile_pair_amx = packed_tile_pair_q4_k_amx;
+      if (k.type == TensorType::Q5_K) k.packed_tile_pair_amx = packed_tile_pair_q5_k_amx;
+      // The K-quants' AMX kernels read the rows their other kernels read.
+      if (k.packed_tile_pair_amx != nullptr && k.act_format == ActFormat::kQ8_256) {
+        k.amx_act_format = ActFormat::kQ8_256;
+      }
     }
     return t;
   }();
@@ -189,8 +195,8 @@ void matmul(std::span<const MatmulOutput> outputs, ActCache& act, ThreadPool& po
          0};
     const bool amx = kernel->packed_tile_pair_amx != nullptr && n_tokens >= kAmxTokens;
     if (amx) {
-      p.amx_act_rows = act.rows(ActFormat::kQ8_32Planar, pool);
-      p.amx_act_stride = act_row_bytes(ActFormat::kQ8_32Planar, cols);
+      p.amx_act_rows = act.rows(kernel->amx_act_format, pool);
+      p.amx_act_stride = act_row_bytes(kernel->amx_act_format, cols);
     }
     // Every unit of an AMX output is a pair taking its tokens sixteen at a time, unless tokens or
     // rows are left over or the bias keeps the tiles apart.
@@ -242,9 +248,17 @@ void matmul(std::span<const MatmulOutput> outputs, ActCache& act, ThreadPool& po
       p.kernel->packed_tile_pair_amx(tile_a, tile_b, n_blocks, p.amx_act_rows, p.amx_act_stride, t,
                                      y, out.y_stride);
     }
-    if (t < n_tokens) {
-      p.kernel->packed_tile_pair(tile_a, tile_b, n_blocks, p.act_rows + t * p.act_stride,
-                                 p.act_stride, n_tokens - t, y + t * out.y_stride, out.y_stride);
+    if (t == n_tokens) return;
+    const uint8_t* rows = p.act_rows + t * p.act_stride;
+    float* rest = y + t * out.y_stride;
+    if (p.kernel->packed_tile_pair != nullptr) {
+      p.kernel->packed_tile_pair(tile_a, tile_b, n_blocks, rows, p.act_stride, n_tokens - t, rest,
+                                 out.y_stride);
+    } else {
+      p.kernel->packed_tile(tile_a, n_blocks, rows, p.act_stride, n_tokens - t, rest, out.y_stride,
+                            kRowTile);
+      p.kernel->packed_tile(tile_b, n_blocks, rows, p.act_stride, n_tokens - t, rest + kRowTile,
+                            out.y_stride, kRowTile);
     }
   };
   pool.parallel_for(static_cast<size_t>(total_units), 1, [&](size_t begin, size_t end) {
@@ -256,7 +270,8 @@ void matmul(std::span<const MatmulOutput> outputs, ActCache& act, ThreadPool& po
       const int64_t first = (unit - p.first_unit) * kUnitTiles;
       const int64_t tiles = std::min(kUnitTiles, p.n_tiles - first);
       // Two whole tiles: one pass where the table has one.
-      if (tiles == 2 && out.packed != nullptr && p.kernel->packed_tile_pair != nullptr &&
+      if (tiles == 2 && out.packed != nullptr &&
+          (p.kernel->packed_tile_pair != nullptr || p.amx_act_rows != nullptr) &&
           out.bias == nullptr && (first + 2) * kRowTile <= out.weight->rows()) {
         run_pair(out, p, first);
       } else {

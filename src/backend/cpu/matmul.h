@@ -11,9 +11,10 @@
 //
 // Two kernel tables, AVX2 and AVX-512 (cpu_isa.h): the caller passes the KernelIsa its
 // backend resolved once; both tables have the same types, activation formats and results. With
-// AMX (KernelIsa::kAvx512Amx) the AVX-512 table's Q8_0, Q4_0 and Q4_1 entries also have
-// packed_tile_pair_amx, which takes a pair of tiles' tokens sixteen at a time on the tile unit,
-// with the same results; the tokens past the last sixteen go through packed_tile_pair.
+// AMX (KernelIsa::kAvx512Amx) the AVX-512 table's Q8_0, Q4_0, Q4_1, Q4_K and Q5_K entries also
+// have packed_tile_pair_amx, which takes a pair of tiles' tokens sixteen at a time on the tile
+// unit, with the same results; the tokens past the last sixteen go through packed_tile_pair (or
+// packed_tile, tile by tile, for the types without it).
 #pragma once
 
 #include <cstdint>
@@ -42,9 +43,10 @@ struct MatmulKernel {
   Rows4DotFn dot_rows4 = nullptr;  // optional: four tokens per weight pass
   PackedTileFn packed_tile = nullptr;
   PackedTilePairFn packed_tile_pair = nullptr;  // optional: two whole tiles at once
-  // Optional, AMX only: packed_tile_pair for kAmxTokens tokens at a time, its activation rows in
-  // ActFormat::kQ8_32Planar.
+  // Optional, AMX only: a pair of whole tiles for kAmxTokens tokens at a time, its activation
+  // rows in amx_act_format.
   PackedTilePairFn packed_tile_pair_amx = nullptr;
+  ActFormat amx_act_format = ActFormat::kQ8_32Planar;
 };
 
 // The kernel of `type` in the table of `isa`, or nullptr when the CPU backend cannot multiply

@@ -173,13 +173,19 @@ TEST(CpuIsa, TablesAgreeOnTypesAndFormats) {
     ASSERT_NE(amx, nullptr);
     EXPECT_EQ(avx2->act_format, avx512->act_format) << type_name(type);
     EXPECT_EQ(avx2->block_elems, avx512->block_elems) << type_name(type);
-    // The AMX table is the AVX-512 one with the AMX pair kernels of the 32-element block types.
+    // The AMX table is the AVX-512 one with the AMX pair kernels of the quantized types but Q6_K.
     EXPECT_EQ(amx->act_format, avx512->act_format) << type_name(type);
     EXPECT_EQ(amx->packed_tile, avx512->packed_tile) << type_name(type);
     EXPECT_EQ(amx->packed_tile_pair, avx512->packed_tile_pair) << type_name(type);
-    const bool has_amx =
-        type == TensorType::Q8_0 || type == TensorType::Q4_0 || type == TensorType::Q4_1;
+    const bool has_amx = PackedWeight::packs(type) && type != TensorType::Q6_K;
     EXPECT_EQ(amx->packed_tile_pair_amx != nullptr, has_amx) << type_name(type);
+    if (has_amx) {
+      // The K-quants' AMX kernels read the rows their other kernels read.
+      EXPECT_EQ(amx->amx_act_format, avx512->act_format == ActFormat::kQ8_256
+                                         ? ActFormat::kQ8_256
+                                         : ActFormat::kQ8_32Planar)
+          << type_name(type);
+    }
     EXPECT_EQ(avx512->packed_tile_pair_amx, nullptr) << type_name(type);
     EXPECT_EQ(avx2->packed_tile_pair_amx, nullptr) << type_name(type);
     for (const MatmulKernel* kernel : {avx2, avx512}) {
@@ -375,7 +381,8 @@ TEST_P(AmxKernelTest, MatmulEqualsAvx2) {
 }
 
 INSTANTIATE_TEST_SUITE_P(BlockTypes, AmxKernelTest,
-                         ::testing::Values(TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1),
+                         ::testing::Values(TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1,
+                                           TensorType::Q4_K, TensorType::Q5_K),
                          [](const auto& info) { return std::string(type_name(info.param)); });
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, Avx512KernelTest, ::testing::ValuesIn(kWeightTypes),
