@@ -411,6 +411,149 @@ LS_AMX void k_pair_tokens16(const Block* wa, const Block* wb, int64_t n_blocks,
 
 #undef LS_AMX_K_PRODUCTS
 
+// --- Q6_K -------------------------------------------------------------------------------------
+//
+// Q6_K's scales are signed 8-bit integers, one per 16 elements, under one float scale a
+// super-block: they go into the weight tiles too, in four base-4 digits of their magnitude with
+// their sign, scale = Σ_i 4^i d_i (|d_i| <= 3), and chunk c has one tile per digit holding
+// (q - 32) * d_i (at most 96 in magnitude: signed bytes). The four sum tiles accumulate the four
+// chunks, Σ_i 4^i sums_i = Σ_j scale_j Σ (q - 32) x, the integer the AVX2 kernel reaches as
+// Σ_j scale_j Σ q x - 32 Σ_j scale_j x_j, and the float work is acc += (d * dx) * Σ once per
+// super-block, as there: the same bits. Tiles as for Q4_K: tmm0-3 the digits' sums, tmm4/5
+// activations, tmm6/7 weights (row i < 8 holds elements 4i..4i + 3 of the chunk's first 32,
+// row 8 + i of its second 32).
+constexpr size_t kQ6BlockBytes = 16 * kKTileBytes;  // a super-block: 4 chunks x 4 digits
+
+// Each byte of `a` times the same byte of `b`, both signed, every product within a byte.
+LS_AMX inline __m512i mul_signed_bytes(__m512i a, __m512i b) {
+  const __m512i even =
+      _mm512_and_si512(_mm512_mullo_epi16(_mm512_srai_epi16(_mm512_slli_epi16(a, 8), 8),
+                                          _mm512_srai_epi16(_mm512_slli_epi16(b, 8), 8)),
+                       _mm512_set1_epi16(0x00ff));
+  const __m512i odd =
+      _mm512_slli_epi16(_mm512_mullo_epi16(_mm512_srai_epi16(a, 8), _mm512_srai_epi16(b, 8)), 8);
+  return _mm512_or_si512(even, odd);
+}
+
+// Scale group j's scales of the pair spread over a tile row (as row_scales).
+LS_AMX inline __m512i q6_row_scales(const PackedQ6_KBlock& a, const PackedQ6_KBlock& b, int j) {
+  alignas(64) static constexpr auto kSpread = [] {
+    std::array<uint8_t, 64> index{};
+    for (int k = 0; k < 64; ++k) index[k] = static_cast<uint8_t>((k / 32) * 8 + (k % 32) / 4);
+    return index;
+  }();
+  const __m128i both =
+      _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a.scales[j])),
+                         _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales[j])));
+  return _mm512_permutexvar_epi8(_mm512_load_si512(kSpread.data()), _mm512_castsi128_si512(both));
+}
+
+// A pair's super-block as its sixteen weight tiles: chunk c's digit i at 4c + i.
+LS_AMX void q6_weight_tiles(const PackedQ6_KBlock& a, const PackedQ6_KBlock& b, uint8_t* out) {
+  const __m512i mask = _mm512_set1_epi8(0x0f);
+  const __m512i bits45 = _mm512_set1_epi8(0x30);
+  const __m512i three = _mm512_set1_epi8(3);
+  const __m512i offset = _mm512_set1_epi8(32);
+  for (int c = 0; c < 4; ++c) {
+    // Each scale group's digits (scale groups 4c..4c + 3: rows 0-3, 4-7, 8-11, 12-15).
+    __m512i digits[4][4];  // [group][digit]
+    for (int j = 0; j < 4; ++j) {
+      const __m512i scales = q6_row_scales(a, b, 4 * c + j);
+      const __mmask64 negative = _mm512_movepi8_mask(scales);
+      const __m512i magnitude = _mm512_abs_epi8(scales);  // 128 stays 0x80: read as unsigned
+      for (int i = 0; i < 4; ++i) {
+        const __m512i m = _mm512_and_si512(_mm512_srli_epi16(magnitude, 2 * i), three);
+        digits[j][i] = _mm512_mask_sub_epi8(m, negative, _mm512_setzero_si512(), m);
+      }
+    }
+    for (int r = 0; r < 8; ++r) {
+      const int g = 8 * c + r;
+      const __m512i nibbles = v::load2x32(a.nibbles + 32 * g, b.nibbles + 32 * g);
+      // The two high bits of group g's low and high elements: bits 4 (g % 2) and
+      // 4 (g % 2) + 2 of each byte of qh[g / 2], to bits 4-5.
+      const __m512i high_bits =
+          _mm512_srli_epi16(v::load2x32(a.qh[g / 2], b.qh[g / 2]), 4 * (g % 2));
+      const __m512i low = _mm512_sub_epi8(
+          _mm512_or_si512(_mm512_and_si512(nibbles, mask),
+                          _mm512_and_si512(_mm512_slli_epi16(high_bits, 4), bits45)),
+          offset);
+      const __m512i high = _mm512_sub_epi8(
+          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(nibbles, 4), mask),
+                          _mm512_and_si512(_mm512_slli_epi16(high_bits, 2), bits45)),
+          offset);
+      for (int i = 0; i < 4; ++i) {
+        uint8_t* tile = out + (4 * c + i) * kKTileBytes;
+        _mm512_store_si512(tile + r * kChunkBytes, mul_signed_bytes(low, digits[r / 4][i]));
+        _mm512_store_si512(tile + (8 + r) * kChunkBytes,
+                           mul_signed_bytes(high, digits[2 + r / 4][i]));
+      }
+    }
+  }
+}
+
+// Super-block b's products into sum tiles 0-3 (one per digit).
+#define LS_AMX_Q6_CHUNK(A, c)                                               \
+  do {                                                                      \
+    _tile_loadd(A, codes + (c)*kChunkBytes, static_cast<long>(act_stride)); \
+    _tile_loadd(6, w + (4 * (c) + 0) * kKTileBytes, kChunkBytes);           \
+    _tile_dpbssd(0, A, 6);                                                  \
+    _tile_loadd(7, w + (4 * (c) + 1) * kKTileBytes, kChunkBytes);           \
+    _tile_dpbssd(1, A, 7);                                                  \
+    _tile_loadd(6, w + (4 * (c) + 2) * kKTileBytes, kChunkBytes);           \
+    _tile_dpbssd(2, A, 6);                                                  \
+    _tile_loadd(7, w + (4 * (c) + 3) * kKTileBytes, kChunkBytes);           \
+    _tile_dpbssd(3, A, 7);                                                  \
+  } while (0)
+
+// Tokens t0..t0 + 15 of one pair of Q6_K tiles (as k_pair_tokens16). Super-block b's products,
+// its sums stored, then b - 1's scaled while the tile unit works on b's.
+LS_AMX void q6_pair_tokens16(const PackedQ6_KBlock* wa, const PackedQ6_KBlock* wb, int64_t n_blocks,
+                             const uint8_t* weights, const uint8_t* act, size_t act_stride,
+                             float* y, int64_t y_stride) {
+  alignas(64) int32_t sums[2][4][kTokens][kRows];  // [parity][digit]
+  __m512 acc[kTokens];
+  for (int t = 0; t < kTokens; ++t) acc[t] = _mm512_setzero_ps();
+  constexpr long kStride = sizeof sums[0][0][0];
+  for (int64_t b = 0; b <= n_blocks; ++b) {
+    if (b < n_blocks) {
+      prefetch_ahead(wa[b]);
+      prefetch_ahead(wb[b]);
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      const uint8_t* codes = act + b * sizeof(ActBlockQ8_256) + offsetof(ActBlockQ8_256, qs);
+      const uint8_t* w = weights + b * kQ6BlockBytes;
+      LS_AMX_Q6_CHUNK(4, 0);
+      LS_AMX_Q6_CHUNK(5, 1);
+      LS_AMX_Q6_CHUNK(4, 2);
+      LS_AMX_Q6_CHUNK(5, 3);
+      auto& to = sums[b % 2];
+      _tile_stored(0, &to[0][0][0], kStride);
+      _tile_stored(1, &to[1][0][0], kStride);
+      _tile_stored(2, &to[2][0][0], kStride);
+      _tile_stored(3, &to[3][0][0], kStride);
+    }
+    if (const int64_t scaled = b - 1; scaled >= 0) {
+      const auto& from = sums[scaled % 2];
+      const __m512 d = v::load_f16x8_pair(wa[scaled].d, wb[scaled].d);
+      const uint8_t* x = act + scaled * sizeof(ActBlockQ8_256);
+      for (int t = 0; t < kTokens; ++t, x += act_stride) {
+        __m512i sum = _mm512_load_si512(from[3][t]);
+        for (int i = 2; i >= 0; --i) {
+          sum = _mm512_add_epi32(_mm512_slli_epi32(sum, 2), _mm512_load_si512(from[i][t]));
+        }
+        const float dx = reinterpret_cast<const ActBlockQ8_256*>(x)->d;
+        acc[t] =
+            _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(dx)), _mm512_cvtepi32_ps(sum), acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < kTokens; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
+}
+
+#undef LS_AMX_Q6_CHUNK
+
 // The pair's weights as tiles into the thread's buffer, then the tokens sixteen at a time.
 template <typename Block>
 LS_AMX void tile_pair_amx(const uint8_t* tile_a, const uint8_t* tile_b, int64_t n_blocks,
@@ -418,24 +561,29 @@ LS_AMX void tile_pair_amx(const uint8_t* tile_a, const uint8_t* tile_b, int64_t 
                           int64_t y_stride) {
   constexpr bool kKQuant =
       std::is_same_v<Block, PackedQ4_KBlock> || std::is_same_v<Block, PackedQ5_KBlock>;
+  constexpr bool kQ6 = std::is_same_v<Block, PackedQ6_KBlock>;
   const auto* wa = reinterpret_cast<const Block*>(tile_a);
   const auto* wb = reinterpret_cast<const Block*>(tile_b);
   thread_local WeightTiles tiles;
-  const size_t block_bytes = kKQuant ? kKBlockBytes : kWeightTileBytes;
+  const size_t block_bytes = kQ6 ? kQ6BlockBytes : kKQuant ? kKBlockBytes : kWeightTileBytes;
   uint8_t* weights = tiles.reserve(static_cast<size_t>(n_blocks) * block_bytes);
   for (int64_t b = 0; b < n_blocks; ++b) {
     prefetch_ahead(wa[b]);
     prefetch_ahead(wb[b]);
-    if constexpr (kKQuant) {
+    if constexpr (kQ6) {
+      q6_weight_tiles(wa[b], wb[b], weights + b * block_bytes);
+    } else if constexpr (kKQuant) {
       k_weight_tiles(wa[b], wb[b], weights + b * block_bytes);
     } else {
       weight_tile(wa[b], wb[b], weights + b * block_bytes);
     }
   }
-  _tile_loadconfig(kKQuant ? &kKConfig : &kConfig);
+  _tile_loadconfig(kKQuant || kQ6 ? &kKConfig : &kConfig);
   for (int64_t t = 0; t < n_tokens; t += kTokens) {
     const uint8_t* rows = act + static_cast<size_t>(t) * act_stride;
-    if constexpr (kKQuant) {
+    if constexpr (kQ6) {
+      q6_pair_tokens16(wa, wb, n_blocks, weights, rows, act_stride, y + t * y_stride, y_stride);
+    } else if constexpr (kKQuant) {
       k_pair_tokens16(wa, wb, n_blocks, weights, rows, act_stride, y + t * y_stride, y_stride);
     } else {
       pair_tokens16(wa, wb, n_blocks, weights, rows, act_stride, y + t * y_stride, y_stride);
@@ -474,6 +622,12 @@ void packed_tile_pair_q5_k_amx(const uint8_t* tile_a, const uint8_t* tile_b, int
                                const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y,
                                int64_t y_stride) {
   tile_pair_amx<PackedQ5_KBlock>(tile_a, tile_b, n_blocks, act, act_stride, n_tokens, y, y_stride);
+}
+
+void packed_tile_pair_q6_k_amx(const uint8_t* tile_a, const uint8_t* tile_b, int64_t n_blocks,
+                               const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y,
+                               int64_t y_stride) {
+  tile_pair_amx<PackedQ6_KBlock>(tile_a, tile_b, n_blocks, act, act_stride, n_tokens, y, y_stride);
 }
 
 }  // namespace llamaserve::cpu

@@ -54,6 +54,7 @@ std::span<const MatmulKernel> amx_kernels() {
       if (k.type == TensorType::Q4_1) k.packed_tile_pair_amx = packed_tile_pair_q4_1_amx;
       if (k.type == TensorType::Q4_K) k.packed_tile_pair_amx = packed_tile_pair_q4_k_amx;
       if (k.type == TensorType::Q5_K) k.packed_tile_pair_amx = packed_tile_pair_q5_k_amx;
+      if (k.type == TensorType::Q6_K) k.packed_tile_pair_amx = packed_tile_pair_q6_k_amx;
       // The K-quants' AMX kernels read the rows their other kernels read.
       if (k.packed_tile_pair_amx != nullptr && k.act_format == ActFormat::kQ8_256) {
         k.amx_act_format = ActFormat::kQ8_256;

@@ -11,8 +11,8 @@
 //
 // Two kernel tables, AVX2 and AVX-512 (cpu_isa.h): the caller passes the KernelIsa its
 // backend resolved once; both tables have the same types, activation formats and results. With
-// AMX (KernelIsa::kAvx512Amx) the AVX-512 table's Q8_0, Q4_0, Q4_1, Q4_K and Q5_K entries also
-// have packed_tile_pair_amx, which takes a pair of tiles' tokens sixteen at a time on the tile
+// AMX (KernelIsa::kAvx512Amx) the AVX-512 table's quantized entries also have
+// packed_tile_pair_amx, which takes a pair of tiles' tokens sixteen at a time on the tile
 // unit, with the same results; the tokens past the last sixteen go through packed_tile_pair (or
 // packed_tile, tile by tile, for the types without it).
 #pragma once

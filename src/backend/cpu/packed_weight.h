@@ -151,11 +151,11 @@ PackedTilePair packed_tile_pair_q4_0_avx512, packed_tile_pair_q4_1_avx512,
     packed_tile_pair_q8_0_avx512;
 
 // The AMX versions (dot_packed_amx.cc): n_tokens a multiple of kAmxTokens, activation rows in
-// ActFormat::kQ8_32Planar (Q8_0, Q4_0, Q4_1; 64-byte aligned) or kQ8_256 (Q4_K, Q5_K); each
+// ActFormat::kQ8_32Planar (Q8_0, Q4_0, Q4_1; 64-byte aligned) or kQ8_256 (the K-quants); each
 // output the bits of the AVX-512 kernels' (for the K-quants, of PackedTile's for each row). Only
 // where cpu_has_amx_int8().
 inline constexpr int64_t kAmxTokens = 16;
 PackedTilePair packed_tile_pair_q4_0_amx, packed_tile_pair_q4_1_amx, packed_tile_pair_q8_0_amx,
-    packed_tile_pair_q4_k_amx, packed_tile_pair_q5_k_amx;
+    packed_tile_pair_q4_k_amx, packed_tile_pair_q5_k_amx, packed_tile_pair_q6_k_amx;
 
 }  // namespace llamaserve::cpu

@@ -173,11 +173,11 @@ TEST(CpuIsa, TablesAgreeOnTypesAndFormats) {
     ASSERT_NE(amx, nullptr);
     EXPECT_EQ(avx2->act_format, avx512->act_format) << type_name(type);
     EXPECT_EQ(avx2->block_elems, avx512->block_elems) << type_name(type);
-    // The AMX table is the AVX-512 one with the AMX pair kernels of the quantized types but Q6_K.
+    // The AMX table is the AVX-512 one with the AMX pair kernels of the quantized types.
     EXPECT_EQ(amx->act_format, avx512->act_format) << type_name(type);
     EXPECT_EQ(amx->packed_tile, avx512->packed_tile) << type_name(type);
     EXPECT_EQ(amx->packed_tile_pair, avx512->packed_tile_pair) << type_name(type);
-    const bool has_amx = PackedWeight::packs(type) && type != TensorType::Q6_K;
+    const bool has_amx = PackedWeight::packs(type);
     EXPECT_EQ(amx->packed_tile_pair_amx != nullptr, has_amx) << type_name(type);
     if (has_amx) {
       // The K-quants' AMX kernels read the rows their other kernels read.
@@ -382,7 +382,7 @@ TEST_P(AmxKernelTest, MatmulEqualsAvx2) {
 
 INSTANTIATE_TEST_SUITE_P(BlockTypes, AmxKernelTest,
                          ::testing::Values(TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1,
-                                           TensorType::Q4_K, TensorType::Q5_K),
+                                           TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K),
                          [](const auto& info) { return std::string(type_name(info.param)); });
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, Avx512KernelTest, ::testing::ValuesIn(kWeightTypes),
