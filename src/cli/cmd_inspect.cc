@@ -273,7 +273,7 @@ void print_text(const GgufFile& file, const Summary& s, bool list_tensors) {
 int run_inspect(const InspectOptions& options) {
   auto file = GgufFile::open(options.model_path);
   if (!file.is_ok()) {
-    fmt::print(stderr, "error: {}\n", file.status().to_string());
+    fmt::print(stderr, "llamaserve inspect: {}\n", file.status().to_string());
     return 1;
   }
   const Summary summary = summarize(**file, options.n_ctx);
