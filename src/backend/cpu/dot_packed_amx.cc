@@ -56,8 +56,9 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-// tmm0..3 sums, tmm4 and 5 activations, tmm6 and 7 weights.
-constexpr TileConfig make_config() {
+// tmm0..3 sums (16 tokens x 16 int32), tmm4 and 5 activations (16 tokens x act_bytes), tmm6 and
+// 7 weights (weight_rows x 64 bytes).
+constexpr TileConfig make_config(int act_bytes, int weight_rows) {
   TileConfig c;
   for (int t : {0, 1, 2, 3}) {
     c.rows[t] = kTokens;
@@ -65,15 +66,15 @@ constexpr TileConfig make_config() {
   }
   for (int t : {4, 5}) {
     c.rows[t] = kTokens;
-    c.colsb[t] = kActBytes;
+    c.colsb[t] = static_cast<uint16_t>(act_bytes);
   }
   for (int t : {6, 7}) {
-    c.rows[t] = kWeightRows;
+    c.rows[t] = static_cast<uint8_t>(weight_rows);
     c.colsb[t] = kWeightRowBytes;
   }
   return c;
 }
-constexpr TileConfig kConfig = make_config();
+constexpr TileConfig kConfig = make_config(kActBytes, kWeightRows);
 
 // A pair's block as a weight tile (above).
 LS_AMX inline void weight_tile(const PackedQ8_0Block& a, const PackedQ8_0Block& b, uint8_t* out) {
@@ -228,23 +229,8 @@ constexpr int kKWeightRows = 16;
 constexpr size_t kKTileBytes = kKWeightRows * kChunkBytes;
 constexpr size_t kKBlockBytes = 8 * kKTileBytes;  // a super-block: 4 chunks x (lo, hi)
 
-constexpr TileConfig make_k_config() {
-  TileConfig c;
-  for (int t : {0, 1, 2, 3}) {
-    c.rows[t] = kTokens;
-    c.colsb[t] = 4 * kRows;
-  }
-  for (int t : {4, 5}) {
-    c.rows[t] = kTokens;
-    c.colsb[t] = kChunkBytes;
-  }
-  for (int t : {6, 7}) {
-    c.rows[t] = kKWeightRows;
-    c.colsb[t] = kChunkBytes;
-  }
-  return c;
-}
-constexpr TileConfig kKConfig = make_k_config();
+constexpr TileConfig kKConfig = make_config(kChunkBytes, kKWeightRows);
+static_assert(kChunkBytes == kWeightRowBytes);
 
 // Each byte of `v` times the same byte of `f` (unsigned, every product below 256).
 LS_AMX inline __m512i mul_bytes(__m512i v, __m512i f) {
@@ -255,17 +241,17 @@ LS_AMX inline __m512i mul_bytes(__m512i v, __m512i f) {
   return _mm512_or_si512(even, odd);
 }
 
-// Sub-block j's scales of the pair spread over a tile row: byte k holds the scale of the row
-// that byte k of a 64-byte weight row belongs to (tile a's row k / 4 for k < 32, else tile b's).
-LS_AMX inline __m512i row_scales(const PackedQ4_KBlock& a, const PackedQ4_KBlock& b, int j) {
+// Eight bytes of tile a's rows and eight of tile b's (one byte a row: a sub-block's scales)
+// spread over a weight tile row: byte k takes the byte of the row that byte k of a 64-byte tile
+// row belongs to (tile a's row k / 4 for k < 32, else tile b's row (k - 32) / 4).
+LS_AMX inline __m512i spread_rows(const void* a, const void* b) {
   alignas(64) static constexpr auto kSpread = [] {
     std::array<uint8_t, 64> index{};
     for (int k = 0; k < 64; ++k) index[k] = static_cast<uint8_t>((k / 32) * 8 + (k % 32) / 4);
     return index;
   }();
-  const __m128i both =
-      _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a.scales[j])),
-                         _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales[j])));
+  const __m128i both = _mm_unpacklo_epi64(_mm_loadl_epi64(static_cast<const __m128i*>(a)),
+                                          _mm_loadl_epi64(static_cast<const __m128i*>(b)));
   return _mm512_permutexvar_epi8(_mm512_load_si512(kSpread.data()), _mm512_castsi128_si512(both));
 }
 
@@ -279,7 +265,7 @@ LS_AMX void k_weight_tiles(const Block& a, const Block& b, uint8_t* out) {
   for (int c = 0; c < 4; ++c) {
     __m512i lo[2], hi[2];  // sub-blocks 2c and 2c + 1
     for (int h = 0; h < 2; ++h) {
-      const __m512i scales = row_scales(a, b, 2 * c + h);
+      const __m512i scales = spread_rows(a.scales[2 * c + h], b.scales[2 * c + h]);
       lo[h] = _mm512_and_si512(scales, seven);
       hi[h] = _mm512_and_si512(_mm512_srli_epi16(scales, 3), seven);
     }
@@ -435,19 +421,6 @@ LS_AMX inline __m512i mul_signed_bytes(__m512i a, __m512i b) {
   return _mm512_or_si512(even, odd);
 }
 
-// Scale group j's scales of the pair spread over a tile row (as row_scales).
-LS_AMX inline __m512i q6_row_scales(const PackedQ6_KBlock& a, const PackedQ6_KBlock& b, int j) {
-  alignas(64) static constexpr auto kSpread = [] {
-    std::array<uint8_t, 64> index{};
-    for (int k = 0; k < 64; ++k) index[k] = static_cast<uint8_t>((k / 32) * 8 + (k % 32) / 4);
-    return index;
-  }();
-  const __m128i both =
-      _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a.scales[j])),
-                         _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales[j])));
-  return _mm512_permutexvar_epi8(_mm512_load_si512(kSpread.data()), _mm512_castsi128_si512(both));
-}
-
 // A pair's super-block as its sixteen weight tiles: chunk c's digit i at 4c + i.
 LS_AMX void q6_weight_tiles(const PackedQ6_KBlock& a, const PackedQ6_KBlock& b, uint8_t* out) {
   const __m512i mask = _mm512_set1_epi8(0x0f);
@@ -458,7 +431,7 @@ LS_AMX void q6_weight_tiles(const PackedQ6_KBlock& a, const PackedQ6_KBlock& b, 
     // Each scale group's digits (scale groups 4c..4c + 3: rows 0-3, 4-7, 8-11, 12-15).
     __m512i digits[4][4];  // [group][digit]
     for (int j = 0; j < 4; ++j) {
-      const __m512i scales = q6_row_scales(a, b, 4 * c + j);
+      const __m512i scales = spread_rows(a.scales[4 * c + j], b.scales[4 * c + j]);
       const __mmask64 negative = _mm512_movepi8_mask(scales);
       const __m512i magnitude = _mm512_abs_epi8(scales);  // 128 stays 0x80: read as unsigned
       for (int i = 0; i < 4; ++i) {
@@ -594,40 +567,17 @@ LS_AMX void tile_pair_amx(const uint8_t* tile_a, const uint8_t* tile_b, int64_t 
 
 }  // namespace
 
-void packed_tile_pair_q8_0_amx(const uint8_t* tile_a, const uint8_t* tile_b, int64_t n_blocks,
-                               const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y,
-                               int64_t y_stride) {
-  tile_pair_amx<PackedQ8_0Block>(tile_a, tile_b, n_blocks, act, act_stride, n_tokens, y, y_stride);
-}
-
-void packed_tile_pair_q4_0_amx(const uint8_t* tile_a, const uint8_t* tile_b, int64_t n_blocks,
-                               const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y,
-                               int64_t y_stride) {
-  tile_pair_amx<PackedQ4_0Block>(tile_a, tile_b, n_blocks, act, act_stride, n_tokens, y, y_stride);
-}
-
-void packed_tile_pair_q4_1_amx(const uint8_t* tile_a, const uint8_t* tile_b, int64_t n_blocks,
-                               const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y,
-                               int64_t y_stride) {
-  tile_pair_amx<PackedQ4_1Block>(tile_a, tile_b, n_blocks, act, act_stride, n_tokens, y, y_stride);
-}
-
-void packed_tile_pair_q4_k_amx(const uint8_t* tile_a, const uint8_t* tile_b, int64_t n_blocks,
-                               const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y,
-                               int64_t y_stride) {
-  tile_pair_amx<PackedQ4_KBlock>(tile_a, tile_b, n_blocks, act, act_stride, n_tokens, y, y_stride);
-}
-
-void packed_tile_pair_q5_k_amx(const uint8_t* tile_a, const uint8_t* tile_b, int64_t n_blocks,
-                               const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y,
-                               int64_t y_stride) {
-  tile_pair_amx<PackedQ5_KBlock>(tile_a, tile_b, n_blocks, act, act_stride, n_tokens, y, y_stride);
-}
-
-void packed_tile_pair_q6_k_amx(const uint8_t* tile_a, const uint8_t* tile_b, int64_t n_blocks,
-                               const uint8_t* act, size_t act_stride, int64_t n_tokens, float* y,
-                               int64_t y_stride) {
-  tile_pair_amx<PackedQ6_KBlock>(tile_a, tile_b, n_blocks, act, act_stride, n_tokens, y, y_stride);
-}
+#define LS_AMX_ENTRY(name, Block)                                                               \
+  void name(const uint8_t* tile_a, const uint8_t* tile_b, int64_t n_blocks, const uint8_t* act, \
+            size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride) {                  \
+    tile_pair_amx<Block>(tile_a, tile_b, n_blocks, act, act_stride, n_tokens, y, y_stride);     \
+  }
+LS_AMX_ENTRY(packed_tile_pair_q8_0_amx, PackedQ8_0Block)
+LS_AMX_ENTRY(packed_tile_pair_q4_0_amx, PackedQ4_0Block)
+LS_AMX_ENTRY(packed_tile_pair_q4_1_amx, PackedQ4_1Block)
+LS_AMX_ENTRY(packed_tile_pair_q4_k_amx, PackedQ4_KBlock)
+LS_AMX_ENTRY(packed_tile_pair_q5_k_amx, PackedQ5_KBlock)
+LS_AMX_ENTRY(packed_tile_pair_q6_k_amx, PackedQ6_KBlock)
+#undef LS_AMX_ENTRY
 
 }  // namespace llamaserve::cpu
