@@ -1,4 +1,5 @@
-// The AMX kernels of two packed tiles (Q8_0, Q4_0, Q4_1) over sixteen tokens at a time: the
+// The AMX kernels of two packed tiles over sixteen tokens at a time. Q8_0, Q4_0 and Q4_1 here (the
+// K-quants' sections below say how theirs differ): the
 // integer products of a block run on the tile unit, one TDPBSSD / TDPBSUD per block (16 tokens x
 // the pair's 16 rows x 32 elements), and the float work per block is packed_tile_pair's, in its
 // order, with the int32 sums read back from the accumulator tile. The int32 sums are exact on
@@ -93,20 +94,22 @@ LS_AMX inline void weight_tile(const Block& a, const Block& b, uint8_t* out) {
   }
 }
 
-// The thread's weight tiles of the pair being multiplied.
-struct WeightTiles {
-  uint8_t* data = nullptr;
-  size_t capacity = 0;
-  ~WeightTiles() { std::free(data); }
-  uint8_t* reserve(size_t bytes) {
-    if (capacity < bytes) {
-      std::free(data);
-      capacity = bytes;
-      data = static_cast<uint8_t*>(std::aligned_alloc(64, capacity));
-    }
-    return data;
+// The thread's buffer for the weight tiles of the pair being multiplied (one for every type),
+// 64-byte aligned, at least `bytes` long.
+uint8_t* thread_weight_tiles(size_t bytes) {
+  struct Buffer {
+    uint8_t* data = nullptr;
+    size_t capacity = 0;
+    ~Buffer() { std::free(data); }
+  };
+  thread_local Buffer buffer;
+  if (buffer.capacity < bytes) {
+    std::free(buffer.data);
+    buffer.capacity = bytes;
+    buffer.data = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
   }
-};
+  return buffer.data;
+}
 
 // Block b's scaled sums for 16 tokens, its sums in `sums` (token t's in row t) and its scales at
 // `dx` (token t's dx[t * stride]): acc += (d * dx) * Σ, as packed_tile_pair does.
@@ -537,9 +540,8 @@ LS_AMX void tile_pair_amx(const uint8_t* tile_a, const uint8_t* tile_b, int64_t 
   constexpr bool kQ6 = std::is_same_v<Block, PackedQ6_KBlock>;
   const auto* wa = reinterpret_cast<const Block*>(tile_a);
   const auto* wb = reinterpret_cast<const Block*>(tile_b);
-  thread_local WeightTiles tiles;
   const size_t block_bytes = kQ6 ? kQ6BlockBytes : kKQuant ? kKBlockBytes : kWeightTileBytes;
-  uint8_t* weights = tiles.reserve(static_cast<size_t>(n_blocks) * block_bytes);
+  uint8_t* weights = thread_weight_tiles(static_cast<size_t>(n_blocks) * block_bytes);
   for (int64_t b = 0; b < n_blocks; ++b) {
     prefetch_ahead(wa[b]);
     prefetch_ahead(wb[b]);
