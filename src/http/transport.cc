@@ -255,7 +255,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         case RequestReader::State::kFailed: return refuse(reader_.error());
         case RequestReader::State::kHeadReady: {
           request_version_ = reader_.head().version;
-          reader_head_method_ = reader_.head().method;
+          head_request_ = is_head_request(reader_.head().method);
           if (auto refusal = transport_->handler.check_head(reader_.head())) {
             // With its body unread, what follows on the connection is not a request.
             answer_from_loop(std::move(*refusal), reader_.has_body() || !reader_.keep_alive());
@@ -307,13 +307,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
     disarm();
     std::string bytes =
         serialize_head(response, response.body.size(), Framing::kLength, request_version_, close);
-    if (!is_head_request(reader_head_method_)) bytes += response.body;
+    if (!head_request_) bytes += response.body;
     queue(std::move(bytes), true, close);
   }
 
   void refuse(const HttpError& error) {
     request_version_ = reader_.head().version;
-    reader_head_method_ = reader_.head().method;
+    head_request_ = is_head_request(reader_.head().method);
     answer_from_loop(transport_->handler.refusal(error, reader_.head()), true);
   }
 
@@ -386,8 +386,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool request_started_ = false;  // a byte of the next request has arrived
   bool peer_eof_ = false;
   size_t lingered_bytes_ = 0;
-  int request_version_ = 11;        // of the request being read or refused
-  std::string reader_head_method_;  // likewise (a HEAD request's answer has no body)
+  int request_version_ = 11;   // of the request being read or refused
+  bool head_request_ = false;  // likewise: a HEAD request, whose answer has no body
 
   std::mutex mutex_;
   std::condition_variable drained_;

@@ -36,10 +36,15 @@ std::optional<AdminTarget> admin_operation(const std::string& path) {
   return target;
 }
 
-// The operation of `path` when `method` is the one it takes (HEAD for GET), else nullopt.
+// Whether `method` is the one `operation` takes (HEAD for GET).
+bool takes(const AdminTarget& operation, std::string_view method) {
+  return operation.method == (method == "HEAD" ? "GET" : method);
+}
+
+// The operation of `path` when `method` is the one it takes, else nullopt.
 std::optional<AdminTarget> admin_target(const std::string& method, const std::string& path) {
   std::optional<AdminTarget> target = admin_operation(path);
-  if (!target || target->method != (method == "HEAD" ? "GET" : method)) return std::nullopt;
+  if (!target || !takes(*target, method)) return std::nullopt;
   return target;
 }
 
@@ -78,7 +83,7 @@ std::optional<http::Response> HttpServer::check_admin_head(const http::Request& 
                             "route_not_found"),
                   head, "/admin/models", "admin-");
   }
-  if (!admin_target(head.method, head.path)) {
+  if (!takes(*operation, head.method)) {
     const std::string allowed = operation->method == "GET" ? "GET, HEAD" : "POST";
     http::Response response = refuse(
         method_not_allowed(fmt::format("{} does not accept {}; use {}",
