@@ -95,32 +95,35 @@ TEST_P(GemmTest, MatchesReference) {
 }
 
 // Quantized weights on quant_mma.h's kernel: every pass width (1 to 8 tiles of 8 activation
-// rows, several passes), rows that end inside a CTA's 32, and rows whose last step holds fewer
-// than four units.
+// rows, several passes), rows that end inside a CTA's 32, and rows of 33 and 35 blocks, whose
+// last step holds one or three units of the 32-element block types (two of Q8_0's).
 TEST_P(GemmTest, QuantMmaMatchesReferenceForEveryRowCount) {
   const TensorType type = GetParam();
   if (!quant_mma_supported(type)) GTEST_SKIP() << "float weights go to cuBLAS as they are";
-  const int64_t cols = round_cols(type, 1000);
-  const int64_t rows = 203;
-  const HostMatrix m = make_matrix(type, rows, cols, 97);
-  UploadedMatrix w = upload(m);
-  ASSERT_NE(w.view.quants, nullptr);
-  for (const int64_t n_act : {1, 7, 8, 9, 16, 17, 25, 32, 33, 41, 57, 64, 70, 130}) {
-    SCOPED_TRACE("activation rows " + std::to_string(n_act));
-    const int64_t x_stride = cols + 12;
-    const int64_t y_stride = rows + 1;
-    const std::vector<float> x = random_floats(n_act * x_stride, 100 + n_act);
-    DeviceArray<float> x_dev(x);
-    DeviceArray<float> y_dev(n_act * y_stride);
-    y_dev.poison();
-    DeviceArray<uint8_t> act_half(gemm_act_half_bytes(n_act, cols));
-    GemmWorkspace ws{act_half.get(), act_half.size(), nullptr, 0};
-    GemmArgs args = gemm_args(w.view, x_dev.get(), x_stride, n_act, y_dev.get(), y_stride);
-    args.quant_mma_rows = 4096;
-    ASSERT_OK(gemm(handle_, args, ws, nullptr));
-    ASSERT_CUDA(cudaDeviceSynchronize());
-    expect_close(y_dev.download(), y_stride, reference_product(m, x, x_stride, n_act), rows, n_act,
-                 gemm_tolerance(type));
+  for (const int64_t extra_blocks : {1, 3}) {
+    const int64_t cols = round_cols(type, 1000) + extra_blocks * traits(type).block_elems;
+    const int64_t rows = 203;
+    const HostMatrix m = make_matrix(type, rows, cols, 97);
+    UploadedMatrix w = upload(m);
+    ASSERT_NE(w.view.quants, nullptr);
+    for (const int64_t n_act : {1, 7, 8, 9, 16, 17, 25, 32, 33, 41, 57, 64, 70, 130}) {
+      SCOPED_TRACE("activation rows " + std::to_string(n_act) + ", columns " +
+                   std::to_string(cols));
+      const int64_t x_stride = cols + 12;
+      const int64_t y_stride = rows + 1;
+      const std::vector<float> x = random_floats(n_act * x_stride, 100 + n_act);
+      DeviceArray<float> x_dev(x);
+      DeviceArray<float> y_dev(n_act * y_stride);
+      y_dev.poison();
+      DeviceArray<uint8_t> act_half(gemm_act_half_bytes(n_act, cols));
+      GemmWorkspace ws{act_half.get(), act_half.size(), nullptr, 0};
+      GemmArgs args = gemm_args(w.view, x_dev.get(), x_stride, n_act, y_dev.get(), y_stride);
+      args.quant_mma_rows = 4096;
+      ASSERT_OK(gemm(handle_, args, ws, nullptr));
+      ASSERT_CUDA(cudaDeviceSynchronize());
+      expect_close(y_dev.download(), y_stride, reference_product(m, x, x_stride, n_act), rows,
+                   n_act, gemm_tolerance(type));
+    }
   }
 }
 

@@ -81,7 +81,9 @@ __global__ void __launch_bounds__(32 * kWarps<NT>)
   // The warp's steps: a contiguous share of the row's units.
   const int t_begin = static_cast<int>(static_cast<int64_t>(steps) * warp / kWarps<NT>);
   const int t_end = static_cast<int>(static_cast<int64_t>(steps) * (warp + 1) / kWarps<NT>);
-  auto lane_step = [&](int t) { return LaneStep{t, q, min(kUnitsAStep * t + q, units - 1)}; };
+  auto lane_step = [&](int t) {
+    return LaneStep{t, q, min(kUnitsAStep * t + q, units - 1), units};
+  };
   auto load = [&](int t, Raw(&raw)[kLaneRows]) {
     const LaneStep s = lane_step(t);
 #pragma unroll
@@ -138,10 +140,6 @@ __global__ void __launch_bounds__(32 * kWarps<NT>)
   for (int t = t_begin; t < t_end; ++t) {
     Raw next[kLaneRows];
     if (t + 1 < t_end) load(t + 1, next);
-    // The row's last step may hold fewer than four units (whole units only): the others
-    // repeat the last unit (finite weights) against zero activations. K-quant rows are whole
-    // super-blocks of 8 units, so every step is full.
-    const bool valid = kWholeSteps<T> || kUnitsAStep * t + q < units;
     const LaneStep step = lane_step(t);
     // Each run's scales (and mins) of its two halves, in the low and high halves of a half2.
     __half2 scale[kLaneRows][F::kRuns], min_value[kLaneRows][F::kRuns];
@@ -180,6 +178,10 @@ __global__ void __launch_bounds__(32 * kWarps<NT>)
           stage(t + (p + kAhead) / kStepHalves, (p + kAhead) % kStepHalves);
           cp_async_wait<kAhead>();  // half run p of step t has landed
         }
+        // The row's last step may hold fewer than four units: the lanes past it repeat the
+        // last unit (finite weights) against zero activations. K-quant rows are whole
+        // super-blocks of 8 units, so every step is full.
+        const bool valid = kWholeSteps<T> || L::valid(step, half);
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
           const uint4 v = kRing<NT> ? staged[32 * n] : x_run[half][n];
@@ -264,8 +266,8 @@ template <TensorType T, bool kSwiGlu = false>
 Status launch_passes(const QuantMmaArgs& args, LaunchStream stream) {
   const int64_t units = args.w.cols / kUnitElems<T>;
   LS_CUDA_REQUIRE(units * kUnitElems<T> == args.w.cols && units <= 0x7fffffff);
-  // Quad pieces and K-quant rows take every step whole (a super-block is 8 units).
-  LS_CUDA_REQUIRE((!kQuadPieces<T> && !kWholeSteps<T>) || units % kUnitsAStep == 0);
+  // K-quant rows take every step whole (a super-block is 8 units).
+  LS_CUDA_REQUIRE(!kWholeSteps<T> || units % kUnitsAStep == 0);
   const int64_t steps = (units + kUnitsAStep - 1) / kUnitsAStep;
   // A CTA's output rows: 32, or 16 columns of SwiGLU output (its gate and up rows).
   const int64_t out_rows = kSwiGlu ? args.w.rows / 2 : args.w.rows;

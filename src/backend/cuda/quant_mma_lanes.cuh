@@ -10,15 +10,19 @@
 //     two 8-element halves). A quad's four 16-byte activation loads fall 32 bytes apart (each
 //     lane's run is 32 bytes of its own), so every load instruction touches two 128-byte lines
 //     of each activation row and uses half of each 32-byte sector.
-//   QuadPieces (Q4_K, Q6_K, where units 4t and 4t + 1, and 4t + 2 and 4t + 3, hold neighbouring
-//     elements; passes of more than 32 activation rows): lane q takes 8 bytes of codes of two
-//     units, byte 8 (q % 2) of units 4t + q / 2 (half 0) and 4t + 2 + q / 2 (half 1). A quad's four
-//     activation loads are then 64 contiguous bytes of each row: whole sectors, half as many lines
-//     per load instruction. L1 requests were what bounded the kernel at 64 rows (ncu: L1/TEX
-//     throughput 84%, DRAM 8%).
+//   QuadPieces (passes of more than 32 activation rows; every type but Q5_K): lane q takes 8
+//     bytes of codes of two units, byte 8 (q % 2) of units 4t + q / 2 (half 0) and 4t + 2 + q / 2
+//     (half 1). A quad's four activation loads are then 64 bytes of each row in two whole 32-byte
+//     sectors (contiguous for Q4_K, Q6_K and Q8_0, whose neighbouring units hold neighbouring
+//     elements; for Q4_0 and Q4_1 run k of two neighbouring blocks): half as many sectors and
+//     lines per load instruction. L1 requests were what bounded the kernel at 64 rows of Q4_K
+//     (ncu: L1/TEX throughput 84%, DRAM 8%), L2 throughput at 64 rows of Q4_0 (79%, DRAM 5%).
 //
 // Each gives, for a lane's step (t, q) and its unit u = min(4t + q, units - 1):
 //   Raw, load(w, row, s)             the lane's weight registers of one row
+//   valid(s, half)                   whether the half's elements are in the row (else the kernel
+//                                    zeroes their activations; the lane loaded the row's last
+//                                    unit in their place)
 //   scales(raw, s, scale, min)       [run k][half]: each half's scale (and min)
 //   half_scales(raw, s, scale, min)  (Q4_K, Q5_K) the same as f16 pairs [run k] = (half 0,
 //                                    half 1), each rounded once as lane_half_scales does; worked
@@ -38,10 +42,14 @@
 namespace llamaserve::cuda {
 
 struct LaneStep {
-  int t;  // the step: units 4t .. 4t + 3 of the row
-  int q;  // the lane's place in its quad
-  int u;  // WholeUnits: the lane's unit (clamped to the row's last)
+  int t;      // the step: units 4t .. 4t + 3 of the row
+  int q;      // the lane's place in its quad
+  int u;      // WholeUnits: the lane's unit (clamped to the row's last)
+  int units;  // the row's units
 };
+
+// min(u, s.units - 1), on the host too.
+LS_FORMAT int clamp_unit(LaneStep s, int u) { return u < s.units ? u : s.units - 1; }
 
 // A K-quant super-block's d · (scale bytes i, j) and -dmin · (min bytes i, j) as f16 pairs: the
 // products of an f16 and a 6-bit integer are exact in fp32, so one f16 rounding of each is the
@@ -69,6 +77,7 @@ struct WholeUnits {
   LS_FORMAT static Raw load(const DeviceMatrix& w, int64_t row, LaneStep s) {
     return F::load(w, row, s.u);
   }
+  LS_FORMAT static bool valid(LaneStep s, int) { return 4 * s.t + s.q < s.units; }
   LS_FORMAT static void scales(const Raw& raw, LaneStep s, float (&scale)[kRuns][2],
                                float (&min)[kRuns][2]) {
     float sc[kRuns], mn[kRuns] = {};
@@ -133,6 +142,7 @@ struct QuadPieces<TensorType::Q4_K> {
     const uint8_t* piece = block + 16 + 64 * (s.t & 1) + 8 * s.q;
     return {load_cached<uint4>(block), load_weights_8(piece), load_weights_8(piece + 32)};
   }
+  LS_FORMAT static bool valid(LaneStep, int) { return true; }  // rows of whole super-blocks
   // Sub-blocks 4 (t % 2) .. 4 (t % 2) + 3: byte 2 half + k of k_quant_scale_bytes' words.
   LS_FORMAT static void scales(const Raw& raw, LaneStep s, float (&scale)[kRuns][2],
                                float (&min)[kRuns][2]) {
@@ -192,6 +202,7 @@ struct QuadPieces<TensorType::Q6_K> {
     raw.d = load_half(scale_row(w, row) + 2 * (s.t >> 1));
     return raw;
   }
+  LS_FORMAT static bool valid(LaneStep, int) { return true; }  // rows of whole super-blocks
   LS_FORMAT static void scales(const Raw& raw, LaneStep, float (&scale)[kRuns][2],
                                float (&)[kRuns][2]) {
     LS_UNROLL
@@ -215,6 +226,76 @@ struct QuadPieces<TensorType::Q6_K> {
   }
   LS_FORMAT static int x_col(LaneStep s, int k, int half) {
     return 128 * s.t + 32 * half + 64 * k + 8 * s.q;
+  }
+};
+
+// The 32-element block types, whose units are 16 bytes of codes (Q8_0 half a block, Q4_0 and
+// Q4_1 a block) with a scale (and min) of the unit's block: half h of lane q's step is bytes
+// [8 (q % 2), 8 (q % 2) + 8) of unit 4t + 2h + q / 2, each run's elements there.
+template <TensorType T>
+requires(T == TensorType::Q8_0 || T == TensorType::Q4_0 ||
+         T == TensorType::Q4_1) struct QuadPieces<T> {
+  using F = Format<T>;
+  static constexpr int kRuns = F::kRuns;
+  struct Raw {
+    uint2 piece[2];     // the codes of half 0 and half 1
+    uint32_t scale[2];  // each half's block: its f16 d (Q4_1: d low, m high)
+  };
+  LS_FORMAT static int unit(LaneStep s, int half) {
+    return clamp_unit(s, 4 * s.t + 2 * half + (s.q >> 1));
+  }
+  LS_FORMAT static bool valid(LaneStep s, int half) {
+    return 4 * s.t + 2 * half + (s.q >> 1) < s.units;
+  }
+  LS_FORMAT static Raw load(const DeviceMatrix& w, int64_t row, LaneStep s) {
+    Raw raw;
+    LS_UNROLL
+    for (int half = 0; half < 2; ++half) {
+      const int u = unit(s, half);
+      raw.piece[half] = load_weights_8(quant_row(w, row) + 16 * u + 8 * (s.q & 1));
+      const uint8_t* scales = scale_row(w, row);
+      raw.scale[half] = T == TensorType::Q4_1 ? load_cached<uint32_t>(scales + 4 * u)
+                        : T == TensorType::Q4_0
+                            ? load_cached<unsigned short>(scales + 2 * u)
+                            : load_cached<unsigned short>(scales + 2 * (u >> 1));
+    }
+    return raw;
+  }
+  LS_FORMAT static void scales(const Raw& raw, LaneStep, float (&scale)[kRuns][2],
+                               float (&min)[kRuns][2]) {
+    LS_UNROLL
+    for (int half = 0; half < 2; ++half) {
+      LS_UNROLL
+      for (int k = 0; k < kRuns; ++k) {
+        scale[k][half] = half_bits_to_float(raw.scale[half]);
+        if (F::kHasMin) min[k][half] = half_bits_to_float(raw.scale[half] >> 16);
+      }
+    }
+  }
+  // The halves' f16 scales (and mins) as stored: no rounding.
+  LS_FORMAT static void half_scales(const Raw& raw, LaneStep, __half2 (&scale)[kRuns],
+                                    __half2 (&min)[kRuns]) {
+    const __half2 sc = bits_half2(byte_perm(raw.scale[0], raw.scale[1], 0x5410u));
+    const __half2 mn = bits_half2(F::kHasMin ? byte_perm(raw.scale[0], raw.scale[1], 0x7632u) : 0u);
+    LS_UNROLL
+    for (int k = 0; k < kRuns; ++k) {
+      scale[k] = sc;
+      min[k] = mn;
+    }
+  }
+  LS_FORMAT static void codes(const Raw& raw, LaneStep, int,
+                              uint32_t (&w)[4]) requires(T == TensorType::Q8_0) {
+    const uint32_t words[4] = {raw.piece[0].x, raw.piece[0].y, raw.piece[1].x, raw.piece[1].y};
+    LS_UNROLL
+    for (int i = 0; i < 4; ++i) w[i] = words[i] ^ 0x80808080u;  // as Format<Q8_0>::codes
+  }
+  LS_FORMAT static void code_pairs(const Raw& raw, LaneStep, int k,
+                                   __half2 (&pairs)[8]) requires(T != TensorType::Q8_0) {
+    nibble_run_pairs<static_cast<int>(F::kCodeBias)>(
+        make_uint4(raw.piece[0].x, raw.piece[0].y, raw.piece[1].x, raw.piece[1].y), k, pairs);
+  }
+  LS_FORMAT static int x_col(LaneStep s, int k, int half) {
+    return F::run_base(unit(s, half), k) + 8 * (s.q & 1);
   }
 };
 
@@ -254,12 +335,14 @@ LS_FORMAT void lane_code_pairs(const Raw& raw, LaneStep s, int k, __half2 (&pair
   }
 }
 
-// The lanes' layout of a pass of NT tiles of 8 activation rows: pieces for Q4_K and Q6_K from 6
-// tiles on, where the activation loads weigh most; below, whole units (each lane works out twice
-// the scales and issues twice the weight loads with pieces, which cost more than the activation
-// loads save: bench/results/2026-12-03-h200-quant-mma-quad-pieces.md).
+// The lanes' layout of a pass of NT tiles of 8 activation rows: pieces from 6 tiles on, where the
+// activation loads weigh most; below, whole units (each lane works out twice the scales and
+// issues twice the weight loads with pieces, which cost more than the activation loads save:
+// bench/results/2026-12-03-h200-quant-mma-quad-pieces.md).
 template <TensorType T>
-inline constexpr bool kQuadPieces = T == TensorType::Q4_K || T == TensorType::Q6_K;
+inline constexpr bool kQuadPieces =
+    T == TensorType::Q8_0 || T == TensorType::Q4_0 || T == TensorType::Q4_1 ||
+    T == TensorType::Q4_K || T == TensorType::Q6_K;
 template <TensorType T, int NT>
 using MmaLanes = std::conditional_t<kQuadPieces<T> && (NT > 4), QuadPieces<T>, WholeUnits<T>>;
 
