@@ -21,8 +21,9 @@
 // split the row's units (formats.cuh) into contiguous ranges, and their fp32 partials are added
 // in shared memory in a fixed order (the result does not depend on timing). In one step lane
 // (g, q) = (lane / 4, lane % 4) of a warp loads its part of units 4t .. 4t + 3 of rows g, g + 8,
-// g + 16 and g + 24 (quant_mma_lanes.cuh: unit 4t + q whole, or for Q4_K and Q6_K 8 bytes of
-// two units, so that a quad's activation loads are contiguous), and feeds its elements to the
+// g + 16 and g + 24 (quant_mma_lanes.cuh: unit 4t + q whole, or above 32 activation rows, for
+// every type but Q5_K, 8 bytes of two units, so that a quad's activation loads are whole
+// sectors), and feeds its elements to the
 // mma k-slots 2q, 2q + 1, 2q + 8, 2q + 9 four at a time: the k dimension is the row's elements
 // in an order of the lanes' making, and the activations are read in that same order (8
 // elements a 16-byte load): into registers before each run's decode with up to 4 tiles of
