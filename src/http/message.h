@@ -36,6 +36,11 @@ struct Request {
 // 9.3.2), whatever its Content-Length says. The transport leaves the body out.
 inline bool is_head_request(std::string_view method) { return method == "HEAD"; }
 
+// The method whose handler answers `method`: GET's for HEAD, else its own.
+inline std::string_view answering_method(std::string_view method) {
+  return is_head_request(method) ? "GET" : method;
+}
+
 struct Response {
   int status = 200;
   Headers headers;  // besides Content-Length / Transfer-Encoding / Connection (the transport's)

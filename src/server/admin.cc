@@ -38,7 +38,7 @@ std::optional<AdminTarget> admin_operation(const std::string& path) {
 
 // Whether `method` is the one `operation` takes (HEAD for GET).
 bool takes(const AdminTarget& operation, std::string_view method) {
-  return operation.method == (method == "HEAD" ? "GET" : method);
+  return operation.method == http::answering_method(method);
 }
 
 // The operation of `path` when `method` is the one it takes, else nullopt.

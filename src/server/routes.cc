@@ -3,6 +3,8 @@
 #include <array>
 #include <string>
 
+#include "http/message.h"
+
 namespace llamaserve::server {
 namespace {
 
@@ -54,7 +56,7 @@ bool pattern_matches(const Route& route, std::string_view path) {
 std::span<const Route> route_table() { return kRoutes; }
 
 const Route* find_route(std::string_view method, std::string_view path) {
-  if (method == "HEAD") method = "GET";
+  method = http::answering_method(method);
   for (const Route& route : kRoutes) {
     if (route.method == method && pattern_matches(route, path)) return &route;
   }
