@@ -44,7 +44,7 @@ namespace llamaserve::cuda {
 struct LaneStep {
   int t;      // the step: units 4t .. 4t + 3 of the row
   int q;      // the lane's place in its quad
-  int u;      // WholeUnits: the lane's unit (clamped to the row's last)
+  int u;      // WholeUnits: the lane's unit (clamped to the row's last), worked out once a step
   int units;  // the row's units
 };
 
@@ -241,12 +241,10 @@ requires(T == TensorType::Q8_0 || T == TensorType::Q4_0 ||
     uint2 piece[2];     // the codes of half 0 and half 1
     uint32_t scale[2];  // each half's block: its f16 d (Q4_1: d low, m high)
   };
-  LS_FORMAT static int unit(LaneStep s, int half) {
-    return clamp_unit(s, 4 * s.t + 2 * half + (s.q >> 1));
-  }
-  LS_FORMAT static bool valid(LaneStep s, int half) {
-    return 4 * s.t + 2 * half + (s.q >> 1) < s.units;
-  }
+  // The half's unit, unclamped and as loaded.
+  LS_FORMAT static int step_unit(LaneStep s, int half) { return 4 * s.t + 2 * half + (s.q >> 1); }
+  LS_FORMAT static int unit(LaneStep s, int half) { return clamp_unit(s, step_unit(s, half)); }
+  LS_FORMAT static bool valid(LaneStep s, int half) { return step_unit(s, half) < s.units; }
   LS_FORMAT static Raw load(const DeviceMatrix& w, int64_t row, LaneStep s) {
     Raw raw;
     LS_UNROLL
