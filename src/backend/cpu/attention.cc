@@ -206,14 +206,21 @@ void accumulate_values(float* acc, float keep, const float* p, const BlockQ8_0* 
   if (b < n_blocks) accumulate_q8_slice<1>(acc + b * kQK8_0, keep, p, v, b, n_rows, n);
 }
 
+// n floats rounded up to whole cache lines: the pieces below that different threads write lie
+// in lines of their own.
+size_t whole_lines(int64_t n) {
+  constexpr int64_t kLineFloats = kCacheLineBytes / sizeof(float);
+  return static_cast<size_t>((n + kLineFloats - 1) / kLineFloats * kLineFloats);
+}
+
 // Floats of per-thread scratch (see attend_range).
 size_t scratch_floats(int64_t group, int32_t block_size) {
-  return static_cast<size_t>(group * block_size + group);
+  return whole_lines(group * block_size + group);
 }
 
 // Floats of one partial result: acc[group][hd] | max[group] | sum[group].
 size_t state_floats(int64_t group, int64_t head_dim) {
-  return static_cast<size_t>(group * head_dim + 2 * group);
+  return whole_lines(group * head_dim + 2 * group);
 }
 
 // One unit: a token row, one KV head, cache blocks [block_begin, block_end) of its sequence

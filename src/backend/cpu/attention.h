@@ -9,6 +9,7 @@
 #include "backend/batch.h"
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/kv_cache.h"
+#include "core/aligned_vector.h"
 #include "core/thread_pool.h"
 
 namespace llamaserve::cpu {
@@ -21,7 +22,7 @@ struct AttentionShape {
 };
 
 // Working memory of the optimized kernel for each part of the pool's regions (one part
-// per thread), allocated once.
+// per thread), allocated once; each part's in cache lines of its own.
 class AttentionScratch {
  public:
   AttentionScratch(const AttentionShape& shape, int32_t block_size, int n_threads);
@@ -48,11 +49,11 @@ class AttentionScratch {
   // Grown to the largest batch seen, then reused.
   std::vector<Unit> units_;
   std::vector<Merge> merges_;
-  std::vector<float> partials_;
+  CacheAlignedVector<float> partials_;
 
  private:
   size_t per_part_;
-  std::vector<float> buffer_;
+  CacheAlignedVector<float> buffer_;
 };
 
 // q and out: [n_tokens, n_head * head_dim]. Work is split over (token, KV head, chunk of up to

@@ -16,6 +16,7 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/packed_weight.h"
 #include "backend/layer_range.h"
+#include "core/aligned_vector.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "model/weights.h"
@@ -29,23 +30,25 @@ struct CpuBackendOptions {
   CpuIsa isa = CpuIsa::kAuto;
 };
 
-// Working memory of a forward pass, allocated once for up to max_tokens token rows.
+// Working memory of a forward pass, allocated once for up to max_tokens token rows; each buffer
+// starts a cache line, so that the threads' column ranges of a row never share one.
 struct CpuActivations {
   CpuActivations(const ModelConfig& config, int64_t max_tokens, int n_threads,
                  int32_t kv_block_size);
 
   int64_t max_tokens;
-  std::vector<float> hidden;     // (max_tokens, n_embd) residual stream: a range's input and output
-  std::vector<float> normed;     // (max_tokens, n_embd) norm output, also projection outputs
-  std::vector<float> q;          // (max_tokens, n_head * head_dim)
-  std::vector<float> k;          // (max_tokens, n_head_kv * head_dim)
-  std::vector<float> v;          // (max_tokens, n_head_kv * head_dim)
-  std::vector<float> attn;       // (max_tokens, n_head * head_dim)
-  std::vector<float> gate;       // (max_tokens, n_ff), then silu(gate) * up
-  std::vector<float> up;         // (max_tokens, n_ff)
-  std::vector<float> rope_cos;   // (max_tokens, rope_dim / 2)
-  std::vector<float> rope_sin;   // (max_tokens, rope_dim / 2)
-  std::vector<float> head_rows;  // (max_tokens, n_embd) final-normed rows that need logits
+  CacheAlignedVector<float>
+      hidden;  // (max_tokens, n_embd) residual stream: a range's input and output
+  CacheAlignedVector<float> normed;     // (max_tokens, n_embd) norm output, also projection outputs
+  CacheAlignedVector<float> q;          // (max_tokens, n_head * head_dim)
+  CacheAlignedVector<float> k;          // (max_tokens, n_head_kv * head_dim)
+  CacheAlignedVector<float> v;          // (max_tokens, n_head_kv * head_dim)
+  CacheAlignedVector<float> attn;       // (max_tokens, n_head * head_dim)
+  CacheAlignedVector<float> gate;       // (max_tokens, n_ff), then silu(gate) * up
+  CacheAlignedVector<float> up;         // (max_tokens, n_ff)
+  CacheAlignedVector<float> rope_cos;   // (max_tokens, rope_dim / 2)
+  CacheAlignedVector<float> rope_sin;   // (max_tokens, rope_dim / 2)
+  CacheAlignedVector<float> head_rows;  // (max_tokens, n_embd) final-normed rows that need logits
   ActCache act;
   AttentionScratch attention_scratch;
 };

@@ -303,6 +303,19 @@ TEST(PagedAttention, InstructionSetsAgreeOnRandomShapes) {
   }
 }
 
+// Each thread's scratch starts a cache line of its own: SmolLM2's shape needs 249 floats a part,
+// which would otherwise put one part's last values and the next part's first in one line.
+TEST(PagedAttention, ScratchPartsStartCacheLines) {
+  const AttentionShape shape{9, 3, 64, 0.125f};
+  for (int32_t block_size : {16, 17, 32}) {
+    AttentionScratch scratch(shape, block_size, 4);
+    for (int part = 0; part < 4; ++part) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(scratch.part_buffer(part)) % kCacheLineBytes, 0u)
+          << "block size " << block_size << ", part " << part;
+    }
+  }
+}
+
 TEST(KvCache, RejectsBadGeometry) {
   KvCacheGeometry g;
   g.n_layers = 1;

@@ -313,6 +313,20 @@ TEST(Executor, KvCacheTypesAgree) {
   }
 }
 
+// Every working buffer starts a cache line, so that the threads' column ranges of a row (whole
+// 64-byte pieces) never share one.
+TEST(CpuBackend, ActivationBuffersStartCacheLines) {
+  auto model = load("tiny-llama-f16.gguf");
+  ASSERT_NE(model, nullptr);
+  for (int64_t max_tokens : {1, 7, 32}) {
+    cpu::CpuActivations act(model->config, max_tokens, 3, 16);
+    for (const auto* buffer : {&act.hidden, &act.normed, &act.q, &act.k, &act.v, &act.attn,
+                               &act.gate, &act.up, &act.rope_cos, &act.rope_sin, &act.head_rows}) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(buffer->data()) % kCacheLineBytes, 0u) << max_tokens;
+    }
+  }
+}
+
 // A model split into two LayerRanges (as pipeline stages run it), each with its own KV cache
 // for its layers and the hidden state handed over, gives the single-range logits.
 TEST(CpuBackend, SplitLayerRangesEqualOneRange) {
