@@ -81,12 +81,20 @@ size_t CpuBackend::packed_bytes() const {
   return bytes;
 }
 
+void CpuBackend::for_rows(int64_t n_rows,
+                          const std::function<void(int64_t begin, int64_t end)>& fn) const {
+  constexpr size_t kMinRowsPerPart = 16;
+  pool_->parallel_for(static_cast<size_t>(n_rows), kMinRowsPerPart, [&](size_t begin, size_t end) {
+    fn(static_cast<int64_t>(begin), static_cast<int64_t>(end));
+  });
+}
+
 void CpuBackend::rmsnorm_rows(const float* x, const float* weight, float* y, int64_t n_rows) const {
   const int64_t n = model_->config.n_embd;
   const float eps = model_->config.norm_eps;
   const bool reference = options_.reference_kernels;
-  pool_->parallel_for(static_cast<size_t>(n_rows), 16, [&](size_t begin, size_t end) {
-    for (size_t r = begin; r < end; ++r) {
+  for_rows(n_rows, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
       if (reference) {
         ref::rmsnorm(x + r * n, weight, y + r * n, n, eps);
       } else {
@@ -121,6 +129,15 @@ void CpuBackend::run_layer(const Batch& batch, int32_t layer, CpuKvCache& cache,
   const LayerWeights& w = model_->weights.layers[static_cast<size_t>(layer)];
   const int64_t n = batch.n_tokens();
   const bool reference = options_.reference_kernels;
+  // The residual stream's rows += delta's (both n_embd wide). The elementwise steps go row by
+  // row, so that a row's bits never depend on the rows beside it.
+  auto add_rows = [&](float* rows, const float* delta) {
+    for_rows(n, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        add_inplace(rows + t * c.n_embd, delta + t * c.n_embd, c.n_embd);
+      }
+    });
+  };
 
   // Attention block: hidden += wo · attention(rope(wq · norm(hidden)), ...)
   rmsnorm_rows(act.hidden.data(), w.attn_norm.f32(), act.normed.data(), n);
@@ -131,15 +148,18 @@ void CpuBackend::run_layer(const Batch& batch, int32_t layer, CpuKvCache& cache,
   };
   project(qkv, act.normed.data(), n, c.n_embd, act);
   const int64_t n_pairs = c.rope_dim / 2;
-  for (int64_t t = 0; t < n; ++t) {
-    const float* cos = act.rope_cos.data() + t * n_pairs;
-    const float* sin = act.rope_sin.data() + t * n_pairs;
-    rope_apply(act.q.data() + t * c.q_dim(), c.n_head, c.head_dim, c.rope_dim, c.rope_ordering, cos,
-               sin);
-    rope_apply(act.k.data() + t * c.kv_dim(), c.n_head_kv, c.head_dim, c.rope_dim, c.rope_ordering,
-               cos, sin);
-  }
-  cache.write(batch, layer, act.k.data(), act.v.data());
+  for_rows(n, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float* cos = act.rope_cos.data() + t * n_pairs;
+      const float* sin = act.rope_sin.data() + t * n_pairs;
+      rope_apply(act.q.data() + t * c.q_dim(), c.n_head, c.head_dim, c.rope_dim, c.rope_ordering,
+                 cos, sin);
+      rope_apply(act.k.data() + t * c.kv_dim(), c.n_head_kv, c.head_dim, c.rope_dim,
+                 c.rope_ordering, cos, sin);
+    }
+    cache.write_tokens(batch, layer, act.k.data(), act.v.data(), static_cast<int32_t>(begin),
+                       static_cast<int32_t>(end));
+  });
   if (reference) {
     attention_ref(batch, attention_shape_, act.q.data(), cache, layer, act.attn.data());
   } else {
@@ -148,7 +168,7 @@ void CpuBackend::run_layer(const Batch& batch, int32_t layer, CpuKvCache& cache,
   }
   const MatmulOutput wo[] = {{&w.wo, act.normed.data(), c.n_embd}};
   project(wo, act.attn.data(), n, c.q_dim(), act);
-  add_inplace(act.hidden.data(), act.normed.data(), n * c.n_embd);
+  add_rows(act.hidden.data(), act.normed.data());
 
   // Feed-forward block: hidden += w_down · (silu(w_gate · x) * (w_up · x)), x = norm(hidden)
   rmsnorm_rows(act.hidden.data(), w.ffn_norm.f32(), act.normed.data(), n);
@@ -157,14 +177,20 @@ void CpuBackend::run_layer(const Batch& batch, int32_t layer, CpuKvCache& cache,
       {&w.w_up, act.up.data(), c.n_ff},
   };
   project(gate_up, act.normed.data(), n, c.n_embd, act);
-  if (reference) {
-    ref::silu_mul(act.gate.data(), act.up.data(), act.gate.data(), n * c.n_ff);
-  } else {
-    silu_mul(act.gate.data(), act.up.data(), act.gate.data(), n * c.n_ff);
-  }
+  for_rows(n, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* gate = act.gate.data() + t * c.n_ff;
+      const float* up = act.up.data() + t * c.n_ff;
+      if (reference) {
+        ref::silu_mul(gate, up, gate, c.n_ff);
+      } else {
+        silu_mul(gate, up, gate, c.n_ff);
+      }
+    }
+  });
   const MatmulOutput down[] = {{&w.w_down, act.normed.data(), c.n_embd}};
   project(down, act.gate.data(), n, c.n_ff, act);
-  add_inplace(act.hidden.data(), act.normed.data(), n * c.n_embd);
+  add_rows(act.hidden.data(), act.normed.data());
 }
 
 Status CpuBackend::forward(const Batch& batch, const LayerRange& range, CpuKvCache& cache,

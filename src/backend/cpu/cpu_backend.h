@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <unordered_map>
@@ -89,6 +90,9 @@ class CpuBackend {
   void project(std::span<const MatmulOutput> outputs, const float* x, int64_t n_tokens,
                int64_t cols, CpuActivations& act) const;
   void rmsnorm_rows(const float* x, const float* weight, float* y, int64_t n_rows) const;
+  // fn(begin, end) over ranges of [0, n_rows) token rows, split over the pool where there are
+  // enough rows for it (a decode step's few run inline on the calling thread).
+  void for_rows(int64_t n_rows, const std::function<void(int64_t begin, int64_t end)>& fn) const;
 
   std::shared_ptr<const LoadedModel> model_;
   ThreadPool* pool_;

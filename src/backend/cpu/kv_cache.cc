@@ -71,12 +71,12 @@ KvCacheInfo CpuKvCache::info() const {
   return info;
 }
 
-void CpuKvCache::write(const Batch& batch, int32_t layer, const float* k_rows,
-                       const float* v_rows) {
+void CpuKvCache::write_tokens(const Batch& batch, int32_t layer, const float* k_rows,
+                              const float* v_rows, int32_t begin, int32_t end) {
   const int64_t kv_dim = geometry_.kv_dim();
   const int64_t hd = geometry_.head_dim;
   const size_t slot_offset = geometry_.row_bytes();
-  for (int32_t t = 0; t < batch.n_tokens(); ++t) {
+  for (int32_t t = begin; t < end; ++t) {
     const int32_t pos = batch.positions[t];
     const int32_t block = batch.block_table(batch.seq_index[t])[pos / geometry_.block_size];
     const size_t slot = static_cast<size_t>(pos % geometry_.block_size);

@@ -55,7 +55,13 @@ class CpuKvCache {
   // Stores K/V rows (kv_dim floats per token row, row stride kv_dim) of every token of
   // `batch` at its position's slot of its sequence's block table.
   // PRECONDITION: the batch was validated against info().
-  void write(const Batch& batch, int32_t layer, const float* k_rows, const float* v_rows);
+  void write(const Batch& batch, int32_t layer, const float* k_rows, const float* v_rows) {
+    write_tokens(batch, layer, k_rows, v_rows, 0, batch.n_tokens());
+  }
+  // The same for tokens [begin, end) of `batch` only (k_rows and v_rows still hold row 0 first):
+  // disjoint ranges may be written by different threads at once.
+  void write_tokens(const Batch& batch, int32_t layer, const float* k_rows, const float* v_rows,
+                    int32_t begin, int32_t end);
 
  private:
   explicit CpuKvCache(const KvCacheGeometry& geometry) : geometry_(geometry) {}

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -312,6 +313,56 @@ TEST(PagedAttention, ScratchPartsStartCacheLines) {
     for (int part = 0; part < 4; ++part) {
       EXPECT_EQ(reinterpret_cast<uintptr_t>(scratch.part_buffer(part)) % kCacheLineBytes, 0u)
           << "block size " << block_size << ", part " << part;
+    }
+  }
+}
+
+// Disjoint token ranges written by different threads at once store what one write of the
+// batch stores, for every cache type.
+TEST(KvCache, TokenRangesFromThreadsEqualOneWrite) {
+  for (TensorType type : {TensorType::F32, TensorType::F16, TensorType::Q8_0}) {
+    KvCacheGeometry g;
+    g.n_layers = 1;
+    g.block_size = 16;
+    g.n_blocks = 8;
+    g.n_head_kv = 3;
+    g.head_dim = 64;
+    g.type = type;
+    auto whole = CpuKvCache::create(g);
+    auto ranges = CpuKvCache::create(g);
+    ASSERT_TRUE(whole.is_ok() && ranges.is_ok());
+    Batch batch;
+    batch.blocks_per_seq = 4;
+    batch.block_tables = {5, 2, 7, 0, 1, 6, 3, 4};
+    for (int32_t pos = 0; pos < 45; ++pos) {
+      batch.tokens.push_back(0);
+      batch.positions.push_back(pos % 40);
+      batch.seq_index.push_back(pos < 40 ? 0 : 1);
+    }
+    batch.seq_lengths = {40, 5};
+    const int64_t kv_dim = g.kv_dim();
+    const std::vector<float> k = random_floats(45 * kv_dim, 8), v = random_floats(45 * kv_dim, 9);
+    (*whole)->write(batch, 0, k.data(), v.data());
+    ThreadPool pool(3);
+    pool.parallel_for(45, 1, [&](size_t begin, size_t end) {
+      (*ranges)->write_tokens(batch, 0, k.data(), v.data(), static_cast<int32_t>(begin),
+                              static_cast<int32_t>(end));
+    });
+    // (Only the written slots: the rest of the cache is uninitialised memory.)
+    for (int32_t t = 0; t < batch.n_tokens(); ++t) {
+      const int32_t pos = batch.positions[t];
+      const int32_t block = batch.block_table(batch.seq_index[t])[pos / g.block_size];
+      const size_t offset = static_cast<size_t>(pos % g.block_size) * g.row_bytes();
+      for (int64_t h = 0; h < g.n_head_kv; ++h) {
+        for (bool is_k : {true, false}) {
+          const auto* a = static_cast<const uint8_t*>(is_k ? (*whole)->k(0, block, h)
+                                                           : (*whole)->v(0, block, h));
+          const auto* b = static_cast<const uint8_t*>(is_k ? (*ranges)->k(0, block, h)
+                                                           : (*ranges)->v(0, block, h));
+          ASSERT_EQ(std::memcmp(a + offset, b + offset, g.row_bytes()), 0)
+              << type_name(type) << " token " << t << " head " << h << (is_k ? " K" : " V");
+        }
+      }
     }
   }
 }
