@@ -142,7 +142,7 @@ void ThreadPool::parallel_for(size_t n, size_t grain,
                               const std::function<void(size_t, size_t)>& fn) {
   if (n == 0) return;
   grain = std::max<size_t>(1, grain);
-  const size_t max_chunks = (n + grain - 1) / grain;
+  const size_t max_chunks = std::max<size_t>(1, n / grain);  // each at least grain long
   const size_t n_chunks = std::min<size_t>(max_chunks, static_cast<size_t>(n_threads_));
   if (n_chunks <= 1) {
     fn(0, n);

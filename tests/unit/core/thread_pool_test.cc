@@ -4,7 +4,9 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <numeric>
 #include <vector>
 
@@ -20,6 +22,27 @@ TEST(ThreadPoolTest, ParallelForCoversEveryIndexOnce) {
         for (size_t i = begin; i < end; ++i) hits[i].fetch_add(1);
       });
       for (size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "n=" << n << " i=" << i;
+    }
+  }
+}
+
+// Chunks are at least `grain` long (one chunk of everything when n is shorter), so a caller's
+// grain says how little work is worth a thread: 31 rows at a grain of 16 stay in one chunk.
+TEST(ThreadPoolTest, ParallelForChunksAreAtLeastTheGrain) {
+  ThreadPool pool(4);
+  for (size_t grain : {1u, 4u, 16u}) {
+    for (size_t n : {1u, 15u, 16u, 17u, 31u, 32u, 33u, 100u}) {
+      std::mutex mutex;
+      std::vector<size_t> lengths;
+      pool.parallel_for(n, grain, [&](size_t begin, size_t end) {
+        std::lock_guard<std::mutex> lock(mutex);
+        lengths.push_back(end - begin);
+      });
+      const size_t expected_chunks = std::min<size_t>(4, std::max<size_t>(1, n / grain));
+      EXPECT_EQ(lengths.size(), expected_chunks) << "n=" << n << " grain=" << grain;
+      for (size_t length : lengths) {
+        EXPECT_GE(length, std::min(n, grain)) << "n=" << n << " grain=" << grain;
+      }
     }
   }
 }
