@@ -170,12 +170,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PagedAttentionTest,
 // matches the reference, and a row gives the same bits alone as inside a larger batch and with
 // any number of threads (a row alone on many threads is split by query heads as well).
 TEST(PagedAttention, RowsAreSplitConsistently) {
-  KvCacheGeometry g;
-  g.n_layers = 1;
-  g.block_size = 16;
-  g.n_blocks = 64;
-  g.n_head_kv = 2;
-  g.head_dim = 64;
+  const KvCacheGeometry g{
+      .n_layers = 1, .block_size = 16, .n_blocks = 64, .n_head_kv = 2, .head_dim = 64};
   auto cache = CpuKvCache::create(g);
   ASSERT_TRUE(cache.is_ok());
   const int64_t kv_dim = g.kv_dim(), q_dim = 4 * 64;
@@ -321,13 +317,12 @@ TEST(PagedAttention, ScratchPartsStartCacheLines) {
 // batch stores, for every cache type.
 TEST(KvCache, TokenRangesFromThreadsEqualOneWrite) {
   for (TensorType type : {TensorType::F32, TensorType::F16, TensorType::Q8_0}) {
-    KvCacheGeometry g;
-    g.n_layers = 1;
-    g.block_size = 16;
-    g.n_blocks = 8;
-    g.n_head_kv = 3;
-    g.head_dim = 64;
-    g.type = type;
+    const KvCacheGeometry g{.n_layers = 1,
+                            .block_size = 16,
+                            .n_blocks = 8,
+                            .n_head_kv = 3,
+                            .head_dim = 64,
+                            .type = type};
     auto whole = CpuKvCache::create(g);
     auto ranges = CpuKvCache::create(g);
     ASSERT_TRUE(whole.is_ok() && ranges.is_ok());
