@@ -20,6 +20,7 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <type_traits>
 
@@ -76,6 +77,18 @@ constexpr TileConfig make_config(int act_bytes, int weight_rows) {
   return c;
 }
 constexpr TileConfig kConfig = make_config(kActBytes, kWeightRows);
+
+// The configuration this thread's tile unit holds (nullptr: none since its last release).
+thread_local const TileConfig* loaded_config = nullptr;
+
+// Configures the tile unit as `config` unless it already is: a run of calls loads a configuration
+// once, not once a pair (release_amx_tiles ends the run).
+LS_AMX inline void use_config(const TileConfig& config) {
+  if (loaded_config != &config) {
+    _tile_loadconfig(&config);
+    loaded_config = &config;
+  }
+}
 
 // A pair's block as a weight tile (above).
 LS_AMX inline void weight_tile(const PackedQ8_0Block& a, const PackedQ8_0Block& b, uint8_t* out) {
@@ -553,7 +566,16 @@ LS_AMX void tile_pair_amx(const uint8_t* tile_a, const uint8_t* tile_b, int64_t 
       weight_tile(wa[b], wb[b], weights + b * block_bytes);
     }
   }
-  _tile_loadconfig(kKQuant || kQ6 ? &kKConfig : &kConfig);
+  use_config(kKQuant || kQ6 ? kKConfig : kConfig);
+  // The next pair of tiles (the thread's next unit, where that is the same output's) into L2
+  // while this pair's products run: with one or two groups of sixteen tokens the conversion
+  // above would otherwise wait for its loads.
+  if (const ptrdiff_t tile_bytes = tile_b - tile_a; tile_bytes > 0) {
+    const uintptr_t next = reinterpret_cast<uintptr_t>(tile_b) + static_cast<uintptr_t>(tile_bytes);
+    for (uintptr_t o = 0; o < 2 * static_cast<uintptr_t>(tile_bytes); o += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(next + o), _MM_HINT_T1);
+    }
+  }
   for (int64_t t = 0; t < n_tokens; t += kTokens) {
     const uint8_t* rows = act + static_cast<size_t>(t) * act_stride;
     if constexpr (kQ6) {
@@ -564,7 +586,6 @@ LS_AMX void tile_pair_amx(const uint8_t* tile_a, const uint8_t* tile_b, int64_t 
       pair_tokens16(wa, wb, n_blocks, weights, rows, act_stride, y + t * y_stride, y_stride);
     }
   }
-  _tile_release();
 }
 
 }  // namespace
@@ -581,5 +602,12 @@ LS_AMX_ENTRY(packed_tile_pair_q4_k_amx, PackedQ4_KBlock)
 LS_AMX_ENTRY(packed_tile_pair_q5_k_amx, PackedQ5_KBlock)
 LS_AMX_ENTRY(packed_tile_pair_q6_k_amx, PackedQ6_KBlock)
 #undef LS_AMX_ENTRY
+
+LS_AMX void release_amx_tiles() {
+  if (loaded_config != nullptr) {
+    _tile_release();
+    loaded_config = nullptr;
+  }
+}
 
 }  // namespace llamaserve::cpu

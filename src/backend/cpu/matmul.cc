@@ -262,6 +262,8 @@ void matmul(std::span<const MatmulOutput> outputs, ActCache& act, ThreadPool& po
                             out.y_stride, kRowTile);
     }
   };
+  bool any_amx = false;
+  for (size_t i = 0; i < n_outputs; ++i) any_amx |= prepared[i].amx_act_rows != nullptr;
   pool.parallel_for(static_cast<size_t>(total_units), 1, [&](size_t begin, size_t end) {
     size_t o = 0;
     for (auto unit = static_cast<int64_t>(begin); unit < static_cast<int64_t>(end); ++unit) {
@@ -279,6 +281,8 @@ void matmul(std::span<const MatmulOutput> outputs, ActCache& act, ThreadPool& po
         for (int64_t k = 0; k < tiles; ++k) run_tile(out, p, first + k);
       }
     }
+    // (Where this thread ran none, nothing is configured and the release does nothing.)
+    if (any_amx) release_amx_tiles();
   });
 }
 

@@ -153,9 +153,12 @@ PackedTilePair packed_tile_pair_q4_0_avx512, packed_tile_pair_q4_1_avx512,
 // The AMX versions (dot_packed_amx.cc): n_tokens a multiple of kAmxTokens, activation rows in
 // ActFormat::kQ8_32Planar (Q8_0, Q4_0, Q4_1; 64-byte aligned) or kQ8_256 (the K-quants); each
 // output the bits of the AVX-512 kernels' (for the K-quants, of PackedTile's for each row). Only
-// where cpu_has_amx_int8().
+// where cpu_has_amx_int8(). They leave the calling thread's tile unit configured, so that a run
+// of calls configures it once: the thread calls release_amx_tiles() after its last call of a run
+// (before it waits or runs other code).
 inline constexpr int64_t kAmxTokens = 16;
 PackedTilePair packed_tile_pair_q4_0_amx, packed_tile_pair_q4_1_amx, packed_tile_pair_q8_0_amx,
     packed_tile_pair_q4_k_amx, packed_tile_pair_q5_k_amx, packed_tile_pair_q6_k_amx;
+void release_amx_tiles();
 
 }  // namespace llamaserve::cpu

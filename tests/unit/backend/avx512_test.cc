@@ -380,6 +380,50 @@ TEST_P(AmxKernelTest, MatmulEqualsAvx2) {
   }
 }
 
+// One call over outputs of types whose AMX kernels configure the tile unit differently (the
+// K-quants' tiles against the 32-element blocks'), one thread taking them in turn: the same bits
+// as the AVX2 table's.
+TEST(AmxKernel, MixedTypesInOneCallEqualAvx2) {
+  SKIP_WITHOUT_AMX();
+  constexpr TensorType kTypes[] = {TensorType::Q4_K, TensorType::Q4_1, TensorType::Q6_K,
+                                   TensorType::Q8_0, TensorType::Q5_K};
+  constexpr int64_t kRows = 32, kCols = 512, kTokens = 32;
+  ThreadPool pool(1);
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<QTensor> tensors(std::size(kTypes));
+  std::vector<PackedWeight> packed;
+  for (size_t i = 0; i < std::size(kTypes); ++i) {
+    bytes.push_back(make_weights(kTypes[i], kRows, kCols, static_cast<uint32_t>(7 + i)));
+    tensors[i].name = "test";
+    tensors[i].type = kTypes[i];
+    tensors[i].shape = {kRows, kCols};
+    tensors[i].data = bytes[i].data();
+    tensors[i].n_bytes = bytes[i].size();
+    packed.push_back(PackedWeight::pack(tensors[i], pool).value());
+  }
+  std::mt19937 rng(11);
+  const std::vector<float> x = random_floats(kTokens * kCols, rng, 2.0f);
+  std::vector<float> y[2][std::size(kTypes)];  // [avx2, amx][output]
+  const KernelIsa isas[] = {KernelIsa::kAvx2, KernelIsa::kAvx512Amx};
+  for (int i = 0; i < 2; ++i) {
+    ActCache act(kTokens, kCols);
+    act.reset(x.data(), kTokens, kCols);
+    MatmulOutput outputs[std::size(kTypes)];
+    for (size_t o = 0; o < std::size(kTypes); ++o) {
+      y[i][o].assign(static_cast<size_t>(kTokens * kRows), 0.0f);
+      outputs[o] = {&tensors[o], y[i][o].data(), kRows, nullptr, &packed[o]};
+    }
+    matmul(outputs, act, pool, isas[i]);
+  }
+  for (size_t o = 0; o < std::size(kTypes); ++o) {
+    for (size_t k = 0; k < y[0][o].size(); ++k) {
+      ASSERT_TRUE(same_bits(y[1][o][k], y[0][o][k]))
+          << type_name(kTypes[o]) << " token " << k / kRows << " row " << k % kRows << ": "
+          << y[1][o][k] << " vs " << y[0][o][k];
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(BlockTypes, AmxKernelTest,
                          ::testing::Values(TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1,
                                            TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K),
