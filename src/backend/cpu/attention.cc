@@ -52,33 +52,47 @@ float dot(const float* q, const T* k, int64_t n) {
   return sum;
 }
 
-// s[j] = scale * q · keys[j] for j < n_keys, keys read where the cache holds them.
-// PRECONDITION for the 8-key path: n % 8 == 0.
+// s[j] = scale * q · key j for the keys j in [first, n_keys) of one head's block of an F16 or F32
+// cache, whose keys are dimension-major (kv_cache.h: value d of key j at kt[d * bs + j]), eight
+// keys a register. Each key's sum is four partial sums over the dimensions d = i mod 4, each in
+// dimension order, added as (p0 + p1) + (p2 + p3); keys past the last register that the block
+// still holds whole go through one more register (the slots past n_keys give scores that
+// nothing reads), the rest of a block whose size is no multiple of eight one key at a time, and
+// attention_avx512.h's heads-together scoring does the same in 16-lane registers, so a key's
+// score has the same bits on every path.
+inline __m256 load8_keys(const float* kt, int64_t d, int32_t bs, int32_t j) {
+  return _mm256_loadu_ps(kt + d * bs + j);
+}
+inline __m256 load8_keys(const uint16_t* kt, int64_t d, int32_t bs, int32_t j) {
+  return load_f16x8(kt + d * bs + j);
+}
 template <typename T>
-void block_scores(const float* q, const T* keys, int32_t n_keys, int64_t n, float scale, float* s) {
-  int32_t j = 0;
-  if (n % 8 == 0) {
-    for (; j + 8 <= n_keys; j += 8) {
-      const T* k[8];
-      for (int r = 0; r < 8; ++r) k[r] = row_at(keys, j + r, n);
-      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
-             a7 = a0;
-      for (int64_t c = 0; c < n; c += 8) {
-        const __m256 qc = _mm256_loadu_ps(q + c);
-        a0 = _mm256_fmadd_ps(qc, load8(k[0], c), a0);
-        a1 = _mm256_fmadd_ps(qc, load8(k[1], c), a1);
-        a2 = _mm256_fmadd_ps(qc, load8(k[2], c), a2);
-        a3 = _mm256_fmadd_ps(qc, load8(k[3], c), a3);
-        a4 = _mm256_fmadd_ps(qc, load8(k[4], c), a4);
-        a5 = _mm256_fmadd_ps(qc, load8(k[5], c), a5);
-        a6 = _mm256_fmadd_ps(qc, load8(k[6], c), a6);
-        a7 = _mm256_fmadd_ps(qc, load8(k[7], c), a7);
-      }
-      _mm256_storeu_ps(s + j,
-                       _mm256_mul_ps(hsum8(a0, a1, a2, a3, a4, a5, a6, a7), _mm256_set1_ps(scale)));
+void block_scores_dim_major(const float* q, const T* kt, int32_t bs, int32_t first, int32_t n_keys,
+                            int64_t n, float scale, float* s) {
+  int32_t j = first;
+  for (; j < n_keys && j + 8 <= bs; j += 8) {
+    __m256 p0 = _mm256_setzero_ps(), p1 = p0, p2 = p0, p3 = p0;
+    const auto step = [&](__m256& p, int64_t d) {
+      p = _mm256_fmadd_ps(_mm256_set1_ps(q[d]), load8_keys(kt, d, bs, j), p);
+    };
+    int64_t d = 0;
+    for (; d + 4 <= n; d += 4) {
+      step(p0, d);
+      step(p1, d + 1);
+      step(p2, d + 2);
+      step(p3, d + 3);
     }
+    if (d < n) step(p0, d);
+    if (d + 1 < n) step(p1, d + 1);
+    if (d + 2 < n) step(p2, d + 2);
+    const __m256 sum = _mm256_add_ps(_mm256_add_ps(p0, p1), _mm256_add_ps(p2, p3));
+    _mm256_storeu_ps(s + j, _mm256_mul_ps(sum, _mm256_set1_ps(scale)));
   }
-  for (; j < n_keys; ++j) s[j] = dot(q, row_at(keys, j, n), n) * scale;
+  for (; j < n_keys; ++j) {
+    float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t d = 0; d < n; ++d) p[d & 3] = std::fma(q[d], load1(kt, d * bs + j), p[d & 3]);
+    s[j] = ((p[0] + p[1]) + (p[2] + p[3])) * scale;
+  }
 }
 
 // Eight signed bytes as floats.
@@ -265,21 +279,36 @@ void attend_range(const Batch& batch, const AttentionShape& shape, const float* 
     }
     const T* keys = static_cast<const T*>(cache.k(layer, physical, kv_head));
     const T* values = static_cast<const T*>(cache.v(layer, physical, kv_head));
+    // Every head's scores of the block's valid keys, into scores[h][0, n_valid).
+    int32_t done = 0;  // keys scored for all the unit's heads together
     if constexpr (!std::is_same_v<T, float>) {
       if (heads_together) {
-        const int32_t done =
-            block_scores_heads_avx512(q_group + unit.head_begin * hd, n_heads, keys, n_valid, hd,
-                                      shape.scale, scores + unit.head_begin * bs, bs);
-        for (int64_t h = unit.head_begin; h < unit.head_end; ++h) {
-          for (int32_t j = done; j < n_valid; ++j) {
-            scores[h * bs + j] = dot(q_group + h * hd, row_at(keys, j, hd), hd) * shape.scale;
-          }
+        float* s = scores + unit.head_begin * bs;
+        if constexpr (std::is_same_v<T, BlockQ8_0>) {
+          done = block_scores_heads_avx512(q_group + unit.head_begin * hd, n_heads, keys, n_valid,
+                                           hd, shape.scale, s, bs);
+        } else {
+          done = block_scores_heads_avx512(q_group + unit.head_begin * hd, n_heads, keys, bs,
+                                           n_valid, hd, shape.scale, s, bs);
         }
       }
     }
     for (int64_t h = unit.head_begin; h < unit.head_end; ++h) {
+      const float* qh = q_group + h * hd;
+      if constexpr (std::is_same_v<T, BlockQ8_0>) {
+        if (heads_together) {
+          for (int32_t j = done; j < n_valid; ++j) {
+            scores[h * bs + j] = dot(qh, row_at(keys, j, hd), hd) * shape.scale;
+          }
+        } else {
+          block_scores(qh, keys, n_valid, hd, shape.scale, scores + h * bs);
+        }
+      } else {
+        block_scores_dim_major(qh, keys, bs, done, n_valid, hd, shape.scale, scores + h * bs);
+      }
+    }
+    for (int64_t h = unit.head_begin; h < unit.head_end; ++h) {
       float* s = scores + h * bs;
-      if (!heads_together) block_scores(q_group + h * hd, keys, n_valid, hd, shape.scale, s);
       const float new_max = std::max(row_max[h], block_max(s, n_valid));
       // 0 on the first block; exactly 1 (what exp(0) gives) while the maximum stands.
       keep[h] = new_max == row_max[h] ? 1.0f : std::exp(row_max[h] - new_max);
@@ -346,18 +375,6 @@ int32_t heads_per_unit(int64_t n_units, int64_t group, int n_threads) {
     }
   }
   return best;
-}
-
-// Value i of a head's rows laid end to end (row j's value c at j * head_dim + c).
-float load_value(TensorType type, const void* base, int64_t i) {
-  switch (type) {
-    case TensorType::F32: return static_cast<const float*>(base)[i];
-    case TensorType::Q8_0: {
-      const BlockQ8_0& block = static_cast<const BlockQ8_0*>(base)[i / kQK8_0];
-      return half_to_float(block.d) * static_cast<float>(block.qs[i % kQK8_0]);
-    }
-    default: return half_to_float(Half{static_cast<const uint16_t*>(base)[i]});
-  }
 }
 
 }  // namespace
@@ -450,7 +467,6 @@ void attention_ref(const Batch& batch, const AttentionShape& shape, const float*
   const int64_t hd = shape.head_dim;
   const int64_t group = shape.n_head / shape.n_head_kv;
   const int32_t bs = cache.geometry().block_size;
-  const TensorType type = cache.geometry().type;
   std::vector<float> scores;
   for (int32_t t = 0; t < batch.n_tokens(); ++t) {
     const int32_t* table = batch.block_table(batch.seq_index[t]);
@@ -460,18 +476,20 @@ void attention_ref(const Batch& batch, const AttentionShape& shape, const float*
       const int64_t kv_head = h / group;
       const float* qh = q + (t * shape.n_head + h) * hd;
       for (int32_t j = 0; j < n_keys; ++j) {
-        const void* k = cache.k(layer, table[j / bs], kv_head);
         float s = 0.0f;
-        for (int64_t i = 0; i < hd; ++i) s += qh[i] * load_value(type, k, (j % bs) * hd + i);
+        for (int64_t i = 0; i < hd; ++i) {
+          s += qh[i] * cache.key(layer, table[j / bs], kv_head, j % bs, i);
+        }
         scores[j] = s * shape.scale;
       }
       ref::softmax(scores.data(), n_keys);
       float* oh = out + (t * shape.n_head + h) * hd;
       for (int64_t i = 0; i < hd; ++i) oh[i] = 0.0f;
       for (int32_t j = 0; j < n_keys; ++j) {
-        const void* v = cache.v(layer, table[j / bs], kv_head);
         const float p = scores[j];
-        for (int64_t i = 0; i < hd; ++i) oh[i] += p * load_value(type, v, (j % bs) * hd + i);
+        for (int64_t i = 0; i < hd; ++i) {
+          oh[i] += p * cache.value(layer, table[j / bs], kv_head, j % bs, i);
+        }
       }
     }
   }

@@ -21,34 +21,35 @@ LS_AVX512 inline __m512 dup8(const float* p) {
   return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(p))));
 }
 
-// attention.cc's 8-key block_scores for kHeads heads: key r's accumulator over the chunks of 8
-// values is lane half r % 2 of acc[h][r / 2], reduced with the same hsum8.
+// Partial sum i of kHeads heads += q[h * n + d] * (dimension d of the 16 keys at `keys`).
 template <int kHeads>
-LS_AVX512 void scores_8_keys(const float* q, const uint16_t* const* k, int64_t n, float scale,
-                             float* s, int64_t s_stride) {
-  __m512 acc[kHeads][4];
+LS_AVX512 inline void dim_step(__m512 (&p)[kHeads][4], int i, const float* q, int64_t n,
+                               const uint16_t* keys, int64_t d) {
+  const __m512 k = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(keys)));
   for (int h = 0; h < kHeads; ++h) {
-    for (int p = 0; p < 4; ++p) acc[h][p] = _mm512_setzero_ps();
+    p[h][i] = _mm512_fmadd_ps(_mm512_set1_ps(q[h * n + d]), k, p[h][i]);
   }
-  for (int64_t c = 0; c < n; c += 8) {
-    const __m512 pair0 = v::load_f16x8_pair(k[0] + c, k[1] + c);
-    const __m512 pair1 = v::load_f16x8_pair(k[2] + c, k[3] + c);
-    const __m512 pair2 = v::load_f16x8_pair(k[4] + c, k[5] + c);
-    const __m512 pair3 = v::load_f16x8_pair(k[6] + c, k[7] + c);
-    for (int h = 0; h < kHeads; ++h) {
-      const __m512 qc = dup8(q + h * n + c);
-      acc[h][0] = _mm512_fmadd_ps(qc, pair0, acc[h][0]);
-      acc[h][1] = _mm512_fmadd_ps(qc, pair1, acc[h][1]);
-      acc[h][2] = _mm512_fmadd_ps(qc, pair2, acc[h][2]);
-      acc[h][3] = _mm512_fmadd_ps(qc, pair3, acc[h][3]);
-    }
-  }
+}
+
+// attention.cc's block_scores_dim_major for kHeads heads and keys [j, j + 16) of a block of
+// dimension-major f16 keys: the same four partial sums a key, in 16-lane registers, each
+// dimension's keys converted once for all the heads.
+template <int kHeads>
+LS_AVX512 void scores_16_keys(const float* q, const uint16_t* kt, int32_t bs, int32_t j, int64_t n,
+                              float scale, float* s, int64_t s_stride) {
+  __m512 p[kHeads][4];
   for (int h = 0; h < kHeads; ++h) {
-    const __m256 sums =
-        hsum8(v::low_half(acc[h][0]), v::high_half(acc[h][0]), v::low_half(acc[h][1]),
-              v::high_half(acc[h][1]), v::low_half(acc[h][2]), v::high_half(acc[h][2]),
-              v::low_half(acc[h][3]), v::high_half(acc[h][3]));
-    _mm256_storeu_ps(s + h * s_stride, _mm256_mul_ps(sums, _mm256_set1_ps(scale)));
+    for (int i = 0; i < 4; ++i) p[h][i] = _mm512_setzero_ps();
+  }
+  int64_t d = 0;
+  for (; d + 4 <= n; d += 4) {
+    for (int i = 0; i < 4; ++i) dim_step<kHeads>(p, i, q, n, kt + (d + i) * bs + j, d + i);
+  }
+  for (int i = 0; d + i < n; ++i) dim_step<kHeads>(p, i, q, n, kt + (d + i) * bs + j, d + i);
+  for (int h = 0; h < kHeads; ++h) {
+    const __m512 sum =
+        _mm512_add_ps(_mm512_add_ps(p[h][0], p[h][1]), _mm512_add_ps(p[h][2], p[h][3]));
+    _mm512_storeu_ps(s + h * s_stride + j, _mm512_mul_ps(sum, _mm512_set1_ps(scale)));
   }
 }
 
@@ -201,13 +202,12 @@ void for_head_passes(int32_t n_heads, Fn&& fn) {
 inline int64_t row_elems(const uint16_t*, int64_t n) { return n; }
 inline int64_t row_elems(const BlockQ8_0*, int64_t n) { return n / kQK8_0; }
 
-template <typename T>
-int32_t block_scores_heads(const float* q, int32_t n_heads, const T* keys, int32_t n_keys,
+int32_t block_scores_heads(const float* q, int32_t n_heads, const BlockQ8_0* keys, int32_t n_keys,
                            int64_t head_dim, float scale, float* s, int64_t s_stride) {
   int32_t j = 0;
   for (; j + 8 <= n_keys; j += 8) {
-    const T* k[8];
-    for (int r = 0; r < 8; ++r) k[r] = keys + (j + r) * row_elems(keys, head_dim);
+    const BlockQ8_0* k[8];
+    for (int r = 0; r < 8; ++r) k[r] = keys + (j + r) * (head_dim / kQK8_0);
     for_head_passes(n_heads, [&](auto heads, int32_t h) {
       scores_8_keys<heads>(q + h * head_dim, k, head_dim, scale, s + h * s_stride + j, s_stride);
     });
@@ -227,9 +227,16 @@ void accumulate_values_heads(float* acc, const float* keep, const float* p, int6
 }  // namespace
 
 int32_t block_scores_heads_avx512(const float* q, int32_t n_heads, const uint16_t* keys,
-                                  int32_t n_keys, int64_t head_dim, float scale, float* s,
-                                  int64_t s_stride) {
-  return block_scores_heads(q, n_heads, keys, n_keys, head_dim, scale, s, s_stride);
+                                  int32_t block_size, int32_t n_keys, int64_t head_dim, float scale,
+                                  float* s, int64_t s_stride) {
+  int32_t j = 0;
+  for (; j < n_keys && j + 16 <= block_size; j += 16) {
+    for_head_passes(n_heads, [&](auto heads, int32_t h) {
+      scores_16_keys<heads>(q + h * head_dim, keys, block_size, j, head_dim, scale,
+                            s + h * s_stride, s_stride);
+    });
+  }
+  return std::min(j, n_keys);
 }
 
 int32_t block_scores_heads_avx512(const float* q, int32_t n_heads, const BlockQ8_0* keys,

@@ -25,6 +25,35 @@ void store_row(TensorType type, const float* src, void* dst, int64_t n) {
   for (; i < n; ++i) out[i] = f32_to_f16(src[i]);
 }
 
+// A key of n values (F16 or F32) into a dimension-major head block: value d at
+// dst[d * stride], converted as store_row converts.
+void store_column(TensorType type, const float* src, void* dst, int64_t n, int64_t stride) {
+  if (type == TensorType::F32) {
+    auto* out = static_cast<float*>(dst);
+    for (int64_t d = 0; d < n; ++d) out[d * stride] = src[d];
+    return;
+  }
+  auto* out = static_cast<uint16_t*>(dst);
+  int64_t d = 0;
+  for (; d + 8 <= n; d += 8) {
+    uint16_t halves[8];
+    store_f16x8(halves, _mm256_loadu_ps(src + d));
+    for (int i = 0; i < 8; ++i) out[(d + i) * stride] = halves[i];
+  }
+  for (; d < n; ++d) out[d * stride] = f32_to_f16(src[d]);
+}
+
+float load_element(TensorType type, const uint8_t* base, int64_t i) {
+  switch (type) {
+    case TensorType::F32: return reinterpret_cast<const float*>(base)[i];
+    case TensorType::Q8_0: {
+      const BlockQ8_0& block = reinterpret_cast<const BlockQ8_0*>(base)[i / kQK8_0];
+      return half_to_float(block.d) * static_cast<float>(block.qs[i % kQK8_0]);
+    }
+    default: return half_to_float(Half{reinterpret_cast<const uint16_t*>(base)[i]});
+  }
+}
+
 }  // namespace
 
 Result<std::unique_ptr<CpuKvCache>> CpuKvCache::create(const KvCacheGeometry& g) {
@@ -81,12 +110,31 @@ void CpuKvCache::write_tokens(const Batch& batch, int32_t layer, const float* k_
     const int32_t block = batch.block_table(batch.seq_index[t])[pos / geometry_.block_size];
     const size_t slot = static_cast<size_t>(pos % geometry_.block_size);
     for (int64_t h = 0; h < geometry_.n_head_kv; ++h) {
-      store_row(geometry_.type, k_rows + t * kv_dim + h * hd,
-                head_ptr(k_, layer, block, h) + slot * slot_offset, hd);
+      const float* key = k_rows + t * kv_dim + h * hd;
+      if (geometry_.keys_dim_major()) {
+        const size_t element = geometry_.type == TensorType::F32 ? sizeof(float) : sizeof(uint16_t);
+        store_column(geometry_.type, key, head_ptr(k_, layer, block, h) + slot * element, hd,
+                     geometry_.block_size);
+      } else {
+        store_row(geometry_.type, key, head_ptr(k_, layer, block, h) + slot * slot_offset, hd);
+      }
       store_row(geometry_.type, v_rows + t * kv_dim + h * hd,
                 head_ptr(v_, layer, block, h) + slot * slot_offset, hd);
     }
   }
+}
+
+float CpuKvCache::key(int32_t layer, int32_t block, int64_t kv_head, int32_t slot,
+                      int64_t d) const {
+  const int64_t i =
+      geometry_.keys_dim_major() ? d * geometry_.block_size + slot : slot * geometry_.head_dim + d;
+  return load_element(geometry_.type, head_ptr(k_, layer, block, kv_head), i);
+}
+
+float CpuKvCache::value(int32_t layer, int32_t block, int64_t kv_head, int32_t slot,
+                        int64_t d) const {
+  return load_element(geometry_.type, head_ptr(v_, layer, block, kv_head),
+                      slot * geometry_.head_dim + d);
 }
 
 }  // namespace llamaserve::cpu

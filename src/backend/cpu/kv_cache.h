@@ -2,8 +2,11 @@
 // n_blocks blocks of block_size tokens × n_head_kv heads × head_dim values, stored as F16
 // (default: half the bytes of F32 for attention to read), F32, or Q8_0 (a head's row of
 // head_dim values as GGUF Q8_0 blocks of 32: a scale and 32 signed bytes, about half the bytes
-// of F16). Inside a block the rows are head-major, [n_head_kv][block_size] rows of head_dim
-// values, so that attention streams one head's keys of a block as one contiguous run.
+// of F16). Inside a block the heads come one after the other, so that attention streams one
+// head's keys of a block as one contiguous run; within a head, V (and Q8_0's K) is
+// [block_size] rows of head_dim values, while the K of an F16 or F32 cache is dimension-major,
+// [head_dim][block_size] (value d of slot s at d * block_size + s), so that attention scores a
+// run of keys a register without summing across lanes.
 // Block ids come from the engine's BlockManager; every layer uses the same ids.
 #pragma once
 
@@ -29,6 +32,8 @@ struct KvCacheGeometry {
   int64_t kv_dim() const { return n_head_kv * head_dim; }
   // One head's head_dim values of one token.
   size_t row_bytes() const { return llamaserve::row_bytes(type, static_cast<size_t>(head_dim)); }
+  // Whether K is stored dimension-major inside a block and head (see above).
+  bool keys_dim_major() const { return type != TensorType::Q8_0; }
   size_t slot_bytes() const { return static_cast<size_t>(n_head_kv) * row_bytes(); }
   // K and V of one block across the held layers.
   uint64_t bytes_per_block() const { return 2ull * n_layers * block_size * slot_bytes(); }
@@ -43,7 +48,8 @@ class CpuKvCache {
   const KvCacheGeometry& geometry() const { return geometry_; }
   KvCacheInfo info() const;
 
-  // The block_size rows of one KV head in one block (slot s's row at s * row_bytes()).
+  // The block_size keys of one KV head in one block: slot s's row at s * row_bytes(), or with
+  // keys_dim_major() value d of slot s at element d * block_size + s.
   // PRECONDITION: layer within the held range, 0 <= block < n_blocks, 0 <= kv_head < n_head_kv.
   const void* k(int32_t layer, int32_t block, int64_t kv_head) const {
     return head_ptr(k_, layer, block, kv_head);
@@ -62,6 +68,11 @@ class CpuKvCache {
   // disjoint ranges may be written by different threads at once.
   void write_tokens(const Batch& batch, int32_t layer, const float* k_rows, const float* v_rows,
                     int32_t begin, int32_t end);
+
+  // Value d of slot `slot`'s key / value in one KV head of one block, as a float (a Q8_0 one
+  // scaled), wherever the layout keeps it: for references and tests, not for kernels.
+  float key(int32_t layer, int32_t block, int64_t kv_head, int32_t slot, int64_t d) const;
+  float value(int32_t layer, int32_t block, int64_t kv_head, int32_t slot, int64_t d) const;
 
  private:
   explicit CpuKvCache(const KvCacheGeometry& geometry) : geometry_(geometry) {}

@@ -347,15 +347,13 @@ TEST(KvCache, TokenRangesFromThreadsEqualOneWrite) {
     for (int32_t t = 0; t < batch.n_tokens(); ++t) {
       const int32_t pos = batch.positions[t];
       const int32_t block = batch.block_table(batch.seq_index[t])[pos / g.block_size];
-      const size_t offset = static_cast<size_t>(pos % g.block_size) * g.row_bytes();
+      const int32_t slot = pos % g.block_size;
       for (int64_t h = 0; h < g.n_head_kv; ++h) {
-        for (bool is_k : {true, false}) {
-          const auto* a = static_cast<const uint8_t*>(is_k ? (*whole)->k(0, block, h)
-                                                           : (*whole)->v(0, block, h));
-          const auto* b = static_cast<const uint8_t*>(is_k ? (*ranges)->k(0, block, h)
-                                                           : (*ranges)->v(0, block, h));
-          ASSERT_EQ(std::memcmp(a + offset, b + offset, g.row_bytes()), 0)
-              << type_name(type) << " token " << t << " head " << h << (is_k ? " K" : " V");
+        for (int64_t d = 0; d < g.head_dim; ++d) {
+          ASSERT_EQ((*ranges)->key(0, block, h, slot, d), (*whole)->key(0, block, h, slot, d))
+              << type_name(type) << " token " << t << " head " << h << " value " << d;
+          ASSERT_EQ((*ranges)->value(0, block, h, slot, d), (*whole)->value(0, block, h, slot, d))
+              << type_name(type) << " token " << t << " head " << h << " value " << d;
         }
       }
     }
