@@ -198,9 +198,6 @@ void for_head_passes(int32_t n_heads, Fn&& fn) {
     }
   }
 }
-// A row of n values in the cache's elements: n halves, or n / 32 Q8_0 blocks.
-inline int64_t row_elems(const uint16_t*, int64_t n) { return n; }
-inline int64_t row_elems(const BlockQ8_0*, int64_t n) { return n / kQK8_0; }
 
 int32_t block_scores_heads(const float* q, int32_t n_heads, const BlockQ8_0* keys, int32_t n_keys,
                            int64_t head_dim, float scale, float* s, int64_t s_stride) {
