@@ -101,12 +101,13 @@ inline __m256 q8x8(const int8_t* qs) {
       _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs))));
 }
 
-// block_scores on Q8_0 keys (n % 32 == 0): eight keys at a time, each 32-value block's sums
-// taken unscaled and then multiplied by the eight keys' scales at once.
-void block_scores(const float* q, const BlockQ8_0* keys, int32_t n_keys, int64_t n, float scale,
-                  float* s) {
+// s[j] = scale * q · keys[j] for the keys j in [first, n_keys) of a head's block of Q8_0 key rows
+// (n % 32 == 0): eight keys at a time, each 32-value block's sums taken unscaled and then
+// multiplied by the eight keys' scales at once; the keys past the last eight one at a time.
+void block_scores(const float* q, const BlockQ8_0* keys, int32_t first, int32_t n_keys, int64_t n,
+                  float scale, float* s) {
   const int64_t n_blocks = n / kQK8_0;
-  int32_t j = 0;
+  int32_t j = first;
   for (; j + 8 <= n_keys; j += 8) {
     const BlockQ8_0* k[8];
     for (int r = 0; r < 8; ++r) k[r] = row_at(keys, j + r, n);
@@ -296,13 +297,7 @@ void attend_range(const Batch& batch, const AttentionShape& shape, const float* 
     for (int64_t h = unit.head_begin; h < unit.head_end; ++h) {
       const float* qh = q_group + h * hd;
       if constexpr (std::is_same_v<T, BlockQ8_0>) {
-        if (heads_together) {
-          for (int32_t j = done; j < n_valid; ++j) {
-            scores[h * bs + j] = dot(qh, row_at(keys, j, hd), hd) * shape.scale;
-          }
-        } else {
-          block_scores(qh, keys, n_valid, hd, shape.scale, scores + h * bs);
-        }
+        block_scores(qh, keys, done, n_valid, hd, shape.scale, scores + h * bs);
       } else {
         block_scores_dim_major(qh, keys, bs, done, n_valid, hd, shape.scale, scores + h * bs);
       }
