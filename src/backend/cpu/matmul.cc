@@ -123,9 +123,8 @@ ActCache::ActCache(int64_t max_tokens, int64_t max_cols)
   const int64_t padded_cols = (max_cols + 255) / 256 * 256;
   for (ActFormat format :
        {ActFormat::kQ8_32, ActFormat::kQ8_32x2, ActFormat::kQ8_256, ActFormat::kQ8_32Planar}) {
-    // (Slack for the alignment of rows().)
-    buffers_[static_cast<int>(format)].resize(
-        static_cast<size_t>(max_tokens) * act_row_bytes(format, padded_cols) + 64);
+    buffers_[static_cast<int>(format)].resize(static_cast<size_t>(max_tokens) *
+                                              act_row_bytes(format, padded_cols));
   }
 }
 
@@ -141,7 +140,6 @@ const uint8_t* ActCache::rows(ActFormat format, ThreadPool& pool) {
   if (format == ActFormat::kF32) return reinterpret_cast<const uint8_t*>(x_);
   const int index = static_cast<int>(format);
   uint8_t* out = buffers_[index].data();
-  out += (64 - reinterpret_cast<uintptr_t>(out) % 64) % 64;
   if (!have_[index]) {
     const size_t stride = act_row_bytes(format, cols_);
     pool.parallel_for(static_cast<size_t>(n_tokens_), 4, [&](size_t begin, size_t end) {
@@ -174,6 +172,7 @@ void matmul(std::span<const MatmulOutput> outputs, ActCache& act, ThreadPool& po
   Prepared prepared[kMaxOutputs];
   const size_t n_outputs = std::min(outputs.size(), kMaxOutputs);
   int64_t total_units = 0;
+  bool any_amx = false;  // some output runs the AMX kernels (release_amx_tiles at the end)
   const int64_t n_tokens = act.n_tokens();
   const int64_t cols = act.cols();
   for (size_t i = 0; i < n_outputs; ++i) {
@@ -195,6 +194,7 @@ void matmul(std::span<const MatmulOutput> outputs, ActCache& act, ThreadPool& po
          nullptr,
          0};
     const bool amx = kernel->packed_tile_pair_amx != nullptr && n_tokens >= kAmxTokens;
+    any_amx |= amx;
     if (amx) {
       p.amx_act_rows = act.rows(kernel->amx_act_format, pool);
       p.amx_act_stride = act_row_bytes(kernel->amx_act_format, cols);
@@ -262,8 +262,6 @@ void matmul(std::span<const MatmulOutput> outputs, ActCache& act, ThreadPool& po
                             out.y_stride, kRowTile);
     }
   };
-  bool any_amx = false;
-  for (size_t i = 0; i < n_outputs; ++i) any_amx |= prepared[i].amx_act_rows != nullptr;
   pool.parallel_for(static_cast<size_t>(total_units), 1, [&](size_t begin, size_t end) {
     size_t o = 0;
     for (auto unit = static_cast<int64_t>(begin); unit < static_cast<int64_t>(end); ++unit) {

@@ -25,6 +25,7 @@
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/dot.h"
 #include "backend/cpu/packed_weight.h"
+#include "core/aligned_vector.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "model/weights.h"
@@ -81,7 +82,7 @@ class ActCache {
   int64_t max_cols_;
   static constexpr int kFormats = 5;  // ActFormat values
   bool have_[kFormats] = {};
-  std::vector<uint8_t> buffers_[kFormats];
+  CacheAlignedVector<uint8_t> buffers_[kFormats];
 };
 
 struct MatmulOutput {
