@@ -38,8 +38,7 @@ struct CpuActivations {
                  int32_t kv_block_size);
 
   int64_t max_tokens;
-  CacheAlignedVector<float>
-      hidden;  // (max_tokens, n_embd) residual stream: a range's input and output
+  CacheAlignedVector<float> hidden;     // (max_tokens, n_embd) residual stream: input and output
   CacheAlignedVector<float> normed;     // (max_tokens, n_embd) norm output, also projection outputs
   CacheAlignedVector<float> q;          // (max_tokens, n_head * head_dim)
   CacheAlignedVector<float> k;          // (max_tokens, n_head_kv * head_dim)

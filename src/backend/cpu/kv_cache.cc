@@ -105,6 +105,8 @@ void CpuKvCache::write_tokens(const Batch& batch, int32_t layer, const float* k_
   const int64_t kv_dim = geometry_.kv_dim();
   const int64_t hd = geometry_.head_dim;
   const size_t slot_offset = geometry_.row_bytes();
+  // A dimension-major key's values lie an element apart from the next slot's.
+  const size_t key_slot_offset = slot_offset / static_cast<size_t>(hd);
   for (int32_t t = begin; t < end; ++t) {
     const int32_t pos = batch.positions[t];
     const int32_t block = batch.block_table(batch.seq_index[t])[pos / geometry_.block_size];
@@ -112,9 +114,8 @@ void CpuKvCache::write_tokens(const Batch& batch, int32_t layer, const float* k_
     for (int64_t h = 0; h < geometry_.n_head_kv; ++h) {
       const float* key = k_rows + t * kv_dim + h * hd;
       if (geometry_.keys_dim_major()) {
-        const size_t element = geometry_.type == TensorType::F32 ? sizeof(float) : sizeof(uint16_t);
-        store_column(geometry_.type, key, head_ptr(k_, layer, block, h) + slot * element, hd,
-                     geometry_.block_size);
+        store_column(geometry_.type, key, head_ptr(k_, layer, block, h) + slot * key_slot_offset,
+                     hd, geometry_.block_size);
       } else {
         store_row(geometry_.type, key, head_ptr(k_, layer, block, h) + slot * slot_offset, hd);
       }
