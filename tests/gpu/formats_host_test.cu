@@ -311,6 +311,32 @@ TEST_P(DotFormatsOnHost, ItemDotsSumToTheRowProduct) {
 INSTANTIATE_TEST_SUITE_P(AllTypes, DotFormatsOnHost, ::testing::ValuesIn(weight_types()),
                          type_param_name);
 
+// Q4_K's high nibbles stay in place (codes times 16, the scale divided by 16): every item's dot
+// has the same bits as the product of the shifted codes with the undivided scale.
+TEST(DotFormatsOnHost, Q4KHighNibblesInPlaceGiveTheShiftedCodesBits) {
+  using F = DotFormat<TensorType::Q4_K>;
+  const int64_t rows = 3, cols = round_cols(TensorType::Q4_K, 1100);
+  const HostMatrix m = make_matrix(TensorType::Q4_K, rows, cols, 99);
+  const HostLayout h = host_layout(m);
+  const std::vector<float> x = random_floats(static_cast<size_t>(cols), 5, 3.0f);
+  std::vector<int8_t> qs(static_cast<size_t>(cols));
+  std::vector<float4> ds(static_cast<size_t>(cols / kQ8Block));
+  quantize_q8_reference(x.data(), cols, qs.data(), ds.data());
+  const Q8Row act{qs.data(), ds.data()};
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int i = 0; i < static_cast<int>(cols / F::kItemElems); ++i) {
+      const F::Decoded w = F::decode(F::load(h.view, r, i), i);
+      KQuantDecoded shifted = w;
+      for (int half = 0; half < 2; ++half) {
+        for (int k = 0; k < 4; ++k) shifted.hi[half][k] = w.hi[half][k] >> 4;
+      }
+      shifted.scale[1] = w.scale[1] * 16;
+      const float want = k_quant_dot(shifted, F::load_act(act, i));
+      EXPECT_EQ(F::dot(w, F::load_act(act, i)), want) << "row " << r << " item " << i;
+    }
+  }
+}
+
 // The host reference quantizer: codes within ±127 (in pair order), x ≈ d q to half a step, and
 // the sums.
 TEST(Q8Reference, CodesScalesAndSums) {

@@ -41,6 +41,21 @@ LS_FORMAT int dp4a(uint32_t a, uint32_t b, int c) {
 #endif
 }
 
+// Σ_k a.byte[k] · b.byte[k] + c, the bytes of a unsigned and those of b signed.
+LS_FORMAT int dp4a_unsigned(uint32_t a, uint32_t b, int c) {
+#if defined(__CUDA_ARCH__)
+  int d;
+  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+#else
+  for (int k = 0; k < 4; ++k) {
+    c += static_cast<int>(static_cast<uint8_t>(a >> (8 * k))) *
+         static_cast<int>(static_cast<int8_t>(b >> (8 * k)));
+  }
+  return c;
+#endif
+}
+
 // 16 activation codes: read by every row of the block, so through the read-only cache.
 LS_FORMAT uint4 load_act_16(const int8_t* p) { return load_cached<uint4>(p); }
 
@@ -205,11 +220,15 @@ struct KQuantDecoded {
   uint32_t lo[2][4], hi[2][4];  // [16-byte half of the chunk][word]
   float scale[2], min[2];
 };
+// The item's sum from the code products of its two sub-blocks.
+LS_FORMAT float k_quant_sum(const KQuantDecoded& w, const KQuantAct& x, int s0, int s1) {
+  const float r = fmaf(w.scale[0] * x.d0, static_cast<float>(s0), w.min[0] * x.sum0);
+  return fmaf(w.scale[1] * x.d1, static_cast<float>(s1), fmaf(w.min[1], x.sum1, r));
+}
 LS_FORMAT float k_quant_dot(const KQuantDecoded& w, const KQuantAct& x) {
   const int s0 = dot_words(w.lo[1], x.a[1], dot_words(w.lo[0], x.a[0], 0));
   const int s1 = dot_words(w.hi[1], x.a[3], dot_words(w.hi[0], x.a[2], 0));
-  const float r = fmaf(w.scale[0] * x.d0, static_cast<float>(s0), w.min[0] * x.sum0);
-  return fmaf(w.scale[1] * x.d1, static_cast<float>(s1), fmaf(w.min[1], x.sum1, r));
+  return k_quant_sum(w, x, s0, s1);
 }
 
 template <>
@@ -237,14 +256,26 @@ struct DotFormat<TensorType::Q4_K> {
       for (int k = 0; k < 4; ++k) {
         const uint32_t v = word(q[h], k);
         w.lo[h][k] = v & 0x0f0f0f0fu;
-        w.hi[h][k] = (v >> 4) & 0x0f0f0f0fu;
+        w.hi[h][k] = v & 0xf0f0f0f0u;
       }
     }
     k_quant_scales(raw.meta, i & 3, w.scale, w.min);
+    w.scale[1] *= 1.0f / 16;
     return w;
   }
   LS_FORMAT static Act load_act(const Q8Row& x, int i) { return load_k_quant_act(x, i); }
-  LS_FORMAT static float dot(const Decoded& w, const Act& x) { return k_quant_dot(w, x); }
+  // The high nibbles stay in place: codes times 16 as unsigned bytes, their scale divided by 16
+  // (both exact, so the sum has the same bits as with shifted codes).
+  LS_FORMAT static float dot(const Decoded& w, const Act& x) {
+    const int s0 = dot_words(w.lo[1], x.a[1], dot_words(w.lo[0], x.a[0], 0));
+    int s1 = 0;
+    LS_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      LS_UNROLL
+      for (int k = 0; k < 4; ++k) s1 = dp4a_unsigned(w.hi[h][k], word(x.a[2 + h], k), s1);
+    }
+    return k_quant_sum(w, x, s0, s1);
+  }
 };
 
 // As Q4_K, plus bit 4 of element l of sub-block j in bit j of qh[l] (qh at byte 16, qs at 48).
