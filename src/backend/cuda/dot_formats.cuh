@@ -23,33 +23,29 @@
 // without a GPU.
 #pragma once
 
+#include <type_traits>
+
 #include "backend/cuda/act_quant.h"
 #include "backend/cuda/formats.cuh"
 
 namespace llamaserve::cuda {
 
-// Σ_k a.byte[k] · b.byte[k] (signed bytes) + c.
+// Σ_k a.byte[k] · b.byte[k] + c, the bytes of b signed, those of a signed (AByte int8_t) or
+// unsigned (uint8_t).
+template <class AByte = int8_t>
 LS_FORMAT int dp4a(uint32_t a, uint32_t b, int c) {
+  static_assert(std::is_same_v<AByte, int8_t> || std::is_same_v<AByte, uint8_t>);
 #if defined(__CUDA_ARCH__)
-  return __dp4a(static_cast<int>(a), static_cast<int>(b), c);
-#else
-  for (int k = 0; k < 4; ++k) {
-    c += static_cast<int>(static_cast<int8_t>(a >> (8 * k))) *
-         static_cast<int>(static_cast<int8_t>(b >> (8 * k)));
+  if constexpr (std::is_same_v<AByte, uint8_t>) {
+    int d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+  } else {
+    return __dp4a(static_cast<int>(a), static_cast<int>(b), c);
   }
-  return c;
-#endif
-}
-
-// Σ_k a.byte[k] · b.byte[k] + c, the bytes of a unsigned and those of b signed.
-LS_FORMAT int dp4a_unsigned(uint32_t a, uint32_t b, int c) {
-#if defined(__CUDA_ARCH__)
-  int d;
-  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
 #else
   for (int k = 0; k < 4; ++k) {
-    c += static_cast<int>(static_cast<uint8_t>(a >> (8 * k))) *
+    c += static_cast<int>(static_cast<AByte>(a >> (8 * k))) *
          static_cast<int>(static_cast<int8_t>(b >> (8 * k)));
   }
   return c;
@@ -59,12 +55,13 @@ LS_FORMAT int dp4a_unsigned(uint32_t a, uint32_t b, int c) {
 // 16 activation codes: read by every row of the block, so through the read-only cache.
 LS_FORMAT uint4 load_act_16(const int8_t* p) { return load_cached<uint4>(p); }
 
-// Σ of dp4a over four words.
+// Σ of dp4a over four words (the bytes of w as AByte).
+template <class AByte = int8_t>
 LS_FORMAT int dot_words(const uint32_t (&w)[4], const uint4& a, int c) {
-  c = dp4a(w[0], a.x, c);
-  c = dp4a(w[1], a.y, c);
-  c = dp4a(w[2], a.z, c);
-  return dp4a(w[3], a.w, c);
+  c = dp4a<AByte>(w[0], a.x, c);
+  c = dp4a<AByte>(w[1], a.y, c);
+  c = dp4a<AByte>(w[2], a.z, c);
+  return dp4a<AByte>(w[3], a.w, c);
 }
 
 LS_FORMAT void low_nibbles(const uint4& q, uint32_t (&out)[4]) {
@@ -268,12 +265,7 @@ struct DotFormat<TensorType::Q4_K> {
   // (both exact, so the sum has the same bits as with shifted codes).
   LS_FORMAT static float dot(const Decoded& w, const Act& x) {
     const int s0 = dot_words(w.lo[1], x.a[1], dot_words(w.lo[0], x.a[0], 0));
-    int s1 = 0;
-    LS_UNROLL
-    for (int h = 0; h < 2; ++h) {
-      LS_UNROLL
-      for (int k = 0; k < 4; ++k) s1 = dp4a_unsigned(w.hi[h][k], word(x.a[2 + h], k), s1);
-    }
+    const int s1 = dot_words<uint8_t>(w.hi[1], x.a[3], dot_words<uint8_t>(w.hi[0], x.a[2], 0));
     return k_quant_sum(w, x, s0, s1);
   }
 };
