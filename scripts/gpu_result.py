@@ -7,10 +7,10 @@
 DIR is the folder the device tool copied $OUT to. The file gets a header (date, commit,
 command, device), the step summary, and every table the run wrote (bench-7b.md, bench-multi.md,
 bench-replicas.md, profile-7b.md, kernels.md, all-reduce.md, and any other *.md in DIR or in a
-folder of DIR), each under its file name, unedited. With --raw-name the logs archive is copied
-to bench/results/raw/RAW-NAME-logs.tar.gz, and every JSON result to RAW-NAME-<path>.json,
-named in the header. Numbers are never typed in:
-rerun the device call to change them.
+folder of DIR), each under its file name, unedited. With --raw-name every archive of logs in
+DIR (logs.tar.gz, or a script's own) is copied to bench/results/raw/RAW-NAME-<archive>, and every
+JSON result to RAW-NAME-<path>.json, named in the header. Numbers are never typed in: rerun the
+device call to change them.
 """
 import argparse
 import datetime
@@ -31,7 +31,7 @@ def main() -> int:
     ap.add_argument("--note", action="append", default=[], help="a line for the header (repeatable)")
     ap.add_argument("--commit", help="the commit the carried binaries were built from "
                     "(default: HEAD when this file is written, said so)")
-    ap.add_argument("--raw-name", help="copy logs.tar.gz to bench/results/raw/RAW-NAME-logs.tar.gz")
+    ap.add_argument("--raw-name", help="copy DIR's *.tar.gz to bench/results/raw/RAW-NAME-<name>")
     ap.add_argument("-o", "--output", required=True, type=pathlib.Path)
     args = ap.parse_args()
 
@@ -59,10 +59,12 @@ def main() -> int:
     if args.raw_name:
         raw_dir = root / "bench" / "results" / "raw"
         raw_dir.mkdir(parents=True, exist_ok=True)
-        raw = raw_dir / f"{args.raw_name}-logs.tar.gz"
-        shutil.copyfile(out / "logs.tar.gz", raw)
-        raw.chmod(0o644)
-        lines.append(f"- raw logs: raw/{raw.name}")
+        # Archives of logs: device_run.sh's logs.tar.gz, and any a script of several steps packed.
+        for archive in sorted(out.glob("*.tar.gz")):
+            raw = raw_dir / f"{args.raw_name}-{archive.name}"
+            shutil.copyfile(archive, raw)
+            raw.chmod(0o644)
+            lines.append(f"- raw logs: raw/{raw.name}")
         # Machine-readable results (bench --json, loadtest's report.json) beside the logs.
         for result in sorted(out.rglob("*.json")):
             name = "-".join(result.relative_to(out).parts)
