@@ -203,19 +203,17 @@ __global__ void __launch_bounds__(kMatvecThreads)
   const int n_steps = (n_items + 32 * U - 1) / (32 * U);
 
   // The loads of step c.step of group c (the last group's rows repeat its last row: a group
-  // at the end of a part may have fewer than RW rows; their results are dropped). Lanes past the
-  // row's last item, and every lane of a step past the last (a slice of a matrix with fewer
-  // steps than S), load the last item again and never use it (cols > 0 is a multiple of the
-  // item, launch_matvec). No lane branches around its loads: in a branch every load moved the
-  // memory descriptor into uniform registers anew (two instructions a load; Q4_K at one row 649
-  // instructions a step against 611 without the branch, Q8_0 407 against 339).
+  // at the end of a part may have fewer than RW rows; their results are dropped). A step past
+  // the last (a slice of a matrix with fewer steps than S) loads nothing.
   auto load_step = [&](const MatvecCursor& c, Raw(&raw)[U][RW]) {
     const DeviceMatrix& w = a.parts[c.part].w;
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int item = min((c.step * U + u) * 32 + lane, n_items - 1);
+      const int item = (c.step * U + u) * 32 + lane;
+      if (item < n_items) {
 #pragma unroll
-      for (int r = 0; r < RW; ++r) raw[u][r] = F::load(w, min(c.row0 + r, w.rows - 1), item);
+        for (int r = 0; r < RW; ++r) raw[u][r] = F::load(w, min(c.row0 + r, w.rows - 1), item);
+      }
     }
   };
 
