@@ -202,17 +202,43 @@ __global__ void __launch_bounds__(kMatvecThreads)
   const int n_items = static_cast<int>(a.parts[0].w.cols / F::kItemElems);
   const int n_steps = (n_items + 32 * U - 1) / (32 * U);
 
-  // The loads of step c.step of group c (the last group's rows repeat its last row: a group
-  // at the end of a part may have fewer than RW rows; their results are dropped). A step past
-  // the last (a slice of a matrix with fewer steps than S) loads nothing.
-  auto load_step = [&](const MatvecCursor& c, Raw(&raw)[U][RW]) {
+  // Quantized weights: the group's rows as one-row views, taken when a warp reaches the group,
+  // so that a step's loads add only their item's offset to each row's start instead of
+  // multiplying out the row and reading the part's matrix again at every step (7B decode at one
+  // sequence on an H100: Q4_K_M 446-450 against 438-439 tok/s, Q8_0 310 against 308). Float
+  // weights recompute the start at each load: the views' registers cost them more (F16 184
+  // against 197 tok/s; bench/results/2026-12-05-h100-matvec-row-views.md). The last group's
+  // missing rows repeat its last row (a group at the end of a part may have fewer than RW rows;
+  // their results are dropped).
+  constexpr bool kRowViews = F::kQ8;
+  auto view_rows = [&](const MatvecCursor& c, DeviceMatrix(&rows)[RW]) {
+    if constexpr (kRowViews) {
+      const DeviceMatrix& w = a.parts[c.part].w;
+#pragma unroll
+      for (int r = 0; r < RW; ++r) {
+        const int64_t row = min(c.row0 + r, w.rows - 1);
+        rows[r] = w;
+        rows[r].quants = quant_row(w, row);
+        rows[r].scales = scale_row(w, row);
+      }
+    }
+  };
+  // The loads of step c.step of group c (rows: its views). A step past the last (a slice of a
+  // matrix with fewer steps than S) loads nothing.
+  auto load_step = [&](const MatvecCursor& c, const DeviceMatrix(&rows)[RW], Raw(&raw)[U][RW]) {
     const DeviceMatrix& w = a.parts[c.part].w;
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int item = (c.step * U + u) * 32 + lane;
       if (item < n_items) {
 #pragma unroll
-        for (int r = 0; r < RW; ++r) raw[u][r] = F::load(w, min(c.row0 + r, w.rows - 1), item);
+        for (int r = 0; r < RW; ++r) {
+          if constexpr (kRowViews) {
+            raw[u][r] = F::load(rows[r], 0, item);
+          } else {
+            raw[u][r] = F::load(w, min(c.row0 + r, w.rows - 1), item);
+          }
+        }
       }
     }
   };
@@ -223,10 +249,12 @@ __global__ void __launch_bounds__(kMatvecThreads)
 #pragma unroll
     for (int b = 0; b < B; ++b) acc[r][b] = 0.0f;
   }
+  DeviceMatrix rows[RW];
+  view_rows(cur, rows);
   Raw raw[U][RW];
   // The weights are constant, so the first step's loads go out before the wait for the kernel
   // that writes the activations (programmatic dependent launch, launch.cuh).
-  load_step(cur, raw);
+  load_step(cur, rows, raw);
   pdl_wait();
   const uint32_t reduce_epoch = peer_reduce_active(a.reduce) ? peer_reduce_epoch(a.reduce) : 0;
   auto store = [&](const MatvecCursor& c, int i, float out) {
@@ -243,8 +271,11 @@ __global__ void __launch_bounds__(kMatvecThreads)
     const bool has_next = next.group < a.n_groups;
     Raw next_raw[U][RW];
     if (has_next) {
-      if (next.group != cur.group) locate_group(a, RW, next);
-      load_step(next, next_raw);
+      if (next.group != cur.group) {
+        locate_group(a, RW, next);
+        view_rows(next, rows);  // (the current step's loads are out: its views are done with)
+      }
+      load_step(next, rows, next_raw);
     }
 
 #pragma unroll
