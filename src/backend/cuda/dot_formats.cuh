@@ -217,15 +217,13 @@ struct KQuantDecoded {
   uint32_t lo[2][4], hi[2][4];  // [16-byte half of the chunk][word]
   float scale[2], min[2];
 };
-// The item's sum from the code products of its two sub-blocks.
-LS_FORMAT float k_quant_sum(const KQuantDecoded& w, const KQuantAct& x, int s0, int s1) {
-  const float r = fmaf(w.scale[0] * x.d0, static_cast<float>(s0), w.min[0] * x.sum0);
-  return fmaf(w.scale[1] * x.d1, static_cast<float>(s1), fmaf(w.min[1], x.sum1, r));
-}
+// The second sub-block's code bytes as HighByte (uint8_t: Q4_K's high nibbles in place).
+template <class HighByte = int8_t>
 LS_FORMAT float k_quant_dot(const KQuantDecoded& w, const KQuantAct& x) {
   const int s0 = dot_words(w.lo[1], x.a[1], dot_words(w.lo[0], x.a[0], 0));
-  const int s1 = dot_words(w.hi[1], x.a[3], dot_words(w.hi[0], x.a[2], 0));
-  return k_quant_sum(w, x, s0, s1);
+  const int s1 = dot_words<HighByte>(w.hi[1], x.a[3], dot_words<HighByte>(w.hi[0], x.a[2], 0));
+  const float r = fmaf(w.scale[0] * x.d0, static_cast<float>(s0), w.min[0] * x.sum0);
+  return fmaf(w.scale[1] * x.d1, static_cast<float>(s1), fmaf(w.min[1], x.sum1, r));
 }
 
 template <>
@@ -263,11 +261,7 @@ struct DotFormat<TensorType::Q4_K> {
   LS_FORMAT static Act load_act(const Q8Row& x, int i) { return load_k_quant_act(x, i); }
   // The high nibbles stay in place: codes times 16 as unsigned bytes, their scale divided by 16
   // (both exact, so the sum has the same bits as with shifted codes).
-  LS_FORMAT static float dot(const Decoded& w, const Act& x) {
-    const int s0 = dot_words(w.lo[1], x.a[1], dot_words(w.lo[0], x.a[0], 0));
-    const int s1 = dot_words<uint8_t>(w.hi[1], x.a[3], dot_words<uint8_t>(w.hi[0], x.a[2], 0));
-    return k_quant_sum(w, x, s0, s1);
-  }
+  LS_FORMAT static float dot(const Decoded& w, const Act& x) { return k_quant_dot<uint8_t>(w, x); }
 };
 
 // As Q4_K, plus bit 4 of element l of sub-block j in bit j of qh[l] (qh at byte 16, qs at 48).

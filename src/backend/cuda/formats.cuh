@@ -157,6 +157,13 @@ LS_FORMAT const uint8_t* quant_row(const DeviceMatrix& m, int64_t row) {
 LS_FORMAT const uint8_t* scale_row(const DeviceMatrix& m, int64_t row) {
   return m.scales + row * m.scale_row_bytes;
 }
+// Row `row` of m as a matrix whose row 0 it is: loads from it add only their offset in the row.
+LS_FORMAT DeviceMatrix row_view(const DeviceMatrix& m, int64_t row) {
+  DeviceMatrix v = m;
+  v.quants = quant_row(m, row);
+  v.scales = scale_row(m, row);
+  return v;
+}
 
 template <TensorType T>
 struct Format;

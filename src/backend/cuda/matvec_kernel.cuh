@@ -215,12 +215,7 @@ __global__ void __launch_bounds__(kMatvecThreads)
     if constexpr (kRowViews) {
       const DeviceMatrix& w = a.parts[c.part].w;
 #pragma unroll
-      for (int r = 0; r < RW; ++r) {
-        const int64_t row = min(c.row0 + r, w.rows - 1);
-        rows[r] = w;
-        rows[r].quants = quant_row(w, row);
-        rows[r].scales = scale_row(w, row);
-      }
+      for (int r = 0; r < RW; ++r) rows[r] = row_view(w, min(c.row0 + r, w.rows - 1));
     }
   };
   // The loads of step c.step of group c (rows: its views). A step past the last (a slice of a
