@@ -16,9 +16,10 @@ namespace llamaserve::cuda {
 namespace {
 
 // Warps a CTA: 16 up to two tiles of activation rows (more loads in flight; their registers
-// allow it), 8 beyond.
-template <int NT>
-constexpr int kWarps = NT <= 2 ? 16 : 8;
+// allow it), 8 beyond and for Q5_K (whose loads of four rows take 80 registers: at 16 warps,
+// 128 registers a thread, it spills).
+template <TensorType T, int NT>
+constexpr int kWarps = NT <= 2 && T != TensorType::Q5_K ? 16 : 8;
 constexpr int kTileRows = 32;   // weight rows a CTA: two mma tiles of 16
 constexpr int kLaneRows = 4;    // rows a lane decodes: g, g + 8, g + 16, g + 24
 constexpr int kUnitsAStep = 4;  // one unit per lane of a quad
@@ -28,8 +29,8 @@ template <int NT>
 constexpr bool kRing = NT > 4;
 constexpr int kRingSlots = 4;
 // Dynamic shared memory of a CTA: its warps' rings of activations.
-template <int NT>
-constexpr int kRingBytes = kRing<NT> ? kWarps<NT>* kRingSlots* NT * 32 * 16 : 0;
+template <TensorType T, int NT>
+constexpr int kRingBytes = kRing<NT> ? kWarps<T, NT>* kRingSlots* NT * 32 * 16 : 0;
 // Types whose rows are whole steps (super-blocks of 8 units): no lane of a step is past the row.
 template <TensorType T>
 constexpr bool kWholeSteps =
@@ -55,14 +56,14 @@ __device__ __forceinline__ void decode_half_run(const __half2 (&codes)[8], __hal
 // One pass: the CTA's 32 weight rows times up to 8 * NT activation rows; with kSwiGlu, 16 gate
 // rows and their up rows, written as SwiGLU's halves (QuantMmaArgs::swiglu).
 template <TensorType T, int NT, bool kSwiGlu>
-__global__ void __launch_bounds__(32 * kWarps<NT>)
+__global__ void __launch_bounds__(32 * kWarps<T, NT>)
     quant_mma_kernel(const __grid_constant__ QuantMmaArgs a, int units, int steps) {
   using F = Format<T>;
   using L = MmaLanes<T, NT>;
   using Raw = typename L::Raw;
   static_assert(F::kRunLen == 16);
   // The warps' partial sums of one m tile at a time: [warp][n tile, fragment value][lane].
-  __shared__ float partial[kWarps<NT>][NT * 4][32];
+  __shared__ float partial[kWarps<T, NT>][NT * 4][32];
   pdl_launch_dependents();
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -79,8 +80,8 @@ __global__ void __launch_bounds__(32 * kWarps<NT>)
                       : min(row0 + g + 8 * i, out_rows - 1);
   }
   // The warp's steps: a contiguous share of the row's units.
-  const int t_begin = static_cast<int>(static_cast<int64_t>(steps) * warp / kWarps<NT>);
-  const int t_end = static_cast<int>(static_cast<int64_t>(steps) * (warp + 1) / kWarps<NT>);
+  const int t_begin = static_cast<int>(static_cast<int64_t>(steps) * warp / kWarps<T, NT>);
+  const int t_end = static_cast<int>(static_cast<int64_t>(steps) * (warp + 1) / kWarps<T, NT>);
   auto lane_step = [&](int t) {
     return LaneStep{t, q, min(kUnitsAStep * t + q, units - 1), units};
   };
@@ -207,7 +208,7 @@ __global__ void __launch_bounds__(32 * kWarps<NT>)
   // in warp order; a thread's values are the same ones in both tiles, so with SwiGLU output it
   // keeps its gate sums for the up sums of the same columns.
   constexpr int kValues = NT * 4 * 32;
-  constexpr int kThreadValues = (kValues + 32 * kWarps<NT> - 1) / (32 * kWarps<NT>);
+  constexpr int kThreadValues = (kValues + 32 * kWarps<T, NT> - 1) / (32 * kWarps<T, NT>);
   float gate_sum[kThreadValues];
 #pragma unroll
   for (int m = 0; m < 2; ++m) {
@@ -220,13 +221,13 @@ __global__ void __launch_bounds__(32 * kWarps<NT>)
     __syncthreads();
 #pragma unroll
     for (int v = 0; v < kThreadValues; ++v) {
-      const int idx = threadIdx.x + v * 32 * kWarps<NT>;
+      const int idx = threadIdx.x + v * 32 * kWarps<T, NT>;
       if (idx >= kValues) break;
       const int value = idx >> 5;
       const int l = idx & 31;
       float sum = 0.0f;
 #pragma unroll
-      for (int wp = 0; wp < kWarps<NT>; ++wp) sum += partial[wp][value][l];
+      for (int wp = 0; wp < kWarps<T, NT>; ++wp) sum += partial[wp][value][l];
       const int n = value / 4;
       const int j = value % 4;
       const int64_t b = 8 * n + 2 * (l & 3) + (j & 1);
@@ -252,12 +253,12 @@ __global__ void __launch_bounds__(32 * kWarps<NT>)
   }
 }
 
-// One pass of up to 8 * NT activation rows, on kWarps<NT> warps a CTA.
+// One pass of up to 8 * NT activation rows, on kWarps<T, NT> warps a CTA.
 template <TensorType T, int NT, bool kSwiGlu>
 Status launch_pass(const QuantMmaArgs& pass, int64_t ctas, int64_t units, int64_t steps,
                    LaunchStream stream) {
   LS_CUDA_CHECK(launch_kernel(quant_mma_kernel<T, NT, kSwiGlu>, static_cast<unsigned>(ctas),
-                              32 * kWarps<NT>, kRingBytes<NT>, stream, pass,
+                              32 * kWarps<T, NT>, kRingBytes<T, NT>, stream, pass,
                               static_cast<int>(units), static_cast<int>(steps)));
   return Status::ok();
 }
@@ -317,9 +318,11 @@ template <TensorType T, bool kSwiGlu>
 Status configure_type() {
   static_assert(kRing<6> && kRing<8> && !kRing<4>);
   LS_CUDA_CHECK(cudaFuncSetAttribute(quant_mma_kernel<T, 6, kSwiGlu>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kRingBytes<6>));
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     kRingBytes<T, 6>));
   LS_CUDA_CHECK(cudaFuncSetAttribute(quant_mma_kernel<T, 8, kSwiGlu>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kRingBytes<8>));
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     kRingBytes<T, 8>));
   return Status::ok();
 }
 
