@@ -10,7 +10,8 @@
 # Usage: OUT=/path scripts/device_run.sh [STEP...]
 #   steps: env tests bench (the default, in that order), bench7b, grammar7b, serve7b, loadtest7b,
 #   prefix7b, chunk7b, chunksweep7b, optimes7b, firstreq7b,
-#   multi7b, serve, sanitize, allreduce, replicas7b, transformers7b, profile7b, tp70b, layouts
+#   multi7b, serve, sanitize, allreduce, replicas7b, transformers7b, profile7b, timeline7b, tp70b,
+#   layouts
 #   layouts: cuda_executor_test and gpu_engine_test (GPU_LAYOUT_TESTS) once per multi-GPU
 #     layout of GPU_TEST_LAYOUTS (default "tp2 pp2 pp2mb tp2xpp2 replicas2";
 #     LLAMASERVE_TEST_LAYOUT, tests/gpu/test_layout.h)
@@ -33,6 +34,7 @@
 #                    metrics.txt and metrics-before.txt in logs.tar.gz)
 #   profile-7b.md    per-kernel time of profiled decode steps or prompt passes (profile7b;
 #                    PROFILE_BATCHES, default "1 16 256", may name "prompt")
+#   timeline-7b.md   what each kernel added to decode steps as they ran (timeline7b)
 #   logs.tar.gz      every step's log, gtest XML, and under logs/results/ every other file the
 #                    steps wrote (JSON results, the kernel benchmark CSV, /metrics scrapes)
 # The build dir needs: tests/gpu, bench/cuda_kernels, src/cli/llamaserve, runtime-libs (shared
@@ -425,6 +427,47 @@ PY
   done
 }
 
+# Kernel timelines of decode steps of the 7B shape as they ran (bench/timeline: a CUPTI
+# injection library, so programmatic dependent launch and graphs keep their overlap): for each
+# of TIMELINE_TYPES (default "f16 q4_k_m") and TIMELINE_BATCHES (default "1"), 8 steps after
+# the case's timed runs (TIMELINE_ARGS, default "-p 16 -n 64"), tabulated by
+# scripts/kernel_timeline.py into $OUT/timeline-7b.md (what each kernel added to the step, and
+# the time no kernel ran), beside the time of the same run's timed steps (traced too: the
+# tracer adds time between steps and a little within them; a plain bench is the reference).
+timeline7b() {
+  local bin="$build/src/cli/llamaserve" lib="$build/bench/timeline/libkernel_timeline.so"
+  need_binary llamaserve "$bin" || return
+  if [[ ! -s $lib ]]; then
+    note timeline7b "SKIP (no $lib: CUPTI headers missing at build time)"
+    return
+  fi
+  # The GPU machine's CUPTI: its PyPI package (nvidia-cuda-cupti) or the toolkit's extras.
+  local cupti
+  cupti=$(python3 -c "import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], 'cu13', 'lib'))" 2>/dev/null)
+  [[ -e $cupti/libcupti.so.13 ]] || cupti=$(dirname "$(ls /usr/local/cuda/extras/CUPTI/lib64/libcupti.so* 2>/dev/null | head -1)")
+  local dir=${BENCH7B_DIR:-/tmp} md="$OUT/timeline-7b.md" steps=8 case_args
+  : >"$md"
+  for type in ${TIMELINE_TYPES:-f16 q4_k_m}; do
+    local model="$dir/llama2-7b-$type.gguf"
+    if [[ ! -s $model ]]; then
+      step "synth-7b-$type" 420 "$bin" synth --shape llama2-7b --type "$type" -o "$model" \
+        --progress lines --vocab "$build/fixtures/vocab-llama2-spm.gguf" || continue
+    fi
+    for b in ${TIMELINE_BATCHES:-1}; do
+      local csv="$logs/timeline-7b-$type-b$b.csv" json="$logs/timeline-bench-$type-b$b.json"
+      read -r -a case_args <<<"${TIMELINE_ARGS:--p 16 -n 64}"
+      step "timeline-7b-$type-b$b" 300 env CUDA_INJECTION64_PATH="$root/$lib" \
+        KERNEL_TIMELINE_CSV="$csv" LD_LIBRARY_PATH="$cupti:$LD_LIBRARY_PATH" \
+        "$bin" bench -m "$model" --device cuda:0 "${case_args[@]}" -b "$b" --reps 3 \
+        --profile-steps "$steps" --profile-batch "$b" --json-file "$json" || continue
+      local name="decode b1"
+      [[ $b != 1 ]] && name="batch $b x"
+      python3 scripts/kernel_timeline.py "$csv" --steps "$steps" --bench-json "$json" \
+        --case "$name" --title "7B $type, decode steps of $b sequence(s)" >>"$md"
+    done
+  done
+}
+
 # The 7B F16 shape on one GPU, tensor parallel over two and a two-stage pipeline, with the
 # same bench arguments (MULTI_ARGS); tables to $OUT/bench-multi.md, JSON to bench-multi.json.
 multi7b() {
@@ -601,6 +644,7 @@ for s in "${steps[@]}"; do
     reload7b) reload7b ;;
     multi7b) multi7b ;;
     profile7b) profile7b ;;
+    timeline7b) timeline7b ;;
     tp70b)
       # The LLaMA-2-70B shape in F16 (138 GB: more than one GPU holds, more than the disk),
       # synthesized into memory and run with tensor parallelism over every visible GPU
@@ -628,7 +672,7 @@ for s in "${steps[@]}"; do
       fi
       ;;
     *)
-      note "$s" "FAIL (unknown step; steps: env tests bench bench7b grammar7b serve7b loadtest7b prefix7b chunk7b chunksweep7b optimes7b firstreq7b reload7b multi7b serve sanitize allreduce replicas7b transformers7b profile7b tp70b)"
+      note "$s" "FAIL (unknown step; steps: env tests bench bench7b grammar7b serve7b loadtest7b prefix7b chunk7b chunksweep7b optimes7b firstreq7b reload7b multi7b serve sanitize allreduce replicas7b transformers7b profile7b timeline7b tp70b)"
       failures=$((failures + 1))
       ;;
   esac

@@ -15,7 +15,7 @@
 
 #   TARGETs: GPU test binaries (cuda_kernels_test cuda_executor_test multi_gpu_test peer_reduce_test
 #   gpu_engine_test model_service_test embedded_engine_test), cuda_kernels_bench, all_reduce_bench,
-#   logits_tool; llamaserve, the runtime libraries and the fixtures always come along. Default:
+#   logits_tool, kernel_timeline (timeline7b's library); llamaserve, the runtime libraries and the fixtures always come along. Default:
 #   every GPU test binary.
 set -euo pipefail
 
@@ -45,7 +45,7 @@ rm -rf "$carry"
 mkdir -p "$carry/src/cli"
 strip -o "$carry/src/cli/llamaserve" "$build/src/cli/llamaserve"
 for t in "${targets[@]}"; do
-  src=$(find "$build" -type f -name "$t" -perm -u+x | head -1)
+  src=$(find "$build" -type f \( -name "$t" -o -name "lib$t.so" \) -perm -u+x | head -1)
   [[ -n $src ]] || { echo "gpu_carry: no binary $t under $build" >&2; exit 1; }
   dst="$carry/${src#"$build"/}"
   mkdir -p "$(dirname "$dst")"

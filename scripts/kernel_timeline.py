@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Per-kernel breakdown of steps traced by libkernel_timeline.so (bench/timeline), as they ran.
+
+Unlike Nsight Compute's breakdown (scripts/ncu_breakdown.py), whose kernels run one at a time,
+replayed, the timeline keeps what programmatic dependent launch and graphs overlap, so its
+columns add up to the step:
+
+  exposed   the time from the end of the kernel that ended before it to its own end, less any
+            time in which no kernel ran: what the kernel added to the step (a kernel that
+            started early and waited for its producer is charged only for what it ran past it)
+  idle      time in which no kernel ran at all (launch gaps, host work)
+  run       from the kernel's start to its end, waiting included
+
+    scripts/kernel_timeline.py CSV --steps 4 [--title T] [--bench-json J] [--copy-gbps G]
+
+--bench-json (the traced run's own `llamaserve bench --json-file`) adds the time of the case's
+timed steps, traced too. CUPTI's records cost most between steps (the idle time grows), a
+little within them: compare the kernels' span, not the traced step, with an untraced run.
+"""
+import argparse
+import collections
+import csv
+import json
+import re
+import sys
+
+
+def short_name(name):
+    name = re.sub(r"llamaserve::cuda::|\(anonymous namespace\)::|llamaserve::", "", name)
+    # Drop the parameter list (the last top-level parenthesis group), keep template arguments.
+    depth = 0
+    for i in range(len(name) - 1, -1, -1):
+        c = name[i]
+        if c == ")":
+            depth += 1
+        elif c == "(":
+            depth -= 1
+            if depth == 0:
+                return name[:i] if i > 0 else name
+    return name
+
+
+def load(path):
+    rows = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            rows.append((int(r["start_ns"]), int(r["end_ns"]), short_name(r["kernel"])))
+    return rows
+
+
+def breakdown(rows):
+    """Per kernel name: launches, exposed ns, run ns; and the idle ns and the window."""
+    rows = sorted(rows, key=lambda r: r[1])
+    starts = sorted(r[0] for r in rows)
+    window_start = starts[0]
+    exposed = collections.Counter()
+    run = collections.Counter()
+    launches = collections.Counter()
+    idle = 0
+    prev_end = window_start
+    # Running intervals merged in start order, to find when nothing ran between two ends.
+    by_start = sorted(rows)
+    busy = []
+    for s, e, _ in by_start:
+        if busy and s <= busy[-1][1]:
+            busy[-1][1] = max(busy[-1][1], e)
+        else:
+            busy.append([s, e])
+
+    def idle_between(a, b):
+        """Nanoseconds in (a, b) covered by no kernel."""
+        covered = 0
+        for s, e in busy:
+            lo, hi = max(s, a), min(e, b)
+            if hi > lo:
+                covered += hi - lo
+        return (b - a) - covered
+
+    for s, e, name in rows:
+        launches[name] += 1
+        run[name] += e - s
+        if e <= prev_end:
+            continue
+        gap = idle_between(prev_end, e)
+        idle += gap
+        exposed[name] += (e - prev_end) - gap
+        prev_end = e
+    return launches, exposed, run, idle, prev_end - window_start
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("csv")
+    ap.add_argument("--steps", type=int, required=True, help="steps in the traced range")
+    ap.add_argument("--title", default="traced steps")
+    ap.add_argument("--bench-json", help="bench JSON of the same case (untraced step time)")
+    ap.add_argument("--case", default="decode b1", help="the bench case's name prefix")
+    args = ap.parse_args()
+    rows = load(args.csv)
+    if not rows:
+        sys.exit(f"{args.csv}: no kernels in the profiler range")
+    launches, exposed, run, idle, window = breakdown(rows)
+    n = args.steps
+    step_us = window / n / 1000
+    out = [f"### {args.title}", ""]
+    line = (f"{len(rows) / n:.0f} kernel launches a step; traced step {step_us:.1f} us "
+            f"(first kernel's start to last kernel's end over {n} steps), of which no kernel "
+            f"running {idle / n / 1000:.1f} us ({100 * idle / window:.1f}%), kernels' span "
+            f"{(window - idle) / n / 1000:.1f} us")
+    if args.bench_json:
+        report = json.load(open(args.bench_json))
+        case = next((c for c in report["cases"] if c["name"].startswith(args.case)), None)
+        if case:
+            line += (f"; the same run's timed steps (traced too) "
+                     f"{case['ms_per_token'] * 1000:.1f} us")
+    out += [line, ""]
+    out.append("| kernel | launches/step | exposed us/step | % of step | run us/launch |")
+    out.append("| --- | ---: | ---: | ---: | ---: |")
+    for name, ns in exposed.most_common():
+        out.append(f"| `{name}` | {launches[name] / n:.0f} | {ns / n / 1000:.1f} | "
+                   f"{100 * ns / window:.1f}% | {run[name] / launches[name] / 1000:.2f} |")
+    for name in launches:
+        if name not in exposed:
+            out.append(f"| `{name}` | {launches[name] / n:.0f} | 0.0 | 0.0% | "
+                       f"{run[name] / launches[name] / 1000:.2f} |")
+    out.append(f"| (no kernel running) | | {idle / n / 1000:.1f} | {100 * idle / window:.1f}% | |")
+    print("\n".join(out) + "\n")
+
+
+if __name__ == "__main__":
+    main()
