@@ -54,8 +54,10 @@ void expect_halves_of(const std::vector<uint16_t>& got, int64_t h_stride,
 class RmsNormTest : public GpuTest {};
 
 // Row width, row count, the input rows' padding and the half rows' padding (the residual
-// halves get 4 more): few rows or unaligned strides take the one-row kernel, 16 or more rows
-// at strides of whole 4-element groups the many-rows kernel, in each of its block sizes.
+// halves get 4 more): 16 or more rows at strides of whole 4-element groups take the many-rows
+// kernel, in each of its block sizes; fewer rows of whole aligned groups without a residual the
+// sliced kernel (both widths of what a thread sums, partial slices and groups); the rest (a
+// residual, odd widths or strides) the one-row kernel.
 struct NormCase {
   int64_t n, rows, pad, half_pad;
 };
@@ -123,19 +125,22 @@ TEST_P(RmsNormRowsTest, PlainResidualAndGatheredRows) {
   expect_all_near(y_dev.download(), expected, 1e-5, 1e-6, "add + rmsnorm");
   expect_all_near(x_dev.download(), sum, 0.0, 0.0, "residual sum");
 
-  // The normalized rows as a GEMM's halves instead of y: the fp32 outputs, converted.
+  // The normalized rows as a GEMM's halves instead of y: the fp32 outputs of the same rows
+  // (x already summed, no residual: the kernel the halves take), converted.
   for (const HalfType type : {HalfType::kF16, HalfType::kBF16}) {
-    const std::vector<float> f = y_dev.download();
     DeviceArray<float> x_again(x_dev.download());
-    const int64_t h_stride = n + nc.half_pad;
-    DeviceArray<uint16_t> half_dev(rows * h_stride);
-    half_dev.poison();
     RmsNormArgs h = a;
     h.x = x_again.get();
     h.residual = nullptr;
+    y_dev.poison();
+    ASSERT_OK(rmsnorm(h, nullptr));
+    const std::vector<float> f = y_dev.download();
+    expect_all_near(f, expected, 1e-5, 1e-6, "rmsnorm of the sums");
+    const int64_t h_stride = n + nc.half_pad;
+    DeviceArray<uint16_t> half_dev(rows * h_stride);
+    half_dev.poison();
     h.y = nullptr;
     h.y_half = HalfRows{half_dev.get(), h_stride, type};
-    // y_dev holds norm(x + residual) with x already summed: normalize the sums again.
     ASSERT_OK(rmsnorm(h, nullptr));
     ASSERT_NO_FATAL_FAILURE(expect_halves_of(half_dev.download(), h_stride, f, n, rows, n, type));
   }
@@ -184,7 +189,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormRowsTest,
                                            NormCase{4100, 21, 8, 8},  // 256
                                            NormCase{8196, 17, 4, 4},  // 512
                                            NormCase{4096, 40, 2, 4},  // unaligned: one-row
-                                           NormCase{4096, 15, 4, 4}   // too few rows: one-row
+                                           NormCase{4096, 15, 4, 4},  // too few: sliced
+                                           NormCase{576, 1, 0, 0},    // sliced, one row
+                                           NormCase{100, 5, 4, 2},    // sliced, part of a slice
+                                           NormCase{8192, 3, 4, 4},   // sliced, 8 groups
+                                           NormCase{6148, 2, 8, 0}    // sliced, partial groups
                                            ));
 
 // ---------------------------------------------------------------------------------------
@@ -359,6 +368,18 @@ TEST_F(RmsNormTest, ProducersWrite8BitBlocks) {
   const std::vector<float> y = y_dev.download();
   EXPECT_EQ(y, y_plain.download());
   EXPECT_EQ(count_q8_mismatches(y, n, rows, n, q8, a.yq), 0) << "rmsnorm";
+  // With a residual added first (the one-row kernel; the above took the sliced one).
+  const std::vector<float> residual = random_floats(rows * n, 16);
+  DeviceArray<float> residual_dev(residual), x_again(x);
+  a.x = x_again.get();
+  a.residual = residual_dev.get();
+  a.residual_stride = n;
+  q8.poison();
+  ASSERT_OK(rmsnorm(a, nullptr));
+  const std::vector<float> y_added = y_dev.download();
+  EXPECT_EQ(count_q8_mismatches(y_added, n, rows, n, q8, a.yq), 0) << "rmsnorm + residual";
+  a.x = x_dev.get();
+  a.residual = nullptr;
 
   const std::vector<float> gate = random_floats(rows * n, 13, 4.0f),
                            up = random_floats(rows * n, 14);

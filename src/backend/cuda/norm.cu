@@ -142,6 +142,66 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const RmsNormArgs
   });
 }
 
+// Few rows (decode steps) with nothing to add first: each row is split into slices of
+// kSliceThreads elements, one block a slice. Every block sums the whole row's squares itself,
+// all of its loads in flight at once (a 4096-wide row is 16 KB, read from L2 once a block), and
+// normalizes only its slice: one memory round trip and one 8-warp barrier after the wait, where
+// the 1024-thread kernel below (loads, a 32-warp barrier, a 32-term sum, a second pass, on one
+// SM) kept a 7B decode step's norms exposed about 5 us each after their producer
+// (bench/results/2026-12-05-h100-kernel-timelines.md). The row is only read, so no block sees
+// another's writes.
+constexpr int kSliceThreads = 256;
+constexpr int kSliceMaxVecs = 8;  // float4s a thread sums: rows of up to 8192 elements
+
+template <int kVecs>
+__global__ void __launch_bounds__(kSliceThreads) rmsnorm_slices_kernel(const RmsNormArgs a) {
+  pdl_launch_dependents();
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kSliceThreads + threadIdx.x;
+  const float w = c < a.n ? __ldg(a.weight + c) : 0.0f;
+  pdl_wait();
+  const int64_t row = blockIdx.y;
+  const int64_t in_row = a.row_ids != nullptr ? a.row_ids[row] : row;
+  const float* x = a.x + in_row * a.x_stride;
+  const auto* x4 = reinterpret_cast<const float4*>(x);
+  const int64_t n4 = a.n / 4;
+  float4 v[kVecs];
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * kSliceThreads;
+    v[k] = i < n4 ? x4[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    sum_sq = fmaf(v[k].x, v[k].x, sum_sq);
+    sum_sq = fmaf(v[k].y, v[k].y, sum_sq);
+    sum_sq = fmaf(v[k].z, v[k].z, sum_sq);
+    sum_sq = fmaf(v[k].w, v[k].w, sum_sq);
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1)
+    sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, offset);
+  __shared__ float warp_sums[kSliceThreads / 32];
+  const int lane = threadIdx.x & 31;
+  if (lane == 0) warp_sums[threadIdx.x >> 5] = sum_sq;
+  __syncthreads();
+  if (c >= a.n) return;  // whole warps where the output is 8-bit (n % 32 == 0)
+  float total = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kSliceThreads / 32; ++i) total += warp_sums[i];
+  const float inv_rms = rsqrtf(total / static_cast<float>(a.n) + a.eps);
+  const float value = x[c] * inv_rms * w;
+  if (a.y_half.data != nullptr) {
+    store_half(a.y_half, row, c, value);
+    return;
+  }
+  a.y[row * a.y_stride + c] = value;
+  if (a.yq.qs != nullptr) {
+    quantize_q8_warp(value, lane, a.yq.qs + row * a.yq.qs_stride + (c - lane),
+                     a.yq.ds + row * a.yq.ds_stride + c / kQ8Block);
+  }
+}
+
 // Batches of many rows (prompts, larger decode batches): a small block per row, each thread
 // holding kRowVecs groups of 4 elements in registers, every load of the row (and of its
 // residual or peers' partials) issued before any is used, so that a row costs one memory round
@@ -261,6 +321,16 @@ bool row_kernel_takes(const RmsNormArgs& a) {
          (a.half_residual == nullptr || aligned(a.half_residual, 8));
 }
 
+// Whether rmsnorm_slices_kernel takes these rows: fewer than the rows kernel takes, nothing to
+// add (residual, fused or pulled sums) and no output over the input, whole aligned 4-element
+// groups of rows up to kSliceMaxVecs groups a thread.
+bool slices_kernel_takes(const RmsNormArgs& a) {
+  const bool adds = a.pull_slot >= 0 || a.residual != nullptr || a.half_residual != nullptr;
+  return a.n_rows < kRowKernelMinRows && !adds && !a.reduce.active() &&
+         (a.y_half.data != nullptr || a.y != a.x) && a.n % 4 == 0 &&
+         a.n <= 4 * kSliceMaxVecs * kSliceThreads && a.x_stride % 4 == 0 && aligned(a.x, 16);
+}
+
 }  // namespace
 
 Status rmsnorm(const RmsNormArgs& a, LaunchStream stream) {
@@ -292,6 +362,15 @@ Status rmsnorm(const RmsNormArgs& a, LaunchStream stream) {
                   : vecs <= 256 ? launch_kernel(rmsnorm_rows_kernel<256>, rows, 256, 0, stream, a)
                                 : launch_kernel(rmsnorm_rows_kernel<kRowThreadsMax>, rows,
                                                 kRowThreadsMax, 0, stream, a));
+    return Status::ok();
+  }
+  if (slices_kernel_takes(a)) {
+    const dim3 grid(static_cast<unsigned>((a.n + kSliceThreads - 1) / kSliceThreads),
+                    static_cast<unsigned>(a.n_rows));
+    LS_CUDA_CHECK(a.n <= 4 * 4 * kSliceThreads
+                      ? launch_kernel(rmsnorm_slices_kernel<4>, grid, kSliceThreads, 0, stream, a)
+                      : launch_kernel(rmsnorm_slices_kernel<kSliceMaxVecs>, grid, kSliceThreads, 0,
+                                      stream, a));
     return Status::ok();
   }
   const unsigned blocks = static_cast<unsigned>(a.n_rows);
