@@ -13,9 +13,9 @@
 namespace llamaserve::cuda {
 namespace {
 
-// Decode steps normalize one row per launch: many threads and unrolled loops keep the loads of
-// a row in flight together, so the kernel costs about one memory round trip, not one per
-// element a thread handles.
+// Few rows with something to add first (a residual, the ranks' partials of tensor parallelism)
+// or of odd widths: one block of many threads a row, unrolled loops keeping the loads of a row
+// in flight together (rows without an addition take rmsnorm_slices_kernel below).
 constexpr int kNormThreads = 1024;
 
 __device__ float block_sum(float v, float* shared) {
