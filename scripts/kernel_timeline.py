@@ -11,7 +11,12 @@ columns add up to the step:
   idle      time in which no kernel ran at all (launch gaps, host work)
   run       from the kernel's start to its end, waiting included
 
-    scripts/kernel_timeline.py CSV --steps 4 [--title T] [--bench-json J] [--copy-gbps G]
+    scripts/kernel_timeline.py CSV --steps 4 [--title T] [--bench-json J]
+    scripts/kernel_timeline.py CSV --steps 8 --against BASE_CSV [--against-steps 8]
+
+--against puts a baseline's trace (another build, the same case) beside this one: each kernel's
+exposed time a step in both and the difference, so that a change's effect on every kernel of
+the step shows in one table (kernels only one of them runs have a blank on the other side).
 
 --bench-json (the traced run's own `llamaserve bench --json-file`) adds the time of the case's
 timed steps, traced too. CUPTI's records cost most between steps (the idle time grows), a
@@ -88,6 +93,35 @@ def breakdown(rows):
     return launches, exposed, run, idle, prev_end - window_start
 
 
+def compare(base_rows, base_steps, rows, steps, title):
+    """Markdown: each kernel's launches and exposed us a step, baseline against this trace."""
+    b_launches, b_exposed, _, b_idle, b_window = breakdown(base_rows)
+    launches, exposed, _, idle, window = breakdown(rows)
+    names = list(dict.fromkeys(
+        [n for n, _ in b_exposed.most_common()] + [n for n, _ in exposed.most_common()] +
+        list(b_launches) + list(launches)))
+
+    def us(counter, name, n):
+        return counter[name] / n / 1000
+
+    out = [f"### {title}", "",
+           f"step {b_window / base_steps / 1000:.1f} -> {window / steps / 1000:.1f} us traced, "
+           f"kernels' span {(b_window - b_idle) / base_steps / 1000:.1f} -> "
+           f"{(window - idle) / steps / 1000:.1f} us", "",
+           "| kernel | launches/step | exposed us/step, baseline | this | difference |",
+           "| --- | ---: | ---: | ---: | ---: |"]
+    for name in names:
+        before = f"{us(b_exposed, name, base_steps):.1f}" if name in b_launches else ""
+        after = f"{us(exposed, name, steps):.1f}" if name in launches else ""
+        diff = us(exposed, name, steps) - us(b_exposed, name, base_steps)
+        count = (f"{b_launches[name] / base_steps:.0f}" if name in b_launches else "-") + " / " + (
+            f"{launches[name] / steps:.0f}" if name in launches else "-")
+        out.append(f"| `{name}` | {count} | {before} | {after} | {diff:+.1f} |")
+    out.append(f"| (no kernel running) | | {b_idle / base_steps / 1000:.1f} | "
+               f"{idle / steps / 1000:.1f} | {(idle / steps - b_idle / base_steps) / 1000:+.1f} |")
+    return "\n".join(out) + "\n"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("csv")
@@ -95,10 +129,18 @@ def main():
     ap.add_argument("--title", default="traced steps")
     ap.add_argument("--bench-json", help="bench JSON of the same case (untraced step time)")
     ap.add_argument("--case", default="decode b1", help="the bench case's name prefix")
+    ap.add_argument("--against", help="a baseline's CSV of the same case, tabulated beside")
+    ap.add_argument("--against-steps", type=int, help="its steps (default --steps)")
     args = ap.parse_args()
     rows = load(args.csv)
     if not rows:
         sys.exit(f"{args.csv}: no kernels in the profiler range")
+    if args.against:
+        base = load(args.against)
+        if not base:
+            sys.exit(f"{args.against}: no kernels in the profiler range")
+        print(compare(base, args.against_steps or args.steps, rows, args.steps, args.title))
+        return
     launches, exposed, run, idle, window = breakdown(rows)
     n = args.steps
     step_us = window / n / 1000

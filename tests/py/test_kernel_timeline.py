@@ -57,3 +57,16 @@ def test_per_step_figures_divide_by_the_steps(tmp_path: Path) -> None:
     text = run(tmp_path, rows, steps=2)
     assert "traced step 4.0 us" in text
     assert table(text)["k"][:2] == ["1", "4.0"]
+
+
+def test_against_a_baseline_lists_both_sides(tmp_path: Path) -> None:
+    base, new = tmp_path / "base.csv", tmp_path / "new.csv"
+    base.write_text(HEADER + '1,l,0,4000,7,1,1,"norm(A)"\n1,l,3000,10000,7,1,1,"mv(A)"\n')
+    new.write_text(HEADER + '1,l,0,2000,7,1,1,"slices(A)"\n1,l,1000,8000,7,1,1,"mv(A)"\n')
+    out = subprocess.run([sys.executable, str(SCRIPT), str(new), "--steps", "1", "--against",
+                          str(base)], capture_output=True, text=True, check=True).stdout
+    t = table(out)
+    assert t["norm"] == ["1 / -", "4.0", "", "-4.0"]
+    assert t["slices"] == ["- / 1", "", "2.0", "+2.0"]
+    assert t["mv"] == ["1 / 1", "6.0", "6.0", "+0.0"]
+    assert "kernels' span 10.0 -> 8.0 us" in out
