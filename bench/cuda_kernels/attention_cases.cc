@@ -309,7 +309,7 @@ std::string bench_decode_attention(int groups, double copy, FILE* csv, LaunchStr
   return table;
 }
 
-// Decode steps of few sequences (1 to 64 of 192 to 2048 positions, 32 query heads of head_dim
+// Decode steps of few sequences (1 to 64 of 128 to 2048 positions, 32 query heads of head_dim
 // 128 over 32 KV heads, f16 cache): the decode kernel with 4, 8 and 16 warps a block and 1 to 8
 // flash-decoding splits (combined by each row's last block), and the kernel's own block size.
 // Where (sequences x KV heads x splits) blocks of 16 warps outnumber the SMs, those run in
@@ -320,7 +320,8 @@ std::string bench_decode_attention_geometry(int groups, double copy, FILE* csv,
   struct Shape {
     int seqs, context;
   };
-  constexpr Shape kShapes[] = {{1, 2048}, {4, 640}, {16, 192}, {16, 640}, {32, 192}, {64, 192}};
+  constexpr Shape kShapes[] = {{1, 128},  {1, 512},  {1, 2048}, {4, 640},
+                               {16, 192}, {16, 640}, {32, 192}, {64, 192}};
   BENCH_OK(configure_attention_kernels());
   std::printf("\nattention (decode of few sequences: warps a block and splits)\n");
   std::string table =
