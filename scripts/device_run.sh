@@ -434,6 +434,9 @@ PY
 # scripts/kernel_timeline.py into $OUT/timeline-7b.md (what each kernel added to the step, and
 # the time no kernel ran), beside the time of the same run's timed steps (traced too: the
 # tracer adds time between steps and a little within them; a plain bench is the reference).
+# TIMELINE_BASE: another build's llamaserve (e.g. build/carry-base/src/cli/llamaserve), traced
+# the same way just before each case, and a table of each kernel's exposed time in both
+# (kernel_timeline.py --against) follows the case's.
 timeline7b() {
   local bin="$build/src/cli/llamaserve" lib="$build/bench/timeline/libkernel_timeline.so"
   need_binary llamaserve "$bin" || return
@@ -445,7 +448,7 @@ timeline7b() {
   local cupti
   cupti=$(python3 -c "import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], 'cu13', 'lib'))" 2>/dev/null)
   [[ -e $cupti/libcupti.so.13 ]] || cupti=$(dirname "$(ls /usr/local/cuda/extras/CUPTI/lib64/libcupti.so* 2>/dev/null | head -1)")
-  local dir=${BENCH7B_DIR:-/tmp} md="$OUT/timeline-7b.md" steps=8 case_args
+  local dir=${BENCH7B_DIR:-/tmp} md="$OUT/timeline-7b.md" traced=8 case_args
   : >"$md"
   for type in ${TIMELINE_TYPES:-f16 q4_k_m}; do
     local model="$dir/llama2-7b-$type.gguf"
@@ -455,15 +458,27 @@ timeline7b() {
     fi
     for b in ${TIMELINE_BATCHES:-1}; do
       local csv="$logs/timeline-7b-$type-b$b.csv" json="$logs/timeline-bench-$type-b$b.json"
+      local base_csv="$logs/timeline-7b-base-$type-b$b.csv"
       read -r -a case_args <<<"${TIMELINE_ARGS:--p 16 -n 64}"
-      step "timeline-7b-$type-b$b" 300 env CUDA_INJECTION64_PATH="$root/$lib" \
-        KERNEL_TIMELINE_CSV="$csv" LD_LIBRARY_PATH="$cupti:$LD_LIBRARY_PATH" \
-        "$bin" bench -m "$model" --device cuda:0 "${case_args[@]}" -b "$b" --reps 3 \
-        --profile-steps "$steps" --profile-batch "$b" --json-file "$json" || continue
+      trace() {  # trace NAME BINARY CSV JSON: one traced bench run of the case
+        step "$1" 300 env CUDA_INJECTION64_PATH="$root/$lib" KERNEL_TIMELINE_CSV="$3" \
+          LD_LIBRARY_PATH="$cupti:$LD_LIBRARY_PATH" "$2" bench -m "$model" --device cuda:0 \
+          "${case_args[@]}" -b "$b" --reps 3 --profile-steps "$traced" --profile-batch "$b" \
+          --json-file "$4"
+      }
+      if [[ -n ${TIMELINE_BASE:-} ]]; then
+        trace "timeline-7b-base-$type-b$b" "$TIMELINE_BASE" "$base_csv" \
+          "$logs/timeline-bench-base-$type-b$b.json" || base_csv=""
+      fi
+      trace "timeline-7b-$type-b$b" "$bin" "$csv" "$json" || continue
       local name="decode b1"
       [[ $b != 1 ]] && name="batch $b x"
-      python3 scripts/kernel_timeline.py "$csv" --steps "$steps" --bench-json "$json" \
+      python3 scripts/kernel_timeline.py "$csv" --steps "$traced" --bench-json "$json" \
         --case "$name" --title "7B $type, decode steps of $b sequence(s)" >>"$md"
+      if [[ -n ${TIMELINE_BASE:-} && -s $base_csv ]]; then
+        python3 scripts/kernel_timeline.py "$csv" --steps "$traced" --against "$base_csv" \
+          --title "7B $type, $b sequence(s): $TIMELINE_BASE against this build" >>"$md"
+      fi
     done
   done
 }
