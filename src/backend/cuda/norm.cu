@@ -18,7 +18,11 @@ namespace {
 // in flight together (rows without an addition take rmsnorm_slices_kernel below).
 constexpr int kNormThreads = 1024;
 
-__device__ float block_sum(float v, float* shared) {
+// The sum of v over a block of kThreads threads, every thread given it (shared: kThreads / 32
+// floats; a barrier, so every thread of the block calls it): each warp's sum, then the warps'
+// in warp order.
+template <int kThreads>
+__device__ __forceinline__ float block_sum(float v, float* shared) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -26,7 +30,7 @@ __device__ float block_sum(float v, float* shared) {
   __syncthreads();
   float total = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kNormThreads / 32; ++i) total += shared[i];
+  for (int i = 0; i < kThreads / 32; ++i) total += shared[i];
   return total;
 }
 
@@ -118,7 +122,8 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const RmsNormArgs
     }
     sum_sq = fmaf(v, v, sum_sq);
   }
-  const float total = block_sum(sum_sq, shared);  // (a barrier: every thread's sums are read)
+  const float total =
+      block_sum<kNormThreads>(sum_sq, shared);  // (a barrier: every thread's sums are read)
   if constexpr (reduce) peer_reduce_done(a.reduce);
   const float inv_rms = rsqrtf(total / static_cast<float>(a.n) + a.eps);
   if (a.y_half.data != nullptr) {
@@ -178,17 +183,9 @@ __global__ void __launch_bounds__(kSliceThreads) rmsnorm_slices_kernel(const Rms
     sum_sq = fmaf(v[k].z, v[k].z, sum_sq);
     sum_sq = fmaf(v[k].w, v[k].w, sum_sq);
   }
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1)
-    sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, offset);
   __shared__ float warp_sums[kSliceThreads / 32];
-  const int lane = threadIdx.x & 31;
-  if (lane == 0) warp_sums[threadIdx.x >> 5] = sum_sq;
-  __syncthreads();
+  const float total = block_sum<kSliceThreads>(sum_sq, warp_sums);
   if (c >= a.n) return;  // whole warps where the output is 8-bit (n % 32 == 0)
-  float total = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kSliceThreads / 32; ++i) total += warp_sums[i];
   const float inv_rms = rsqrtf(total / static_cast<float>(a.n) + a.eps);
   const float value = x[c] * inv_rms * w;
   if (a.y_half.data != nullptr) {
@@ -197,6 +194,7 @@ __global__ void __launch_bounds__(kSliceThreads) rmsnorm_slices_kernel(const Rms
   }
   a.y[row * a.y_stride + c] = value;
   if (a.yq.qs != nullptr) {
+    const int lane = threadIdx.x & 31;
     quantize_q8_warp(value, lane, a.yq.qs + row * a.yq.qs_stride + (c - lane),
                      a.yq.ds + row * a.yq.ds_stride + c / kQ8Block);
   }
@@ -282,14 +280,7 @@ __global__ void __launch_bounds__(kRowThreads) rmsnorm_rows_kernel(const RmsNorm
     }
   }
   __shared__ float partial[kRowThreads / 32];
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1)
-    sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, offset);
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = sum_sq;
-  __syncthreads();
-  float total = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kRowThreads / 32; ++i) total += partial[i];
+  const float total = block_sum<kRowThreads>(sum_sq, partial);
   const float inv_rms = rsqrtf(total / static_cast<float>(a.n) + a.eps);
 #pragma unroll
   for (int k = 0; k < kRowVecs; ++k) {
