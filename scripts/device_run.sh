@@ -448,24 +448,22 @@ timeline7b() {
   local cupti
   cupti=$(python3 -c "import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], 'cu13', 'lib'))" 2>/dev/null)
   [[ -e $cupti/libcupti.so.13 ]] || cupti=$(dirname "$(ls /usr/local/cuda/extras/CUPTI/lib64/libcupti.so* 2>/dev/null | head -1)")
-  local dir=${BENCH7B_DIR:-/tmp} md="$OUT/timeline-7b.md" traced=8 case_args
+  local md="$OUT/timeline-7b.md" traced=8 case_args model b
+  read -r -a case_args <<<"${TIMELINE_ARGS:--p 16 -n 64}"
+  # trace NAME BINARY CSV JSON: one traced bench run of the case ($model, $b sequences).
+  trace() {
+    step "$1" 300 env CUDA_INJECTION64_PATH="$root/$lib" KERNEL_TIMELINE_CSV="$3" \
+      LD_LIBRARY_PATH="$cupti:$LD_LIBRARY_PATH" "$2" bench -m "$model" --device cuda:0 \
+      "${case_args[@]}" -b "$b" --reps 3 --profile-steps "$traced" --profile-batch "$b" \
+      --json-file "$4"
+  }
   : >"$md"
   for type in ${TIMELINE_TYPES:-f16 q4_k_m}; do
-    local model="$dir/llama2-7b-$type.gguf"
-    if [[ ! -s $model ]]; then
-      step "synth-7b-$type" 420 "$bin" synth --shape llama2-7b --type "$type" -o "$model" \
-        --progress lines --vocab "$build/fixtures/vocab-llama2-spm.gguf" || continue
-    fi
+    synth7b "$type" || continue
+    model=$synth7b_model
     for b in ${TIMELINE_BATCHES:-1}; do
       local csv="$logs/timeline-7b-$type-b$b.csv" json="$logs/timeline-bench-$type-b$b.json"
       local base_csv="$logs/timeline-7b-base-$type-b$b.csv"
-      read -r -a case_args <<<"${TIMELINE_ARGS:--p 16 -n 64}"
-      trace() {  # trace NAME BINARY CSV JSON: one traced bench run of the case
-        step "$1" 300 env CUDA_INJECTION64_PATH="$root/$lib" KERNEL_TIMELINE_CSV="$3" \
-          LD_LIBRARY_PATH="$cupti:$LD_LIBRARY_PATH" "$2" bench -m "$model" --device cuda:0 \
-          "${case_args[@]}" -b "$b" --reps 3 --profile-steps "$traced" --profile-batch "$b" \
-          --json-file "$4"
-      }
       if [[ -n ${TIMELINE_BASE:-} ]]; then
         trace "timeline-7b-base-$type-b$b" "$TIMELINE_BASE" "$base_csv" \
           "$logs/timeline-bench-base-$type-b$b.json" || base_csv=""

@@ -15,8 +15,8 @@
 
 #   TARGETs: GPU test binaries (cuda_kernels_test cuda_executor_test multi_gpu_test peer_reduce_test
 #   gpu_engine_test model_service_test embedded_engine_test), cuda_kernels_bench, all_reduce_bench,
-#   logits_tool, kernel_timeline (timeline7b's library); llamaserve, the runtime libraries and the fixtures always come along. Default:
-#   every GPU test binary.
+#   logits_tool, kernel_timeline (timeline7b's library); llamaserve, the runtime libraries and the
+#   fixtures always come along. Default: every GPU test binary.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -56,8 +56,7 @@ def load(path):
 def breakdown(rows):
     """Per kernel name: launches, exposed ns, run ns; and the idle ns and the window."""
     rows = sorted(rows, key=lambda r: r[1])
-    starts = sorted(r[0] for r in rows)
-    window_start = starts[0]
+    window_start = min(r[0] for r in rows)
     exposed = collections.Counter()
     run = collections.Counter()
     launches = collections.Counter()

@@ -28,7 +28,7 @@ struct KernelRow {
   uint64_t start, end;
   uint32_t stream;
   int32_t grid, block;
-  std::string name;
+  std::string name;  // mangled, as CUPTI gives it (demangled for the rows written)
 };
 
 struct Recorder {
@@ -52,7 +52,6 @@ void check(CUptiResult result, const char* what) {
 }
 
 std::string demangle(const char* name) {
-  if (name == nullptr) return "?";
   int status = 0;
   std::unique_ptr<char, decltype(&std::free)> out(
       abi::__cxa_demangle(name, nullptr, nullptr, &status), &std::free);
@@ -76,7 +75,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
     std::lock_guard<std::mutex> lock(r.mu);
     r.kernels.push_back({k->correlationId, k->start, k->end, k->streamId,
                          k->gridX * k->gridY * k->gridZ, k->blockX * k->blockY * k->blockZ,
-                         demangle(k->name)});
+                         k->name != nullptr ? k->name : "?"});
   }
   std::free(buffer);
 }
@@ -112,7 +111,7 @@ void write_csv() {
   for (const KernelRow& k : r.kernels) {
     const auto call = r.calls.find(k.correlation);
     if (call == r.calls.end()) continue;
-    std::string name = k.name;
+    std::string name = demangle(k.name.c_str());
     for (char& c : name) {
       if (c == '"') c = '\'';
     }
