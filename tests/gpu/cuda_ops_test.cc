@@ -54,10 +54,11 @@ void expect_halves_of(const std::vector<uint16_t>& got, int64_t h_stride,
 class RmsNormTest : public GpuTest {};
 
 // Row width, row count, the input rows' padding and the half rows' padding (the residual
-// halves get 4 more): 16 or more rows at strides of whole 4-element groups take the many-rows
-// kernel, in each of its block sizes; fewer rows of whole aligned groups without a residual the
-// sliced kernel (both widths of what a thread sums, partial slices and groups); the rest (a
-// residual, odd widths or strides) the one-row kernel.
+// halves get 4 more): rows of whole aligned 4-element groups without a residual take the sliced
+// kernel below 16 rows and its wide slices from 16 to 64 rows (both widths of what a thread
+// sums, partial slices and groups); more rows, or 16 and more with a residual, the many-rows
+// kernel in each of its block sizes; the rest (odd widths or strides, fewer rows with a
+// residual) the one-row kernel.
 struct NormCase {
   int64_t n, rows, pad, half_pad;
 };
@@ -184,9 +185,12 @@ TEST_P(RmsNormRowsTest, PlainResidualAndGatheredRows) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormRowsTest,
                          ::testing::Values(NormCase{5125, 7, 3, 1},   // one-row kernel
-                                           NormCase{4096, 37, 4, 4},  // 128 threads per row
-                                           NormCase{2052, 16, 0, 0},  // 128, a row half held
-                                           NormCase{4100, 21, 8, 8},  // 256
+                                           NormCase{4096, 37, 4, 4},  // wide slices
+                                           NormCase{2052, 16, 0, 0},  // wide, partial slice
+                                           NormCase{4100, 21, 8, 8},  // wide, 8 groups
+                                           NormCase{4096, 65, 4, 4},  // 128 threads per row
+                                           NormCase{2052, 66, 0, 0},  // 128, a row half held
+                                           NormCase{4100, 70, 8, 8},  // 256
                                            NormCase{8196, 17, 4, 4},  // 512
                                            NormCase{4096, 40, 2, 4},  // unaligned: one-row
                                            NormCase{4096, 15, 4, 4},  // too few: sliced

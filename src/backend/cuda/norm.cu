@@ -15,7 +15,8 @@ namespace {
 
 // Few rows with something to add first (a residual, the ranks' partials of tensor parallelism)
 // or of odd widths: one block of many threads a row, unrolled loops keeping the loads of a row
-// in flight together (rows without an addition take rmsnorm_slices_kernel below).
+// in flight together (rows without an addition take rmsnorm_slices_kernel or its wide slices
+// below).
 constexpr int kNormThreads = 1024;
 
 // The sum of v over a block of kThreads threads, every thread given it (shared: kThreads / 32
@@ -158,16 +159,11 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const RmsNormArgs
 constexpr int kSliceThreads = 256;
 constexpr int kSliceMaxVecs = 8;  // float4s a thread sums: rows of up to 8192 elements
 
+// The reciprocal RMS of row `x4` (n / 4 float4s), summed by every thread of the block (kVecs
+// float4s each, all loads in flight together) and added over the block (one barrier: every thread
+// of the block calls it).
 template <int kVecs>
-__global__ void __launch_bounds__(kSliceThreads) rmsnorm_slices_kernel(const RmsNormArgs a) {
-  pdl_launch_dependents();
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kSliceThreads + threadIdx.x;
-  const float w = c < a.n ? __ldg(a.weight + c) : 0.0f;
-  pdl_wait();
-  const int64_t row = blockIdx.y;
-  const int64_t in_row = a.row_ids != nullptr ? a.row_ids[row] : row;
-  const float* x = a.x + in_row * a.x_stride;
-  const auto* x4 = reinterpret_cast<const float4*>(x);
+__device__ __forceinline__ float slice_row_inv_rms(const RmsNormArgs& a, const float4* x4) {
   const int64_t n4 = a.n / 4;
   float4 v[kVecs];
 #pragma unroll
@@ -185,8 +181,20 @@ __global__ void __launch_bounds__(kSliceThreads) rmsnorm_slices_kernel(const Rms
   }
   __shared__ float warp_sums[kSliceThreads / 32];
   const float total = block_sum<kSliceThreads>(sum_sq, warp_sums);
+  return rsqrtf(total / static_cast<float>(a.n) + a.eps);
+}
+
+template <int kVecs>
+__global__ void __launch_bounds__(kSliceThreads) rmsnorm_slices_kernel(const RmsNormArgs a) {
+  pdl_launch_dependents();
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kSliceThreads + threadIdx.x;
+  const float w = c < a.n ? __ldg(a.weight + c) : 0.0f;
+  pdl_wait();
+  const int64_t row = blockIdx.y;
+  const int64_t in_row = a.row_ids != nullptr ? a.row_ids[row] : row;
+  const float* x = a.x + in_row * a.x_stride;
+  const float inv_rms = slice_row_inv_rms<kVecs>(a, reinterpret_cast<const float4*>(x));
   if (c >= a.n) return;  // whole warps where the output is 8-bit (n % 32 == 0)
-  const float inv_rms = rsqrtf(total / static_cast<float>(a.n) + a.eps);
   const float value = x[c] * inv_rms * w;
   if (a.y_half.data != nullptr) {
     store_half(a.y_half, row, c, value);
@@ -197,6 +205,36 @@ __global__ void __launch_bounds__(kSliceThreads) rmsnorm_slices_kernel(const Rms
     const int lane = threadIdx.x & 31;
     quantize_q8_warp(value, lane, a.yq.qs + row * a.yq.qs_stride + (c - lane),
                      a.yq.ds + row * a.yq.ds_stride + c / kQ8Block);
+  }
+}
+
+// Decode batches of 16 to kWideSliceMaxRows rows (the quantized tensor-core products' inputs)
+// with nothing to add first: as rmsnorm_slices_kernel, in slices of 4 x kSliceThreads elements,
+// four a thread (a float4 in, four values out), so that a row is read by a quarter as many
+// blocks. Where one small block a row (rmsnorm_rows_kernel) left each norm of a 64-sequence
+// step exposed about 4 us after its producer (bench/results/2026-12-05-h100-kernel-timelines.md).
+constexpr int64_t kWideSliceMaxRows = 64;
+
+template <int kVecs>
+__global__ void __launch_bounds__(kSliceThreads) rmsnorm_wide_slices_kernel(const RmsNormArgs a) {
+  pdl_launch_dependents();
+  const int64_t c4 = static_cast<int64_t>(blockIdx.x) * kSliceThreads + threadIdx.x;
+  const int64_t n4 = a.n / 4;
+  const float4 w = c4 < n4 ? __ldg(reinterpret_cast<const float4*>(a.weight) + c4)
+                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  pdl_wait();
+  const int64_t row = blockIdx.y;
+  const int64_t in_row = a.row_ids != nullptr ? a.row_ids[row] : row;
+  const auto* x4 = reinterpret_cast<const float4*>(a.x + in_row * a.x_stride);
+  const float inv_rms = slice_row_inv_rms<kVecs>(a, x4);
+  if (c4 >= n4) return;
+  const float4 x = x4[c4];
+  const float4 value = make_float4(x.x * inv_rms * w.x, x.y * inv_rms * w.y, x.z * inv_rms * w.z,
+                                   x.w * inv_rms * w.w);
+  if (a.y_half.data != nullptr) {
+    store_half4(a.y_half, row, 4 * c4, value);
+  } else {
+    reinterpret_cast<float4*>(a.y + row * a.y_stride)[c4] = value;
   }
 }
 
@@ -322,6 +360,18 @@ bool slices_kernel_takes(const RmsNormArgs& a) {
          a.n <= 4 * kSliceMaxVecs * kSliceThreads && a.x_stride % 4 == 0 && aligned(a.x, 16);
 }
 
+// Whether rmsnorm_wide_slices_kernel takes these rows: 16 to kWideSliceMaxRows of them, nothing
+// to add, no 8-bit output and no output over the input, whole aligned 4-element groups.
+bool wide_slices_take(const RmsNormArgs& a) {
+  const bool adds = a.pull_slot >= 0 || a.residual != nullptr || a.half_residual != nullptr;
+  return a.n_rows >= kRowKernelMinRows && a.n_rows <= kWideSliceMaxRows && !adds &&
+         !a.reduce.active() && a.yq.qs == nullptr && a.n % 4 == 0 &&
+         a.n <= 4 * kSliceMaxVecs * kSliceThreads && a.x_stride % 4 == 0 && aligned(a.x, 16) &&
+         aligned(a.weight, 16) &&
+         (a.y_half.data != nullptr ? a.y_half.stride % 4 == 0 && aligned(a.y_half.data, 8)
+                                   : a.y != a.x && a.y_stride % 4 == 0 && aligned(a.y, 16));
+}
+
 }  // namespace
 
 Status rmsnorm(const RmsNormArgs& a, LaunchStream stream) {
@@ -345,6 +395,16 @@ Status rmsnorm(const RmsNormArgs& a, LaunchStream stream) {
   LS_CUDA_REQUIRE(a.yq.qs == nullptr || (a.n % kQ8Block == 0 && a.yq.ds != nullptr &&
                                          a.yq.qs_stride % 16 == 0 && a.yq.qs_stride >= a.n));
   if (a.n_rows == 0) return Status::ok();
+  if (wide_slices_take(a)) {
+    const dim3 grid(static_cast<unsigned>((a.n / 4 + kSliceThreads - 1) / kSliceThreads),
+                    static_cast<unsigned>(a.n_rows));
+    LS_CUDA_CHECK(
+        a.n <= 4 * 4 * kSliceThreads
+            ? launch_kernel(rmsnorm_wide_slices_kernel<4>, grid, kSliceThreads, 0, stream, a)
+            : launch_kernel(rmsnorm_wide_slices_kernel<kSliceMaxVecs>, grid, kSliceThreads, 0,
+                            stream, a));
+    return Status::ok();
+  }
   if (row_kernel_takes(a)) {
     const unsigned rows = static_cast<unsigned>(a.n_rows);
     // The smallest block whose threads hold the row: 128 threads up to 4096 elements.
