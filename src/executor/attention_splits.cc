@@ -29,7 +29,9 @@ int32_t choose_attention_splits(const AttentionSplitShape& s) {
   const int64_t decode_pairs =
       std::max<int64_t>(s.one_row_tiles ? s.n_tiles : s.single_row_tiles, 1) * heads;
   const int64_t mid_wave = std::max<int64_t>(s.decode_mid_blocks_per_sm, 1) * sms;
-  const int64_t wave = s.decode_many_warps && decode_pairs <= sms ? sms
+  const bool many_warps = s.decode_many_warps && decode_pairs <= sms;
+  if (s.one_row_tiles && many_warps && max_len <= kDecodeOneSplitTokens) return 1;
+  const int64_t wave = many_warps ? sms
                        : s.decode_mid_warps && decode_pairs <= mid_wave
                            ? mid_wave
                            : std::max<int64_t>(s.decode_blocks_per_sm, 1) * sms;

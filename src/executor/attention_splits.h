@@ -38,6 +38,12 @@ struct AttentionSplitShape {
 // warps; bench/results/2026-11-30-h200x2-decode-split-tokens.md).
 inline constexpr int32_t kPromptSplitTokens = 512;
 inline constexpr int32_t kDecodeSplitTokens = 64;
+// Decode steps of 16-warp blocks whose contexts all fit this many positions take one split: at
+// one sequence of 65-128 positions one split of 16 warps beats two of 64 positions (7B Q4_K_M
+// +1.5-1.6%, Q8_0 +0.5%), while from 129 on four splits keep their lead over two (-1.3 to -1.9%
+// with splits of 128 or 256; bench/results/2026-12-05-h100-decode-split-tokens-256.md,
+// 2026-12-05-h100-decode-one-split-128.md).
+inline constexpr int32_t kDecodeOneSplitTokens = 128;
 
 // Blocks of the tensor-core attention kernel an SM holds at once (its shared memory: two).
 inline constexpr int32_t kPromptBlocksPerSm = 2;
@@ -59,7 +65,8 @@ inline constexpr int32_t kPromptBlocksPerSm = 2;
 //     over the decode blocks of one wave (one 8k-token sequence among 63 of 200 tokens would
 //     otherwise walk 8k positions in one block per head while the rest of the GPU idles: a 7 ms
 //     decode step became 28 ms); for contexts of one length this is the first rule;
-//   - but no split shorter than the split tokens, and rows x splits within max_split_rows.
+//   - but no split shorter than the split tokens (none where 16-warp decode blocks meet
+//     contexts of at most kDecodeOneSplitTokens), and rows x splits within max_split_rows.
 int32_t choose_attention_splits(const AttentionSplitShape& shape);
 
 // Decodes (seq_lengths: the contexts of a decode step's rows, or of the decode rows ahead of a

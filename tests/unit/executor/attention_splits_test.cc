@@ -49,7 +49,8 @@ int32_t decode_splits(const std::vector<int32_t>& lengths, int64_t max_split_row
 
 // Contexts of one length: as many blocks as one wave of the SMs holds (16-warp blocks one an SM
 // while the sequences' heads fit the SMs, else 8-warp blocks four an SM while they fit those,
-// else the 4-warp blocks an SM holds), no split under 64 positions.
+// else the 4-warp blocks an SM holds), no split under 64 positions, and none up to
+// kDecodeOneSplitTokens positions in 16-warp blocks.
 TEST(AttentionSplits, EqualContextsFillOneWave) {
   for (const DecodeBlocks blocks : {kF16Blocks, kQ8Blocks}) {
     for (const int32_t n : {1, 2, 4, 16, 64, 256}) {
@@ -62,8 +63,9 @@ TEST(AttentionSplits, EqualContextsFillOneWave) {
                                                                              : blocks.per_sm * kSms;
         int64_t fill = 1;
         while (2 * fill * pairs <= wave) fill *= 2;
+        const bool one_split = blocks.many_warps && pairs <= kSms && len <= kDecodeOneSplitTokens;
         const int64_t by_length =
-            pow2_at_least((len + kDecodeSplitTokens - 1) / kDecodeSplitTokens);
+            one_split ? 1 : pow2_at_least((len + kDecodeSplitTokens - 1) / kDecodeSplitTokens);
         EXPECT_EQ(decode_splits(std::vector<int32_t>(static_cast<size_t>(n), len), 2048, blocks),
                   std::min(fill, by_length));
       }
@@ -78,6 +80,13 @@ TEST(AttentionSplits, EqualContextsFillOneWave) {
   EXPECT_EQ(decode_splits(std::vector<int32_t>(16, 192)), 1);
   EXPECT_EQ(decode_splits(std::vector<int32_t>(32, 192)), 1);
   EXPECT_EQ(decode_splits({2048}, 2048, kQ8Blocks), 16);
+  // 16-warp blocks keep contexts of up to kDecodeOneSplitTokens whole; 4-warp blocks split them.
+  EXPECT_EQ(decode_splits({64}), 1);
+  EXPECT_EQ(decode_splits({65}), 1);
+  EXPECT_EQ(decode_splits({128}), 1);
+  EXPECT_EQ(decode_splits({129}), 4);
+  EXPECT_EQ(decode_splits({100, 128}), 1);
+  EXPECT_EQ(decode_splits({100}, 2048, kQ8Blocks), 2);
 }
 
 // One long context among short ones: its blocks must not walk far more than the others' share.
