@@ -335,17 +335,26 @@ __global__ void __launch_bounds__(kRowThreads) rmsnorm_rows_kernel(const RmsNorm
 
 bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
+// Whether the rows get something added before they are normalized: a residual, or the ranks'
+// pulled partials.
+bool adds_first(const RmsNormArgs& a) {
+  return a.pull_slot >= 0 || a.residual != nullptr || a.half_residual != nullptr;
+}
+
+// Whether the output rows are whole aligned 4-element groups (16 bytes for floats, 8 for halves).
+bool output_in_groups(const RmsNormArgs& a) {
+  return a.y_half.data != nullptr ? a.y_half.stride % 4 == 0 && aligned(a.y_half.data, 8)
+                                  : a.y_stride % 4 == 0 && aligned(a.y, 16);
+}
+
 // Whether rmsnorm_rows_kernel takes these rows: many of them, 4-element groups aligned
 // (16 bytes for floats, 8 for halves), no 8-bit output, no fused reduction.
 bool row_kernel_takes(const RmsNormArgs& a) {
   const bool pulled = a.pull_slot >= 0;
-  const bool adds = pulled || a.residual != nullptr || a.half_residual != nullptr;
   return a.n_rows >= kRowKernelMinRows && a.yq.qs == nullptr && (pulled || !a.reduce.active()) &&
          a.n % 4 == 0 && a.n <= 4 * kRowVecs * kRowThreadsMax && a.x_stride % 4 == 0 &&
-         aligned(a.x, 16) && aligned(a.weight, 16) &&
-         (a.y_half.data != nullptr ? a.y_half.stride % 4 == 0 && aligned(a.y_half.data, 8)
-                                   : a.y_stride % 4 == 0 && aligned(a.y, 16)) &&
-         (!adds || a.residual_stride % 4 == 0) &&
+         aligned(a.x, 16) && aligned(a.weight, 16) && output_in_groups(a) &&
+         (!adds_first(a) || a.residual_stride % 4 == 0) &&
          (a.residual == nullptr || aligned(a.residual, 16)) &&
          (a.half_residual == nullptr || aligned(a.half_residual, 8));
 }
@@ -354,8 +363,7 @@ bool row_kernel_takes(const RmsNormArgs& a) {
 // add (residual, fused or pulled sums) and no output over the input, whole aligned 4-element
 // groups of rows up to kSliceMaxVecs groups a thread.
 bool slices_kernel_takes(const RmsNormArgs& a) {
-  const bool adds = a.pull_slot >= 0 || a.residual != nullptr || a.half_residual != nullptr;
-  return a.n_rows < kRowKernelMinRows && !adds && !a.reduce.active() &&
+  return a.n_rows < kRowKernelMinRows && !adds_first(a) && !a.reduce.active() &&
          (a.y_half.data != nullptr || a.y != a.x) && a.n % 4 == 0 &&
          a.n <= 4 * kSliceMaxVecs * kSliceThreads && a.x_stride % 4 == 0 && aligned(a.x, 16);
 }
@@ -363,13 +371,10 @@ bool slices_kernel_takes(const RmsNormArgs& a) {
 // Whether rmsnorm_wide_slices_kernel takes these rows: 16 to kWideSliceMaxRows of them, nothing
 // to add, no 8-bit output and no output over the input, whole aligned 4-element groups.
 bool wide_slices_take(const RmsNormArgs& a) {
-  const bool adds = a.pull_slot >= 0 || a.residual != nullptr || a.half_residual != nullptr;
-  return a.n_rows >= kRowKernelMinRows && a.n_rows <= kWideSliceMaxRows && !adds &&
+  return a.n_rows >= kRowKernelMinRows && a.n_rows <= kWideSliceMaxRows && !adds_first(a) &&
          !a.reduce.active() && a.yq.qs == nullptr && a.n % 4 == 0 &&
          a.n <= 4 * kSliceMaxVecs * kSliceThreads && a.x_stride % 4 == 0 && aligned(a.x, 16) &&
-         aligned(a.weight, 16) &&
-         (a.y_half.data != nullptr ? a.y_half.stride % 4 == 0 && aligned(a.y_half.data, 8)
-                                   : a.y != a.x && a.y_stride % 4 == 0 && aligned(a.y, 16));
+         aligned(a.weight, 16) && (a.y_half.data != nullptr || a.y != a.x) && output_in_groups(a);
 }
 
 }  // namespace
