@@ -79,16 +79,26 @@ done
 mv "$pids_file.new" "$pids_file"  # the probes see every rank or none
 echo "tp-launch: pod $pod runs $(wc -l <"$pids_file") of the $tp ranks, from rank $((pod * gpus))"
 
-# Wait for the first rank to end; a SIGTERM only interrupts the wait. The pids are named,
-# so that a rank that ended before the wait counts too. Runs for the pod's lifetime: each
-# pass ends with a rank or a signal.
+# Wait for the first rank to end, looking once a second; a SIGTERM only interrupts the
+# pause. Not `wait -n`: a rank that ended while the shell ran another command has left the
+# job table, and `wait -n` would then wait for the next rank instead. `wait PID` still
+# returns the status of a rank that ended earlier.
 ended=""
-status=0
-while [[ -z "${ended:-}" ]]; do
-  wait -n -p ended "${pids[@]}"
-  status=$?
+while [[ -z "$ended" ]]; do
+  for pid in "${pids[@]}"; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      ended=$pid
+      break
+    fi
+  done
+  if [[ -z "$ended" ]]; then
+    sleep 1 &
+    wait $!
+  fi
 done
-echo "tp-launch: process ${ended:-?} ended with status $status"
+wait "$ended"
+status=$?
+echo "tp-launch: process $ended ended with status $status"
 
 # The group cannot go on without a rank. After the server (it drained and shut the group
 # down) the workers end by themselves. After a worker that failed, the group is broken: the
@@ -97,7 +107,7 @@ workers=()
 for pid in "${pids[@]}"; do
   [[ "$pid" != "$server" ]] && workers+=("$pid")
 done
-if [[ -n "$server" && "${ended:-}" != "$server" ]]; then
+if [[ -n "$server" && "$ended" != "$server" ]]; then
   kill -TERM "$server" 2>/dev/null
   ((status == 0)) && status=1
 fi
