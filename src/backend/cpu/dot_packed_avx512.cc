@@ -16,11 +16,22 @@ namespace {
 
 namespace v = avx512;
 
+// How far ahead the kernels of two tiles prefetch: a whole pair. They read two streams, tile a
+// and the tile after it, and a unit's next pair follows them (matmul.cc), so each stream's
+// block b of the next pair lies two tiles past its block b of this one. A fixed distance would
+// land inside this pair's own tile b wherever a tile is shorter than it (SmolLM2's 576 columns:
+// 2.9 KiB of Q4_1): lines already on their way.
+template <typename Block>
+constexpr size_t pair_prefetch_ahead(int64_t n_blocks) {
+  return 2 * static_cast<size_t>(n_blocks) * sizeof(Block);
+}
+
 // packed_tokens of Q4_0 / Q4_1 for two tiles at once, tile a's rows in lanes 0..7 and tile b's
 // in 8..15: each lane does what the one-tile kernel does for its row, in the same order.
 template <int NT, typename Block>
 LS_AVX512 void packed_tokens_pair(const Block* wa, const Block* wb, int64_t n_blocks,
                                   const ActBlockQ8_32x2* const* x, __m512* out) {
+  const size_t ahead = pair_prefetch_ahead<Block>(n_blocks);
   const __m512i mask = _mm512_set1_epi8(0x0f);
   __m512 acc[NT];
   __m512 off[NT];
@@ -29,8 +40,8 @@ LS_AVX512 void packed_tokens_pair(const Block* wa, const Block* wb, int64_t n_bl
     off[t] = _mm512_setzero_ps();
   }
   for (int64_t b = 0; b < n_blocks; ++b) {
-    prefetch_ahead(wa[b]);
-    prefetch_ahead(wb[b]);
+    prefetch_ahead(wa[b], ahead);
+    prefetch_ahead(wb[b], ahead);
     const int64_t pair = b >> 1;
     const int half = static_cast<int>(b & 1) * 16;
     __m512i sums[NT];
@@ -73,11 +84,12 @@ LS_AVX512 void packed_tokens_pair(const Block* wa, const Block* wb, int64_t n_bl
 template <int NT>
 LS_AVX512 void packed_tokens_pair(const PackedQ8_0Block* wa, const PackedQ8_0Block* wb,
                                   int64_t n_blocks, const ActBlockQ8_32* const* x, __m512* out) {
+  const size_t ahead = pair_prefetch_ahead<PackedQ8_0Block>(n_blocks);
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < n_blocks; ++b) {
-    prefetch_ahead(wa[b]);
-    prefetch_ahead(wb[b]);
+    prefetch_ahead(wa[b], ahead);
+    prefetch_ahead(wb[b], ahead);
     __m512i sums[NT];
     for (int t = 0; t < NT; ++t) sums[t] = _mm512_setzero_si512();
     for (int g = 0; g < 8; ++g) {

@@ -26,12 +26,12 @@
 namespace llamaserve::cpu {
 namespace {
 
-// The tile bytes kPrefetchAhead past the block being multiplied, a block's worth of lines, into
-// L2 (packed_weight.h).
+// The tile bytes `ahead` (kPrefetchAhead unless the kernel streams otherwise) past the block
+// being multiplied, a block's worth of lines, into L2 (packed_weight.h).
 // Prefetches do not fault, so running past the end of the packed matrix is harmless.
 template <typename B>
-LS_PACKED_TARGET inline void prefetch_ahead(const B& blk) {
-  const char* p = reinterpret_cast<const char*>(&blk) + kPrefetchAhead;
+LS_PACKED_TARGET inline void prefetch_ahead(const B& blk, size_t ahead = kPrefetchAhead) {
+  const char* p = reinterpret_cast<const char*>(&blk) + ahead;
   for (size_t o = 0; o < sizeof(B); o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
 }
 

@@ -29,7 +29,9 @@ constexpr int64_t kPackedRows = 8;
 // from 15 to 20 GB/s (decode 0-15%); 4 KiB ahead beat 1 KiB on the Xeon, 1-16 KiB were alike on
 // the EPYC (docs/dev/cpu-experiments.md). Farther would mostly reach into the next thread's
 // tiles of the small matrices. The lines go to L2 (T1), whose miss queue holds more requests
-// than L1's fill buffers: one-thread decode on a 2-core Xeon +21% against L1 (T0).
+// than L1's fill buffers: one-thread decode on a 2-core Xeon +21% against L1 (T0). The
+// AVX-512 kernels of two tiles read two streams a tile apart and prefetch a whole pair ahead
+// instead (dot_packed_avx512.cc).
 constexpr size_t kPrefetchAhead = 4096;
 
 // Block b of rows 8i..8i+7. qs: byte 32 * g + 4 * r + c holds row r's qs[4 * g + c], i.e.
