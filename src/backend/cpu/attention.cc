@@ -154,10 +154,12 @@ constexpr int32_t kChunkBlocks = 16;
 constexpr int32_t kPrefetchBlocks = 2;
 
 // Asks for the n_bytes at p ahead of their use (the next block of a paged sequence lies
-// anywhere in the cache, out of reach of the hardware prefetcher).
+// anywhere in the cache, out of reach of the hardware prefetcher). Into L2: a block's K and V
+// are 64 lines or more at once, more than L1's fill buffers hold, and requests to L1 stalled
+// the thread on them (one-thread decode at 1024 positions +12-15% on an EPYC).
 inline void prefetch(const void* p, size_t n_bytes) {
   const char* c = static_cast<const char*>(p);
-  for (size_t i = 0; i < n_bytes; i += 64) _mm_prefetch(c + i, _MM_HINT_T0);
+  for (size_t i = 0; i < n_bytes; i += 64) _mm_prefetch(c + i, _MM_HINT_T1);
 }
 
 // acc[0..8 kChunks) = acc * keep + Σ_j p[j] * v[j][first, first + 8 kChunks), over the n-value
@@ -307,13 +309,14 @@ void attend_range(const Batch& batch, const AttentionShape& shape, const float* 
       const float new_max = std::max(row_max[h], block_max(s, n_valid));
       // 0 on the first block; exactly 1 (what exp(0) gives) while the maximum stands.
       keep[h] = new_max == row_max[h] ? 1.0f : std::exp(row_max[h] - new_max);
-      float block_sum = 0.0f;
+      __m256 sums = _mm256_setzero_ps();
       int32_t j = 0;
       for (; j + 8 <= n_valid; j += 8) {
         const __m256 p = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + j), _mm256_set1_ps(new_max)));
         _mm256_storeu_ps(s + j, p);
-        block_sum += hsum(p);
+        sums = _mm256_add_ps(sums, p);
       }
+      float block_sum = hsum(sums);
       for (; j < n_valid; ++j) {
         s[j] = std::exp(s[j] - new_max);
         block_sum += s[j];
