@@ -30,7 +30,6 @@ int32_t choose_attention_splits(const AttentionSplitShape& s) {
       std::max<int64_t>(s.one_row_tiles ? s.n_tiles : s.single_row_tiles, 1) * heads;
   const int64_t mid_wave = std::max<int64_t>(s.decode_mid_blocks_per_sm, 1) * sms;
   const bool many_warps = s.decode_many_warps && decode_pairs <= sms;
-  if (s.one_row_tiles && many_warps && max_len <= kDecodeOneSplitTokens) return 1;
   const int64_t wave = many_warps ? sms
                        : s.decode_mid_warps && decode_pairs <= mid_wave
                            ? mid_wave
@@ -47,7 +46,10 @@ int32_t choose_attention_splits(const AttentionSplitShape& s) {
   // splits than the fill).
   const int64_t balance =
       s.max_decode_len > 0 ? ceil_div(s.max_decode_len * wave, 2 * total_len * heads) : 1;
-  const int32_t split_tokens = s.one_row_tiles ? kDecodeSplitTokens : kPromptSplitTokens;
+  const int32_t split_tokens = !s.one_row_tiles ? kPromptSplitTokens
+                               : many_warps && max_len <= kDecodeOneSplitTokens
+                                   ? kDecodeOneSplitTokens
+                                   : kDecodeSplitTokens;
   int64_t splits =
       std::min(std::max(fill, next_pow2(balance)), next_pow2(ceil_div(max_len, split_tokens)));
   while (splits > 1 && splits * s.n_rows > s.max_split_rows) splits /= 2;
