@@ -58,16 +58,16 @@ for ((r = 1; r <= rounds; ++r)); do
     --benchmark_filter="DecodeSmolLM2.*/threads:(1|$threads)/context:(64|$deep)/|PrefillSmolLM2|WeightReadSmolLM2/threads:(1|$threads)/" \
     --benchmark_format=csv 2>/dev/null)
   echo "$ob" >>"$raw"
+  # The case names without their kernel set ("avx512-vnni", ...), which auto picks per machine.
+  ob=$(echo "$ob" | sed -e 's|^"DecodeSmolLM2_Q4_1/[a-z0-9-]*/|"DecodeSmolLM2_Q4_1/|' \
+    -e 's|^"PrefillSmolLM2_Q4_1/[a-z0-9-]*/|"PrefillSmolLM2_Q4_1/|')
   for t in 1 "$threads"; do
     ref_tg[$r,$t]=$(echo "$lb_tg" | pick avg_ts n_threads="$t" n_gen=64)
     ref_pp[$r,$t]=$(echo "$lb_pp" | pick avg_ts n_threads="$t" n_prompt=256)
     ref_deep[$r,$t]=$(echo "$lb_deep" | pick avg_ts n_threads="$t" n_gen=64 n_depth="$deep")
-    ours_tg[$r,$t]=$(echo "$ob" | sed 's|^"DecodeSmolLM2_Q4_1/[a-z0-9-]*/|"DecodeSmolLM2_Q4_1/|' |
-      pick tok/s name="DecodeSmolLM2_Q4_1/threads:$t/context:64/")
-    ours_deep[$r,$t]=$(echo "$ob" | sed 's|^"DecodeSmolLM2_Q4_1/[a-z0-9-]*/|"DecodeSmolLM2_Q4_1/|' |
-      pick tok/s name="DecodeSmolLM2_Q4_1/threads:$t/context:$deep/")
-    ours_pp[$r,$t]=$(echo "$ob" | sed 's|^"PrefillSmolLM2_Q4_1/[a-z0-9-]*/|"PrefillSmolLM2_Q4_1/|' |
-      pick tok/s name="PrefillSmolLM2_Q4_1/threads:$t/")
+    ours_tg[$r,$t]=$(echo "$ob" | pick tok/s name="DecodeSmolLM2_Q4_1/threads:$t/context:64/")
+    ours_deep[$r,$t]=$(echo "$ob" | pick tok/s name="DecodeSmolLM2_Q4_1/threads:$t/context:$deep/")
+    ours_pp[$r,$t]=$(echo "$ob" | pick tok/s name="PrefillSmolLM2_Q4_1/threads:$t/")
     read_tg[$r,$t]=$(echo "$ob" | pick tok/s name="WeightReadSmolLM2/threads:$t/")
   done
 done
