@@ -156,7 +156,7 @@ constexpr int32_t kPrefetchBlocks = 2;
 // Asks for the n_bytes at p ahead of their use (the next block of a paged sequence lies
 // anywhere in the cache, out of reach of the hardware prefetcher). Into L2: a block's K and V
 // are 64 lines or more at once, more than L1's fill buffers hold, and requests to L1 stalled
-// the thread on them (one-thread decode at 1024 positions +12-15% on an EPYC).
+// the thread on them (bench/results/2026-12-05-cpu-epyc-attention-l2-prefetch.md).
 inline void prefetch(const void* p, size_t n_bytes) {
   const char* c = static_cast<const char*>(p);
   for (size_t i = 0; i < n_bytes; i += 64) _mm_prefetch(c + i, _MM_HINT_T1);
