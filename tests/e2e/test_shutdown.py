@@ -43,7 +43,9 @@ def start_streams(server, n: int, max_tokens: int):
 
 def test_sigterm_lets_streams_finish_and_exits_zero(make_server):
     server = make_server("--max-running", "2", "--drain-timeout-ms", "60000")
-    threads, results = start_streams(server, 2, max_tokens=24)
+    # The longest streams the server allows, so that they are still running while the checks
+    # below talk to the draining server (once they end, it exits and refuses connections).
+    threads, results = start_streams(server, 2, max_tokens=256)
     server.signal(signal.SIGTERM)
     assert wait_for(lambda: httpx.get(f"{server.url}/ready", timeout=5).status_code == 503, timeout_s=5)
     refused = httpx.post(f"{server.url}/v1/completions", json={"prompt": "x", "max_tokens": 2}, timeout=10)
