@@ -13,6 +13,8 @@ import httpx
 from llamaserve_e2e import json_lines, parse_sse, wait_for
 
 COUNTING = {"prompt": "1, 2, 3, 4, 5,", "temperature": 0, "ignore_eos": True, "stream": True}
+# The longest streams the test servers allow (--max-tokens-limit in BASE_ARGS).
+LONGEST = 256
 
 
 def run_stream(url: str, max_tokens: int, first_chunk: threading.Event, results: list, index: int):
@@ -43,9 +45,9 @@ def start_streams(server, n: int, max_tokens: int):
 
 def test_sigterm_lets_streams_finish_and_exits_zero(make_server):
     server = make_server("--max-running", "2", "--drain-timeout-ms", "60000")
-    # The longest streams the server allows, so that they are still running while the checks
-    # below talk to the draining server (once they end, it exits and refuses connections).
-    threads, results = start_streams(server, 2, max_tokens=256)
+    # The longest streams, so that they are still running while the checks below talk to the
+    # draining server (once they end, it exits and refuses connections).
+    threads, results = start_streams(server, 2, max_tokens=LONGEST)
     server.signal(signal.SIGTERM)
     assert wait_for(lambda: httpx.get(f"{server.url}/ready", timeout=5).status_code == 503, timeout_s=5)
     refused = httpx.post(f"{server.url}/v1/completions", json={"prompt": "x", "max_tokens": 2}, timeout=10)
@@ -68,7 +70,7 @@ def test_sigterm_lets_streams_finish_and_exits_zero(make_server):
 
 def test_drain_timeout_cancels_what_is_left(make_server):
     server = make_server("--drain-timeout-ms", "300")
-    threads, results = start_streams(server, 1, max_tokens=256)
+    threads, results = start_streams(server, 1, max_tokens=LONGEST)
     server.signal(signal.SIGINT)
     threads[0].join(timeout=60)
     status, body = results[0]
@@ -95,7 +97,7 @@ def test_sigterm_while_loading_exits_at_once(make_server):
 
 def test_second_signal_while_draining_exits_at_once(make_server):
     server = make_server("--drain-timeout-ms", "60000")
-    threads, results = start_streams(server, 1, max_tokens=256)
+    threads, results = start_streams(server, 1, max_tokens=LONGEST)
     server.signal(signal.SIGTERM)
     assert wait_for(lambda: "draining" in server.log(), timeout_s=10)
     server.signal(signal.SIGTERM)
