@@ -184,20 +184,15 @@ Result<RequestHandle> Engine::submit(GenerationRequest request) {
   IncomingRequest incoming;
   incoming.submitted = Clock::now();
   incoming.seed = request.sampling.seed ? *request.sampling.seed : std::random_device{}();
-  if (request.id.empty()) {
-    request.id =
-        fmt::format("req-{}", next_request_number_.fetch_add(1, std::memory_order_relaxed));
-  }
+  request.id = request_id(std::move(request.id), "req");
   incoming.channel = new_channel(request.id);
-  auto channel = incoming.channel;
   incoming.request = std::move(request);
-  {
-    std::lock_guard lock(inbox_->mutex);
-    LS_RETURN_IF_ERROR(admit_locked());
-    inbox_->incoming.push_back(std::move(incoming));
-  }
-  inbox_->wake.notify_all();
-  return RequestHandle(std::move(channel));
+  return enqueue(&Inbox::incoming, std::move(incoming));
+}
+
+std::string Engine::request_id(std::string id, std::string_view prefix) {
+  if (!id.empty()) return id;
+  return fmt::format("{}-{}", prefix, next_request_number_.fetch_add(1, std::memory_order_relaxed));
 }
 
 std::shared_ptr<RequestChannel> Engine::new_channel(std::string id) const {

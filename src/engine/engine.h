@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -144,9 +145,23 @@ class Engine {
   Status validate(const EmbeddingRequest& request) const;
   // A channel whose cancel wakes the engine thread (also harmless once the engine is gone).
   std::shared_ptr<RequestChannel> new_channel(std::string id) const;
+  // `id`, or when empty a fresh one: `prefix`-N.
+  std::string request_id(std::string id, std::string_view prefix);
   // Under inbox_->mutex: refuses while draining or when max_waiting requests are queued, else
   // counts one more queued and open request.
   Status admit_locked();
+  // Admits `incoming` (admit_locked) into the inbox's `queue` and wakes the engine thread.
+  template <typename Incoming>
+  Result<RequestHandle> enqueue(std::deque<Incoming> Inbox::*queue, Incoming incoming) {
+    std::shared_ptr<RequestChannel> channel = incoming.channel;
+    {
+      std::lock_guard lock(inbox_->mutex);
+      LS_RETURN_IF_ERROR(admit_locked());
+      ((*inbox_).*queue).push_back(std::move(incoming));
+    }
+    inbox_->wake.notify_all();
+    return RequestHandle(std::move(channel));
+  }
 
   // Engine thread.
   void run_loop();

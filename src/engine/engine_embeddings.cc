@@ -40,20 +40,10 @@ Result<RequestHandle> Engine::submit_embedding(EmbeddingRequest request) {
   LS_RETURN_IF_ERROR(validate(request));
   IncomingEmbedding incoming;
   incoming.submitted = Clock::now();
-  if (request.id.empty()) {
-    request.id =
-        fmt::format("emb-{}", next_request_number_.fetch_add(1, std::memory_order_relaxed));
-  }
+  request.id = request_id(std::move(request.id), "emb");
   incoming.channel = new_channel(request.id);
-  auto channel = incoming.channel;
   incoming.request = std::move(request);
-  {
-    std::lock_guard lock(inbox_->mutex);
-    LS_RETURN_IF_ERROR(admit_locked());
-    inbox_->incoming_embeddings.push_back(std::move(incoming));
-  }
-  inbox_->wake.notify_all();
-  return RequestHandle(std::move(channel));
+  return enqueue(&Inbox::incoming_embeddings, std::move(incoming));
 }
 
 void Engine::start_embedding(IncomingEmbedding incoming) {

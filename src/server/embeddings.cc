@@ -40,17 +40,8 @@ ApiError embedding_failure(const GenerationEvent& finish, const ServerConfig& op
 
 bool HttpServer::handle_embeddings(http::Exchange& exchange, http::Response& res,
                                    RequestRecord& record) {
-  const http::Request& req = exchange.request();
-  if (!registry()) {
-    send_error(res, unavailable("the models are loading; retry when GET /ready answers 200",
-                                "loading", 1));
-    return false;
-  }
-  auto body = parse_json_object(req.body);
-  if (!body) {
-    send_error(res, api_error_from_status(body.status()));
-    return false;
-  }
+  std::optional<nlohmann::json> body = model_request_body(exchange.request(), res);
+  if (!body) return false;
   Result<ParsedEmbeddings> parsed = parse_embeddings(*body);
   if (!parsed) {
     send_error(res, request_error(parsed.status()));

@@ -329,16 +329,8 @@ Result<std::vector<int32_t>> HttpServer::build_prompt(const ModelService& model,
 bool HttpServer::handle_generation(const Route& route, http::Exchange& exchange,
                                    http::Response& res, RequestRecord& record) {
   const http::Request& req = exchange.request();
-  if (!registry()) {
-    send_error(res, unavailable("the models are loading; retry when GET /ready answers 200",
-                                "loading", 1));
-    return false;
-  }
-  auto body = parse_json_object(req.body);
-  if (!body) {
-    send_error(res, api_error_from_status(body.status()));
-    return false;
-  }
+  std::optional<nlohmann::json> body = model_request_body(req, res);
+  if (!body) return false;
   ParseLimits limits;
   limits.max_tokens_limit = options_.max_tokens_limit;
   Result<ParsedGeneration> parsed = Status(StatusCode::kInternal, "unparsed");

@@ -160,6 +160,21 @@ bool HttpServer::is_ready() const {
   return models != nullptr && models->ready();
 }
 
+std::optional<nlohmann::json> HttpServer::model_request_body(const http::Request& req,
+                                                             http::Response& res) {
+  if (!registry()) {
+    send_error(res, unavailable("the models are loading; retry when GET /ready answers 200",
+                                "loading", 1));
+    return std::nullopt;
+  }
+  auto body = parse_json_object(req.body);
+  if (!body) {
+    send_error(res, api_error_from_status(body.status()));
+    return std::nullopt;
+  }
+  return std::move(*body);
+}
+
 Result<ModelLease> HttpServer::lease_model(const std::string& name) {
   auto models = registry();
   if (!models) {

@@ -126,6 +126,9 @@ class HttpServer final : private http::Handler {
 
   std::shared_ptr<ModelRegistry> registry() const;
   bool is_ready() const;
+  // The body of a request for a model as a JSON object; nullopt once `res` holds the error (no
+  // models loaded yet: 503; not a JSON object: 400).
+  std::optional<nlohmann::json> model_request_body(const http::Request& req, http::Response& res);
   // A lease on `name` (empty: the default model) for a request, or the error to answer.
   Result<ModelLease> lease_model(const std::string& name);
   // /admin/models...: nullopt when `path` is not an admin route.

@@ -70,6 +70,11 @@ TEST_F(HttpServerTest, HealthIsOpenReadyWaitsForTheModel) {
   ASSERT_TRUE(chat);
   EXPECT_EQ(chat->status, 503);
   EXPECT_EQ(chat->get_header_value("Retry-After"), "1");
+  auto embeddings = client_->Post("/v1/embeddings", R"({"input":"a"})", "application/json");
+  ASSERT_TRUE(embeddings);
+  EXPECT_EQ(embeddings->status, 503);
+  EXPECT_EQ(error_of(embeddings)["code"], "loading");
+  EXPECT_EQ(embeddings->get_header_value("Retry-After"), "1");
 }
 
 TEST_F(HttpServerTest, BearerAuthOnEverythingButHealth) {
