@@ -88,6 +88,26 @@ json tool_call_json(const toolcall::ToolCall& call) {
           {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
 }
 
+// The fields every OpenAI response and stream chunk starts with.
+json openai_header(const ResponseIdentity& identity, const char* object) {
+  return {{"id", identity.id},
+          {"object", object},
+          {"created", identity.created},
+          {"model", identity.model}};
+}
+
+// A stream chunk: `header` with one choice (index 0: `choice`'s fields, logprobs and
+// finish_reason), and "usage": null when the stream reports usage (in its last chunk).
+std::string openai_chunk(json header, json choice, json logprobs, json finish_reason,
+                         bool include_usage) {
+  choice["index"] = 0;
+  choice["logprobs"] = std::move(logprobs);
+  choice["finish_reason"] = std::move(finish_reason);
+  header["choices"] = json::array({std::move(choice)});
+  if (include_usage) header["usage"] = nullptr;
+  return sse_data(dump_json(header));
+}
+
 class ChatCompletionFormat : public ResponseFormat {
  public:
   ChatCompletionFormat(ResponseIdentity identity, bool include_usage, bool logprobs,
@@ -180,21 +200,11 @@ class ChatCompletionFormat : public ResponseFormat {
   }
 
  private:
-  json header() const {
-    return {{"id", identity_.id},
-            {"object", "chat.completion.chunk"},
-            {"created", identity_.created},
-            {"model", identity_.model}};
-  }
+  json header() const { return openai_header(identity_, "chat.completion.chunk"); }
 
   std::string chunk(json delta, json logprobs, json finish_reason) const {
-    json chunk = header();
-    chunk["choices"] = json::array({{{"index", 0},
-                                     {"delta", std::move(delta)},
-                                     {"logprobs", std::move(logprobs)},
-                                     {"finish_reason", std::move(finish_reason)}}});
-    if (include_usage_) chunk["usage"] = nullptr;
-    return sse_data(dump_json(chunk));
+    return openai_chunk(header(), {{"delta", std::move(delta)}}, std::move(logprobs),
+                        std::move(finish_reason), include_usage_);
   }
 
   ResponseIdentity identity_;
@@ -247,21 +257,11 @@ class CompletionFormat : public ResponseFormat {
   }
 
  private:
-  json header() const {
-    return {{"id", identity_.id},
-            {"object", "text_completion"},
-            {"created", identity_.created},
-            {"model", identity_.model}};
-  }
+  json header() const { return openai_header(identity_, "text_completion"); }
 
   std::string chunk(const std::string& text, json logprobs, json finish_reason) const {
-    json chunk = header();
-    chunk["choices"] = json::array({{{"index", 0},
-                                     {"text", text},
-                                     {"logprobs", std::move(logprobs)},
-                                     {"finish_reason", std::move(finish_reason)}}});
-    if (include_usage_) chunk["usage"] = nullptr;
-    return sse_data(dump_json(chunk));
+    return openai_chunk(header(), {{"text", text}}, std::move(logprobs), std::move(finish_reason),
+                        include_usage_);
   }
 
   ResponseIdentity identity_;
