@@ -3,6 +3,18 @@
 namespace llamaserve::server {
 namespace {
 
+// The errors of every route that runs a model (generation and embeddings): the marker
+// __MODEL_ROUTE_ERRORS__ in kDocument.
+constexpr const char* kModelRouteErrors = R"json(
+          "400": {"$ref": "#/components/responses/Error"},
+          "401": {"$ref": "#/components/responses/Error"},
+          "404": {"$ref": "#/components/responses/Error"},
+          "408": {"$ref": "#/components/responses/Error"},
+          "413": {"$ref": "#/components/responses/Error"},
+          "429": {"$ref": "#/components/responses/Overloaded"},
+          "500": {"$ref": "#/components/responses/Error"},
+          "503": {"$ref": "#/components/responses/Error"})json";
+
 // Markers "__MAX_TOKENS__" etc. are replaced by openapi_document().
 constexpr const char* kDocument = R"json({
   "openapi": "3.0.3",
@@ -91,14 +103,7 @@ constexpr const char* kDocument = R"json({
           "200": {"description": "Completion, or a stream of chat.completion.chunk objects", "content": {
             "application/json": {"schema": {"$ref": "#/components/schemas/ChatCompletion"}},
             "text/event-stream": {"schema": {"$ref": "#/components/schemas/OpenAiEvent"}}}},
-          "400": {"$ref": "#/components/responses/Error"},
-          "401": {"$ref": "#/components/responses/Error"},
-          "404": {"$ref": "#/components/responses/Error"},
-          "408": {"$ref": "#/components/responses/Error"},
-          "413": {"$ref": "#/components/responses/Error"},
-          "429": {"$ref": "#/components/responses/Overloaded"},
-          "500": {"$ref": "#/components/responses/Error"},
-          "503": {"$ref": "#/components/responses/Error"}
+          __MODEL_ROUTE_ERRORS__
         }
       }
     },
@@ -110,14 +115,7 @@ constexpr const char* kDocument = R"json({
           "200": {"description": "Completion, or a stream of text_completion chunks", "content": {
             "application/json": {"schema": {"$ref": "#/components/schemas/Completion"}},
             "text/event-stream": {"schema": {"$ref": "#/components/schemas/OpenAiEvent"}}}},
-          "400": {"$ref": "#/components/responses/Error"},
-          "401": {"$ref": "#/components/responses/Error"},
-          "404": {"$ref": "#/components/responses/Error"},
-          "408": {"$ref": "#/components/responses/Error"},
-          "413": {"$ref": "#/components/responses/Error"},
-          "429": {"$ref": "#/components/responses/Overloaded"},
-          "500": {"$ref": "#/components/responses/Error"},
-          "503": {"$ref": "#/components/responses/Error"}
+          __MODEL_ROUTE_ERRORS__
         }
       }
     },
@@ -129,14 +127,7 @@ constexpr const char* kDocument = R"json({
           "200": {"description": "Token stream, or a JSON summary with \"stream\": false", "content": {
             "text/event-stream": {"schema": {"$ref": "#/components/schemas/SimpleChatEvent"}},
             "application/json": {"schema": {"$ref": "#/components/schemas/SimpleChatResult"}}}},
-          "400": {"$ref": "#/components/responses/Error"},
-          "401": {"$ref": "#/components/responses/Error"},
-          "404": {"$ref": "#/components/responses/Error"},
-          "408": {"$ref": "#/components/responses/Error"},
-          "413": {"$ref": "#/components/responses/Error"},
-          "429": {"$ref": "#/components/responses/Overloaded"},
-          "500": {"$ref": "#/components/responses/Error"},
-          "503": {"$ref": "#/components/responses/Error"}
+          __MODEL_ROUTE_ERRORS__
         }
       }
     },
@@ -146,14 +137,7 @@ constexpr const char* kDocument = R"json({
         "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/EmbeddingRequest"}}}},
         "responses": {
           "200": {"description": "One vector per input, in input order", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/EmbeddingList"}}}},
-          "400": {"$ref": "#/components/responses/Error"},
-          "401": {"$ref": "#/components/responses/Error"},
-          "404": {"$ref": "#/components/responses/Error"},
-          "408": {"$ref": "#/components/responses/Error"},
-          "413": {"$ref": "#/components/responses/Error"},
-          "429": {"$ref": "#/components/responses/Overloaded"},
-          "500": {"$ref": "#/components/responses/Error"},
-          "503": {"$ref": "#/components/responses/Error"}
+          __MODEL_ROUTE_ERRORS__
         }
       }
     },
@@ -454,6 +438,7 @@ void replace_all(std::string& text, std::string_view marker, const std::string& 
 
 nlohmann::json openapi_document(const OpenApiParams& params) {
   std::string text = kDocument;
+  replace_all(text, "__MODEL_ROUTE_ERRORS__", kModelRouteErrors);
   replace_all(text, "__MAX_TOKENS__", std::to_string(params.max_tokens_limit));
   replace_all(text, "__MAX_STOP__", std::to_string(params.max_stop_strings));
   replace_all(text, "__MAX_TOP_LOGPROBS__", std::to_string(params.max_top_logprobs));
