@@ -18,6 +18,9 @@ namespace {
 
 using nlohmann::json;
 
+// What a request for a model is told before the models are loaded.
+constexpr const char* kModelsLoading = "the models are loading; retry when GET /ready answers 200";
+
 std::string new_request_id(std::string_view prefix) {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   return fmt::format("{}{:016x}{:08x}", prefix, rng(), static_cast<uint32_t>(rng()));
@@ -163,8 +166,7 @@ bool HttpServer::is_ready() const {
 std::optional<nlohmann::json> HttpServer::model_request_body(const http::Request& req,
                                                              http::Response& res) {
   if (!registry()) {
-    send_error(res, unavailable("the models are loading; retry when GET /ready answers 200",
-                                "loading", 1));
+    send_error(res, unavailable(kModelsLoading, "loading", 1));
     return std::nullopt;
   }
   auto body = parse_json_object(req.body);
@@ -178,8 +180,7 @@ std::optional<nlohmann::json> HttpServer::model_request_body(const http::Request
 Result<ModelLease> HttpServer::lease_model(const std::string& name) {
   auto models = registry();
   if (!models) {
-    return Status(StatusCode::kUnavailable,
-                  "the models are loading; retry when GET /ready answers 200");
+    return Status(StatusCode::kUnavailable, kModelsLoading);
   }
   const std::string& wanted = name.empty() ? models->default_model() : name;
   return models->acquire(wanted, std::chrono::milliseconds(options_.queue_timeout_ms));

@@ -170,8 +170,7 @@ class ChatCompletionFormat : public ResponseFormat {
   }
 
   std::string body(const GenerationEvent& finish) override {
-    json body = header();
-    body["object"] = "chat.completion";
+    json body = openai_header(identity_, "chat.completion");
     json message = {{"role", "assistant"}, {"content", text_}};
     const char* finish_reason = openai_finish_reason(finish.finish_reason);
     if (tools_) {
