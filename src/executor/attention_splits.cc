@@ -46,10 +46,11 @@ int32_t choose_attention_splits(const AttentionSplitShape& s) {
   // splits than the fill).
   const int64_t balance =
       s.max_decode_len > 0 ? ceil_div(s.max_decode_len * wave, 2 * total_len * heads) : 1;
-  const int32_t split_tokens = !s.one_row_tiles ? kPromptSplitTokens
-                               : many_warps && max_len <= kDecodeOneSplitTokens
-                                   ? kDecodeOneSplitTokens
-                                   : kDecodeSplitTokens;
+  const int32_t split_tokens =
+      !s.one_row_tiles                                 ? kPromptSplitTokens
+      : many_warps && s.many_warps_split_tokens > 0    ? s.many_warps_split_tokens
+      : many_warps && max_len <= kDecodeOneSplitTokens ? kDecodeOneSplitTokens
+                                                       : kDecodeSplitTokens;
   int64_t splits =
       std::min(std::max(fill, next_pow2(balance)), next_pow2(ceil_div(max_len, split_tokens)));
   while (splits > 1 && splits * s.n_rows > s.max_split_rows) splits /= 2;

@@ -27,6 +27,10 @@ struct AttentionSplitShape {
   // decode_mid_blocks_per_sm an SM, where the pairs fit those and it may (decode_mid_warps);
   // else decode_blocks_per_sm blocks of 4 warps an SM.
   bool decode_many_warps = false;
+  // The positions a split of 16-warp blocks takes; 0: kDecodeSplitTokens, or one split up to
+  // kDecodeOneSplitTokens (the f16 cache's kernel). The Q8_0 cache's kernel gives its warps runs
+  // of 16 positions, so its splits are one run for each of its warps.
+  int32_t many_warps_split_tokens = 0;
   bool decode_mid_warps = false;
   int32_t decode_mid_blocks_per_sm = 1;
   int32_t decode_blocks_per_sm = 1;
@@ -66,7 +70,8 @@ inline constexpr int32_t kPromptBlocksPerSm = 2;
 //     otherwise walk 8k positions in one block per head while the rest of the GPU idles: a 7 ms
 //     decode step became 28 ms); for contexts of one length this is the first rule;
 //   - but no split shorter than the split tokens (none where 16-warp decode blocks meet
-//     contexts of at most kDecodeOneSplitTokens), and rows x splits within max_split_rows.
+//     contexts of at most kDecodeOneSplitTokens; many_warps_split_tokens where the shape names
+//     them), and rows x splits within max_split_rows.
 int32_t choose_attention_splits(const AttentionSplitShape& shape);
 
 // Decodes (seq_lengths: the contexts of a decode step's rows, or of the decode rows ahead of a

@@ -359,7 +359,11 @@ AttentionSplitShape CudaExecutor::split_shape(const Batch& piece) const {
   shape.max_split_rows = limits_.max_split_rows;
   shape.max_tiles = limits_.max_tokens;
   const bool f16_cache = request_.kv_type == cuda::KvType::kF16;
-  shape.decode_many_warps = f16_cache && model_->config.group_size() <= cuda::kDecodeManyWarpsGroup;
+  // The Q8_0 cache's kernel puts a KV head's query heads on tensor-core rows: 16 warps for any
+  // group.
+  shape.decode_many_warps =
+      !f16_cache || model_->config.group_size() <= cuda::kDecodeManyWarpsGroup;
+  shape.many_warps_split_tokens = f16_cache ? 0 : cuda::kDecodeQ8Run * cuda::kDecodeQ8ManyWarps;
   shape.decode_mid_warps = f16_cache && model_->config.group_size() <= cuda::kDecodeMidWarpsGroup;
   shape.decode_mid_blocks_per_sm = cuda::kDecodeMidWarpsBlocksPerSm;
   shape.decode_blocks_per_sm = f16_cache ? cuda::kDecodeF16BlocksPerSm : cuda::kDecodeQ8BlocksPerSm;

@@ -101,7 +101,8 @@ TEST_F(AttentionKernelChoiceTest, TensorCoresRefuseShapesTheyDoNotHandle) {
   odd_warps.n_tiles = 1;
   odd_warps.decode_warps = 12;
   expect_decode_refused(odd_warps, "12 warps");
-  // A Q8_0 cache's decode kernel: 4 warps, KV blocks of a multiple of 16 positions.
+  // A Q8_0 cache's decode kernel: 4 or 16 warps for any group, KV blocks of a multiple of 16
+  // positions.
   DeviceArray<uint16_t> scales(4096);
   AttentionArgs q8_decode = decode;
   q8_decode.kv_type = KvType::kQ8_0;
@@ -109,9 +110,12 @@ TEST_F(AttentionKernelChoiceTest, TensorCoresRefuseShapesTheyDoNotHandle) {
   q8_decode.v_scales = scales.get();
   ASSERT_OK(attention(q8_decode, nullptr));
   AttentionArgs q8_many_warps = q8_decode;
-  q8_many_warps.n_tiles = 1;
   q8_many_warps.decode_warps = 16;
-  expect_decode_refused(q8_many_warps, "16 warps with a Q8_0 cache");
+  ASSERT_OK(attention(q8_many_warps, nullptr));
+  AttentionArgs q8_mid_warps = q8_decode;
+  q8_mid_warps.n_tiles = 1;
+  q8_mid_warps.decode_warps = 8;
+  expect_decode_refused(q8_mid_warps, "8 warps with a Q8_0 cache");
   AttentionArgs q8_small_blocks = q8_decode;
   q8_small_blocks.block_size = 8;
   expect_decode_refused(q8_small_blocks, "KV blocks of 8 positions with a Q8_0 cache");

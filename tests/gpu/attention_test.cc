@@ -645,6 +645,21 @@ INSTANTIATE_TEST_SUITE_P(
                   4}),
         q8_cache("Q8DecodeKernelMhaHd128",
                  {"", 128, 3, 3, {{5, 1}, {639, 1}, {1499, 1}}, 1, kDecode, 4}),
+        // 16-warp blocks (where the blocks fit one wave): contexts around one run a warp (16) and
+        // one round of the block's warps (256), splits, settled history and split tiles.
+        q8_cache("Q8DecodeManyWarpsMhaHd128",
+                 {"",
+                  128,
+                  3,
+                  3,
+                  {{0, 1}, {15, 1}, {16, 1}, {17, 1}, {254, 1}, {255, 1}, {256, 1}, {1000, 1}},
+                  1,
+                  kDecode,
+                  16}),
+        q8_cache("Q8DecodeManyWarpsGqa8Hd64Split3Settled",
+                 {"", 64, 16, 2, {{5, 1}, {300, 1}, {1499, 1}}, 3, kDecode, 16, true}),
+        q8_cache("Q8DecodeManyWarpsRowSplitsGqa3Hd128",
+                 {"", 128, 9, 3, {{0, 1}, {99, 1}, {700, 1}, {2999, 1}}, 1, kAuto, 16, false, 100}),
         q8_cache("Q8DecodeKernelGqa5Hd64Split7",
                  {"", 64, 10, 2, {{0, 1}, {2, 1}, {97, 1}, {510, 1}}, 7, kDecode}),
         q8_cache(

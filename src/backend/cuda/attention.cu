@@ -443,6 +443,7 @@ Status launch_attention(const AttentionArgs& a, bool tensor_cores, bool decode,
 
 Status configure_attention_kernels() {
   LS_RETURN_IF_ERROR(configure_attention_mma_kernels());
+  LS_RETURN_IF_ERROR(configure_attention_decode_q8_kernels());
   // The largest block: kMaxAttentionQueries query vectors.
   for (const auto kernel : {attention_kernel<64, false>, attention_kernel<64, true>}) {
     LS_CUDA_CHECK(

@@ -19,8 +19,10 @@ inline constexpr int kMaxDecodeGroup = 8;
 // bench/results/2026-12-04-h200-decode-attention-geometry.md): over an f16 cache the kernel takes
 // 16 warps a block (one block an SM, 72 registers) for up to kDecodeManyWarpsGroup query heads a
 // KV head where its blocks fit one wave of the SMs, else 4 warps a block (64 registers:
-// kDecodeF16BlocksPerSm blocks an SM); the Q8_0 kernel takes 4 warps a block (128 registers:
-// kDecodeQ8BlocksPerSm). The executor's splits (executor/attention_splits.h) aim at one wave.
+// kDecodeF16BlocksPerSm blocks an SM); the Q8_0 kernel takes kDecodeQ8ManyWarps warps a block
+// (one an SM) for any group where its blocks fit one wave, else 4 (128 registers:
+// kDecodeQ8BlocksPerSm blocks an SM). The executor's splits (executor/attention_splits.h) aim at
+// one wave.
 inline constexpr int kDecodeManyWarpsGroup = 4;
 // 8 warps a block (64 registers: kDecodeMidWarpsBlocksPerSm blocks an SM) for up to
 // kDecodeMidWarpsGroup query heads a KV head where those blocks fit one wave and 16-warp ones do
@@ -29,6 +31,7 @@ inline constexpr int kDecodeMidWarpsGroup = 1;
 inline constexpr int kDecodeMidWarpsBlocksPerSm = 4;
 inline constexpr int kDecodeF16BlocksPerSm = 8;
 inline constexpr int kDecodeQ8BlocksPerSm = 4;
+inline constexpr int kDecodeQ8ManyWarps = 16;
 
 // Positions a warp of the Q8_0 kernel takes at once; its splits start at multiples of it, and
 // the KV block size must be one (attention() sends other block sizes to the CUDA-core kernel).
@@ -40,5 +43,9 @@ template <int D>
 Status launch_attention_decode(const AttentionArgs& args, LaunchStream stream);  // f16 cache
 template <int D>
 Status launch_attention_decode_q8(const AttentionArgs& args, LaunchStream stream);
+
+// Raises the Q8_0 decode kernel's shared-memory limit for its 16-warp blocks (part of
+// configure_attention_kernels).
+Status configure_attention_decode_q8_kernels();
 
 }  // namespace llamaserve::cuda

@@ -1,6 +1,7 @@
 // Decode attention over a Q8_0 cache (kv_q8.cuh) on tensor cores: one block per (row, KV head,
-// split), four warps that each take every fourth run of 16 positions of the split (a split
-// starts at a multiple of 16, and a run lies in one KV block). Per run a warp computes, with
+// split), W warps (4, or 16 where the blocks fit one wave of the SMs) that each take every W-th
+// run of 16 positions of the split (a split starts at a multiple of 16, and a run lies in one KV
+// block). Per run a warp computes, with
 // mma.m16n8k16 (layouts in mma.cuh; g = lane / 4, c = lane % 4):
 //   S = Q · Kᵀ   A = the query heads of the KV head (row g = head g, rows past the group zero;
 //                f16, pre-scaled by scale · log2 e), B = the K codes of positions t0 + 8 j + n
@@ -21,8 +22,9 @@
 // the score and another in P·V and summing the scores across lanes, as a CUDA-core kernel does,
 // and for grouped-query attention the group's heads share each conversion. A warp's runs go
 // through two stages of shared memory of its own (cp.async, the next run's copies in flight
-// while this run is computed; positions at or past the split's end are zero-filled): with no run
-// held in registers a thread needs 128 registers and four blocks fit an SM, whose copies and
+// while this run is computed; positions at or past the split's end are zero-filled; dynamic
+// shared memory, configure_attention_decode_q8_kernels): with no run held in registers a thread
+// needs 128 registers and four blocks of 4 warps (or one of 16) fit an SM, whose copies and
 // dependent loads at the start (tile, position, block table) overlap (holding the next run in
 // registers instead, 174 registers, two blocks an SM: 256 sequences of 7B F16 -7% against the
 // CUDA-core decode kernel; launch bounds for five blocks, 96 registers and spills: -8% at the
@@ -41,13 +43,13 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/kv_q8.cuh"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/launch.h"
 #include "backend/cuda/mma.cuh"
 
 namespace llamaserve::cuda {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = 32 * kWarps;
+constexpr int kFewWarps = 4;
 constexpr int kStages = 2;  // a warp's runs in shared memory: the one computed, the next
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -70,8 +72,17 @@ union alignas(16) WarpMemory {
   float acc[kMaxDecodeGroup][D];
 };
 
-template <int D>
-__global__ void __launch_bounds__(kThreads) attention_decode_q8_kernel(const AttentionArgs a) {
+// The dynamic shared memory of a block of kWarps warps.
+template <int D, int kWarps>
+constexpr int decode_q8_smem_bytes() {
+  return kWarps * static_cast<int>(sizeof(WarpMemory<D>));
+}
+
+// 16 warps: one block an SM, so up to 128 registers (without the bound ptxas took 64 for D = 64
+// and spilled); 4 warps: no bound beyond the block size (0), as they are tuned.
+template <int D, int kWarps>
+__global__ void __launch_bounds__(32 * kWarps, kWarps == kFewWarps ? 0 : 1)
+    attention_decode_q8_kernel(const AttentionArgs a) {
   constexpr int kSteps = D / 16;         // k-steps of S; m-tiles of Oᵀ
   constexpr int kBlocks = D / 32;        // Q8_0 blocks of a row
   constexpr int kKCodes = D / 4;         // K codes a thread takes of a position
@@ -82,7 +93,8 @@ __global__ void __launch_bounds__(kThreads) attention_decode_q8_kernel(const Att
   pdl_launch_dependents();
   __shared__ float m_s[kWarps][kMaxDecodeGroup];
   __shared__ float l_s[kWarps][kMaxDecodeGroup];
-  __shared__ WarpMemory<D> memory[kWarps];
+  extern __shared__ uint4 dynamic_smem[];
+  auto* memory = reinterpret_cast<WarpMemory<D>*>(dynamic_smem);
 
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -309,15 +321,37 @@ __global__ void __launch_bounds__(kThreads) attention_decode_q8_kernel(const Att
 
 template <int D>
 Status launch_attention_decode_q8(const AttentionArgs& a, LaunchStream stream) {
-  if (a.decode_warps != 0 && a.decode_warps != kWarps) {
-    return make_error(StatusCode::kInvalidArgument,
-                      "attention: the Q8_0 decode kernel runs {} warps per block, not {}", kWarps,
-                      a.decode_warps);
-  }
   const int z = a.split_tiles ? 1 : a.n_splits;  // split tiles: a block per tile and KV head
   const dim3 grid(static_cast<unsigned>(a.n_tiles), static_cast<unsigned>(a.n_head_kv),
                   static_cast<unsigned>(z));
-  LS_CUDA_CHECK(launch_kernel(attention_decode_q8_kernel<D>, grid, kThreads, 0, stream, a));
+  int warps = a.decode_warps;
+  if (warps == 0) {
+    const int64_t blocks = static_cast<int64_t>(a.n_tiles) * a.n_head_kv * z;
+    warps = blocks <= current_device_sm_count() ? kDecodeQ8ManyWarps : kFewWarps;
+  }
+  if (warps == kDecodeQ8ManyWarps) {
+    LS_CUDA_CHECK(launch_kernel(attention_decode_q8_kernel<D, kDecodeQ8ManyWarps>, grid,
+                                32 * kDecodeQ8ManyWarps,
+                                decode_q8_smem_bytes<D, kDecodeQ8ManyWarps>(), stream, a));
+  } else if (warps == kFewWarps) {
+    LS_CUDA_CHECK(launch_kernel(attention_decode_q8_kernel<D, kFewWarps>, grid, 32 * kFewWarps,
+                                decode_q8_smem_bytes<D, kFewWarps>(), stream, a));
+  } else {
+    return make_error(StatusCode::kInvalidArgument,
+                      "attention: the Q8_0 decode kernel runs {} or {} warps per block, not {}",
+                      kFewWarps, kDecodeQ8ManyWarps, warps);
+  }
+  return Status::ok();
+}
+
+Status configure_attention_decode_q8_kernels() {
+  // Above the default 48 KB: the 16-warp blocks' stages.
+  LS_CUDA_CHECK(cudaFuncSetAttribute(attention_decode_q8_kernel<64, kDecodeQ8ManyWarps>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     decode_q8_smem_bytes<64, kDecodeQ8ManyWarps>()));
+  LS_CUDA_CHECK(cudaFuncSetAttribute(attention_decode_q8_kernel<128, kDecodeQ8ManyWarps>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     decode_q8_smem_bytes<128, kDecodeQ8ManyWarps>()));
   return Status::ok();
 }
 

@@ -18,15 +18,17 @@ int64_t pow2_at_least(int64_t n) {
 
 // The decode kernel's blocks: over an f16 cache (the 7B shape's one query head a KV head) 16
 // warps a block where they fit one wave, else 8 warps (4 blocks an SM) where those do, else 8
-// blocks of 4 warps an SM; over a Q8_0 cache 4.
+// blocks of 4 warps an SM; over a Q8_0 cache 16 warps (splits of 256 positions: a run of 16 a
+// warp) where they fit one wave, else 4 blocks of 4 warps an SM.
 struct DecodeBlocks {
   bool many_warps;
   bool mid_warps;
   int32_t per_sm;
+  int32_t many_warps_split_tokens;
 };
 constexpr int32_t kMidPerSm = 4;
-constexpr DecodeBlocks kF16Blocks{true, true, 8};
-constexpr DecodeBlocks kQ8Blocks{false, false, 4};
+constexpr DecodeBlocks kF16Blocks{true, true, 8, 0};
+constexpr DecodeBlocks kQ8Blocks{true, false, 4, 256};
 
 // A decode step: one row (and tile) per sequence.
 int32_t decode_splits(const std::vector<int32_t>& lengths, int64_t max_split_rows = 2048,
@@ -41,6 +43,7 @@ int32_t decode_splits(const std::vector<int32_t>& lengths, int64_t max_split_row
   s.one_row_tiles = true;
   s.max_split_rows = max_split_rows;
   s.decode_many_warps = blocks.many_warps;
+  s.many_warps_split_tokens = blocks.many_warps_split_tokens;
   s.decode_mid_warps = blocks.mid_warps;
   s.decode_mid_blocks_per_sm = kMidPerSm;
   s.decode_blocks_per_sm = blocks.per_sm;
@@ -50,22 +53,26 @@ int32_t decode_splits(const std::vector<int32_t>& lengths, int64_t max_split_row
 // Contexts of one length: as many blocks as one wave of the SMs holds (16-warp blocks one an SM
 // while the sequences' heads fit the SMs, else 8-warp blocks four an SM while they fit those,
 // else the 4-warp blocks an SM holds), no split under 64 positions, and none up to
-// kDecodeOneSplitTokens positions in 16-warp blocks.
+// kDecodeOneSplitTokens positions in 16-warp blocks (over a Q8_0 cache none under 256 positions
+// in 16-warp blocks).
 TEST(AttentionSplits, EqualContextsFillOneWave) {
   for (const DecodeBlocks blocks : {kF16Blocks, kQ8Blocks}) {
     for (const int32_t n : {1, 2, 4, 16, 64, 256}) {
       for (const int32_t len : {1, 100, 2000, 8192}) {
         SCOPED_TRACE("sequences " + std::to_string(n) + ", context " + std::to_string(len) +
-                     (blocks.many_warps ? ", f16" : ", q8_0"));
+                     (blocks.many_warps_split_tokens == 0 ? ", f16" : ", q8_0"));
         const int64_t pairs = int64_t{n} * kHeads;
         const int64_t wave = blocks.many_warps && pairs <= kSms              ? kSms
                              : blocks.mid_warps && pairs <= kMidPerSm * kSms ? kMidPerSm * kSms
                                                                              : blocks.per_sm * kSms;
         int64_t fill = 1;
         while (2 * fill * pairs <= wave) fill *= 2;
-        const bool one_split = blocks.many_warps && pairs <= kSms && len <= kDecodeOneSplitTokens;
-        const int64_t by_length =
-            one_split ? 1 : pow2_at_least((len + kDecodeSplitTokens - 1) / kDecodeSplitTokens);
+        const bool many = blocks.many_warps && pairs <= kSms;
+        const int64_t split_tokens = many && blocks.many_warps_split_tokens > 0
+                                         ? blocks.many_warps_split_tokens
+                                     : many && len <= kDecodeOneSplitTokens ? kDecodeOneSplitTokens
+                                                                            : kDecodeSplitTokens;
+        const int64_t by_length = pow2_at_least((len + split_tokens - 1) / split_tokens);
         EXPECT_EQ(decode_splits(std::vector<int32_t>(static_cast<size_t>(n), len), 2048, blocks),
                   std::min(fill, by_length));
       }
@@ -73,20 +80,24 @@ TEST(AttentionSplits, EqualContextsFillOneWave) {
   }
   // The shapes the kernel benchmark timed (one KV head a query head, f16): 1 x 2048 four splits
   // (128 blocks of 16 warps), 4 x 640 one (128), 16 x 640 one (512 blocks of 8 warps), 32 x 192
-  // one; a Q8_0 cache's 1 x 2048 sixteen (512 blocks of 4 warps).
+  // one; a Q8_0 cache's 1 x 2048 four (128 blocks of 16 warps, each warp two runs of 16
+  // positions), 8 x 2048 two (512 blocks of 4 warps).
   EXPECT_EQ(decode_splits({2048}), 4);
   EXPECT_EQ(decode_splits(std::vector<int32_t>(4, 640)), 1);
   EXPECT_EQ(decode_splits(std::vector<int32_t>(16, 640)), 1);
   EXPECT_EQ(decode_splits(std::vector<int32_t>(16, 192)), 1);
   EXPECT_EQ(decode_splits(std::vector<int32_t>(32, 192)), 1);
-  EXPECT_EQ(decode_splits({2048}, 2048, kQ8Blocks), 16);
+  EXPECT_EQ(decode_splits({2048}, 2048, kQ8Blocks), 4);
+  EXPECT_EQ(decode_splits(std::vector<int32_t>(8, 2048), 2048, kQ8Blocks), 2);
   // 16-warp blocks keep contexts of up to kDecodeOneSplitTokens whole; 4-warp blocks split them.
   EXPECT_EQ(decode_splits({64}), 1);
   EXPECT_EQ(decode_splits({65}), 1);
   EXPECT_EQ(decode_splits({128}), 1);
   EXPECT_EQ(decode_splits({129}), 4);
   EXPECT_EQ(decode_splits({100, 128}), 1);
-  EXPECT_EQ(decode_splits({100}, 2048, kQ8Blocks), 2);
+  EXPECT_EQ(decode_splits({100}, 2048, kQ8Blocks), 1);
+  EXPECT_EQ(decode_splits({256}, 2048, kQ8Blocks), 1);
+  EXPECT_EQ(decode_splits({257}, 2048, kQ8Blocks), 2);
 }
 
 // One long context among short ones: its blocks must not walk far more than the others' share.
