@@ -309,6 +309,63 @@ std::string bench_decode_attention(int groups, double copy, FILE* csv, LaunchStr
   return table;
 }
 
+// A decode step's launch of `seqs` sequences of `context` positions each (one row and tile a
+// sequence, KV blocks in order), its cache zeros (the kernels' time does not depend on the
+// values), on the decode kernel; the case's warps and splits are the caller's.
+struct DecodeStep {
+  int32_t* positions = nullptr;
+  int32_t* seq_index = nullptr;
+  int32_t* tables = nullptr;
+  AttentionTile* tiles = nullptr;
+  BenchKvCache cache;
+  AttentionArgs args;
+
+  DecodeStep(const SplitRows& rows, KvType kv_type, int seqs, int context, int n_head,
+             int n_head_kv, int head_dim, int block_size)
+      : cache(kv_type, cache_values(seqs, context, n_head_kv, head_dim, block_size)) {
+    const int blocks_per_seq = (context + block_size - 1) / block_size;
+    std::vector<int32_t> host_positions(seqs, context - 1), host_seqs(seqs),
+        host_tables(static_cast<size_t>(seqs) * blocks_per_seq);
+    std::vector<AttentionTile> host_tiles;
+    for (int s = 0; s < seqs; ++s) {
+      host_seqs[s] = s;
+      host_tiles.push_back({s, 1});
+    }
+    for (size_t i = 0; i < host_tables.size(); ++i) host_tables[i] = static_cast<int32_t>(i);
+    positions = upload(host_positions);
+    seq_index = upload(host_seqs);
+    tables = upload(host_tables);
+    tiles = upload(host_tiles);
+    const int64_t values = cache_values(seqs, context, n_head_kv, head_dim, block_size);
+    const size_t value_bytes = kv_type == KvType::kF16 ? 2 : 1;
+    BENCH_CHECK(cudaMemset(cache.k, 0, values * value_bytes));
+    BENCH_CHECK(cudaMemset(cache.v, 0, values * value_bytes));
+    if (kv_type == KvType::kQ8_0) {
+      BENCH_CHECK(cudaMemset(cache.k_scales, 0, values / kKvQ8Block * 2));
+      BENCH_CHECK(cudaMemset(cache.v_scales, 0, values / kKvQ8Block * 2));
+    }
+    args = bench_attention_args(
+        cache, {rows.q, rows.out, positions, seq_index, tables, blocks_per_seq, block_size, seqs},
+        n_head, n_head_kv, head_dim);
+    args.tiles = tiles;
+    args.n_tiles = seqs;
+    args.max_tile_rows = 1;
+    args.single_row_tiles = seqs;
+    args.kernel = AttentionKernel::kDecode;
+    rows.set(args);
+  }
+  DecodeStep(const DecodeStep&) = delete;
+  DecodeStep& operator=(const DecodeStep&) = delete;
+  ~DecodeStep() {
+    for (void* p : std::initializer_list<void*>{positions, seq_index, tables, tiles}) cudaFree(p);
+  }
+
+  static int64_t cache_values(int seqs, int context, int n_head_kv, int head_dim, int block_size) {
+    const int64_t blocks = static_cast<int64_t>(seqs) * ((context + block_size - 1) / block_size);
+    return blocks * block_size * n_head_kv * head_dim;
+  }
+};
+
 // Decode steps of few sequences (1 to 64 of 128 to 2048 positions, 32 query heads of head_dim
 // 128 over 32 KV heads, f16 cache): the decode kernel with 4, 8 and 16 warps a block and 1 to 8
 // flash-decoding splits (combined by each row's last block), and the kernel's own block size.
@@ -329,34 +386,9 @@ std::string bench_decode_attention_geometry(int groups, double copy, FILE* csv,
       "| --- | --- | --- | ---: | ---: | ---: |\n";
   const SplitRows rows(kMaxSeqs, kHeads, kHeadDim, kMaxSplits, 81);
   for (const Shape& shape : kShapes) {
-    const int blocks_per_seq = (shape.context + kBlockSize - 1) / kBlockSize;
-    std::vector<int32_t> positions(shape.seqs, shape.context - 1), seq_index(shape.seqs),
-        tables(static_cast<size_t>(shape.seqs) * blocks_per_seq);
-    std::vector<AttentionTile> tiles;
-    for (int s = 0; s < shape.seqs; ++s) {
-      seq_index[s] = s;
-      tiles.push_back({s, 1});
-    }
-    for (size_t i = 0; i < tables.size(); ++i) tables[i] = static_cast<int32_t>(i);
-    int32_t* positions_dev = upload(positions);
-    int32_t* seq_dev = upload(seq_index);
-    int32_t* table_dev = upload(tables);
-    AttentionTile* tiles_dev = upload(tiles);
-    const int64_t cache_values =
-        static_cast<int64_t>(tables.size()) * kBlockSize * kHeads * kHeadDim;
-    const BenchKvCache cache(KvType::kF16, cache_values);
-    BENCH_CHECK(cudaMemset(cache.k, 0, cache_values * 2));
-    BENCH_CHECK(cudaMemset(cache.v, 0, cache_values * 2));
-    AttentionArgs a = bench_attention_args(cache,
-                                           {rows.q, rows.out, positions_dev, seq_dev, table_dev,
-                                            blocks_per_seq, kBlockSize, shape.seqs},
-                                           kHeads, kHeads, kHeadDim);
-    a.tiles = tiles_dev;
-    a.n_tiles = shape.seqs;
-    a.max_tile_rows = 1;
-    a.single_row_tiles = shape.seqs;
-    a.kernel = AttentionKernel::kDecode;
-    rows.set(a);
+    DecodeStep step(rows, KvType::kF16, shape.seqs, shape.context, kHeads, kHeads, kHeadDim,
+                    kBlockSize);
+    AttentionArgs& a = step.args;
     const double bytes = 2.0 * 2.0 * shape.seqs * shape.context * kHeads * kHeadDim;
     for (const int warps : {0, 4, 8, 16}) {
       for (int splits = 1; splits <= kMaxSplits; splits *= 2) {
@@ -378,8 +410,55 @@ std::string bench_decode_attention_geometry(int groups, double copy, FILE* csv,
         }
       }
     }
-    for (void* p : std::initializer_list<void*>{positions_dev, seq_dev, table_dev, tiles_dev}) {
-      BENCH_CHECK(cudaFree(p));
+  }
+  return table;
+}
+
+// The same for the 70B shape's grouped queries (64 query heads over 8 KV heads, head_dim 128) at
+// long contexts, f16 and Q8_0 caches: few (row, KV head) pairs, so the executor's rule gives many
+// splits, each row's last block combining them all (the f16 kernel takes 4 warps a block for
+// eight query heads a KV head, the Q8_0 kernel 4 or 16).
+std::string bench_decode_attention_grouped(int groups, double copy, FILE* csv,
+                                           LaunchStream stream) {
+  constexpr int kHeads = 64, kKvHeads = 8, kHeadDim = 128, kBlockSize = 16, kMaxSplits = 32;
+  struct Shape {
+    int seqs, context;
+  };
+  constexpr Shape kShapes[] = {{1, 2048}, {1, 8192}, {4, 2048}};
+  BENCH_OK(configure_attention_kernels());
+  std::printf("\nattention (decode of few sequences, 64 query heads over 8 KV heads)\n");
+  std::string table =
+      "\n| attention decode grouped | cache | sequences x context | warps | splits | us | % of "
+      "copy |\n| --- | --- | --- | --- | ---: | ---: | ---: |\n";
+  const SplitRows rows(4, kHeads, kHeadDim, kMaxSplits, 83);
+  for (const KvType kv_type : {KvType::kF16, KvType::kQ8_0}) {
+    const char* cache_name = kv_type == KvType::kF16 ? "f16" : "q8_0";
+    for (const Shape& shape : kShapes) {
+      DecodeStep step(rows, kv_type, shape.seqs, shape.context, kHeads, kKvHeads, kHeadDim,
+                      kBlockSize);
+      AttentionArgs& a = step.args;
+      const size_t value_bytes = kv_type == KvType::kF16 ? 2 : 1;
+      const double bytes =
+          2.0 * static_cast<double>(value_bytes) * shape.seqs * shape.context * kKvHeads * kHeadDim;
+      for (const int warps : {4, 16}) {
+        if (warps == 16 && kv_type == KvType::kF16) continue;  // 16 warps: up to 4 heads a KV head
+        for (int splits = 1; splits <= kMaxSplits; splits *= 2) {
+          a.decode_warps = warps;
+          a.n_splits = splits;
+          const double seconds =
+              time_launches([&](int) { BENCH_OK(attention(a, stream)); }, groups, 10, stream);
+          const std::string line = fmt::format("| | {} | {} x {} | {} | {} | {:.1f} | {:.0f}% |",
+                                               cache_name, shape.seqs, shape.context, warps, splits,
+                                               seconds * 1e6, 100.0 * bytes / seconds / copy);
+          std::printf("%s\n", line.c_str());
+          table += line + "\n";
+          if (csv != nullptr) {
+            std::fprintf(csv, "attention_decode_grouped,%s,%dx%d,%d,%d,%d,%.3f,%.1f,%.1f,\n",
+                         cache_name, shape.seqs, shape.context, warps, splits, kHeadDim,
+                         seconds * 1e6, bytes / seconds / 1e9, 100.0 * bytes / seconds / copy);
+          }
+        }
+      }
     }
   }
   return table;

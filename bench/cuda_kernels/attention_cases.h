@@ -15,6 +15,7 @@ std::string bench_prefill_attention(int groups, FILE* csv, LaunchStream stream);
 std::string bench_decode_attention(int groups, double copy, FILE* csv, LaunchStream stream);
 std::string bench_decode_attention_geometry(int groups, double copy, FILE* csv,
                                             LaunchStream stream);
+std::string bench_decode_attention_grouped(int groups, double copy, FILE* csv, LaunchStream stream);
 std::string bench_chunk_attention(int groups, FILE* csv, LaunchStream stream);
 
 }  // namespace llamaserve::cuda::kernel_bench

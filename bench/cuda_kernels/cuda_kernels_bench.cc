@@ -10,8 +10,8 @@
 // not depend on the values.
 //
 // Usage: cuda_kernels_bench [--quick] [--no-pdl] [--only TABLE,...] [--csv FILE] [--markdown FILE]
-// (tables: matvec, parts, quantize, prefill-attention, decode-attention, geometry, chunk, waves,
-// gemm; all by default)
+// (tables: matvec, parts, quantize, prefill-attention, decode-attention, geometry, grouped,
+// chunk, waves, gemm; all by default)
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -314,6 +314,7 @@ int run(const Options& options) {
   if (options.wants("decode-attention")) table += bench_decode_attention(groups, copy, csv, stream);
   if (options.wants("geometry"))
     table += bench_decode_attention_geometry(groups, copy, csv, stream);
+  if (options.wants("grouped")) table += bench_decode_attention_grouped(groups, copy, csv, stream);
   if (options.wants("chunk")) table += bench_chunk_attention(groups, csv, stream);
   if (options.wants("waves")) {
     table +=
