@@ -50,6 +50,7 @@ int32_t choose_attention_splits(const AttentionSplitShape& s) {
       !s.one_row_tiles                                 ? kPromptSplitTokens
       : many_warps && s.many_warps_split_tokens > 0    ? s.many_warps_split_tokens
       : many_warps && max_len <= kDecodeOneSplitTokens ? kDecodeOneSplitTokens
+      : !many_warps && s.few_warps_split_tokens > 0    ? s.few_warps_split_tokens
                                                        : kDecodeSplitTokens;
   int64_t splits =
       std::min(std::max(fill, next_pow2(balance)), next_pow2(ceil_div(max_len, split_tokens)));

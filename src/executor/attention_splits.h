@@ -31,6 +31,11 @@ struct AttentionSplitShape {
   // kDecodeOneSplitTokens (the f16 cache's kernel). The Q8_0 cache's kernel gives its warps runs
   // of 16 positions, so its splits are one run for each of its warps.
   int32_t many_warps_split_tokens = 0;
+  // The positions a split of 4-warp decode blocks takes at least; 0: kDecodeSplitTokens. The
+  // f16 cache's kernel with more than kDecodeManyWarpsGroup query heads a KV head (the 70B shape's
+  // eight) takes kGroupedDecodeSplitTokens: its blocks' last one combines every split's partials
+  // for all the group's heads.
+  int32_t few_warps_split_tokens = 0;
   bool decode_mid_warps = false;
   int32_t decode_mid_blocks_per_sm = 1;
   int32_t decode_blocks_per_sm = 1;
@@ -48,6 +53,11 @@ inline constexpr int32_t kDecodeSplitTokens = 64;
 // with splits of 128 or 256; bench/results/2026-12-05-h100-decode-split-tokens-256.md,
 // 2026-12-05-h100-decode-one-split-128.md).
 inline constexpr int32_t kDecodeOneSplitTokens = 128;
+// Splits of 4-warp f16 decode blocks with eight query heads a KV head (64 over 8, head_dim 128, on
+// an H100): 1 x 2048 positions 48.0 us in 8 splits against 87.2 in the 32 that splits of 64
+// positions gave, 4 x 2048 65.7 in 8 against 114.5 in 32, 1 x 8192 115.4 in 32 against 102.2 at
+// best (16; bench/results/2026-12-06-h100-decode-attention-grouped.md).
+inline constexpr int32_t kGroupedDecodeSplitTokens = 256;
 
 // Blocks of the tensor-core attention kernel an SM holds at once (its shared memory: two).
 inline constexpr int32_t kPromptBlocksPerSm = 2;
@@ -70,8 +80,9 @@ inline constexpr int32_t kPromptBlocksPerSm = 2;
 //     otherwise walk 8k positions in one block per head while the rest of the GPU idles: a 7 ms
 //     decode step became 28 ms); for contexts of one length this is the first rule;
 //   - but no split shorter than the split tokens (none where 16-warp decode blocks meet
-//     contexts of at most kDecodeOneSplitTokens; many_warps_split_tokens where the shape names
-//     them), and rows x splits within max_split_rows.
+//     contexts of at most kDecodeOneSplitTokens; many_warps_split_tokens and
+//     few_warps_split_tokens where the shape names them), and rows x splits within
+//     max_split_rows.
 int32_t choose_attention_splits(const AttentionSplitShape& shape);
 
 // Decodes (seq_lengths: the contexts of a decode step's rows, or of the decode rows ahead of a

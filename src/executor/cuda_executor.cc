@@ -364,6 +364,10 @@ AttentionSplitShape CudaExecutor::split_shape(const Batch& piece) const {
   shape.decode_many_warps =
       !f16_cache || model_->config.group_size() <= cuda::kDecodeManyWarpsGroup;
   shape.many_warps_split_tokens = f16_cache ? 0 : cuda::kDecodeQ8Run * cuda::kDecodeQ8ManyWarps;
+  shape.few_warps_split_tokens =
+      f16_cache && model_->config.group_size() > cuda::kDecodeManyWarpsGroup
+          ? kGroupedDecodeSplitTokens
+          : 0;
   shape.decode_mid_warps = f16_cache && model_->config.group_size() <= cuda::kDecodeMidWarpsGroup;
   shape.decode_mid_blocks_per_sm = cuda::kDecodeMidWarpsBlocksPerSm;
   shape.decode_blocks_per_sm = f16_cache ? cuda::kDecodeF16BlocksPerSm : cuda::kDecodeQ8BlocksPerSm;

@@ -100,6 +100,34 @@ TEST(AttentionSplits, EqualContextsFillOneWave) {
   EXPECT_EQ(decode_splits({257}, 2048, kQ8Blocks), 2);
 }
 
+// The 70B shape's f16 cache (eight query heads a KV head: 4-warp blocks): splits of at least
+// kGroupedDecodeSplitTokens positions, where splits of 64 would give four times as many for each
+// head's last block to combine.
+TEST(AttentionSplits, GroupedF16BlocksTakeLongerSplits) {
+  auto splits = [](const std::vector<int32_t>& lengths, int32_t few_warps_split_tokens) {
+    AttentionSplitShape s;
+    s.seq_lengths = lengths;
+    for (const int32_t len : lengths) s.max_decode_len = std::max<int64_t>(s.max_decode_len, len);
+    s.n_tiles = static_cast<int64_t>(lengths.size());
+    s.n_rows = s.n_tiles;
+    s.n_head_kv = 8;
+    s.sm_count = kSms;
+    s.one_row_tiles = true;
+    s.max_split_rows = 2048;
+    s.decode_blocks_per_sm = 8;
+    s.few_warps_split_tokens = few_warps_split_tokens;
+    return choose_attention_splits(s);
+  };
+  EXPECT_EQ(splits({2048}, 0), 32);
+  EXPECT_EQ(splits({2048}, kGroupedDecodeSplitTokens), 8);
+  EXPECT_EQ(splits(std::vector<int32_t>(4, 2048), 0), 32);
+  EXPECT_EQ(splits(std::vector<int32_t>(4, 2048), kGroupedDecodeSplitTokens), 8);
+  EXPECT_EQ(splits({8192}, 0), 128);
+  EXPECT_EQ(splits({8192}, kGroupedDecodeSplitTokens), 32);
+  EXPECT_EQ(splits({200}, kGroupedDecodeSplitTokens), 1);
+  EXPECT_EQ(splits({257}, kGroupedDecodeSplitTokens), 2);
+}
+
 // One long context among short ones: its blocks must not walk far more than the others' share.
 TEST(AttentionSplits, OneLongContextIsSplitToItsShare) {
   std::vector<int32_t> lengths(63, 200);
