@@ -105,6 +105,15 @@ AttentionArgs bench_attention_args(const BenchKvCache& cache, const BenchRows& r
   return a;
 }
 
+// A decode step's launch on the decode kernel: n_tiles tiles of one row each.
+void set_decode_tiles(AttentionArgs& a, const AttentionTile* tiles, int n_tiles) {
+  a.tiles = tiles;
+  a.n_tiles = n_tiles;
+  a.max_tile_rows = 1;
+  a.single_row_tiles = n_tiles;
+  a.kernel = AttentionKernel::kDecode;
+}
+
 // The query rows, outputs and flash-decoding workspace of `rows` rows of `heads` heads of
 // head_dim (random queries from `seed`), sized for up to `splits` splits, the split counters
 // zero.
@@ -283,11 +292,7 @@ std::string bench_decode_attention(int groups, double copy, FILE* csv, LaunchStr
         cache,
         {q, out, last_positions_dev, last_seq_dev, table_dev, kBlocksPerSeq, kBlockSize, kSeqs},
         kHeads, n_head_kv, kHeadDim);
-    a.tiles = tiles_dev;
-    a.n_tiles = kSeqs;
-    a.max_tile_rows = 1;
-    a.single_row_tiles = kSeqs;
-    a.kernel = AttentionKernel::kDecode;
+    set_decode_tiles(a, tiles_dev, kSeqs);
     const double seconds =
         time_launches([&](int) { BENCH_OK(attention(a, stream)); }, groups, 20, stream);
     const double bytes = 2.0 * rows * kv_dim * (kv_type == KvType::kQ8_0 ? 34.0 / 32.0 : 2.0);
@@ -347,11 +352,7 @@ struct DecodeStep {
     args = bench_attention_args(
         cache, {rows.q, rows.out, positions, seq_index, tables, blocks_per_seq, block_size, seqs},
         n_head, n_head_kv, head_dim);
-    args.tiles = tiles;
-    args.n_tiles = seqs;
-    args.max_tile_rows = 1;
-    args.single_row_tiles = seqs;
-    args.kernel = AttentionKernel::kDecode;
+    set_decode_tiles(args, tiles, seqs);
     rows.set(args);
   }
   DecodeStep(const DecodeStep&) = delete;
