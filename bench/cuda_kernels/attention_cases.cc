@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "backend/cuda/attention.h"
+#include "backend/cuda/attention_decode.h"
 #include "bench_util.h"
 
 namespace llamaserve::cuda::kernel_bench {
@@ -171,9 +172,16 @@ std::string bench_prefill_attention(int groups, FILE* csv, LaunchStream stream) 
   float* out = device_floats(kPositions * q_dim);
   const double flops = 4.0 * kHeadDim * kHeads * (kPositions * (kPositions + 1) / 2.0);
 
-  for (const auto& [n_head_kv, kv_type] :
-       {std::pair{32, KvType::kF16}, std::pair{32, KvType::kQ8_0}, std::pair{8, KvType::kF16},
-        std::pair{8, KvType::kQ8_0}}) {
+  // The f16 cache's grouped queries on both decode kernels (decode_mma_group).
+  struct Variant {
+    int n_head_kv;
+    KvType kv_type;
+    int mma_group;
+  };
+  for (const auto& [n_head_kv, kv_type, mma_group] :
+       {Variant{32, KvType::kF16, kDecodeMmaGroup}, Variant{32, KvType::kQ8_0, kDecodeMmaGroup},
+        Variant{8, KvType::kF16, kMaxDecodeGroup + 1}, Variant{8, KvType::kF16, kDecodeMmaGroup},
+        Variant{8, KvType::kQ8_0, kDecodeMmaGroup}}) {
     const int group = kHeads / n_head_kv;
     const int64_t kv_dim = static_cast<int64_t>(n_head_kv) * kHeadDim;
     float* k_new = upload(normal_floats(kPositions * kv_dim, 52));
@@ -248,9 +256,8 @@ std::string bench_decode_attention(int groups, double copy, FILE* csv, LaunchStr
   std::printf("\nattention (decode, %d sequences of %d positions, %d heads x %d)\n", kSeqs,
               kContext, kHeads, kHeadDim);
   std::string table =
-      "\n| attention decode 256 x 640 | KV heads | KV cache | us | GB/s | % of copy |\n| --- | "
-      "---: "
-      "| --- | ---: | ---: | ---: |\n";
+      "\n| attention decode 256 x 640 | KV heads | KV cache | kernel | us | GB/s | % of copy "
+      "|\n| --- | ---: | --- | --- | ---: | ---: | ---: |\n";
   // Every position of every sequence is written once (rows of the whole context), then the
   // decode rows (the last position of each sequence) read them all.
   std::vector<int32_t> positions, seq_index, tables(kSeqs * kBlocksPerSeq);
@@ -277,9 +284,16 @@ std::string bench_decode_attention(int groups, double copy, FILE* csv, LaunchStr
   float* q = upload(normal_floats(kSeqs * q_dim, 61));
   float* out = device_floats(kSeqs * q_dim);
   const int64_t rows = static_cast<int64_t>(kSeqs) * kContext;
-  for (const auto& [n_head_kv, kv_type] :
-       {std::pair{32, KvType::kF16}, std::pair{32, KvType::kQ8_0}, std::pair{8, KvType::kF16},
-        std::pair{8, KvType::kQ8_0}}) {
+  // The f16 cache's grouped queries on both decode kernels (decode_mma_group).
+  struct Variant {
+    int n_head_kv;
+    KvType kv_type;
+    int mma_group;
+  };
+  for (const auto& [n_head_kv, kv_type, mma_group] :
+       {Variant{32, KvType::kF16, kDecodeMmaGroup}, Variant{32, KvType::kQ8_0, kDecodeMmaGroup},
+        Variant{8, KvType::kF16, kMaxDecodeGroup + 1}, Variant{8, KvType::kF16, kDecodeMmaGroup},
+        Variant{8, KvType::kQ8_0, kDecodeMmaGroup}}) {
     const int64_t kv_dim = static_cast<int64_t>(n_head_kv) * kHeadDim;
     const BenchKvCache cache(kv_type, rows * kv_dim);
     float* kv_new = device_floats(rows * kv_dim);
@@ -293,18 +307,22 @@ std::string bench_decode_attention(int groups, double copy, FILE* csv, LaunchStr
         {q, out, last_positions_dev, last_seq_dev, table_dev, kBlocksPerSeq, kBlockSize, kSeqs},
         kHeads, n_head_kv, kHeadDim);
     set_decode_tiles(a, tiles_dev, kSeqs);
+    a.decode_mma_group = mma_group;
+    const bool mma =
+        decode_on_tensor_cores(kv_type, kHeads / n_head_kv, kBlockSize, a.decode_mma_group);
     const double seconds =
         time_launches([&](int) { BENCH_OK(attention(a, stream)); }, groups, 20, stream);
     const double bytes = 2.0 * rows * kv_dim * (kv_type == KvType::kQ8_0 ? 34.0 / 32.0 : 2.0);
     const std::string line =
-        fmt::format("| | {} | {} | {:.1f} | {:.0f} | {:.0f}% |", n_head_kv, cache.name(),
-                    seconds * 1e6, bytes / seconds / 1e9, 100.0 * bytes / seconds / copy);
+        fmt::format("| | {} | {} | {} | {:.1f} | {:.0f} | {:.0f}% |", n_head_kv, cache.name(),
+                    mma ? "tensor cores" : "CUDA cores", seconds * 1e6, bytes / seconds / 1e9,
+                    100.0 * bytes / seconds / copy);
     std::printf("%s\n", line.c_str());
     table += line + "\n";
     if (csv != nullptr) {
-      std::fprintf(csv, "attention_decode_%s,decode,%d,%d,%d,%.3f,%.1f,%.1f,\n", cache.name(),
-                   n_head_kv, kHeadDim, kContext, seconds * 1e6, bytes / seconds / 1e9,
-                   100.0 * bytes / seconds / copy);
+      std::fprintf(csv, "attention_decode_%s,%s,%d,%d,%d,%.3f,%.1f,%.1f,\n", cache.name(),
+                   mma ? "decode_mma" : "decode", n_head_kv, kHeadDim, kContext, seconds * 1e6,
+                   bytes / seconds / 1e9, 100.0 * bytes / seconds / copy);
     }
   }
   for (void* p : std::initializer_list<void*>{positions_dev, seq_dev, table_dev, last_positions_dev,
@@ -417,8 +435,9 @@ std::string bench_decode_attention_geometry(int groups, double copy, FILE* csv,
 
 // The same for the 70B shape's grouped queries (64 query heads over 8 KV heads, head_dim 128) at
 // long contexts, f16 and Q8_0 caches: few (row, KV head) pairs, so the executor's rule gives many
-// splits, each row's last block combining them all (the f16 kernel takes 4 warps a block for
-// eight query heads a KV head, the Q8_0 kernel 4 or 16).
+// splits, each row's last block combining them all (the f16 cache's CUDA-core kernel takes 4 warps
+// a block for eight query heads a KV head, its tensor-core kernel 4 or 8, the Q8_0 cache's 4 or
+// 16).
 std::string bench_decode_attention_grouped(int groups, double copy, FILE* csv,
                                            LaunchStream stream) {
   constexpr int kHeads = 64, kKvHeads = 8, kHeadDim = 128, kBlockSize = 16, kMaxSplits = 32;
@@ -429,11 +448,20 @@ std::string bench_decode_attention_grouped(int groups, double copy, FILE* csv,
   BENCH_OK(configure_attention_kernels());
   std::printf("\nattention (decode of few sequences, 64 query heads over 8 KV heads)\n");
   std::string table =
-      "\n| attention decode grouped | cache | sequences x context | warps | splits | us | % of "
-      "copy |\n| --- | --- | --- | --- | ---: | ---: | ---: |\n";
+      "\n| attention decode grouped | cache | kernel | sequences x context | warps | splits | us "
+      "| % of copy |\n| --- | --- | --- | --- | --- | ---: | ---: | ---: |\n";
   const SplitRows rows(4, kHeads, kHeadDim, kMaxSplits, 83);
-  for (const KvType kv_type : {KvType::kF16, KvType::kQ8_0}) {
+  struct Variant {
+    KvType kv_type;
+    int mma_group;
+    int few_warps;
+    int many_warps;
+  };
+  for (const auto& [kv_type, mma_group, few_warps, many_warps] :
+       {Variant{KvType::kF16, kMaxDecodeGroup + 1, 4, 4}, Variant{KvType::kF16, 1, 4, 8},
+        Variant{KvType::kQ8_0, 1, 4, 16}}) {
     const char* cache_name = kv_type == KvType::kF16 ? "f16" : "q8_0";
+    const bool mma = mma_group == 1;
     for (const Shape& shape : kShapes) {
       DecodeStep step(rows, kv_type, shape.seqs, shape.context, kHeads, kKvHeads, kHeadDim,
                       kBlockSize);
@@ -441,22 +469,25 @@ std::string bench_decode_attention_grouped(int groups, double copy, FILE* csv,
       const size_t value_bytes = kv_type == KvType::kF16 ? 2 : 1;
       const double bytes =
           2.0 * static_cast<double>(value_bytes) * shape.seqs * shape.context * kKvHeads * kHeadDim;
-      for (const int warps : {4, 16}) {
-        if (warps == 16 && kv_type == KvType::kF16) continue;  // 16 warps: up to 4 heads a KV head
+      a.decode_mma_group = mma_group;
+      for (int w = 0; w < (many_warps == few_warps ? 1 : 2); ++w) {
+        const int warps = w == 0 ? few_warps : many_warps;
         for (int splits = 1; splits <= kMaxSplits; splits *= 2) {
           a.decode_warps = warps;
           a.n_splits = splits;
           const double seconds =
               time_launches([&](int) { BENCH_OK(attention(a, stream)); }, groups, 10, stream);
-          const std::string line = fmt::format("| | {} | {} x {} | {} | {} | {:.1f} | {:.0f}% |",
-                                               cache_name, shape.seqs, shape.context, warps, splits,
-                                               seconds * 1e6, 100.0 * bytes / seconds / copy);
+          const std::string line =
+              fmt::format("| | {} | {} | {} x {} | {} | {} | {:.1f} | {:.0f}% |", cache_name,
+                          mma ? "tensor cores" : "CUDA cores", shape.seqs, shape.context, warps,
+                          splits, seconds * 1e6, 100.0 * bytes / seconds / copy);
           std::printf("%s\n", line.c_str());
           table += line + "\n";
           if (csv != nullptr) {
-            std::fprintf(csv, "attention_decode_grouped,%s,%dx%d,%d,%d,%d,%.3f,%.1f,%.1f,\n",
-                         cache_name, shape.seqs, shape.context, warps, splits, kHeadDim,
-                         seconds * 1e6, bytes / seconds / 1e9, 100.0 * bytes / seconds / copy);
+            std::fprintf(csv, "attention_decode_grouped,%s,%s,%dx%d,%d,%d,%d,%.3f,%.1f,%.1f,\n",
+                         cache_name, mma ? "decode_mma" : "decode", shape.seqs, shape.context,
+                         warps, splits, kHeadDim, seconds * 1e6, bytes / seconds / 1e9,
+                         100.0 * bytes / seconds / copy);
           }
         }
       }

@@ -359,18 +359,21 @@ AttentionSplitShape CudaExecutor::split_shape(const Batch& piece) const {
   shape.max_split_rows = limits_.max_split_rows;
   shape.max_tiles = limits_.max_tokens;
   const bool f16_cache = request_.kv_type == cuda::KvType::kF16;
-  // The Q8_0 cache's kernel puts a KV head's query heads on tensor-core rows: 16 warps for any
-  // group.
-  shape.decode_many_warps =
-      !f16_cache || model_->config.group_size() <= cuda::kDecodeManyWarpsGroup;
-  shape.many_warps_split_tokens = f16_cache ? 0 : cuda::kDecodeQ8Run * cuda::kDecodeQ8ManyWarps;
+  const int group = static_cast<int>(model_->config.group_size());
+  // The tensor-core decode kernel puts a KV head's query heads on tensor-core rows: many warps
+  // for any group, a run of 16 positions for each.
+  const bool mma = cuda::decode_on_tensor_cores(request_.kv_type, group,
+                                                static_cast<int>(options_.kv_block_size));
+  const int mma_warps = f16_cache ? cuda::kDecodeF16MmaManyWarps : cuda::kDecodeQ8ManyWarps;
+  shape.decode_many_warps = mma || group <= cuda::kDecodeManyWarpsGroup;
+  shape.many_warps_split_tokens = mma ? cuda::kDecodeMmaRun * mma_warps : 0;
   shape.few_warps_split_tokens =
-      f16_cache && model_->config.group_size() > cuda::kDecodeManyWarpsGroup
-          ? kGroupedDecodeSplitTokens
-          : 0;
-  shape.decode_mid_warps = f16_cache && model_->config.group_size() <= cuda::kDecodeMidWarpsGroup;
+      !mma && group > cuda::kDecodeManyWarpsGroup ? kGroupedDecodeSplitTokens : 0;
+  shape.decode_mid_warps = !mma && group <= cuda::kDecodeMidWarpsGroup;
   shape.decode_mid_blocks_per_sm = cuda::kDecodeMidWarpsBlocksPerSm;
-  shape.decode_blocks_per_sm = f16_cache ? cuda::kDecodeF16BlocksPerSm : cuda::kDecodeQ8BlocksPerSm;
+  shape.decode_blocks_per_sm = !mma        ? cuda::kDecodeF16BlocksPerSm
+                               : f16_cache ? cuda::kDecodeF16MmaBlocksPerSm
+                                           : cuda::kDecodeQ8BlocksPerSm;
   return shape;
 }
 

@@ -6,6 +6,7 @@
 
 #include "backend/cuda/act_quant.h"
 #include "backend/cuda/attention.h"
+#include "backend/cuda/attention_decode.h"
 #include "test_util.h"
 
 namespace llamaserve::cuda::testing {
@@ -89,13 +90,19 @@ TEST_F(AttentionKernelChoiceTest, TensorCoresRefuseShapesTheyDoNotHandle) {
   AttentionArgs wide_group = decode;
   wide_group.n_head = 16;  // 16 query heads per KV head
   expect_decode_refused(wide_group, "16 query heads per KV head");
-  AttentionArgs many_warps = decode;  // 8 query heads per KV head: 4 warps per block only
-  many_warps.n_tiles = 1;             // the block size is checked before the launch
+  // 8 query heads per KV head over an f16 cache: the tensor-core kernel, 4 or 8 warps per block.
+  AttentionArgs many_warps = decode;
+  many_warps.n_tiles = 1;  // the block size is checked before the launch
   many_warps.decode_warps = 16;
-  expect_decode_refused(many_warps, "16 warps for 8 query heads per KV head");
-  AttentionArgs mid_warps = decode;  // 8 warps: one query head per KV head only
+  expect_decode_refused(many_warps, "16 warps on tensor cores over an f16 cache");
+  AttentionArgs mma_warps = decode;
+  mma_warps.decode_warps = 8;
+  ASSERT_OK(attention(mma_warps, nullptr));
+  // The CUDA-core decode kernel: 8 warps for one query head per KV head only.
+  AttentionArgs mid_warps = decode;
   mid_warps.n_tiles = 1;
   mid_warps.decode_warps = 8;
+  mid_warps.decode_mma_group = kMaxDecodeGroup + 1;
   expect_decode_refused(mid_warps, "8 warps for 8 query heads per KV head");
   AttentionArgs odd_warps = decode;
   odd_warps.n_tiles = 1;

@@ -231,6 +231,7 @@ TEST_P(AttentionTest, MatchesReference) {
   a.n_batch_rows = rows;
   a.kernel = c.kernel;
   a.decode_warps = c.decode_warps;
+  a.decode_mma_group = c.decode_mma_group;
   a.earlier_kv_settled = c.earlier_kv_settled;
   // The output also as 8-bit blocks (for the output projection's integer matvec), which only
   // the CUDA-core kernel writes.
@@ -243,11 +244,12 @@ TEST_P(AttentionTest, MatchesReference) {
   const bool tensor_cores =
       by_name || (c.kernel == AttentionKernel::kAuto && max_tile_rows * group >= 16 &&
                   (c.n_splits > 1 || !q8_output));
-  // With a Q8_0 cache the decode kernel's rows (by name, or kAuto's leading one-row tiles) run on
-  // tensor cores too: f16 Q, K values and probabilities, the same relative tolerance.
+  // Where the decode kernel's rows (by name, or kAuto's leading one-row tiles) run on tensor
+  // cores too (a Q8_0 cache, an f16 cache's grouped queries): f16 Q, K values and probabilities,
+  // the same relative tolerance.
   std::vector<bool> relative_tolerance(static_cast<size_t>(rows), tensor_cores);
-  if (c.kv_type == KvType::kQ8_0 && (c.kernel == kDecode || c.kernel == kAuto) &&
-      block_size % kDecodeQ8Run == 0) {
+  if ((c.kernel == kDecode || c.kernel == kAuto) &&
+      decode_on_tensor_cores(c.kv_type, group, block_size, c.decode_mma_group)) {
     for (int i = 0; i < (c.kernel == kDecode ? a.n_tiles : a.single_row_tiles); ++i) {
       relative_tolerance[tiles[i].first_row] = true;
     }

@@ -1,11 +1,25 @@
 #include "attention_test_cases.h"
 
+#include "backend/cuda/attention_decode.h"
+
 namespace llamaserve::cuda::testing {
 
 // `c` over a Q8_0 cache, named `name`.
 AttentionCase q8_cache(const char* name, AttentionCase c) {
   c.name = name;
   c.kv_type = KvType::kQ8_0;
+  return c;
+}
+
+AttentionCase on_cuda_cores(const char* name, AttentionCase c) {
+  c.name = name;
+  c.decode_mma_group = kMaxDecodeGroup + 1;
+  return c;
+}
+
+AttentionCase on_tensor_cores(const char* name, AttentionCase c) {
+  c.name = name;
+  c.decode_mma_group = 1;
   return c;
 }
 
@@ -75,14 +89,8 @@ std::vector<AttentionCase> attention_cases() {
       // Both block sizes of the decode kernel by name (small grids get 16 warps by default).
       AttentionCase{
           "DecodeKernel4WarpsGqa4Hd128", 128, 8, 2, {{0, 1}, {700, 1}, {1499, 1}}, 1, kDecode, 4},
-      AttentionCase{"DecodeKernel16WarpsGqa4Hd128Split2",
-                    128,
-                    8,
-                    2,
-                    {{0, 1}, {31, 1}, {700, 1}, {1499, 1}},
-                    2,
-                    kDecode,
-                    16},
+      on_cuda_cores("DecodeKernel16WarpsGqa4Hd128Split2",
+                    {"", 128, 8, 2, {{0, 1}, {31, 1}, {700, 1}, {1499, 1}}, 2, kDecode, 16}),
       AttentionCase{
           "DecodeKernel16WarpsMhaHd64", 64, 3, 3, {{5, 1}, {64, 1}, {1000, 1}}, 1, kDecode, 16},
       AttentionCase{"DecodeKernel8WarpsMhaHd128Split2",
@@ -132,6 +140,88 @@ std::vector<AttentionCase> attention_cases() {
                     kDecode,
                     0,
                     true},
+      // Grouped queries over an f16 cache take the tensor-core decode kernel: the cases above
+      // with groups of 2 to 8 run there; the same on the CUDA-core decode kernel, which takes
+      // them where KV blocks are no multiple of 16 positions.
+      on_cuda_cores("DecodeCoresKernelGqa4Hd128Split4",
+                    {"", 128, 8, 2, {{0, 1}, {4, 1}, {129, 1}, {699, 1}, {1499, 1}}, 4}),
+      on_cuda_cores("DecodeCoresKernelGqa5Hd64",
+                    {"", 64, 10, 2, {{13, 1}, {77, 1}, {1000, 1}}, 1, kDecode}),
+      on_cuda_cores("DecodeCoresKernelGqa6Hd128Split3",
+                    {"", 128, 12, 2, {{0, 1}, {63, 1}, {333, 1}}, 3, kDecode}),
+      on_cuda_cores("DecodeCoresKernelGqa7Hd64Split2",
+                    {"", 64, 7, 1, {{6, 1}, {150, 1}}, 2, kDecode}),
+      on_cuda_cores("DecodeCoresKernelGqa8Hd128Split5",
+                    {"", 128, 16, 2, {{0, 1}, {16, 1}, {31, 1}, {255, 1}, {2047, 1}}, 5, kDecode}),
+      on_cuda_cores("DecodeCoresKernelGqa2Hd128Split16",
+                    {"", 128, 4, 2, {{0, 1}, {9, 1}, {3000, 1}}, 16, kDecode}),
+      on_cuda_cores("DecodeCoresKernelRowSplitsGqa4Hd128",
+                    {"",
+                     128,
+                     8,
+                     2,
+                     {{0, 1}, {4, 1}, {129, 1}, {699, 1}, {2999, 1}},
+                     1,
+                     kAuto,
+                     0,
+                     false,
+                     256}),
+      on_cuda_cores("DecodeCoresKernelSettled4WarpsGqa3Hd64Split3",
+                    {"", 64, 9, 3, {{0, 1}, {15, 1}, {299, 1}, {1024, 1}}, 3, kDecode, 4, true}),
+      [] {
+        AttentionCase c{"DecodeBlocksOf8Gqa4Hd128", 128, 8, 2, {{0, 1}, {9, 1}, {700, 1}}, 2};
+        c.block_size = 8;
+        return c;
+      }(),
+      // The tensor-core decode kernel over an f16 cache: one query head a KV head too (4 and 8
+      // warps), contexts around a run's end (16) and a round of 8 warps (128), every group's
+      // columns, settled history, split tiles and KV blocks of 32 positions.
+      on_tensor_cores("DecodeMmaMhaHd128",
+                      {"", 128, 3, 3, {{5, 1}, {639, 1}, {1499, 1}}, 1, kDecode, 4}),
+      on_tensor_cores("DecodeMmaManyWarpsMhaHd64Split2",
+                      {"",
+                       64,
+                       3,
+                       3,
+                       {{0, 1}, {15, 1}, {16, 1}, {17, 1}, {126, 1}, {127, 1}, {128, 1}, {1000, 1}},
+                       2,
+                       kDecode,
+                       8}),
+      AttentionCase{"DecodeMmaGqa8Hd128Split3",
+                    128,
+                    16,
+                    2,
+                    {{0, 1}, {14, 1}, {15, 1}, {16, 1}, {33, 1}, {1000, 1}},
+                    3,
+                    kDecode,
+                    4},
+      AttentionCase{"DecodeMmaManyWarpsGqa8Hd64Split3Settled",
+                    64,
+                    16,
+                    2,
+                    {{5, 1}, {300, 1}, {1499, 1}},
+                    3,
+                    kDecode,
+                    8,
+                    true},
+      AttentionCase{"DecodeMmaManyWarpsRowSplitsGqa3Hd128",
+                    128,
+                    9,
+                    3,
+                    {{0, 1}, {99, 1}, {700, 1}, {2999, 1}},
+                    1,
+                    kAuto,
+                    8,
+                    false,
+                    100},
+      AttentionCase{
+          "DecodeMmaGqa5Hd64Split7", 64, 10, 2, {{0, 1}, {2, 1}, {97, 1}, {510, 1}}, 7, kDecode},
+      [] {
+        AttentionCase c{"DecodeMmaBlocksOf32Gqa4Hd128",       128, 8, 2,
+                        {{0, 1}, {31, 1}, {32, 1}, {700, 1}}, 2};
+        c.block_size = 32;
+        return c;
+      }(),
       AttentionCase{"PrefillGqa3Hd64", 64, 9, 3, {{40, 100}, {7, 1}}, 1},
       AttentionCase{"PrefillGqa3Hd64Split2", 64, 9, 3, {{40, 100}, {7, 1}}, 2},
       AttentionCase{"PrefillMhaHd128", 128, 4, 4, {{0, 70}}, 1},

@@ -33,10 +33,19 @@ struct AttentionCase {
   // Split counters without split tiles, as the forward pass always gives them: the decode
   // kernel combines its rows' splits itself, and a mixed pass's reduction leaves those rows.
   bool split_counters = false;
+  // AttentionArgs::decode_mma_group: from how many query heads a KV head an f16 cache's decode
+  // rows take the tensor-core decode kernel.
+  int decode_mma_group = kDecodeMmaGroup;
 };
 
 // `c` over a Q8_0 cache, named `name`.
 AttentionCase q8_cache(const char* name, AttentionCase c);
+// `c` with an f16 cache's decode rows on the CUDA-core decode kernel whatever the group (as KV
+// blocks of other than a multiple of 16 positions take them), named `name`.
+AttentionCase on_cuda_cores(const char* name, AttentionCase c);
+// `c` with an f16 cache's decode rows on the tensor-core decode kernel, one query head a KV head
+// too, named `name`.
+AttentionCase on_tensor_cores(const char* name, AttentionCase c);
 
 constexpr AttentionKernel kAuto = AttentionKernel::kAuto;
 constexpr AttentionKernel kTensorCores = AttentionKernel::kTensorCores;
@@ -44,7 +53,8 @@ constexpr AttentionKernel kCudaCores = AttentionKernel::kCudaCores;
 constexpr AttentionKernel kDecode = AttentionKernel::kDecode;
 
 // Every case: over an f16 cache (decode rows, split tiles, the CUDA-core and decode kernels by
-// name, prefill, mixed passes, the tensor-core kernel), then over a Q8_0 cache.
+// name, both decode kernels on every group, prefill, mixed passes, the tensor-core kernel), then
+// over a Q8_0 cache.
 std::vector<AttentionCase> attention_cases();
 
 }  // namespace llamaserve::cuda::testing

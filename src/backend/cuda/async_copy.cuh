@@ -1,5 +1,5 @@
 // Asynchronous global-to-shared copies (cp.async, sm_80+) of the attention kernels
-// (attention_mma.cu, attention_decode_q8.cu): a thread's copies fly while it computes, and land
+// (attention_mma.cu, attention_decode_mma.cu): a thread's copies fly while it computes, and land
 // in shared memory without passing through its registers.
 #pragma once
 

@@ -419,8 +419,10 @@ Status launch_attention(const AttentionArgs& a, bool tensor_cores, bool decode,
   if (tensor_cores) {
     LS_RETURN_IF_ERROR(launch_attention_mma<D>(a, stream));
   } else if (decode) {
-    LS_RETURN_IF_ERROR(a.kv_type == KvType::kQ8_0 ? launch_attention_decode_q8<D>(a, stream)
-                                                  : launch_attention_decode<D>(a, stream));
+    const bool mma =
+        decode_on_tensor_cores(a.kv_type, a.n_head / a.n_head_kv, a.block_size, a.decode_mma_group);
+    LS_RETURN_IF_ERROR(mma ? launch_attention_decode_mma<D>(a, stream)
+                           : launch_attention_decode<D>(a, stream));
   } else {
     const int nq8 = (a.max_tile_rows * (a.n_head / a.n_head_kv) + 7) & ~7;
     const int64_t smem = SmemLayout::bytes(nq8, D);
@@ -443,7 +445,7 @@ Status launch_attention(const AttentionArgs& a, bool tensor_cores, bool decode,
 
 Status configure_attention_kernels() {
   LS_RETURN_IF_ERROR(configure_attention_mma_kernels());
-  LS_RETURN_IF_ERROR(configure_attention_decode_q8_kernels());
+  LS_RETURN_IF_ERROR(configure_attention_decode_mma_kernels());
   // The largest block: kMaxAttentionQueries query vectors.
   for (const auto kernel : {attention_kernel<64, false>, attention_kernel<64, true>}) {
     LS_CUDA_CHECK(
@@ -490,8 +492,8 @@ Status attention(const AttentionArgs& a, LaunchStream stream) {
   LS_CUDA_REQUIRE(a.block_size > 0 && a.blocks_per_seq > 0 && a.scale > 0.0f);
   LS_CUDA_REQUIRE(a.n_splits >= 1 && a.n_splits <= 65535);
   LS_CUDA_REQUIRE(a.n_splits == 1 || (a.partial != nullptr && a.n_batch_rows > 0));
-  // A Q8_0 cache's decode kernel takes runs of kDecodeQ8Run positions within one KV block.
-  const bool decode_blocks = a.kv_type == KvType::kF16 || a.block_size % kDecodeQ8Run == 0;
+  // A Q8_0 cache's decode kernel takes runs of kDecodeMmaRun positions within one KV block.
+  const bool decode_blocks = a.kv_type == KvType::kF16 || a.block_size % kDecodeMmaRun == 0;
   // Split tiles: one-row tiles on the decode kernel, which combines each row's splits itself;
   // in a mixed pass they lead, and the tiles after them take their own launch.
   LS_CUDA_REQUIRE(!a.split_tiles ||
@@ -533,7 +535,7 @@ Status attention(const AttentionArgs& a, LaunchStream stream) {
                       "attention: the decode kernel needs tiles of one row (got up to {}), at "
                       "most {} query heads per KV head (got {}) and with a Q8_0 cache KV blocks "
                       "of a multiple of {} positions (got {})",
-                      a.max_tile_rows, kMaxDecodeGroup, group_size, kDecodeQ8Run, a.block_size);
+                      a.max_tile_rows, kMaxDecodeGroup, group_size, kDecodeMmaRun, a.block_size);
   }
   const bool decode = decode_applies &&
                       (a.kernel == AttentionKernel::kDecode || a.kernel == AttentionKernel::kAuto);

@@ -17,9 +17,11 @@
 // kernel (attention_mma.cu: mma.sync on f16 Q, K, V with fp32 scores and sums, FlashAttention-2
 // style) is for prefill tiles of at least kMinTensorCoreQueries query vectors, split or not
 // (8-bit output only through the splits' reduction). The decode kernel is for batches whose
-// tiles are all one row, up to 8 query heads per KV head: over an f16 cache warps streaming whole
-// K/V rows in fp32 (attention_decode.cu), over a Q8_0 cache mma.sync on runs of 16 positions
-// (attention_decode_q8.cu; KV blocks of a multiple of 16 positions, else the CUDA-core kernel).
+// tiles are all one row, up to 8 query heads per KV head: over an f16 cache with one query head a
+// KV head warps streaming whole K/V rows in fp32 (attention_decode.cu), over a Q8_0 cache or an
+// f16 cache's grouped queries mma.sync on runs of 16 positions (attention_decode_mma.cu; KV blocks
+// of a multiple of 16 positions, else a Q8_0 cache takes the CUDA-core kernel and an f16 cache
+// attention_decode.cu).
 // AttentionArgs::kernel may name one (tests, benchmarks); the forward pass lets attention()
 // choose.
 #pragma once
@@ -47,6 +49,10 @@ enum class KvType { kF16, kQ8_0 };
 
 // Values per Q8_0 scale.
 inline constexpr int kKvQ8Block = 32;
+
+// Query heads a KV head from which decode rows over an f16 cache run on tensor cores: there
+// the group shares each K and V value (attention_decode_mma.cu).
+inline constexpr int kDecodeMmaGroup = 2;
 
 struct KvWriteArgs {
   const float* k = nullptr;  // row r: kv_dim values at k + r * k_stride
@@ -152,10 +158,13 @@ struct AttentionArgs {
   // copies): the decode kernel loads them before it waits for the kernel that wrote the queries
   // (launch.cuh). Leave false where a kernel of this pass may have written them.
   bool earlier_kv_settled = false;
-  // The decode kernel's warps per block (4, 8 for one query head per KV head, 16 for up to 4;
-  // with a Q8_0 cache 4); 0: the largest whose blocks fit one wave of the SMs, else 4
-  // (attention_decode.h). Tests name it.
+  // The decode kernel's warps per block (4, 8 for one query head per KV head, 16 for up to 4; on
+  // tensor cores 4 or 16 over a Q8_0 cache, 4 or 8 over an f16 one); 0: the largest whose blocks
+  // fit one wave of the SMs, else 4 (attention_decode.h). Tests name it.
   int32_t decode_warps = 0;
+  // The query heads a KV head from which decode rows over an f16 cache take the tensor-core
+  // decode kernel (kMaxDecodeGroup + 1: never, 1: always). Tests and benchmarks name it.
+  int32_t decode_mma_group = kDecodeMmaGroup;
 };
 
 // Floats of the `partial` buffer for n_splits > 1: per (row, head, split) head_dim sums plus a

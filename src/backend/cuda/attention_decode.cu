@@ -7,8 +7,8 @@
 // sums stay in registers, and no barrier stands in the loop. The four warps' partial results are
 // combined once at the end through shared memory (attention_decode_block.cuh). This is the shape
 // of decode steps: one query row per sequence, where the CUDA-core kernel's chunk-and-barrier
-// phases (built for tiles of many query vectors) leave the memory system idle. A Q8_0 cache has
-// its own kernel (attention_decode_q8.cu).
+// phases (built for tiles of many query vectors) leave the memory system idle. A Q8_0 cache, and
+// an f16 cache's grouped queries, take the tensor-core kernel (attention_decode_mma.cu).
 //
 // Given AttentionArgs::earlier_kv_settled, a warp's first run of positions (all of a split's
 // positions for short contexts) is loaded before the wait for the kernel that wrote the queries

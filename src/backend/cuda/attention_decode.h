@@ -1,8 +1,8 @@
 // The decode attention kernels: every tile one batch row, so that a block holds the G <= 8 query
 // heads of one KV head for one row and streams that row's K/V positions; attention_decode.cu for
-// an f16 cache (CUDA cores), attention_decode_q8.cu for a Q8_0 cache (tensor cores). Internal to
-// the CUDA backend: attention() (attention.cu) decides when they run and checks the common
-// contract.
+// an f16 cache with one query head a KV head (CUDA cores), attention_decode_mma.cu for a Q8_0
+// cache and an f16 cache's grouped queries (tensor cores; decode_on_tensor_cores). Internal to the
+// CUDA backend: attention() (attention.cu) decides when they run and checks the common contract.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -19,10 +19,11 @@ inline constexpr int kMaxDecodeGroup = 8;
 // bench/results/2026-12-04-h200-decode-attention-geometry.md): over an f16 cache the kernel takes
 // 16 warps a block (one block an SM, 72 registers) for up to kDecodeManyWarpsGroup query heads a
 // KV head where its blocks fit one wave of the SMs, else 4 warps a block (64 registers:
-// kDecodeF16BlocksPerSm blocks an SM); the Q8_0 kernel takes kDecodeQ8ManyWarps warps a block
-// (one an SM) for any group where its blocks fit one wave, else 4 (128 registers:
-// kDecodeQ8BlocksPerSm blocks an SM). The executor's splits (executor/attention_splits.h) aim at
-// one wave.
+// kDecodeF16BlocksPerSm blocks an SM); the tensor-core kernel takes kDecodeQ8ManyWarps warps a
+// block over a Q8_0 cache, kDecodeF16MmaManyWarps over an f16 one (one block an SM) for any group
+// where its blocks fit one wave, else 4 (128 registers: kDecodeQ8BlocksPerSm blocks an SM; over
+// an f16 cache their shared memory: kDecodeF16MmaBlocksPerSm). The executor's splits
+// (executor/attention_splits.h) aim at one wave.
 inline constexpr int kDecodeManyWarpsGroup = 4;
 // 8 warps a block (64 registers: kDecodeMidWarpsBlocksPerSm blocks an SM) for up to
 // kDecodeMidWarpsGroup query heads a KV head where those blocks fit one wave and 16-warp ones do
@@ -32,20 +33,31 @@ inline constexpr int kDecodeMidWarpsBlocksPerSm = 4;
 inline constexpr int kDecodeF16BlocksPerSm = 8;
 inline constexpr int kDecodeQ8BlocksPerSm = 4;
 inline constexpr int kDecodeQ8ManyWarps = 16;
+inline constexpr int kDecodeF16MmaBlocksPerSm = 3;
+inline constexpr int kDecodeF16MmaManyWarps = 8;
 
-// Positions a warp of the Q8_0 kernel takes at once; its splits start at multiples of it, and
-// the KV block size must be one (attention() sends other block sizes to the CUDA-core kernel).
-inline constexpr int kDecodeQ8Run = 16;
+// Positions a warp of the tensor-core kernel takes at once; its splits start at multiples of it,
+// and the KV block size must be one (attention() sends other block sizes of a Q8_0 cache to the
+// CUDA-core kernel, of an f16 cache to attention_decode.cu).
+inline constexpr int kDecodeMmaRun = 16;
+
+// Whether decode rows over a cache of this type and block size, with `group` query heads a KV
+// head, run on the tensor-core kernel: a Q8_0 cache always, an f16 cache from mma_group query
+// heads on (AttentionArgs::decode_mma_group).
+inline bool decode_on_tensor_cores(KvType type, int group, int block_size,
+                                   int mma_group = kDecodeMmaGroup) {
+  return block_size % kDecodeMmaRun == 0 && (type == KvType::kQ8_0 || group >= mma_group);
+}
 
 // PRECONDITIONS: as attention(), plus max_tile_rows == 1 and n_head / n_head_kv <=
 // kMaxDecodeGroup. Explicitly instantiated for D = 64 and 128.
 template <int D>
 Status launch_attention_decode(const AttentionArgs& args, LaunchStream stream);  // f16 cache
 template <int D>
-Status launch_attention_decode_q8(const AttentionArgs& args, LaunchStream stream);
+Status launch_attention_decode_mma(const AttentionArgs& args, LaunchStream stream);  // either
 
-// Raises the Q8_0 decode kernel's shared-memory limit for its 16-warp blocks (part of
+// Raises the tensor-core decode kernel's shared-memory limits (part of
 // configure_attention_kernels).
-Status configure_attention_decode_q8_kernels();
+Status configure_attention_decode_mma_kernels();
 
 }  // namespace llamaserve::cuda

@@ -1,5 +1,5 @@
-// What the two decode kernels (attention_decode.cu for an f16 cache, attention_decode_q8.cu for a
-// Q8_0 cache) share: a block's place (row, KV head, split and its positions), and its end, where
+// What the two decode kernels (attention_decode.cu on CUDA cores, attention_decode_mma.cu on tensor
+// cores) share: a block's place (row, KV head, split and its positions), and its end, where
 // the warps' partial results (a running max, a sum and the P·V sums of each query head) become
 // the row's output or its split's partials, and the last split's block combines the splits.
 #pragma once

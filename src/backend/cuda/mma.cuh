@@ -1,5 +1,5 @@
 // Tensor-core helpers of the attention and quantized-product kernels (attention_mma.cu,
-// attention_decode_q8.cu, quant_mma.cu): the mma itself and the f16 pairs of its fragments.
+// attention_decode_mma.cu, quant_mma.cu): the mma itself and the f16 pairs of its fragments.
 //
 // Fragment layouts of mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 (PTX ISA, "Matrix
 // Fragments for mma.m16n8k16 with floating point type"), with g = lane / 4 and c = lane % 4:
