@@ -433,24 +433,25 @@ std::string bench_decode_attention_geometry(int groups, double copy, FILE* csv,
   return table;
 }
 
-// The same for the 70B shape's grouped queries (64 query heads over 8 KV heads, head_dim 128) at
-// long contexts, f16 and Q8_0 caches: few (row, KV head) pairs, so the executor's rule gives many
-// splits, each row's last block combining them all (the f16 cache's CUDA-core kernel takes 4 warps
-// a block for eight query heads a KV head, its tensor-core kernel 4 or 8, the Q8_0 cache's 4 or
-// 16).
+// The same for grouped queries (the 70B shape's 64 query heads over 8 KV heads, LLaMA-3-8B's 32,
+// head_dim 128) at long contexts, f16 and Q8_0 caches: few (row, KV head) pairs, so the executor's
+// rule gives many splits, each row's last block combining them all (the f16 cache's CUDA-core
+// kernel takes 4 warps a block, or by its own choice 16 for four query heads a KV head; its
+// tensor-core kernel kDecodeF16MmaFewWarps or 8, the Q8_0 cache's 4 or 16).
 std::string bench_decode_attention_grouped(int groups, double copy, FILE* csv,
                                            LaunchStream stream) {
-  constexpr int kHeads = 64, kKvHeads = 8, kHeadDim = 128, kBlockSize = 16, kMaxSplits = 32;
+  constexpr int kMaxHeads = 64, kKvHeads = 8, kHeadDim = 128, kBlockSize = 16, kMaxSplits = 32;
   struct Shape {
-    int seqs, context;
+    int heads, seqs, context;
   };
-  constexpr Shape kShapes[] = {{1, 2048}, {1, 8192}, {4, 2048}};
+  constexpr Shape kShapes[] = {
+      {64, 1, 2048}, {64, 1, 8192}, {64, 4, 2048}, {32, 1, 2048}, {32, 4, 2048}};
   BENCH_OK(configure_attention_kernels());
-  std::printf("\nattention (decode of few sequences, 64 query heads over 8 KV heads)\n");
+  std::printf("\nattention (decode of few sequences, 64 or 32 query heads over 8 KV heads)\n");
   std::string table =
-      "\n| attention decode grouped | cache | kernel | sequences x context | warps | splits | us "
-      "| % of copy |\n| --- | --- | --- | --- | --- | ---: | ---: | ---: |\n";
-  const SplitRows rows(4, kHeads, kHeadDim, kMaxSplits, 83);
+      "\n| attention decode grouped | cache | kernel | query heads | sequences x context | warps | "
+      "splits | us | % of copy |\n| --- | --- | --- | ---: | --- | --- | ---: | ---: | ---: |\n";
+  const SplitRows rows(4, kMaxHeads, kHeadDim, kMaxSplits, 83);
   struct Variant {
     KvType kv_type;
     int mma_group;
@@ -458,12 +459,13 @@ std::string bench_decode_attention_grouped(int groups, double copy, FILE* csv,
     int many_warps;
   };
   for (const auto& [kv_type, mma_group, few_warps, many_warps] :
-       {Variant{KvType::kF16, kMaxDecodeGroup + 1, 4, 4}, Variant{KvType::kF16, 1, 4, 8},
+       {Variant{KvType::kF16, kMaxDecodeGroup + 1, 4, 0},
+        Variant{KvType::kF16, 1, kDecodeF16MmaFewWarps, kDecodeF16MmaManyWarps},
         Variant{KvType::kQ8_0, 1, 4, 16}}) {
     const char* cache_name = kv_type == KvType::kF16 ? "f16" : "q8_0";
     const bool mma = mma_group == 1;
     for (const Shape& shape : kShapes) {
-      DecodeStep step(rows, kv_type, shape.seqs, shape.context, kHeads, kKvHeads, kHeadDim,
+      DecodeStep step(rows, kv_type, shape.seqs, shape.context, shape.heads, kKvHeads, kHeadDim,
                       kBlockSize);
       AttentionArgs& a = step.args;
       const size_t value_bytes = kv_type == KvType::kF16 ? 2 : 1;
@@ -477,17 +479,19 @@ std::string bench_decode_attention_grouped(int groups, double copy, FILE* csv,
           a.n_splits = splits;
           const double seconds =
               time_launches([&](int) { BENCH_OK(attention(a, stream)); }, groups, 10, stream);
-          const std::string line =
-              fmt::format("| | {} | {} | {} x {} | {} | {} | {:.1f} | {:.0f}% |", cache_name,
-                          mma ? "tensor cores" : "CUDA cores", shape.seqs, shape.context, warps,
-                          splits, seconds * 1e6, 100.0 * bytes / seconds / copy);
+          const std::string warps_name =
+              warps == 0 ? std::string("own choice") : fmt::format("{}", warps);
+          const std::string line = fmt::format(
+              "| | {} | {} | {} | {} x {} | {} | {} | {:.1f} | {:.0f}% |", cache_name,
+              mma ? "tensor cores" : "CUDA cores", shape.heads, shape.seqs, shape.context,
+              warps_name, splits, seconds * 1e6, 100.0 * bytes / seconds / copy);
           std::printf("%s\n", line.c_str());
           table += line + "\n";
           if (csv != nullptr) {
-            std::fprintf(csv, "attention_decode_grouped,%s,%s,%dx%d,%d,%d,%d,%.3f,%.1f,%.1f,\n",
-                         cache_name, mma ? "decode_mma" : "decode", shape.seqs, shape.context,
-                         warps, splits, kHeadDim, seconds * 1e6, bytes / seconds / 1e9,
-                         100.0 * bytes / seconds / copy);
+            std::fprintf(csv, "attention_decode_grouped,%s,%s,%d,%dx%d,%d,%d,%d,%.3f,%.1f,%.1f,\n",
+                         cache_name, mma ? "decode_mma" : "decode", shape.heads, shape.seqs,
+                         shape.context, warps, splits, kHeadDim, seconds * 1e6,
+                         bytes / seconds / 1e9, 100.0 * bytes / seconds / copy);
           }
         }
       }

@@ -367,8 +367,11 @@ AttentionSplitShape CudaExecutor::split_shape(const Batch& piece) const {
   const int mma_warps = f16_cache ? cuda::kDecodeF16MmaManyWarps : cuda::kDecodeQ8ManyWarps;
   shape.decode_many_warps = mma || group <= cuda::kDecodeManyWarpsGroup;
   shape.many_warps_split_tokens = mma ? cuda::kDecodeMmaRun * mma_warps : 0;
+  // A split of few-warp blocks: a run for each warp (or the grouped f16 rule below).
   shape.few_warps_split_tokens =
-      !mma && group > cuda::kDecodeManyWarpsGroup ? kGroupedDecodeSplitTokens : 0;
+      mma && f16_cache ? cuda::kDecodeMmaRun * cuda::kDecodeF16MmaFewWarps
+      : !mma && group > cuda::kDecodeManyWarpsGroup ? kGroupedDecodeSplitTokens
+                                                    : 0;
   shape.decode_mid_warps = !mma && group <= cuda::kDecodeMidWarpsGroup;
   shape.decode_mid_blocks_per_sm = cuda::kDecodeMidWarpsBlocksPerSm;
   shape.decode_blocks_per_sm = !mma        ? cuda::kDecodeF16BlocksPerSm

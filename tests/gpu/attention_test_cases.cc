@@ -87,8 +87,8 @@ std::vector<AttentionCase> attention_cases() {
       AttentionCase{
           "DecodeKernelGqa2Hd128Split16", 128, 4, 2, {{0, 1}, {9, 1}, {3000, 1}}, 16, kDecode},
       // Both block sizes of the decode kernel by name (small grids get 16 warps by default).
-      AttentionCase{
-          "DecodeKernel4WarpsGqa4Hd128", 128, 8, 2, {{0, 1}, {700, 1}, {1499, 1}}, 1, kDecode, 4},
+      on_cuda_cores("DecodeKernel4WarpsGqa4Hd128",
+                    {"", 128, 8, 2, {{0, 1}, {700, 1}, {1499, 1}}, 1, kDecode, 4}),
       on_cuda_cores("DecodeKernel16WarpsGqa4Hd128Split2",
                     {"", 128, 8, 2, {{0, 1}, {31, 1}, {700, 1}, {1499, 1}}, 2, kDecode, 16}),
       AttentionCase{
@@ -103,14 +103,8 @@ std::vector<AttentionCase> attention_cases() {
                     8},
       AttentionCase{
           "DecodeKernel8WarpsMhaHd64", 64, 3, 3, {{5, 1}, {64, 1}, {333, 1}}, 1, kDecode, 8},
-      AttentionCase{"DecodeKernel4WarpsGqa3Hd64Split3",
-                    64,
-                    9,
-                    3,
-                    {{0, 1}, {299, 1}, {1024, 1}},
-                    3,
-                    kDecode,
-                    4},
+      on_cuda_cores("DecodeKernel4WarpsGqa3Hd64Split3",
+                    {"", 64, 9, 3, {{0, 1}, {299, 1}, {1024, 1}}, 3, kDecode, 4}),
       // The history loaded before the wait for write_kv: one run of positions per warp
       // (16 warps, splits of a short context), several runs (4 warps, long contexts), GQA.
       AttentionCase{"DecodeKernelSettled16WarpsMhaHd128Split4",
@@ -122,15 +116,8 @@ std::vector<AttentionCase> attention_cases() {
                     kDecode,
                     16,
                     true},
-      AttentionCase{"DecodeKernelSettled4WarpsGqa3Hd64Split3",
-                    64,
-                    9,
-                    3,
-                    {{0, 1}, {15, 1}, {299, 1}, {1024, 1}},
-                    3,
-                    kDecode,
-                    4,
-                    true},
+      on_cuda_cores("DecodeKernelSettled4WarpsGqa3Hd64Split3",
+                    {"", 64, 9, 3, {{0, 1}, {15, 1}, {299, 1}, {1024, 1}}, 3, kDecode, 4, true}),
       AttentionCase{"DecodeSettledGqa4Hd128",
                     128,
                     8,
@@ -166,18 +153,16 @@ std::vector<AttentionCase> attention_cases() {
                      0,
                      false,
                      256}),
-      on_cuda_cores("DecodeCoresKernelSettled4WarpsGqa3Hd64Split3",
-                    {"", 64, 9, 3, {{0, 1}, {15, 1}, {299, 1}, {1024, 1}}, 3, kDecode, 4, true}),
       [] {
         AttentionCase c{"DecodeBlocksOf8Gqa4Hd128", 128, 8, 2, {{0, 1}, {9, 1}, {700, 1}}, 2};
         c.block_size = 8;
         return c;
       }(),
-      // The tensor-core decode kernel over an f16 cache: one query head a KV head too (4 and 8
+      // The tensor-core decode kernel over an f16 cache: one query head a KV head too (3 and 8
       // warps), contexts around a run's end (16) and a round of 8 warps (128), every group's
       // columns, settled history, split tiles and KV blocks of 32 positions.
       on_tensor_cores("DecodeMmaMhaHd128",
-                      {"", 128, 3, 3, {{5, 1}, {639, 1}, {1499, 1}}, 1, kDecode, 4}),
+                      {"", 128, 3, 3, {{5, 1}, {639, 1}, {1499, 1}}, 1, kDecode, 3}),
       on_tensor_cores("DecodeMmaManyWarpsMhaHd64Split2",
                       {"",
                        64,
@@ -194,7 +179,16 @@ std::vector<AttentionCase> attention_cases() {
                     {{0, 1}, {14, 1}, {15, 1}, {16, 1}, {33, 1}, {1000, 1}},
                     3,
                     kDecode,
-                    4},
+                    3},
+      AttentionCase{"DecodeMmaSettled3WarpsGqa3Hd64Split3",
+                    64,
+                    9,
+                    3,
+                    {{0, 1}, {15, 1}, {299, 1}, {1024, 1}},
+                    3,
+                    kDecode,
+                    3,
+                    true},
       AttentionCase{"DecodeMmaManyWarpsGqa8Hd64Split3Settled",
                     64,
                     16,

@@ -32,8 +32,13 @@ inline constexpr int kDecodeMidWarpsGroup = 1;
 inline constexpr int kDecodeMidWarpsBlocksPerSm = 4;
 inline constexpr int kDecodeF16BlocksPerSm = 8;
 inline constexpr int kDecodeQ8BlocksPerSm = 4;
+inline constexpr int kDecodeQ8FewWarps = 4;
 inline constexpr int kDecodeQ8ManyWarps = 16;
-inline constexpr int kDecodeF16MmaBlocksPerSm = 3;
+// Over an f16 cache a warp's stages take 16 KB and a thread 141 registers: 12 warps an SM, as
+// four blocks of 3 (four blocks of 64 sequences' eight KV heads fill one wave where three of 4
+// warps took two) or one of 8.
+inline constexpr int kDecodeF16MmaFewWarps = 3;
+inline constexpr int kDecodeF16MmaBlocksPerSm = 4;
 inline constexpr int kDecodeF16MmaManyWarps = 8;
 
 // Positions a warp of the tensor-core kernel takes at once; its splits start at multiples of it,

@@ -1,8 +1,8 @@
 // Decode attention on tensor cores, over a Q8_0 cache (kv_q8.cuh) or, for grouped queries, an
-// f16 one: one block per (row, KV head, split), W warps (4, or where the blocks fit one wave of
-// the SMs 16 over a Q8_0 cache, 8 over an f16 one) that each take every W-th run of 16 positions
-// of the split (a split starts at a multiple of 16, and a run lies in one KV block). Per run a
-// warp computes, with mma.m16n8k16 (layouts in mma.cuh; g = lane / 4, c = lane % 4):
+// f16 one: one block per (row, KV head, split), W warps (over a Q8_0 cache 4, or 16 where the
+// blocks fit one wave of the SMs; over an f16 one 3, or 8) that each take every W-th run of 16
+// positions of the split (a split starts at a multiple of 16, and a run lies in one KV block). Per
+// run a warp computes, with mma.m16n8k16 (layouts in mma.cuh; g = lane / 4, c = lane % 4):
 //   S = Q · Kᵀ   A = the query heads of the KV head (row g = head g, rows past the group zero;
 //                f16, pre-scaled by scale · log2 e), B = the K values of positions t0 + 8 j + n
 //                (two n8 tiles; Q8_0 codes times their block's scale in f16). The head dimension
@@ -31,8 +31,8 @@
 // one of 16) fit an SM, whose copies and dependent loads at the start (tile, position, block
 // table) overlap (holding the next run in registers instead, 174 registers, two blocks an SM: 256
 // sequences of 7B F16 -7% against the CUDA-core decode kernel; launch bounds for five blocks, 96
-// registers and spills: -8% at the kernel); an f16 run's stages take twice the bytes, three
-// blocks of 4 warps (or one of 8) an SM. The warps' partial results are combined at the end
+// registers and spills: -8% at the kernel); an f16 run's stages take twice the bytes, four
+// blocks of 3 warps (or one of 8) an SM. The warps' partial results are combined at the end
 // (attention_decode_block.cuh), in the stages' memory. The scores use f16 Q and K values and f16
 // probabilities (the error analysis of the tensor-core prompt kernel's test applies).
 //
@@ -55,7 +55,6 @@
 namespace llamaserve::cuda {
 namespace {
 
-constexpr int kFewWarps = 4;
 constexpr int kStages = 2;  // a warp's runs in shared memory: the one computed, the next
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -112,9 +111,11 @@ constexpr int decode_mma_smem_bytes() {
 }
 
 // The many-warp blocks: one an SM, so up to 128 registers (without the bound ptxas took 64 for D
-// = 64 and spilled); 4 warps: no bound beyond the block size (0), as they are tuned.
+// = 64 and spilled); the few-warp ones: no bound beyond the block size (0), as they are tuned.
 template <int D, int kWarps, bool kQ8>
-__global__ void __launch_bounds__(32 * kWarps, kWarps == kFewWarps ? 0 : 1)
+__global__ void __launch_bounds__(32 * kWarps,
+                                  kWarps == (kQ8 ? kDecodeQ8FewWarps : kDecodeF16MmaFewWarps) ? 0
+                                                                                              : 1)
     attention_decode_mma_kernel(const AttentionArgs a) {
   constexpr int kSteps = D / 16;                 // k-steps of S; m-tiles of Oᵀ
   constexpr int kBlocks = D / 32;                // Q8_0 blocks of a row; f16: V loads of a position
@@ -415,6 +416,7 @@ Status launch_blocks(const AttentionArgs& a, dim3 grid, LaunchStream stream) {
 
 template <int D, bool kQ8>
 Status launch_cache(const AttentionArgs& a, LaunchStream stream) {
+  constexpr int kFewWarps = kQ8 ? kDecodeQ8FewWarps : kDecodeF16MmaFewWarps;
   constexpr int kManyWarps = kQ8 ? kDecodeQ8ManyWarps : kDecodeF16MmaManyWarps;
   const int z = a.split_tiles ? 1 : a.n_splits;  // split tiles: a block per tile and KV head
   const dim3 grid(static_cast<unsigned>(a.n_tiles), static_cast<unsigned>(a.n_head_kv),
@@ -452,12 +454,12 @@ Status launch_attention_decode_mma(const AttentionArgs& a, LaunchStream stream) 
 Status configure_attention_decode_mma_kernels() {
   LS_RETURN_IF_ERROR((allow_smem<64, kDecodeQ8ManyWarps, true>()));
   LS_RETURN_IF_ERROR((allow_smem<128, kDecodeQ8ManyWarps, true>()));
-  LS_RETURN_IF_ERROR((allow_smem<64, kFewWarps, true>()));
-  LS_RETURN_IF_ERROR((allow_smem<128, kFewWarps, true>()));
+  LS_RETURN_IF_ERROR((allow_smem<64, kDecodeQ8FewWarps, true>()));
+  LS_RETURN_IF_ERROR((allow_smem<128, kDecodeQ8FewWarps, true>()));
   LS_RETURN_IF_ERROR((allow_smem<64, kDecodeF16MmaManyWarps, false>()));
   LS_RETURN_IF_ERROR((allow_smem<128, kDecodeF16MmaManyWarps, false>()));
-  LS_RETURN_IF_ERROR((allow_smem<64, kFewWarps, false>()));
-  LS_RETURN_IF_ERROR((allow_smem<128, kFewWarps, false>()));
+  LS_RETURN_IF_ERROR((allow_smem<64, kDecodeF16MmaFewWarps, false>()));
+  LS_RETURN_IF_ERROR((allow_smem<128, kDecodeF16MmaFewWarps, false>()));
   return Status::ok();
 }
 
