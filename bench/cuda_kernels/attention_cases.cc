@@ -309,7 +309,8 @@ std::string bench_decode_attention(int groups, double copy, FILE* csv, LaunchStr
     set_decode_tiles(a, tiles_dev, kSeqs);
     a.decode_mma_group = mma_group;
     const bool mma =
-        decode_on_tensor_cores(kv_type, kHeads / n_head_kv, kBlockSize, a.decode_mma_group);
+        decode_on_tensor_cores(kv_type, kHeads / n_head_kv, kBlockSize, kSeqs * n_head_kv,
+                               current_device_sm_count(), a.decode_mma_group);
     const double seconds =
         time_launches([&](int) { BENCH_OK(attention(a, stream)); }, groups, 20, stream);
     const double bytes = 2.0 * rows * kv_dim * (kv_type == KvType::kQ8_0 ? 34.0 / 32.0 : 2.0);

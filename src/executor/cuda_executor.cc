@@ -360,18 +360,17 @@ AttentionSplitShape CudaExecutor::split_shape(const Batch& piece) const {
   shape.max_tiles = limits_.max_tokens;
   const bool f16_cache = request_.kv_type == cuda::KvType::kF16;
   const int group = static_cast<int>(model_->config.group_size());
-  // The tensor-core decode kernel puts a KV head's query heads on tensor-core rows: many warps
-  // for any group, a run of 16 positions for each.
+  // The decode kernel the pass's decode rows take (attention() decides alike): the tensor-core
+  // kernel puts a KV head's query heads on tensor-core rows, many warps for any group.
+  const std::vector<int32_t>& rows = rows_per_sequence(piece);
+  const int64_t decode_rows = std::count(rows.begin(), rows.end(), 1);
   const bool mma = cuda::decode_on_tensor_cores(request_.kv_type, group,
-                                                static_cast<int>(options_.kv_block_size));
-  const int mma_warps = f16_cache ? cuda::kDecodeF16MmaManyWarps : cuda::kDecodeQ8ManyWarps;
+                                                static_cast<int>(options_.kv_block_size),
+                                                decode_rows * model_->config.n_head_kv, sm_count_);
   shape.decode_many_warps = mma || group <= cuda::kDecodeManyWarpsGroup;
-  shape.many_warps_split_tokens = mma ? cuda::kDecodeMmaRun * mma_warps : 0;
-  // A split of few-warp blocks: a run for each warp (or the grouped f16 rule below).
+  shape.many_warps_split_tokens = mma ? cuda::kDecodeMmaSplitTokens : 0;
   shape.few_warps_split_tokens =
-      mma && f16_cache ? cuda::kDecodeMmaRun * cuda::kDecodeF16MmaFewWarps
-      : !mma && group > cuda::kDecodeManyWarpsGroup ? kGroupedDecodeSplitTokens
-                                                    : 0;
+      !mma && group > cuda::kDecodeManyWarpsGroup ? kGroupedDecodeSplitTokens : 0;
   shape.decode_mid_warps = !mma && group <= cuda::kDecodeMidWarpsGroup;
   shape.decode_mid_blocks_per_sm = cuda::kDecodeMidWarpsBlocksPerSm;
   shape.decode_blocks_per_sm = !mma        ? cuda::kDecodeF16BlocksPerSm

@@ -248,9 +248,12 @@ TEST_P(AttentionTest, MatchesReference) {
   // cores too (a Q8_0 cache, an f16 cache's grouped queries): f16 Q, K values and probabilities,
   // the same relative tolerance.
   std::vector<bool> relative_tolerance(static_cast<size_t>(rows), tensor_cores);
+  const int decode_tiles = c.kernel == kDecode ? a.n_tiles : a.single_row_tiles;
+  const int64_t decode_rows = a.split_tiles ? a.single_rows : decode_tiles;
   if ((c.kernel == kDecode || c.kernel == kAuto) &&
-      decode_on_tensor_cores(c.kv_type, group, block_size, c.decode_mma_group)) {
-    for (int i = 0; i < (c.kernel == kDecode ? a.n_tiles : a.single_row_tiles); ++i) {
+      decode_on_tensor_cores(c.kv_type, group, block_size, decode_rows * c.n_head_kv,
+                             current_device_sm_count(), c.decode_mma_group)) {
+    for (int i = 0; i < decode_tiles; ++i) {
       relative_tolerance[tiles[i].first_row] = true;
     }
   }

@@ -158,11 +158,11 @@ std::vector<AttentionCase> attention_cases() {
         c.block_size = 8;
         return c;
       }(),
-      // The tensor-core decode kernel over an f16 cache: one query head a KV head too (3 and 8
+      // The tensor-core decode kernel over an f16 cache: one query head a KV head too (4 and 8
       // warps), contexts around a run's end (16) and a round of 8 warps (128), every group's
       // columns, settled history, split tiles and KV blocks of 32 positions.
       on_tensor_cores("DecodeMmaMhaHd128",
-                      {"", 128, 3, 3, {{5, 1}, {639, 1}, {1499, 1}}, 1, kDecode, 3}),
+                      {"", 128, 3, 3, {{5, 1}, {639, 1}, {1499, 1}}, 1, kDecode, 4}),
       on_tensor_cores("DecodeMmaManyWarpsMhaHd64Split2",
                       {"",
                        64,
@@ -179,15 +179,15 @@ std::vector<AttentionCase> attention_cases() {
                     {{0, 1}, {14, 1}, {15, 1}, {16, 1}, {33, 1}, {1000, 1}},
                     3,
                     kDecode,
-                    3},
-      AttentionCase{"DecodeMmaSettled3WarpsGqa3Hd64Split3",
+                    4},
+      AttentionCase{"DecodeMmaSettled4WarpsGqa3Hd64Split3",
                     64,
                     9,
                     3,
                     {{0, 1}, {15, 1}, {299, 1}, {1024, 1}},
                     3,
                     kDecode,
-                    3,
+                    4,
                     true},
       AttentionCase{"DecodeMmaManyWarpsGqa8Hd64Split3Settled",
                     64,

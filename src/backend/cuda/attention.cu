@@ -419,8 +419,11 @@ Status launch_attention(const AttentionArgs& a, bool tensor_cores, bool decode,
   if (tensor_cores) {
     LS_RETURN_IF_ERROR(launch_attention_mma<D>(a, stream));
   } else if (decode) {
+    // The decode rows: one a tile, or with split tiles single_rows of them.
+    const int64_t rows = a.split_tiles ? a.single_rows : a.n_tiles;
     const bool mma =
-        decode_on_tensor_cores(a.kv_type, a.n_head / a.n_head_kv, a.block_size, a.decode_mma_group);
+        decode_on_tensor_cores(a.kv_type, a.n_head / a.n_head_kv, a.block_size, rows * a.n_head_kv,
+                               current_device_sm_count(), a.decode_mma_group);
     LS_RETURN_IF_ERROR(mma ? launch_attention_decode_mma<D>(a, stream)
                            : launch_attention_decode<D>(a, stream));
   } else {

@@ -163,7 +163,8 @@ struct AttentionArgs {
   // fit one wave of the SMs, else 4 (attention_decode.h). Tests name it.
   int32_t decode_warps = 0;
   // The query heads a KV head from which decode rows over an f16 cache take the tensor-core
-  // decode kernel (kMaxDecodeGroup + 1: never, 1: always). Tests and benchmarks name it.
+  // decode kernel where the pass's shape does (decode_on_tensor_cores in attention_decode.h;
+  // kMaxDecodeGroup + 1: never, 1: any group). Tests and benchmarks name it.
   int32_t decode_mma_group = kDecodeMmaGroup;
 };
 

@@ -34,11 +34,11 @@ inline constexpr int kDecodeF16BlocksPerSm = 8;
 inline constexpr int kDecodeQ8BlocksPerSm = 4;
 inline constexpr int kDecodeQ8FewWarps = 4;
 inline constexpr int kDecodeQ8ManyWarps = 16;
-// Over an f16 cache a warp's stages take 16 KB and a thread 141 registers: 12 warps an SM, as
-// four blocks of 3 (four blocks of 64 sequences' eight KV heads fill one wave where three of 4
-// warps took two) or one of 8.
-inline constexpr int kDecodeF16MmaFewWarps = 3;
-inline constexpr int kDecodeF16MmaBlocksPerSm = 4;
+// Over an f16 cache a warp's stages take 16 KB: three blocks of 4 warps an SM, or one of 8 (256
+// sequences of 640 positions over 8 KV heads 240 us against 259 in four blocks of 3 warps an SM:
+// bench/results/2026-12-06-h100-f16-decode-mma-3-warps.md).
+inline constexpr int kDecodeF16MmaFewWarps = 4;
+inline constexpr int kDecodeF16MmaBlocksPerSm = 3;
 inline constexpr int kDecodeF16MmaManyWarps = 8;
 
 // Positions a warp of the tensor-core kernel takes at once; its splits start at multiples of it,
@@ -46,12 +46,25 @@ inline constexpr int kDecodeF16MmaManyWarps = 8;
 // CUDA-core kernel, of an f16 cache to attention_decode.cu).
 inline constexpr int kDecodeMmaRun = 16;
 
-// Whether decode rows over a cache of this type and block size, with `group` query heads a KV
-// head, run on the tensor-core kernel: a Q8_0 cache always, an f16 cache from mma_group query
-// heads on (AttentionArgs::decode_mma_group).
-inline bool decode_on_tensor_cores(KvType type, int group, int block_size,
-                                   int mma_group = kDecodeMmaGroup) {
-  return block_size % kDecodeMmaRun == 0 && (type == KvType::kQ8_0 || group >= mma_group);
+// Positions a split of the tensor-core kernel's many-warp blocks takes at least: a run for each
+// of a Q8_0 block's 16 warps, two for each of an f16 block's 8 (LLaMA-3-8B's 32 query heads over
+// 8 KV heads at 1 x 2048 positions 12.6 us in 8 splits against 16.6 in 16:
+// bench/results/2026-12-06-h100-f16-decode-mma-3-warps.md).
+inline constexpr int kDecodeMmaSplitTokens = 256;
+
+// Whether the decode rows of a pass, `pairs` (row, KV head) pairs on `sms` SMs with `group` query
+// heads a KV head, run on the tensor-core kernel (KV blocks a multiple of its runs): over a Q8_0
+// cache always; over an f16 cache from mma_group query heads a KV head on
+// (AttentionArgs::decode_mma_group), where its 8-warp blocks fit one wave of the SMs or the
+// CUDA-core kernel's 4-warp blocks do not. In between the CUDA-core kernel's blocks, eight an SM
+// in one wave, keep more warps reading than the tensor-core kernel's three an SM (LLaMA-3-8B
+// Q4_K_M at 64 sequences 7.77k against 7.58k tok/s; at 16 sequences 4.07k against 4.03k, at 256
+// F16 22.0k against 20.3k: bench/results/2026-12-06-h100-f16-decode-mma-3-warps.md).
+inline bool decode_on_tensor_cores(KvType type, int group, int block_size, int64_t pairs,
+                                   int64_t sms, int mma_group = kDecodeMmaGroup) {
+  if (block_size % kDecodeMmaRun != 0) return false;
+  if (type == KvType::kQ8_0) return true;
+  return group >= mma_group && (pairs <= sms || pairs > kDecodeF16BlocksPerSm * sms);
 }
 
 // PRECONDITIONS: as attention(), plus max_tile_rows == 1 and n_head / n_head_kv <=

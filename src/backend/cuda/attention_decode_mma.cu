@@ -1,6 +1,6 @@
 // Decode attention on tensor cores, over a Q8_0 cache (kv_q8.cuh) or, for grouped queries, an
-// f16 one: one block per (row, KV head, split), W warps (over a Q8_0 cache 4, or 16 where the
-// blocks fit one wave of the SMs; over an f16 one 3, or 8) that each take every W-th run of 16
+// f16 one: one block per (row, KV head, split), W warps (4, or where the blocks fit one wave of
+// the SMs 16 over a Q8_0 cache, 8 over an f16 one) that each take every W-th run of 16
 // positions of the split (a split starts at a multiple of 16, and a run lies in one KV block). Per
 // run a warp computes, with mma.m16n8k16 (layouts in mma.cuh; g = lane / 4, c = lane % 4):
 //   S = Q · Kᵀ   A = the query heads of the KV head (row g = head g, rows past the group zero;
@@ -31,8 +31,8 @@
 // one of 16) fit an SM, whose copies and dependent loads at the start (tile, position, block
 // table) overlap (holding the next run in registers instead, 174 registers, two blocks an SM: 256
 // sequences of 7B F16 -7% against the CUDA-core decode kernel; launch bounds for five blocks, 96
-// registers and spills: -8% at the kernel); an f16 run's stages take twice the bytes, four
-// blocks of 3 warps (or one of 8) an SM. The warps' partial results are combined at the end
+// registers and spills: -8% at the kernel); an f16 run's stages take twice the bytes, three
+// blocks of 4 warps (or one of 8) an SM. The warps' partial results are combined at the end
 // (attention_decode_block.cuh), in the stages' memory. The scores use f16 Q and K values and f16
 // probabilities (the error analysis of the tensor-core prompt kernel's test applies).
 //
