@@ -22,14 +22,15 @@ struct AttentionSplitShape {
   int32_t n_head_kv = 1;
   int32_t sm_count = 1;
   bool one_row_tiles = false;  // every tile one row: the decode kernel
-  // The decode kernel's blocks (backend/cuda/attention_decode.h): 16 warps a block, one an SM,
-  // where the (tile, KV head) pairs fit the SMs and it may (decode_many_warps); else 8 warps,
-  // decode_mid_blocks_per_sm an SM, where the pairs fit those and it may (decode_mid_warps);
-  // else decode_blocks_per_sm blocks of 4 warps an SM.
+  // The decode kernel's blocks (backend/cuda/attention_decode.h): many warps a block (16, or 8
+  // for the tensor-core kernel over an f16 cache), one an SM, where the (tile, KV head) pairs fit
+  // the SMs and it may (decode_many_warps); else 8 warps, decode_mid_blocks_per_sm an SM, where
+  // the pairs fit those and it may (decode_mid_warps); else decode_blocks_per_sm blocks of 4
+  // warps an SM.
   bool decode_many_warps = false;
-  // The positions a split of 16-warp blocks takes; 0: kDecodeSplitTokens, or one split up to
-  // kDecodeOneSplitTokens (the f16 cache's kernel). The Q8_0 cache's kernel gives its warps runs
-  // of 16 positions, so its splits are one run for each of its warps.
+  // The positions a split of many-warp blocks takes; 0: kDecodeSplitTokens, or one split up to
+  // kDecodeOneSplitTokens (the f16 cache's CUDA-core kernel). The tensor-core kernel's warps take
+  // runs of 16 positions: its splits are at least kDecodeMmaSplitTokens, a run or two a warp.
   int32_t many_warps_split_tokens = 0;
   // The positions a split of 4-warp decode blocks takes at least; 0: kDecodeSplitTokens. The
   // f16 cache's kernel with more than kDecodeManyWarpsGroup query heads a KV head (the 70B shape's

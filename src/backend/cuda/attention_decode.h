@@ -58,7 +58,7 @@ inline constexpr int kDecodeMmaSplitTokens = 256;
 // (AttentionArgs::decode_mma_group), where its 8-warp blocks fit one wave of the SMs or the
 // CUDA-core kernel's 4-warp blocks do not. In between the CUDA-core kernel's blocks, eight an SM
 // in one wave, keep more warps reading than the tensor-core kernel's three an SM (LLaMA-3-8B
-// Q4_K_M at 64 sequences 7.77k against 7.58k tok/s; at 16 sequences 4.07k against 4.03k, at 256
+// Q4_K_M at 64 sequences 7.77k against 7.58k tok/s; at 16 sequences 4.08k against 4.03k, at 256
 // F16 22.0k against 20.3k: bench/results/2026-12-06-h100-f16-decode-mma-3-warps.md).
 inline bool decode_on_tensor_cores(KvType type, int group, int block_size, int64_t pairs,
                                    int64_t sms, int mma_group = kDecodeMmaGroup) {
