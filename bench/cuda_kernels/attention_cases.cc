@@ -172,16 +172,9 @@ std::string bench_prefill_attention(int groups, FILE* csv, LaunchStream stream) 
   float* out = device_floats(kPositions * q_dim);
   const double flops = 4.0 * kHeadDim * kHeads * (kPositions * (kPositions + 1) / 2.0);
 
-  // The f16 cache's grouped queries on both decode kernels (decode_mma_group).
-  struct Variant {
-    int n_head_kv;
-    KvType kv_type;
-    int mma_group;
-  };
-  for (const auto& [n_head_kv, kv_type, mma_group] :
-       {Variant{32, KvType::kF16, kDecodeMmaGroup}, Variant{32, KvType::kQ8_0, kDecodeMmaGroup},
-        Variant{8, KvType::kF16, kMaxDecodeGroup + 1}, Variant{8, KvType::kF16, kDecodeMmaGroup},
-        Variant{8, KvType::kQ8_0, kDecodeMmaGroup}}) {
+  for (const auto& [n_head_kv, kv_type] :
+       {std::pair{32, KvType::kF16}, std::pair{32, KvType::kQ8_0}, std::pair{8, KvType::kF16},
+        std::pair{8, KvType::kQ8_0}}) {
     const int group = kHeads / n_head_kv;
     const int64_t kv_dim = static_cast<int64_t>(n_head_kv) * kHeadDim;
     float* k_new = upload(normal_floats(kPositions * kv_dim, 52));

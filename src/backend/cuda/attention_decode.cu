@@ -201,12 +201,9 @@ __global__ void __launch_bounds__(32 * W, W == kManyWarps ? 1 : 0)
 
 template <int D, int G>
 Status launch_group(const AttentionArgs& a, LaunchStream stream) {
-  const int z = a.split_tiles ? 1 : a.n_splits;  // split tiles: a block per tile and KV head
-  const dim3 grid(static_cast<unsigned>(a.n_tiles), static_cast<unsigned>(a.n_head_kv),
-                  static_cast<unsigned>(z));
+  const auto [grid, blocks] = decode_grid(a);
   int warps = a.decode_warps;
   if (warps == 0) {
-    const int64_t blocks = static_cast<int64_t>(a.n_tiles) * a.n_head_kv * z;
     const int64_t sms = current_device_sm_count();
     warps = G <= kDecodeManyWarpsGroup && blocks <= sms                               ? kManyWarps
             : G <= kDecodeMidWarpsGroup && blocks <= kDecodeMidWarpsBlocksPerSm * sms ? kMidWarps

@@ -26,6 +26,20 @@ struct WideWord<8> {
   using Type = uint2;
 };
 
+// A decode launch's grid (x: tile, y: KV head, z: split unless the tiles are splits, as
+// decode_block reads it) and its number of blocks.
+struct DecodeGrid {
+  dim3 grid;
+  int64_t blocks;
+};
+
+inline DecodeGrid decode_grid(const AttentionArgs& a) {
+  const int z = a.split_tiles ? 1 : a.n_splits;  // split tiles: a block per tile and KV head
+  return {dim3(static_cast<unsigned>(a.n_tiles), static_cast<unsigned>(a.n_head_kv),
+               static_cast<unsigned>(z)),
+          static_cast<int64_t>(a.n_tiles) * a.n_head_kv * z};
+}
+
 // One block's (row, KV head, split) and the positions [start, end) of its split.
 struct DecodeBlock {
   int row;

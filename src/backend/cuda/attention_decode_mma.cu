@@ -418,16 +418,11 @@ template <int D, bool kQ8>
 Status launch_cache(const AttentionArgs& a, LaunchStream stream) {
   constexpr int kFewWarps = kQ8 ? kDecodeQ8FewWarps : kDecodeF16MmaFewWarps;
   constexpr int kManyWarps = kQ8 ? kDecodeQ8ManyWarps : kDecodeF16MmaManyWarps;
-  const int z = a.split_tiles ? 1 : a.n_splits;  // split tiles: a block per tile and KV head
-  const dim3 grid(static_cast<unsigned>(a.n_tiles), static_cast<unsigned>(a.n_head_kv),
-                  static_cast<unsigned>(z));
+  const DecodeGrid g = decode_grid(a);
   int warps = a.decode_warps;
-  if (warps == 0) {
-    const int64_t blocks = static_cast<int64_t>(a.n_tiles) * a.n_head_kv * z;
-    warps = blocks <= current_device_sm_count() ? kManyWarps : kFewWarps;
-  }
-  if (warps == kManyWarps) return launch_blocks<D, kManyWarps, kQ8>(a, grid, stream);
-  if (warps == kFewWarps) return launch_blocks<D, kFewWarps, kQ8>(a, grid, stream);
+  if (warps == 0) warps = g.blocks <= current_device_sm_count() ? kManyWarps : kFewWarps;
+  if (warps == kManyWarps) return launch_blocks<D, kManyWarps, kQ8>(a, g.grid, stream);
+  if (warps == kFewWarps) return launch_blocks<D, kFewWarps, kQ8>(a, g.grid, stream);
   return make_error(StatusCode::kInvalidArgument,
                     "attention: the tensor-core decode kernel runs {} or {} warps per block over "
                     "{} cache, not {}",
