@@ -128,5 +128,32 @@ TEST_F(AttentionKernelChoiceTest, TensorCoresRefuseShapesTheyDoNotHandle) {
   expect_decode_refused(q8_small_blocks, "KV blocks of 8 positions with a Q8_0 cache");
 }
 
+// Which decode kernel a pass's decode rows take (decode_on_tensor_cores, read alike by attention()
+// and the executor's splits): over a Q8_0 cache the tensor-core kernel; over an f16 cache from two
+// query heads a KV head on, where the (row, KV head) pairs fit the SMs or outnumber eight 4-warp
+// blocks an SM; KV blocks of other than a multiple of 16 positions never. Host code: no GPU.
+TEST(DecodeKernelOnHost, TensorCoresWhereTheirBlocksFillTheSms) {
+  constexpr int64_t kSms = 132;
+  constexpr KvType kF16 = KvType::kF16, kQ8 = KvType::kQ8_0;
+  for (const int64_t pairs : {int64_t{1}, kSms, kSms + 1, 8 * kSms, 8 * kSms + 1}) {
+    EXPECT_TRUE(decode_on_tensor_cores(kQ8, 1, 16, pairs, kSms)) << pairs;
+    EXPECT_TRUE(decode_on_tensor_cores(kQ8, 8, 32, pairs, kSms)) << pairs;
+    EXPECT_FALSE(decode_on_tensor_cores(kQ8, 4, 8, pairs, kSms)) << pairs;
+    EXPECT_FALSE(decode_on_tensor_cores(kF16, 1, 16, pairs, kSms)) << pairs;
+    EXPECT_FALSE(decode_on_tensor_cores(kF16, 4, 24, pairs, kSms)) << pairs;
+    const bool fills = pairs <= kSms || pairs > 8 * kSms;
+    EXPECT_EQ(decode_on_tensor_cores(kF16, 2, 16, pairs, kSms), fills) << pairs;
+    EXPECT_EQ(decode_on_tensor_cores(kF16, 8, 16, pairs, kSms), fills) << pairs;
+    // decode_mma_group: 1 takes one query head a KV head too, kMaxDecodeGroup + 1 no group.
+    EXPECT_EQ(decode_on_tensor_cores(kF16, 1, 16, pairs, kSms, 1), fills) << pairs;
+    EXPECT_FALSE(decode_on_tensor_cores(kF16, 8, 16, pairs, kSms, kMaxDecodeGroup + 1)) << pairs;
+  }
+  // LLaMA-3-8B's eight KV heads on an H100: 16 sequences (128 pairs) and 256 (2048) on tensor
+  // cores, 64 (512) on CUDA cores.
+  EXPECT_TRUE(decode_on_tensor_cores(kF16, 4, 16, 16 * 8, kSms));
+  EXPECT_FALSE(decode_on_tensor_cores(kF16, 4, 16, 64 * 8, kSms));
+  EXPECT_TRUE(decode_on_tensor_cores(kF16, 4, 16, 256 * 8, kSms));
+}
+
 }  // namespace
 }  // namespace llamaserve::cuda::testing
