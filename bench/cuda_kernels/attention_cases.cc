@@ -144,6 +144,11 @@ struct SplitRows {
   }
 };
 
+// A decode case's warps a block as the tables name them (0: the kernel's own choice).
+std::string warps_name(int warps) {
+  return warps == 0 ? std::string("own choice") : fmt::format("{}", warps);
+}
+
 }  // namespace
 
 // Prefill attention of one 512-token prompt (positions 0..511, tiles of kMaxAttentionQueries /
@@ -409,11 +414,9 @@ std::string bench_decode_attention_geometry(int groups, double copy, FILE* csv,
         a.n_splits = splits;
         const double seconds =
             time_launches([&](int) { BENCH_OK(attention(a, stream)); }, groups, 10, stream);
-        const std::string warps_name =
-            warps == 0 ? std::string("own choice") : fmt::format("{}", warps);
         const std::string line =
             fmt::format("| | {} x {} | {} | {} | {:.1f} | {:.0f}% |", shape.seqs, shape.context,
-                        warps_name, splits, seconds * 1e6, 100.0 * bytes / seconds / copy);
+                        warps_name(warps), splits, seconds * 1e6, 100.0 * bytes / seconds / copy);
         std::printf("%s\n", line.c_str());
         table += line + "\n";
         if (csv != nullptr) {
@@ -431,7 +434,7 @@ std::string bench_decode_attention_geometry(int groups, double copy, FILE* csv,
 // head_dim 128) at long contexts, f16 and Q8_0 caches: few (row, KV head) pairs, so the executor's
 // rule gives many splits, each row's last block combining them all (the f16 cache's CUDA-core
 // kernel takes 4 warps a block, or by its own choice 16 for four query heads a KV head; its
-// tensor-core kernel kDecodeF16MmaFewWarps or 8, the Q8_0 cache's 4 or 16).
+// tensor-core kernel 4 or 8, the Q8_0 cache's 4 or 16).
 std::string bench_decode_attention_grouped(int groups, double copy, FILE* csv,
                                            LaunchStream stream) {
   constexpr int kMaxHeads = 64, kKvHeads = 8, kHeadDim = 128, kBlockSize = 16, kMaxSplits = 32;
@@ -449,13 +452,11 @@ std::string bench_decode_attention_grouped(int groups, double copy, FILE* csv,
   struct Variant {
     KvType kv_type;
     int mma_group;
-    int few_warps;
-    int many_warps;
+    int many_warps;  // beside 4 warps a block
   };
-  for (const auto& [kv_type, mma_group, few_warps, many_warps] :
-       {Variant{KvType::kF16, kMaxDecodeGroup + 1, 4, 0},
-        Variant{KvType::kF16, 1, kDecodeF16MmaFewWarps, kDecodeF16MmaManyWarps},
-        Variant{KvType::kQ8_0, 1, 4, 16}}) {
+  for (const auto& [kv_type, mma_group, many_warps] :
+       {Variant{KvType::kF16, kMaxDecodeGroup + 1, 0},
+        Variant{KvType::kF16, 1, kDecodeF16MmaManyWarps}, Variant{KvType::kQ8_0, 1, 16}}) {
     const char* cache_name = kv_type == KvType::kF16 ? "f16" : "q8_0";
     const bool mma = mma_group == 1;
     for (const Shape& shape : kShapes) {
@@ -466,19 +467,16 @@ std::string bench_decode_attention_grouped(int groups, double copy, FILE* csv,
       const double bytes =
           2.0 * static_cast<double>(value_bytes) * shape.seqs * shape.context * kKvHeads * kHeadDim;
       a.decode_mma_group = mma_group;
-      for (int w = 0; w < (many_warps == few_warps ? 1 : 2); ++w) {
-        const int warps = w == 0 ? few_warps : many_warps;
+      for (const int warps : {4, many_warps}) {
         for (int splits = 1; splits <= kMaxSplits; splits *= 2) {
           a.decode_warps = warps;
           a.n_splits = splits;
           const double seconds =
               time_launches([&](int) { BENCH_OK(attention(a, stream)); }, groups, 10, stream);
-          const std::string warps_name =
-              warps == 0 ? std::string("own choice") : fmt::format("{}", warps);
           const std::string line = fmt::format(
               "| | {} | {} | {} | {} x {} | {} | {} | {:.1f} | {:.0f}% |", cache_name,
               mma ? "tensor cores" : "CUDA cores", shape.heads, shape.seqs, shape.context,
-              warps_name, splits, seconds * 1e6, 100.0 * bytes / seconds / copy);
+              warps_name(warps), splits, seconds * 1e6, 100.0 * bytes / seconds / copy);
           std::printf("%s\n", line.c_str());
           table += line + "\n";
           if (csv != nullptr) {

@@ -123,7 +123,8 @@ class CudaExecutor final : public Executor, public CudaPart {
   }
   std::string role() const;
   // What both split choices read of `piece`, the GPU and the limits (attention_splits.h).
-  AttentionSplitShape split_shape(const Batch& piece) const;
+  // decode_rows: the piece's sequences with one row (its decodes).
+  AttentionSplitShape split_shape(const Batch& piece, int64_t decode_rows) const;
   // The rows of each of `piece`'s sequences (in rows_scratch_).
   const std::vector<int32_t>& rows_per_sequence(const Batch& piece) const;
   int32_t choose_splits(const Batch& piece, const DeviceBatch& b) const;
@@ -351,7 +352,7 @@ Status CudaExecutor::run_overlapped(const Batch& piece, const DeviceBatch& b) {
   return reduced(1);
 }
 
-AttentionSplitShape CudaExecutor::split_shape(const Batch& piece) const {
+AttentionSplitShape CudaExecutor::split_shape(const Batch& piece, int64_t decode_rows) const {
   AttentionSplitShape shape;
   shape.seq_lengths = piece.seq_lengths;
   shape.n_head_kv = static_cast<int32_t>(model_->config.n_head_kv);
@@ -362,8 +363,6 @@ AttentionSplitShape CudaExecutor::split_shape(const Batch& piece) const {
   const int group = static_cast<int>(model_->config.group_size());
   // The decode kernel the pass's decode rows take (attention() decides alike): the tensor-core
   // kernel puts a KV head's query heads on tensor-core rows, many warps for any group.
-  const std::vector<int32_t>& rows = rows_per_sequence(piece);
-  const int64_t decode_rows = std::count(rows.begin(), rows.end(), 1);
   const bool mma = cuda::decode_on_tensor_cores(request_.kv_type, group,
                                                 static_cast<int>(options_.kv_block_size),
                                                 decode_rows * model_->config.n_head_kv, sm_count_);
@@ -389,7 +388,7 @@ const std::vector<int32_t>& CudaExecutor::rows_per_sequence(const Batch& piece) 
 // Flash-decoding splits of the pass (attention_splits.h).
 int32_t CudaExecutor::choose_splits(const Batch& piece, const DeviceBatch& b) const {
   const std::vector<int32_t>& rows = rows_per_sequence(piece);
-  AttentionSplitShape shape = split_shape(piece);
+  AttentionSplitShape shape = split_shape(piece, std::count(rows.begin(), rows.end(), 1));
   // Decodes cut into split tiles of their own take no part in the launch-wide choice.
   for (size_t i = 0; i < rows.size() && b.max_row_splits == 0; ++i) {
     if (rows[i] == 1)
@@ -404,7 +403,9 @@ int32_t CudaExecutor::choose_splits(const Batch& piece, const DeviceBatch& b) co
 
 int32_t CudaExecutor::row_split_positions(const Batch& piece) const {
   if (model_->config.group_size() > cuda::kMaxDecodeGroup) return 0;
-  if (piece.n_tokens() == piece.n_seqs()) return choose_row_split_positions(split_shape(piece));
+  if (piece.n_tokens() == piece.n_seqs()) {
+    return choose_row_split_positions(split_shape(piece, piece.n_seqs()));
+  }
   // A mixed pass: its decode rows lead, the sequences with one row; the prompt tiles after
   // them keep their tiles (at most one a row) and launch-wide splits.
   const std::vector<int32_t>& rows = rows_per_sequence(piece);
@@ -413,7 +414,7 @@ int32_t CudaExecutor::row_split_positions(const Batch& piece) const {
   for (size_t i = 0; i < rows.size(); ++i) {
     if (rows[i] == 1) decode_lengths.push_back(piece.seq_lengths[i]);
   }
-  AttentionSplitShape shape = split_shape(piece);
+  AttentionSplitShape shape = split_shape(piece, static_cast<int64_t>(decode_lengths.size()));
   shape.seq_lengths = decode_lengths;
   shape.n_rows = piece.n_tokens();  // the decode launch's partials index every row
   shape.max_tiles -= piece.n_tokens() - static_cast<int64_t>(decode_lengths.size());

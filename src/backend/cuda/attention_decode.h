@@ -32,12 +32,10 @@ inline constexpr int kDecodeMidWarpsGroup = 1;
 inline constexpr int kDecodeMidWarpsBlocksPerSm = 4;
 inline constexpr int kDecodeF16BlocksPerSm = 8;
 inline constexpr int kDecodeQ8BlocksPerSm = 4;
-inline constexpr int kDecodeQ8FewWarps = 4;
 inline constexpr int kDecodeQ8ManyWarps = 16;
 // Over an f16 cache a warp's stages take 16 KB: three blocks of 4 warps an SM, or one of 8 (256
 // sequences of 640 positions over 8 KV heads 240 us against 259 in four blocks of 3 warps an SM:
 // bench/results/2026-12-06-h100-f16-decode-mma-3-warps.md).
-inline constexpr int kDecodeF16MmaFewWarps = 4;
 inline constexpr int kDecodeF16MmaBlocksPerSm = 3;
 inline constexpr int kDecodeF16MmaManyWarps = 8;
 

@@ -55,7 +55,8 @@
 namespace llamaserve::cuda {
 namespace {
 
-constexpr int kStages = 2;  // a warp's runs in shared memory: the one computed, the next
+constexpr int kFewWarps = 4;  // or many (kDecodeQ8ManyWarps, kDecodeF16MmaManyWarps)
+constexpr int kStages = 2;    // a warp's runs in shared memory: the one computed, the next
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -113,9 +114,7 @@ constexpr int decode_mma_smem_bytes() {
 // The many-warp blocks: one an SM, so up to 128 registers (without the bound ptxas took 64 for D
 // = 64 and spilled); the few-warp ones: no bound beyond the block size (0), as they are tuned.
 template <int D, int kWarps, bool kQ8>
-__global__ void __launch_bounds__(32 * kWarps,
-                                  kWarps == (kQ8 ? kDecodeQ8FewWarps : kDecodeF16MmaFewWarps) ? 0
-                                                                                              : 1)
+__global__ void __launch_bounds__(32 * kWarps, kWarps == kFewWarps ? 0 : 1)
     attention_decode_mma_kernel(const AttentionArgs a) {
   constexpr int kSteps = D / 16;                 // k-steps of S; m-tiles of Oᵀ
   constexpr int kBlocks = D / 32;                // Q8_0 blocks of a row; f16: V loads of a position
@@ -416,7 +415,6 @@ Status launch_blocks(const AttentionArgs& a, dim3 grid, LaunchStream stream) {
 
 template <int D, bool kQ8>
 Status launch_cache(const AttentionArgs& a, LaunchStream stream) {
-  constexpr int kFewWarps = kQ8 ? kDecodeQ8FewWarps : kDecodeF16MmaFewWarps;
   constexpr int kManyWarps = kQ8 ? kDecodeQ8ManyWarps : kDecodeF16MmaManyWarps;
   const DecodeGrid g = decode_grid(a);
   int warps = a.decode_warps;
@@ -449,12 +447,12 @@ Status launch_attention_decode_mma(const AttentionArgs& a, LaunchStream stream) 
 Status configure_attention_decode_mma_kernels() {
   LS_RETURN_IF_ERROR((allow_smem<64, kDecodeQ8ManyWarps, true>()));
   LS_RETURN_IF_ERROR((allow_smem<128, kDecodeQ8ManyWarps, true>()));
-  LS_RETURN_IF_ERROR((allow_smem<64, kDecodeQ8FewWarps, true>()));
-  LS_RETURN_IF_ERROR((allow_smem<128, kDecodeQ8FewWarps, true>()));
+  LS_RETURN_IF_ERROR((allow_smem<64, kFewWarps, true>()));
+  LS_RETURN_IF_ERROR((allow_smem<128, kFewWarps, true>()));
   LS_RETURN_IF_ERROR((allow_smem<64, kDecodeF16MmaManyWarps, false>()));
   LS_RETURN_IF_ERROR((allow_smem<128, kDecodeF16MmaManyWarps, false>()));
-  LS_RETURN_IF_ERROR((allow_smem<64, kDecodeF16MmaFewWarps, false>()));
-  LS_RETURN_IF_ERROR((allow_smem<128, kDecodeF16MmaFewWarps, false>()));
+  LS_RETURN_IF_ERROR((allow_smem<64, kFewWarps, false>()));
+  LS_RETURN_IF_ERROR((allow_smem<128, kFewWarps, false>()));
   return Status::ok();
 }
 
