@@ -412,7 +412,7 @@ if b == "prompt":  # the pass: the prompt case's seconds
     case = next(c for c in report["cases"] if c["name"].startswith("prompt"))
     print(report["copy_bandwidth_gbps"], 1000 * case["seconds"])
 else:
-    name = "decode b1" if b == "1" else f"batch {b} x"
+    name = f"batch {b} x"
     case = next(c for c in report["cases"] if c["name"].startswith(name))
     print(report["copy_bandwidth_gbps"], case["ms_per_token"])
 PY
@@ -469,8 +469,7 @@ timeline7b() {
           "$logs/timeline-bench-base-$type-b$b.json" || base_csv=""
       fi
       trace "timeline-7b-$type-b$b" "$bin" "$csv" "$json" || continue
-      local name="decode b1"
-      [[ $b != 1 ]] && name="batch $b x"
+      local name="batch $b x"
       python3 scripts/kernel_timeline.py "$csv" --steps "$traced" --bench-json "$json" \
         --case "$name" --title "7B $type, decode steps of $b sequence(s)" >>"$md"
       if [[ -n ${TIMELINE_BASE:-} && -s $base_csv ]]; then

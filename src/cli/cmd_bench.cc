@@ -67,8 +67,9 @@ struct BenchOptions {
   std::string markdown_file;  // also write a markdown table here
   // Copy every step's logits to the host instead of drawing greedy tokens on the device.
   bool host_logits = false;
-  // Nsight Compute capture range: this many decode steps of the case with profile_batch
-  // sequences (1: the decode case), after its timed runs.
+  // Nsight Compute capture range: this many decode steps of the batch case of profile_batch
+  // sequences (or, where -b does not list it and profile_batch is 1, of the decode case), after
+  // its timed runs.
   int32_t profile_steps = 0;
   int32_t profile_batch = 1;
   // Nsight Compute capture range: one more prompt pass after the prompt case's timed runs.
@@ -424,9 +425,13 @@ Status run_bench(const BenchOptions& o) {
       LS_RETURN_IF_ERROR(profiler_stop());
     }
   }
-  bool profiled = false;  // only the first case of profile_batch sequences
+  // The profiled case: the batch case of profile_batch sequences (its contexts start at
+  // --batch-prompt) where -b lists it, else the decode case.
+  const bool batch_profiled =
+      std::find(o.batches.begin(), o.batches.end(), o.profile_batch) != o.batches.end();
   // Decode steps at positions [start, start + n): attention reads start + t + 1 KV rows.
-  auto decode_case = [&](int32_t n_seqs_case, int32_t start, std::string name) -> Status {
+  auto decode_case = [&](int32_t n_seqs_case, int32_t start, std::string name,
+                         bool profiled) -> Status {
     CaseResult r{std::move(name), n_seqs_case, static_cast<int64_t>(n_seqs_case) * o.decode_tokens};
     if (start > 0) LS_RETURN_IF_ERROR(runner.prefill(n_seqs_case, start));
     LS_ASSIGN_OR_RETURN(r.seconds, time_median(o.reps, [&]() -> Status {
@@ -435,8 +440,7 @@ Status run_bench(const BenchOptions& o) {
                           }
                           return Status::ok();
                         }));
-    if (o.profile_steps > 0 && n_seqs_case == o.profile_batch && !profiled) {
-      profiled = true;
+    if (o.profile_steps > 0 && profiled) {
       // Positions past the timed runs' (which rewrote the same ones each repetition).
       LS_RETURN_IF_ERROR(profiler_start());
       for (int32_t t = 0; t < o.profile_steps; ++t) {
@@ -471,11 +475,12 @@ Status run_bench(const BenchOptions& o) {
     results.push_back(r);
     return Status::ok();
   };
-  LS_RETURN_IF_ERROR(decode_case(1, 0, "decode b1"));
+  LS_RETURN_IF_ERROR(decode_case(1, 0, "decode b1", o.profile_batch == 1 && !batch_profiled));
   for (int32_t b : o.batches) {
     LS_RETURN_IF_ERROR(
         decode_case(b, o.batch_prompt_tokens,
-                    fmt::format("batch {} x {}+{}", b, o.batch_prompt_tokens, o.decode_tokens)));
+                    fmt::format("batch {} x {}+{}", b, o.batch_prompt_tokens, o.decode_tokens),
+                    b == o.profile_batch));
     if (o.with_prompts) LS_RETURN_IF_ERROR(with_prompts_case(b));
   }
 
@@ -554,10 +559,10 @@ std::function<int()> setup_bench(CLI::App& sub) {
                "only their ids copied)");
   sub.add_option("--profile-steps", o->profile_steps,
                  "decode steps run inside a profiler capture range (ncu --profile-from-start "
-                 "off) after the timed runs of the case of --profile-batch sequences")
+                 "off) after the timed runs of the batch case of --profile-batch sequences (or, "
+                 "where -b does not list it, of the decode case)")
       ->check(CLI::Range(0, 64));
-  sub.add_option("--profile-batch", o->profile_batch,
-                 "sequences of the profiled case (1: the decode case)")
+  sub.add_option("--profile-batch", o->profile_batch, "sequences of the profiled case")
       ->capture_default_str();
   sub.add_flag("--profile-prompt", o->profile_prompt,
                "one more prompt pass inside a profiler capture range, after the prompt case's "
