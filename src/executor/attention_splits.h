@@ -55,9 +55,9 @@ inline constexpr int32_t kDecodeSplitTokens = 64;
 // 2026-12-05-h100-decode-one-split-128.md).
 inline constexpr int32_t kDecodeOneSplitTokens = 128;
 // Splits of 4-warp f16 decode blocks with eight query heads a KV head (64 over 8, head_dim 128, on
-// an H100): 1 x 2048 positions 48.0 us in 8 splits against 87.2 in the 32 that splits of 64
-// positions gave, 4 x 2048 65.7 in 8 against 114.5 in 32, 1 x 8192 115.4 in 32 against 102.2 at
-// best (16; bench/results/2026-12-06-h100-decode-attention-grouped.md).
+// an H100, since the split combine reads eight splits at once): 1 x 2048 positions 36.6 us in 8
+// splits against 47.3 in the 32 that splits of 64 positions give, 4 x 2048 54.7 in 8 against 72.7
+// in 32, 1 x 8192 75.6 in 32 (bench/results/2026-12-06-h100-decode-split-combine.md).
 inline constexpr int32_t kGroupedDecodeSplitTokens = 256;
 
 // Blocks of the tensor-core attention kernel an SM holds at once (its shared memory: two).

@@ -46,8 +46,8 @@ inline constexpr int kDecodeMmaRun = 16;
 
 // Positions a split of the tensor-core kernel's many-warp blocks takes at least: a run for each
 // of a Q8_0 block's 16 warps, two for each of an f16 block's 8 (LLaMA-3-8B's 32 query heads over
-// 8 KV heads at 1 x 2048 positions 12.6 us in 8 splits against 16.6 in 16:
-// bench/results/2026-12-06-h100-f16-decode-mma-3-warps.md).
+// 8 KV heads at 1 x 2048 positions 10.0 us in 8 splits against 11.3 in 16:
+// bench/results/2026-12-06-h100-decode-split-combine.md).
 inline constexpr int kDecodeMmaSplitTokens = 256;
 
 // Whether the decode rows of a pass, `pairs` (row, KV head) pairs on `sms` SMs with `group` query
