@@ -15,7 +15,9 @@ namespace llamaserve::cuda {
 // are not added), so that a chunk's reads are in flight at once: one split at a time, each added
 // two L2 round trips to the kernel's tail (LLaMA-3-8B's 1 x 2048 positions in 16 splits 16.3 us
 // against 11.3, in 8 12.5 against 10.0; one sequence of 8000+128 positions 356 -> 379 tok/s:
-// bench/results/2026-12-06-h100-decode-split-combine.md).
+// bench/results/2026-12-06-h100-decode-split-combine.md). Each chunk's maxima, sums and P·V
+// sums come in one round trip: the sums so far are rescaled when a chunk raises the maximum
+// (online, as the kernels' own positions are), so 16 splits take two round trips, not four.
 inline constexpr int kCombineChunk = 8;
 template <int D>
 __device__ __forceinline__ float combine_attention_splits(const AttentionArgs& a, int64_t row,
@@ -25,13 +27,6 @@ __device__ __forceinline__ float combine_attention_splits(const AttentionArgs& a
   const auto* ml = reinterpret_cast<const float2*>(a.partial + acc_floats) + first;  // (m, l)
   const float* acc = a.partial + first * D + d;
   float m_max = -INFINITY;
-  for (int p0 = 0; p0 < n_parts; p0 += kCombineChunk) {
-    float m[kCombineChunk];
-#pragma unroll
-    for (int j = 0; j < kCombineChunk; ++j) m[j] = __ldcg(ml + min(p0 + j, n_parts - 1)).x;
-#pragma unroll
-    for (int j = 0; j < kCombineChunk; ++j) m_max = fmaxf(m_max, m[j]);
-  }
   float num = 0.0f, den = 0.0f;
   for (int p0 = 0; p0 < n_parts; p0 += kCombineChunk) {
     float2 m_l[kCombineChunk];
@@ -41,6 +36,15 @@ __device__ __forceinline__ float combine_attention_splits(const AttentionArgs& a
       const int p = min(p0 + j, n_parts - 1);
       m_l[j] = __ldcg(ml + p);
       part[j] = __ldcg(acc + static_cast<int64_t>(p) * D);
+    }
+    float chunk_max = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kCombineChunk; ++j) chunk_max = fmaxf(chunk_max, m_l[j].x);
+    if (chunk_max > m_max) {  // never for a chunk of empty splits (-inf)
+      const float rescale = __expf(m_max - chunk_max);  // 0 while m_max is -inf
+      num *= rescale;
+      den *= rescale;
+      m_max = chunk_max;
     }
 #pragma unroll
     for (int j = 0; j < kCombineChunk; ++j) {
