@@ -40,8 +40,9 @@ __device__ __forceinline__ float combine_attention_splits(const AttentionArgs& a
     float chunk_max = -INFINITY;
 #pragma unroll
     for (int j = 0; j < kCombineChunk; ++j) chunk_max = fmaxf(chunk_max, m_l[j].x);
-    if (chunk_max > m_max) {  // never for a chunk of empty splits (-inf)
-      const float rescale = __expf(m_max - chunk_max);  // 0 while m_max is -inf
+    // Never for a chunk of empty splits (-inf); the rescale is 0 while m_max is -inf.
+    if (chunk_max > m_max) {
+      const float rescale = __expf(m_max - chunk_max);
       num *= rescale;
       den *= rescale;
       m_max = chunk_max;
