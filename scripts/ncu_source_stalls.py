@@ -7,7 +7,7 @@ The page comes from a report taken with the full set (its warp-state sampling):
     ncu -i REPORT.ncu-rep --page source --csv --print-source sass > PAGE.csv
     scripts/ncu_source_stalls.py PAGE.csv[.gz] [--top 25] > stalls.md
 
-For each kernel of the page: the samples by stall reason; the spans of consecutive
+For each kernel launch of the page (in launch order): the samples by stall reason; the spans of consecutive
 instructions that ran the same number of times (the prologue, a loop's body, the epilogue:
 by their counts) with at least 1% of the samples; and the instructions with the most samples,
 each with its two main reasons.
@@ -86,7 +86,9 @@ def main():
     found = kernels(args.page)
     if not found:
         sys.exit(f"{args.page}: no kernel in this page")
-    for name, rows in found:
+    # The page may list a launch twice in a row; each launch is reported once.
+    unique = [k for i, k in enumerate(found) if i == 0 or k != found[i - 1]]
+    for name, rows in unique:
         report(name, rows, args.top)
 
 

@@ -70,6 +70,14 @@ def test_every_kernel_of_a_gzipped_page(tmp_path: Path) -> None:
     assert "no samples" in out.stdout
 
 
+def test_a_launch_listed_twice_in_a_row_is_reported_once(tmp_path: Path) -> None:
+    second = ("kernel_b", [("NOP", 1, 1, 1, 0)])
+    out = run(tmp_path, page([KERNEL_A, KERNEL_A, second, KERNEL_A]))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("### kernel_a") == 2
+    assert out.stdout.count("### kernel_b") == 1
+
+
 def test_a_page_without_kernels_is_an_error(tmp_path: Path) -> None:
     out = run(tmp_path, "==PROF== nothing profiled\n")
     assert out.returncode != 0
