@@ -55,11 +55,13 @@ done
 command -v nvidia-smi >/dev/null &&
   nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee -a "$summary"
 
-# bin BUILD: its llamaserve, with its runtime libraries found.
+# run_bin BUILD SECONDS ARGS...: the build's llamaserve with its runtime libraries, for at most
+# SECONDS.
 run_bin() {
-  local b=$1
-  shift
-  LD_LIBRARY_PATH="$root/$build_root/$b/runtime-libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+  local b=$1 seconds=$2
+  shift 2
+  timeout "$seconds" env \
+    LD_LIBRARY_PATH="$root/$build_root/$b/runtime-libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
     "$build_root/$b/src/cli/llamaserve" "$@"
 }
 
@@ -77,7 +79,7 @@ for m in "${models[@]}"; do
     llama3*) vocab=(--vocab tests/fixtures/vocab-llama3-bpe.gguf) ;;
   esac
   [[ ${#vocab[@]} -gt 0 && ! -s ${vocab[1]} ]] && vocab=()
-  run_bin "${builds[0]}" synth --shape "$shape" --type "$type" -o "$path" --progress none \
+  run_bin "${builds[0]}" 420 synth --shape "$shape" --type "$type" -o "$path" --progress none \
     "${vocab[@]}" >"$logs/synth-$key.log" 2>&1 &
 done
 wait
@@ -98,9 +100,8 @@ one() {
   IFS='|' read -r name key args <<<"$3"
   json=$logs/$b-$name-$round.json
   read -r -a args <<<"$args"
-  timeout 300 env LD_LIBRARY_PATH="$root/$build_root/$b/runtime-libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-    "$build_root/$b/src/cli/llamaserve" bench -m "${model_path[$key]}" --device "$device" \
-    "${args[@]}" --json-file "$json" >"$logs/$b-$name-$round.log" 2>&1
+  run_bin "$b" 300 bench -m "${model_path[$key]}" --device "$device" "${args[@]}" \
+    --json-file "$json" >"$logs/$b-$name-$round.log" 2>&1
   local rc=$?
   local line
   line=$(python3 - "$json" "$round" "$b" "$name" "$md" <<'PY'
